@@ -1,0 +1,115 @@
+// libubtrfs: open a btrfs image from user space and read it.
+//
+//   auto fs = ubtrfs::Filesystem::Open("disk.img");
+//   if (!fs.ok()) { report(fs.status()); }
+//   auto ino = (*fs)->Lookup("/etc/hostname");
+//   std::vector<uint8_t> buf(4096);
+//   auto n = (*fs)->Read(*ino, 0, buf);
+//
+// Every method is safe to call from several threads at once.
+#ifndef UBTRFS_FILESYSTEM_H_
+#define UBTRFS_FILESYSTEM_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ubtrfs/status.h"
+
+namespace ubtrfs {
+
+// An inode is named by the subvolume (tree) that holds it and its number.
+struct InodeId {
+  uint64_t root = 0;
+  uint64_t ino = 0;
+  friend bool operator==(const InodeId&, const InodeId&) = default;
+};
+
+struct Time {
+  int64_t sec = 0;
+  uint32_t nsec = 0;
+};
+
+struct Stat {
+  InodeId id;
+  uint32_t mode = 0;  // S_IFMT bits and permissions, as in struct stat
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t rdev = 0;
+  uint64_t size = 0;
+  uint64_t nbytes = 0;  // bytes of data allocated (st_blocks * 512)
+  uint64_t generation = 0;
+  uint64_t flags = 0;  // btrfs inode flags (NODATASUM, COMPRESS, ...)
+  Time atime, mtime, ctime, otime;
+};
+
+struct DirEntry {
+  std::string name;
+  InodeId id;
+  uint8_t type = 0;    // DT_* value (DT_REG, DT_DIR, DT_LNK, ...)
+  uint64_t index = 0;  // DIR_INDEX sequence number: the readdir cookie
+};
+
+struct FsStat {
+  uint32_t block_size = 0;  // sectorsize
+  uint32_t node_size = 0;
+  uint64_t total_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t free_bytes = 0;  // an estimate, as statfs(2) reports
+  uint64_t name_max = 255;
+};
+
+struct FsInfo {
+  std::string label;
+  std::string fsid;  // canonical UUID text
+  uint64_t generation = 0;
+  uint32_t sectorsize = 0;
+  uint32_t nodesize = 0;
+  std::string csum_type;
+  uint64_t total_bytes = 0;
+  uint64_t bytes_used = 0;
+  uint64_t num_devices = 0;
+  uint64_t incompat_flags = 0;
+  uint64_t compat_ro_flags = 0;
+  int superblock_mirror = 0;  // which superblock copy was used
+};
+
+struct OpenOptions {
+  // Verify data checksums on read (EIO on mismatch, after trying every copy).
+  bool verify_data_csums = true;
+  // Bytes of tree blocks kept in the node cache.
+  size_t node_cache_bytes = 64ull << 20;
+};
+
+class Filesystem {
+ public:
+  static Result<std::unique_ptr<Filesystem>> Open(const std::string& path, const OpenOptions& options = {});
+  virtual ~Filesystem() = default;
+
+  // Things that did not stop the open but a user should hear of (e.g. "primary
+  // superblock damaged (...); using the copy at 64 MiB").
+  virtual const std::vector<std::string>& Warnings() const = 0;
+  virtual FsInfo Info() const = 0;
+
+  virtual InodeId Root() const = 0;
+  // Resolves an absolute path (symlinks are not followed; "." and ".." are).
+  virtual Result<InodeId> Lookup(std::string_view path) = 0;
+  virtual Result<InodeId> LookupChild(InodeId dir, std::string_view name) = 0;
+  virtual Result<Stat> GetStat(InodeId id) = 0;
+  // Entries in DIR_INDEX order, without "." and "..".
+  virtual Result<std::vector<DirEntry>> ReadDir(InodeId dir) = 0;
+  // Reads up to buf.size() bytes at offset; returns the count (0 at EOF).
+  virtual Result<size_t> Read(InodeId file, uint64_t offset, std::span<uint8_t> buf) = 0;
+  virtual Result<std::string> ReadLink(InodeId link) = 0;
+  virtual Result<std::vector<std::string>> ListXattr(InodeId id) = 0;
+  virtual Result<std::string> GetXattr(InodeId id, std::string_view name) = 0;
+  virtual Result<FsStat> StatFs() = 0;
+};
+
+}  // namespace ubtrfs
+
+#endif  // UBTRFS_FILESYSTEM_H_

@@ -1,0 +1,18 @@
+#include "cli/commands.h"
+
+namespace ubtrfs::cli {
+namespace {
+int g_exit_code = 0;
+}  // namespace
+
+void SetExitCode(int code) {
+  if (code != 0 && g_exit_code == 0) g_exit_code = code;
+}
+int ExitCode() { return g_exit_code; }
+
+void RegisterCommands(CLI::App& app) {
+  RegisterReadCommands(app);
+  RegisterDumpTree(app);
+}
+
+}  // namespace ubtrfs::cli

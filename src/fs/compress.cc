@@ -1,0 +1,338 @@
+// btrfs extent (de)compression: the codecs are zlib, libzstd and liblzo2;
+// this file only adds the btrfs framing and strict bounds checking.
+#include "fs/compress.h"
+
+#include <lzo/lzo1x.h>
+#include <zlib.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "format/endian.h"
+
+namespace ubtrfs::fs {
+namespace {
+
+constexpr uint8_t kTypeZlib = 1;
+constexpr uint8_t kTypeLzo = 2;
+constexpr uint8_t kTypeZstd = 3;
+
+constexpr size_t kLzoLen = 4;  // size of the lzo total-length and segment headers
+constexpr int kZlibLevel = 3;  // the kernel's default zlib level
+constexpr int kZstdLevel = 3;  // the kernel's default zstd level
+constexpr int kZstdBtrfsWindowLog = 17;
+
+// Inputs larger than this are not extents; refusing them keeps every length
+// within zlib's 32-bit counters and the lzo u32 total length.
+constexpr size_t kMaxCompressInput = size_t{1} << 30;
+
+std::string Num(uint64_t v) { return std::to_string(v); }
+
+void ZeroFill(std::span<uint8_t> out, size_t from) {
+  if (from < out.size()) std::memset(out.data() + from, 0, out.size() - from);
+}
+
+// ---------------------------------------------------------------- zlib
+
+Status InflateZlib(std::span<const uint8_t> in, std::span<uint8_t> out) {
+  z_stream s{};
+  int rc = inflateInit(&s);
+  if (rc != Z_OK) {
+    return Status::Error(rc == Z_MEM_ERROR ? ENOMEM : EIO, "zlib: inflateInit failed (" + Num(rc) + ")");
+  }
+  struct Ender {
+    z_stream* s;
+    ~Ender() { inflateEnd(s); }
+  } ender{&s};
+
+  size_t in_pos = 0;
+  size_t out_pos = 0;
+  while (out_pos < out.size()) {
+    const size_t in_chunk = std::min<size_t>(in.size() - in_pos, UINT_MAX);
+    const size_t out_chunk = std::min<size_t>(out.size() - out_pos, UINT_MAX);
+    s.next_in = const_cast<Bytef*>(in.data() + in_pos);
+    s.avail_in = static_cast<uInt>(in_chunk);
+    s.next_out = out.data() + out_pos;
+    s.avail_out = static_cast<uInt>(out_chunk);
+    rc = inflate(&s, Z_NO_FLUSH);
+    const size_t consumed = in_chunk - s.avail_in;
+    const size_t produced = out_chunk - s.avail_out;
+    in_pos += consumed;
+    out_pos += produced;
+    switch (rc) {
+      case Z_STREAM_END:
+        ZeroFill(out, out_pos);
+        return Status::Ok();
+      case Z_OK:
+        if (consumed == 0 && produced == 0) {
+          return Status::Corrupt("zlib: no progress at input offset " + Num(in_pos));
+        }
+        break;
+      case Z_BUF_ERROR:
+        // No progress possible: the output is not full (loop condition), so
+        // the input ran out before the end of the stream.
+        if (out_pos < out.size()) {
+          return Status::Corrupt("zlib: stream truncated: " + Num(in.size()) + " input bytes decoded to " +
+                                 Num(out_pos) + " of " + Num(out.size()) + " bytes without reaching its end");
+        }
+        break;
+      case Z_NEED_DICT:
+        return Status::Corrupt("zlib: stream needs a preset dictionary (input offset " + Num(in_pos) + ")");
+      case Z_DATA_ERROR:
+        return Status::Corrupt("zlib: invalid data near input offset " + Num(in_pos) + ": " +
+                               (s.msg != nullptr ? s.msg : "data error"));
+      case Z_MEM_ERROR:
+        return Status::Error(ENOMEM, "zlib: out of memory while inflating");
+      default:
+        return Status::Corrupt("zlib: inflate failed with code " + Num(static_cast<uint64_t>(rc)) +
+                               " near input offset " + Num(in_pos));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> DeflateZlib(std::span<const uint8_t> in) {
+  z_stream s{};
+  int rc = deflateInit(&s, kZlibLevel);
+  if (rc != Z_OK) {
+    return Status::Error(rc == Z_MEM_ERROR ? ENOMEM : EIO, "zlib: deflateInit failed (" + Num(rc) + ")");
+  }
+  struct Ender {
+    z_stream* s;
+    ~Ender() { deflateEnd(s); }
+  } ender{&s};
+  std::vector<uint8_t> out(deflateBound(&s, static_cast<uLong>(in.size())));
+  s.next_in = const_cast<Bytef*>(in.data());
+  s.avail_in = static_cast<uInt>(in.size());
+  s.next_out = out.data();
+  s.avail_out = static_cast<uInt>(out.size());
+  rc = deflate(&s, Z_FINISH);
+  if (rc != Z_STREAM_END) return Status::IoError("zlib: deflate failed (" + Num(static_cast<uint64_t>(rc)) + ")");
+  out.resize(s.total_out);
+  return out;
+}
+
+// ---------------------------------------------------------------- zstd
+
+struct ZstdDctxDeleter {
+  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+
+// One decompression context per thread, reused across calls.
+ZSTD_DCtx* ThreadDctx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, ZstdDctxDeleter> dctx;
+  if (!dctx) {
+    std::unique_ptr<ZSTD_DCtx, ZstdDctxDeleter> d(ZSTD_createDCtx());
+    if (!d) return nullptr;
+    if (ZSTD_isError(ZSTD_DCtx_setParameter(d.get(), ZSTD_d_windowLogMax, kZstdWindowLogMax))) return nullptr;
+    dctx = std::move(d);
+  }
+  return dctx.get();
+}
+
+Status DecompressZstd(std::span<const uint8_t> in, std::span<uint8_t> out) {
+  ZSTD_DCtx* dctx = ThreadDctx();
+  if (dctx == nullptr) return Status::Error(ENOMEM, "zstd: cannot create a decompression context");
+  // Drop whatever a previous (possibly failed) call left behind; parameters stay.
+  ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+
+  ZSTD_inBuffer ib{in.data(), in.size(), 0};
+  ZSTD_outBuffer ob{out.data(), out.size(), 0};
+  while (ob.pos < ob.size) {
+    const size_t prev_in = ib.pos;
+    const size_t prev_out = ob.pos;
+    const size_t r = ZSTD_decompressStream(dctx, &ob, &ib);
+    if (ZSTD_isError(r)) {
+      ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+      const ZSTD_ErrorCode code = ZSTD_getErrorCode(r);
+      if (code == ZSTD_error_memory_allocation) return Status::Error(ENOMEM, "zstd: out of memory");
+      std::string what = ZSTD_getErrorName(r);
+      if (code == ZSTD_error_frameParameter_windowTooLarge) {
+        what += " (limit 2^" + Num(kZstdWindowLogMax) + ")";
+      }
+      return Status::Corrupt("zstd: " + what + " near input offset " + Num(ib.pos));
+    }
+    if (r == 0) {  // frame fully decoded and flushed; trailing bytes are ignored
+      ZeroFill(out, ob.pos);
+      return Status::Ok();
+    }
+    if (ob.pos == ob.size) break;
+    if (ib.pos == prev_in && ob.pos == prev_out) {
+      return Status::Corrupt("zstd: frame truncated: " + Num(in.size()) + " input bytes decoded to " +
+                             Num(ob.pos) + " of " + Num(out.size()) + " bytes without reaching its end");
+    }
+  }
+  ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+  return Status::Ok();
+}
+
+struct ZstdCctxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+
+Result<std::vector<uint8_t>> CompressZstd(std::span<const uint8_t> in) {
+  std::unique_ptr<ZSTD_CCtx, ZstdCctxDeleter> cctx(ZSTD_createCCtx());
+  if (!cctx) return Status::Error(ENOMEM, "zstd: cannot create a compression context");
+  if (ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, kZstdLevel)) ||
+      ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_windowLog, kZstdBtrfsWindowLog))) {
+    return Status::IoError("zstd: cannot set compression parameters");
+  }
+  std::vector<uint8_t> out(ZSTD_compressBound(in.size()));
+  const size_t n = ZSTD_compress2(cctx.get(), out.data(), out.size(), in.data(), in.size());
+  if (ZSTD_isError(n)) return Status::IoError(std::string("zstd: compression failed: ") + ZSTD_getErrorName(n));
+  out.resize(n);
+  return out;
+}
+
+// ---------------------------------------------------------------- lzo
+
+bool LzoReady() {
+  static const bool ready = (lzo_init() == LZO_E_OK);
+  return ready;
+}
+
+Status CheckLzoSectorsize(uint32_t sectorsize) {
+  if (sectorsize < 512 || sectorsize > 65536 || (sectorsize & (sectorsize - 1)) != 0) {
+    return Status::Invalid("lzo: sector size " + Num(sectorsize) + " is not a power of two in [512, 65536]");
+  }
+  return Status::Ok();
+}
+
+std::string LzoErrorText(int rc) {
+  switch (rc) {
+    case LZO_E_INPUT_OVERRUN:
+      return "block is truncated";
+    case LZO_E_OUTPUT_OVERRUN:
+      return "block decodes to more than one sector";
+    case LZO_E_LOOKBEHIND_OVERRUN:
+      return "block has a back-reference before its start";
+    case LZO_E_EOF_NOT_FOUND:
+      return "block has no end marker";
+    case LZO_E_INPUT_NOT_CONSUMED:
+      return "block has trailing bytes after its end marker";
+    case LZO_E_ERROR:
+      return "block is invalid";
+    default:
+      return "block failed to decode (lzo error " + std::to_string(rc) + ")";
+  }
+}
+
+Status DecompressLzo(std::span<const uint8_t> in, std::span<uint8_t> out, uint32_t sectorsize) {
+  UB_RETURN_IF_ERROR(CheckLzoSectorsize(sectorsize));
+  if (!LzoReady()) return Status::IoError("lzo: lzo_init failed");
+  if (in.size() < kLzoLen) {
+    return Status::Corrupt("lzo: input of " + Num(in.size()) + " bytes is too short for the total-length header");
+  }
+  const uint32_t total = format::LoadLe<uint32_t>(in.data());
+  if (total < kLzoLen) return Status::Corrupt("lzo: total length " + Num(total) + " is less than " + Num(kLzoLen));
+  if (total > in.size()) {
+    return Status::Corrupt("lzo: total length " + Num(total) + " exceeds input size " + Num(in.size()));
+  }
+
+  std::vector<uint8_t> scratch;  // for a segment whose output does not fit in what is left of `out`
+  size_t cur = kLzoLen;
+  size_t out_pos = 0;
+  while (cur < total && out_pos < out.size()) {
+    const size_t hdr = cur;
+    if (total - cur < kLzoLen) {
+      return Status::Corrupt("lzo: segment header at offset " + Num(hdr) + " is cut off by the total length " +
+                             Num(total));
+    }
+    const uint32_t seg_len = format::LoadLe<uint32_t>(in.data() + cur);
+    cur += kLzoLen;
+    if (seg_len == 0) return Status::Corrupt("lzo: segment length 0 at offset " + Num(hdr));
+    if (seg_len > total - cur) {
+      return Status::Corrupt("lzo: segment length " + Num(seg_len) + " at offset " + Num(hdr) +
+                             " exceeds input (total length " + Num(total) + ")");
+    }
+
+    const size_t room = out.size() - out_pos;
+    uint8_t* dst = out.data() + out_pos;
+    if (room < sectorsize) {
+      scratch.resize(sectorsize);
+      dst = scratch.data();
+    }
+    lzo_uint dst_len = sectorsize;
+    const int rc = lzo1x_decompress_safe(in.data() + cur, seg_len, dst, &dst_len, nullptr);
+    if (rc != LZO_E_OK) {
+      return Status::Corrupt("lzo: segment at offset " + Num(hdr) + " (length " + Num(seg_len) +
+                             "): " + LzoErrorText(rc));
+    }
+    const size_t take = std::min<size_t>(dst_len, room);
+    if (dst != out.data() + out_pos) std::memcpy(out.data() + out_pos, dst, take);
+    out_pos += take;
+    cur += seg_len;
+
+    // A header never straddles a sector boundary: 1-3 bytes left before the
+    // next boundary are padding.
+    const size_t sector_left = sectorsize - (cur % sectorsize);
+    if (sector_left < kLzoLen) cur += sector_left;
+  }
+  ZeroFill(out, out_pos);
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> CompressLzo(std::span<const uint8_t> in, uint32_t sectorsize) {
+  UB_RETURN_IF_ERROR(CheckLzoSectorsize(sectorsize));
+  if (!LzoReady()) return Status::IoError("lzo: lzo_init failed");
+  std::vector<lzo_align_t> wrkmem((LZO1X_1_MEM_COMPRESS + sizeof(lzo_align_t) - 1) / sizeof(lzo_align_t));
+  // lzo1x worst case for one sector of input.
+  std::vector<uint8_t> seg(sectorsize + sectorsize / 16 + 64 + 3);
+  std::vector<uint8_t> out(kLzoLen);
+  for (size_t off = 0; off < in.size(); off += sectorsize) {
+    const size_t len = std::min<size_t>(sectorsize, in.size() - off);
+    lzo_uint seg_len = seg.size();
+    const int rc = lzo1x_1_compress(in.data() + off, len, seg.data(), &seg_len, wrkmem.data());
+    if (rc != LZO_E_OK) return Status::IoError("lzo: compression failed (lzo error " + std::to_string(rc) + ")");
+    const size_t at = out.size();  // padding below keeps this header inside one sector
+    out.resize(at + kLzoLen + seg_len);
+    format::StoreLe<uint32_t>(out.data() + at, static_cast<uint32_t>(seg_len));
+    std::memcpy(out.data() + at + kLzoLen, seg.data(), seg_len);
+    const size_t sector_left = sectorsize - (out.size() % sectorsize);
+    if (sector_left < kLzoLen) out.resize(out.size() + sector_left, 0);
+  }
+  format::StoreLe<uint32_t>(out.data(), static_cast<uint32_t>(out.size()));
+  return out;
+}
+
+}  // namespace
+
+Status Decompress(uint8_t type, std::span<const uint8_t> in, std::span<uint8_t> out, uint32_t sectorsize) {
+  if (type != kTypeZlib && type != kTypeLzo && type != kTypeZstd) {
+    return Status::Unsupported("compression type " + Num(type));
+  }
+  if (out.empty()) return Status::Ok();
+  switch (type) {
+    case kTypeZlib:
+      return InflateZlib(in, out);
+    case kTypeLzo:
+      return DecompressLzo(in, out, sectorsize);
+    default:
+      return DecompressZstd(in, out);
+  }
+}
+
+Result<std::vector<uint8_t>> Compress(uint8_t type, std::span<const uint8_t> in, uint32_t sectorsize) {
+  if (type != kTypeZlib && type != kTypeLzo && type != kTypeZstd) {
+    return Status::Unsupported("compression type " + Num(type));
+  }
+  if (in.size() > kMaxCompressInput) {
+    return Status::Invalid("compress: input of " + Num(in.size()) + " bytes is larger than an extent can be");
+  }
+  switch (type) {
+    case kTypeZlib:
+      return DeflateZlib(in);
+    case kTypeLzo:
+      return CompressLzo(in, sectorsize);
+    default:
+      return CompressZstd(in);
+  }
+}
+
+}  // namespace ubtrfs::fs

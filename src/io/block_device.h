@@ -1,0 +1,39 @@
+// Block devices: where the bytes of an image live. Reads and writes are
+// positional and either complete or fail with a Status naming the range.
+#ifndef UBTRFS_IO_BLOCK_DEVICE_H_
+#define UBTRFS_IO_BLOCK_DEVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ubtrfs/status.h"
+
+namespace ubtrfs::io {
+
+class BlockDevice {
+ public:
+  virtual ~BlockDevice() = default;
+  // Reads exactly buf.size() bytes at `offset`. Reading past the end is an
+  // error (EIO) naming the offset and the device size.
+  virtual Status ReadAt(uint64_t offset, std::span<uint8_t> buf) = 0;
+  virtual Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) = 0;
+  virtual Status Flush() = 0;
+  virtual uint64_t Size() const = 0;
+  virtual std::string Name() const = 0;
+};
+
+struct OpenFlags {
+  bool writable = false;
+};
+
+// An image file or a block device, through pread/pwrite.
+Result<std::unique_ptr<BlockDevice>> OpenFileDevice(const std::string& path, OpenFlags flags = {});
+
+// A device over a byte buffer (tests and fuzzing).
+std::unique_ptr<BlockDevice> NewMemoryDevice(std::string name, std::span<const uint8_t> bytes);
+
+}  // namespace ubtrfs::io
+
+#endif  // UBTRFS_IO_BLOCK_DEVICE_H_

@@ -1,0 +1,138 @@
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "io/block_device.h"
+
+namespace ubtrfs::io {
+namespace {
+
+std::string Errno(int e) { return std::strerror(e); }
+
+class FileDevice final : public BlockDevice {
+ public:
+  FileDevice(int fd, std::string path, uint64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
+  ~FileDevice() override { ::close(fd_); }
+
+  Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override {
+    if (offset > size_ || buf.size() > size_ - offset) {
+      return Status::IoError(path_ + ": read of " + std::to_string(buf.size()) + " bytes at offset " +
+                             std::to_string(offset) + " is past the end of the device (" +
+                             std::to_string(size_) + " bytes; truncated image?)");
+    }
+    size_t done = 0;
+    while (done < buf.size()) {
+      ssize_t n = ::pread(fd_, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        return Status::Error(e, path_ + ": read at offset " + std::to_string(offset + done) + ": " + Errno(e));
+      }
+      if (n == 0) {
+        return Status::IoError(path_ + ": unexpected end of file at offset " + std::to_string(offset + done));
+      }
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
+
+  Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override {
+    size_t done = 0;
+    while (done < buf.size()) {
+      ssize_t n = ::pwrite(fd_, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        return Status::Error(e, path_ + ": write at offset " + std::to_string(offset + done) + ": " + Errno(e));
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (offset + buf.size() > size_) size_ = offset + buf.size();
+    return Status::Ok();
+  }
+
+  Status Flush() override {
+    if (::fdatasync(fd_) != 0) {
+      int e = errno;
+      return Status::Error(e, path_ + ": fdatasync: " + Errno(e));
+    }
+    return Status::Ok();
+  }
+
+  uint64_t Size() const override { return size_; }
+  std::string Name() const override { return path_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  uint64_t size_;
+};
+
+class MemoryDevice final : public BlockDevice {
+ public:
+  MemoryDevice(std::string name, std::span<const uint8_t> bytes)
+      : name_(std::move(name)), bytes_(bytes.begin(), bytes.end()) {}
+  Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override {
+    if (offset > bytes_.size() || buf.size() > bytes_.size() - offset) {
+      return Status::IoError(name_ + ": read of " + std::to_string(buf.size()) + " bytes at offset " +
+                             std::to_string(offset) + " is past the end of the device (" +
+                             std::to_string(bytes_.size()) + " bytes)");
+    }
+    std::memcpy(buf.data(), bytes_.data() + offset, buf.size());
+    return Status::Ok();
+  }
+  Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override {
+    if (offset + buf.size() > bytes_.size()) bytes_.resize(offset + buf.size());
+    std::memcpy(bytes_.data() + offset, buf.data(), buf.size());
+    return Status::Ok();
+  }
+  Status Flush() override { return Status::Ok(); }
+  uint64_t Size() const override { return bytes_.size(); }
+  std::string Name() const override { return name_; }
+
+ private:
+  std::string name_;
+  std::vector<uint8_t> bytes_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<BlockDevice>> OpenFileDevice(const std::string& path, OpenFlags flags) {
+  int fd = ::open(path.c_str(), (flags.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return Status::Error(e, path + ": cannot open: " + Errno(e));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Status::Error(e, path + ": fstat: " + Errno(e));
+  }
+  uint64_t size = 0;
+  if (S_ISREG(st.st_mode)) {
+    size = static_cast<uint64_t>(st.st_size);
+  } else if (S_ISBLK(st.st_mode)) {
+    if (::ioctl(fd, BLKGETSIZE64, &size) != 0) {
+      int e = errno;
+      ::close(fd);
+      return Status::Error(e, path + ": BLKGETSIZE64: " + Errno(e));
+    }
+  } else {
+    ::close(fd);
+    return Status::Invalid(path + ": not a regular file or block device");
+  }
+  return std::unique_ptr<BlockDevice>(new FileDevice(fd, path, size));
+}
+
+std::unique_ptr<BlockDevice> NewMemoryDevice(std::string name, std::span<const uint8_t> bytes) {
+  return std::make_unique<MemoryDevice>(std::move(name), bytes);
+}
+
+}  // namespace ubtrfs::io

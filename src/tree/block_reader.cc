@@ -1,0 +1,76 @@
+#include "tree/block_reader.h"
+
+#include "format/key.h"
+
+namespace ubtrfs::tree {
+
+BlockRef NodeCache::Get(uint64_t bytenr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(bytenr);
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return *it->second;
+}
+
+void NodeCache::Put(BlockRef block) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index_.count(block->bytenr())) return;
+  bytes_ += block->bytes().size();
+  lru_.push_front(block);
+  index_[block->bytenr()] = lru_.begin();
+  while (bytes_ > capacity_ && lru_.size() > 1) {
+    bytes_ -= lru_.back()->bytes().size();
+    index_.erase(lru_.back()->bytenr());
+    lru_.pop_back();
+  }
+}
+
+Result<BlockRef> BlockReader::Read(const BlockCheck& check) {
+  const std::string where = "tree block " + std::to_string(check.bytenr);
+  if (BlockRef cached = cache_.Get(check.bytenr)) {
+    // A cached block was verified once; the referrer's expectations may still
+    // differ (a damaged pointer), so check those again.
+    if (check.level >= 0 && cached->level() != check.level) {
+      return Status::Corrupt(where + ": level " + std::to_string(cached->level()) + ", expected " +
+                             std::to_string(check.level));
+    }
+    if (check.generation != 0 && cached->generation() != check.generation) {
+      return Status::Corrupt(where + ": generation " + std::to_string(cached->generation()) + ", expected " +
+                             std::to_string(check.generation));
+    }
+    if (check.first_key && (cached->nritems() == 0 || cached->key(0) != *check.first_key)) {
+      return Status::Corrupt(where + ": first key does not match parent key " + format::KeyToString(*check.first_key));
+    }
+    stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+    return cached;
+  }
+  if (check.bytenr % 4096 != 0) return Status::Corrupt(where + ": not aligned");
+  UB_ASSIGN_OR_RETURN(std::vector<uint64_t> copies, chunks_->Map(check.bytenr, params_.nodesize));
+  const alloc::ChunkInfo* chunk = chunks_->Find(check.bytenr);
+  if (chunk->type & format::kBlockGroupData && !(chunk->type & format::kBlockGroupMetadata) &&
+      !(chunk->type & format::kBlockGroupSystem)) {
+    return Status::Corrupt(where + ": lies in a DATA chunk");
+  }
+  Status first_error;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    std::vector<uint8_t> buf(params_.nodesize);
+    stats_.reads.fetch_add(1, std::memory_order_relaxed);
+    Status st = dev_->ReadAt(copies[i], buf);
+    if (st.ok()) {
+      auto block = TreeBlock::Parse(std::move(buf), params_, check);
+      if (block.ok()) {
+        if (i > 0) stats_.mirror_repairs.fetch_add(1, std::memory_order_relaxed);
+        cache_.Put(*block);
+        return *block;
+      }
+      st = block.status();
+    }
+    if (first_error.ok()) first_error = st;
+  }
+  if (copies.size() > 1) {
+    return first_error.WithContext("all " + std::to_string(copies.size()) + " copies bad, first");
+  }
+  return first_error;
+}
+
+}  // namespace ubtrfs::tree

@@ -1,0 +1,58 @@
+// Reads tree blocks through the chunk map, verifies them, and keeps recently
+// used ones in an LRU node cache. With DUP metadata a block that fails
+// verification on one copy is read from the other.
+#ifndef UBTRFS_TREE_BLOCK_READER_H_
+#define UBTRFS_TREE_BLOCK_READER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "alloc/chunk_map.h"
+#include "io/block_device.h"
+#include "tree/tree_block.h"
+
+namespace ubtrfs::tree {
+
+class NodeCache {
+ public:
+  explicit NodeCache(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+  BlockRef Get(uint64_t bytenr);
+  void Put(BlockRef block);
+
+ private:
+  std::mutex mu_;  // guards everything below
+  size_t capacity_;
+  size_t bytes_ = 0;
+  std::list<BlockRef> lru_;  // front = most recent
+  std::unordered_map<uint64_t, std::list<BlockRef>::iterator> index_;
+};
+
+struct BlockReaderStats {
+  std::atomic<uint64_t> cache_hits{0};
+  std::atomic<uint64_t> reads{0};
+  std::atomic<uint64_t> mirror_repairs{0};  // a bad copy was skipped for a good one
+};
+
+class BlockReader {
+ public:
+  BlockReader(io::BlockDevice* dev, const alloc::ChunkMap* chunks, const TreeParams& params, size_t cache_bytes)
+      : dev_(dev), chunks_(chunks), params_(params), cache_(cache_bytes) {}
+
+  Result<BlockRef> Read(const BlockCheck& check);
+  const TreeParams& params() const { return params_; }
+  const BlockReaderStats& stats() const { return stats_; }
+
+ private:
+  io::BlockDevice* dev_;
+  const alloc::ChunkMap* chunks_;
+  TreeParams params_;
+  NodeCache cache_;
+  BlockReaderStats stats_;
+};
+
+}  // namespace ubtrfs::tree
+
+#endif  // UBTRFS_TREE_BLOCK_READER_H_

@@ -1,0 +1,113 @@
+#include "tree/cursor.h"
+
+namespace ubtrfs::tree {
+
+Status Cursor::LoadRoot() {
+  valid_ = false;
+  for (auto& n : nodes_) n.reset();
+  if (root_.level < 0 || root_.level >= format::kMaxLevel) {
+    return Status::Corrupt("tree " + std::to_string(root_.id) + ": root level " + std::to_string(root_.level));
+  }
+  UB_ASSIGN_OR_RETURN(nodes_[root_.level], reader_->Read(BlockCheck{root_.bytenr, root_.level, root_.generation, {}}));
+  return Status::Ok();
+}
+
+Status Cursor::LoadChild(int level) {
+  const TreeBlock& n = *nodes_[level];
+  const int s = slot_[level];
+  UB_ASSIGN_OR_RETURN(nodes_[level - 1],
+                      reader_->Read(BlockCheck{n.child_bytenr(s), level - 1, n.child_generation(s), n.key(s)}));
+  return Status::Ok();
+}
+
+Status Cursor::Descend(int level, bool leftmost) {
+  for (int l = level; l > 0; --l) {
+    UB_RETURN_IF_ERROR(LoadChild(l));
+    slot_[l - 1] = leftmost ? 0 : nodes_[l - 1]->nritems() - 1;
+  }
+  return Status::Ok();
+}
+
+Status Cursor::Seek(const Key& k) {
+  UB_RETURN_IF_ERROR(LoadRoot());
+  for (int l = root_.level; l > 0; --l) {
+    int s = nodes_[l]->LastSlotAtOrBefore(k);
+    slot_[l] = s < 0 ? 0 : s;
+    UB_RETURN_IF_ERROR(LoadChild(l));
+  }
+  const TreeBlock& lf = *nodes_[0];
+  int s = lf.FirstSlotAtOrAfter(k);
+  if (s < lf.nritems()) {
+    slot_[0] = s;
+    valid_ = true;
+    return Status::Ok();
+  }
+  if (lf.nritems() == 0) return Status::Ok();  // empty tree
+  slot_[0] = lf.nritems() - 1;
+  valid_ = true;
+  return Next();
+}
+
+Status Cursor::SeekAtOrBefore(const Key& k) {
+  UB_RETURN_IF_ERROR(LoadRoot());
+  for (int l = root_.level; l > 0; --l) {
+    int s = nodes_[l]->LastSlotAtOrBefore(k);
+    if (s < 0) {
+      valid_ = false;  // every key in the tree is above k
+      return Status::Ok();
+    }
+    slot_[l] = s;
+    UB_RETURN_IF_ERROR(LoadChild(l));
+  }
+  int s = nodes_[0]->LastSlotAtOrBefore(k);
+  if (s < 0) return Status::Ok();  // only possible in a root leaf
+  slot_[0] = s;
+  valid_ = true;
+  return Status::Ok();
+}
+
+Status Cursor::Next() {
+  if (!valid_) return Status::Ok();
+  if (slot_[0] + 1 < nodes_[0]->nritems()) {
+    ++slot_[0];
+    return Status::Ok();
+  }
+  for (int l = 1; l <= root_.level; ++l) {
+    if (slot_[l] + 1 < nodes_[l]->nritems()) {
+      ++slot_[l];
+      Status st = Descend(l, true);
+      if (!st.ok()) valid_ = false;
+      return st;
+    }
+  }
+  valid_ = false;
+  return Status::Ok();
+}
+
+Status Cursor::Prev() {
+  if (!valid_) return Status::Ok();
+  if (slot_[0] > 0) {
+    --slot_[0];
+    return Status::Ok();
+  }
+  for (int l = 1; l <= root_.level; ++l) {
+    if (slot_[l] > 0) {
+      --slot_[l];
+      Status st = Descend(l, false);
+      if (!st.ok()) valid_ = false;
+      return st;
+    }
+  }
+  valid_ = false;
+  return Status::Ok();
+}
+
+Result<std::optional<std::vector<uint8_t>>> LookupItem(BlockReader* reader, const RootPtr& root, const Key& k) {
+  Cursor c(reader, root);
+  UB_RETURN_IF_ERROR(c.Seek(k));
+  if (!c.Valid() || c.key() != k) return std::optional<std::vector<uint8_t>>();
+  auto d = c.data();
+  return std::optional<std::vector<uint8_t>>(std::vector<uint8_t>(d.begin(), d.end()));
+}
+
+}  // namespace ubtrfs::tree

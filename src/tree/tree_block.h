@@ -1,0 +1,86 @@
+// A verified, immutable tree block (node or leaf). Every accessor is safe for
+// any index below nritems(): Parse() has checked all bounds before a block
+// can be used.
+#ifndef UBTRFS_TREE_TREE_BLOCK_H_
+#define UBTRFS_TREE_TREE_BLOCK_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/key.h"
+#include "format/ondisk.h"
+#include "ubtrfs/status.h"
+
+namespace ubtrfs::tree {
+
+using format::Key;
+
+// What every block of this filesystem must carry.
+struct TreeParams {
+  uint32_t nodesize = 0;
+  uint16_t csum_type = 0;
+  uint8_t fsid[format::kFsidSize] = {};  // the metadata fsid
+};
+
+// What the referrer (a parent pointer or the superblock) says the block is.
+struct BlockCheck {
+  uint64_t bytenr = 0;
+  int level = -1;                  // -1: not known
+  uint64_t generation = 0;         // 0: not known
+  std::optional<Key> first_key;    // the parent's key for this child
+};
+
+// Verifies raw block bytes: checksum, bytenr, fsid, level, generation, item
+// count, item offsets and sizes inside the block, and key order. The error
+// names the block (logical bytenr) and what is wrong.
+Status VerifyTreeBlock(std::span<const uint8_t> bytes, const TreeParams& params, const BlockCheck& check);
+
+class TreeBlock {
+ public:
+  // Verifies `bytes` (see VerifyTreeBlock) and wraps them.
+  static Result<std::shared_ptr<const TreeBlock>> Parse(std::vector<uint8_t> bytes, const TreeParams& params,
+                                                        const BlockCheck& check);
+
+  const format::Header& header() const { return *reinterpret_cast<const format::Header*>(bytes_.data()); }
+  uint64_t bytenr() const { return header().bytenr.get(); }
+  uint64_t generation() const { return header().generation.get(); }
+  uint64_t owner() const { return header().owner.get(); }
+  int level() const { return header().level; }
+  bool is_leaf() const { return level() == 0; }
+  int nritems() const { return static_cast<int>(header().nritems.get()); }
+  std::span<const uint8_t> bytes() const { return bytes_; }
+
+  Key key(int slot) const;
+  // Leaf items.
+  std::span<const uint8_t> item_data(int slot) const;
+  uint32_t item_size(int slot) const;
+  uint32_t item_offset(int slot) const;
+  // Node pointers.
+  uint64_t child_bytenr(int slot) const;
+  uint64_t child_generation(int slot) const;
+
+  // Slot of the last key <= k (nodes), or -1 if k precedes every key.
+  int LastSlotAtOrBefore(const Key& k) const;
+  // Slot of the first key >= k (leaves); nritems() if none.
+  int FirstSlotAtOrAfter(const Key& k) const;
+
+ private:
+  explicit TreeBlock(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+  const format::Item* item(int slot) const {
+    return reinterpret_cast<const format::Item*>(bytes_.data() + sizeof(format::Header)) + slot;
+  }
+  const format::KeyPtr* ptr(int slot) const {
+    return reinterpret_cast<const format::KeyPtr*>(bytes_.data() + sizeof(format::Header)) + slot;
+  }
+  std::vector<uint8_t> bytes_;
+};
+
+using BlockRef = std::shared_ptr<const TreeBlock>;
+
+}  // namespace ubtrfs::tree
+
+#endif  // UBTRFS_TREE_TREE_BLOCK_H_
