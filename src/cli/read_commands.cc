@@ -264,7 +264,13 @@ class Copier {
         continue;
       }
       if (::lsetxattr(dst.c_str(), name.c_str(), value->data(), value->size(), 0) != 0) {
-        ok = FailErrno(dst, "setxattr " + name);
+        // As cp -a does, a destination that cannot hold a namespace (btrfs.*
+        // properties on ext4, trusted.* without privilege) costs a warning.
+        if (errno == ENOTSUP || errno == EPERM) {
+          fmt::print(stderr, "ubtrfs: warning: {}: xattr {} not kept: {}\n", dst, name, strerror(errno));
+        } else {
+          ok = FailErrno(dst, "setxattr " + name);
+        }
       }
     }
     struct timespec times[2] = {{st.atime.sec, st.atime.nsec}, {st.mtime.sec, st.mtime.nsec}};

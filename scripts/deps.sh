@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ubtrfs needs to build, test and benchmark,
+# skipping those already present. Safe to run repeatedly.
+set -euo pipefail
+
+PKGS=(build-essential cmake ninja-build pkg-config clang python3
+      libisal-dev libxxhash-dev libsodium-dev zlib1g-dev liblzo2-dev libzstd-dev uuid-dev
+      libcli11-dev libfmt-dev libgtest-dev libfuse3-dev
+      btrfs-progs e2fsprogs util-linux attr hyperfine)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
