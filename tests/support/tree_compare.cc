@@ -458,7 +458,7 @@ class Comparer {
 
   void Node(const std::string& rel, bool top, const Entry* a_entry, const Entry* b_entry);
   void Attrs(const std::string& rel, bool top, const Attr& a, const Attr& b);
-  void Identity(const std::string& rel, const Attr& a, const Attr& b);
+  void CheckIdentity(const std::string& rel, const Attr& a, const Attr& b);
   void Xattrs(const std::string& rel);
   void Data(const std::string& rel, uint64_t size);
   void Dir(const std::string& rel);
@@ -503,7 +503,7 @@ void Comparer::Node(const std::string& rel, bool top, const Entry* a_entry, cons
     return;
   }
   Attrs(rel, top, a, b);
-  if (o_.compare_hardlink_identity && !top) Identity(rel, a, b);
+  if (o_.compare_hardlink_identity && !top) CheckIdentity(rel, a, b);
   if (o_.compare_xattrs && (!top || o_.compare_top_attrs)) Xattrs(rel);
   if (S_ISREG(a.mode) && o_.compare_data) Data(rel, std::min(a.size, b.size));
   if (S_ISLNK(a.mode) && o_.compare_symlinks) {
@@ -546,7 +546,7 @@ void Comparer::Attrs(const std::string& rel, bool top, const Attr& a, const Attr
     Diff(rel, "allocated bytes (st_blocks*512 vs nbytes rounded up to a sector)", a.nbytes, b.nbytes);
 }
 
-void Comparer::Identity(const std::string& rel, const Attr& a, const Attr& b) {
+void Comparer::CheckIdentity(const std::string& rel, const Attr& a, const Attr& b) {
   auto [ait, a_new] = a_to_b_.emplace(a.identity, std::make_pair(b.identity, rel));
   auto [bit, b_new] = b_to_a_.emplace(b.identity, std::make_pair(a.identity, rel));
   if (!a_new && ait->second.first != b.identity)

@@ -175,7 +175,8 @@ void Generator::FillData(uint8_t* p, size_t n, uint64_t key) {
       continue;
     }
     if (pattern == 1) {  // text-ish
-      p[i++] = static_cast<uint8_t>("the quick brown fox jumps over the lazy dog\n"[(i + (x & 3)) % 44]);
+      p[i] = static_cast<uint8_t>("the quick brown fox jumps over the lazy dog\n"[(i + (x & 3)) % 44]);
+      ++i;
       continue;
     }
     size_t k = std::min<size_t>(8, n - i);
@@ -850,9 +851,7 @@ TreeGenStats Generator::Run() {
     order.push_back({rel, true});
   };
   walk("");
-  for (const auto& [rel, is_dir] : order) {
-    if (!rel.empty()) SetTimes(rel, is_dir);
-  }
+  for (const auto& [rel, is_dir] : order) SetTimes(rel, is_dir);
   return stats_;
 }
 
