@@ -32,7 +32,10 @@ constexpr int kZstdBtrfsWindowLog = 17;
 // within zlib's 32-bit counters and the lzo u32 total length.
 constexpr size_t kMaxCompressInput = size_t{1} << 30;
 
-std::string Num(uint64_t v) { return std::to_string(v); }
+template <typename T>
+std::string Num(T v) {
+  return std::to_string(v);
+}
 
 void ZeroFill(std::span<uint8_t> out, size_t from) {
   if (from < out.size()) std::memset(out.data() + from, 0, out.size() - from);
@@ -90,7 +93,7 @@ Status InflateZlib(std::span<const uint8_t> in, std::span<uint8_t> out) {
       case Z_MEM_ERROR:
         return Status::Error(ENOMEM, "zlib: out of memory while inflating");
       default:
-        return Status::Corrupt("zlib: inflate failed with code " + Num(static_cast<uint64_t>(rc)) +
+        return Status::Corrupt("zlib: inflate failed with code " + Num(rc) +
                                " near input offset " + Num(in_pos));
     }
   }
@@ -113,7 +116,7 @@ Result<std::vector<uint8_t>> DeflateZlib(std::span<const uint8_t> in) {
   s.next_out = out.data();
   s.avail_out = static_cast<uInt>(out.size());
   rc = deflate(&s, Z_FINISH);
-  if (rc != Z_STREAM_END) return Status::IoError("zlib: deflate failed (" + Num(static_cast<uint64_t>(rc)) + ")");
+  if (rc != Z_STREAM_END) return Status::IoError("zlib: deflate failed (" + Num(rc) + ")");
   out.resize(s.total_out);
   return out;
 }
@@ -219,7 +222,7 @@ std::string LzoErrorText(int rc) {
     case LZO_E_ERROR:
       return "block is invalid";
     default:
-      return "block failed to decode (lzo error " + std::to_string(rc) + ")";
+      return "block failed to decode (lzo error " + Num(rc) + ")";
   }
 }
 
@@ -289,7 +292,7 @@ Result<std::vector<uint8_t>> CompressLzo(std::span<const uint8_t> in, uint32_t s
     const size_t len = std::min<size_t>(sectorsize, in.size() - off);
     lzo_uint seg_len = seg.size();
     const int rc = lzo1x_1_compress(in.data() + off, len, seg.data(), &seg_len, wrkmem.data());
-    if (rc != LZO_E_OK) return Status::IoError("lzo: compression failed (lzo error " + std::to_string(rc) + ")");
+    if (rc != LZO_E_OK) return Status::IoError("lzo: compression failed (lzo error " + Num(rc) + ")");
     const size_t at = out.size();  // padding below keeps this header inside one sector
     out.resize(at + kLzoLen + seg_len);
     format::StoreLe<uint32_t>(out.data() + at, static_cast<uint32_t>(seg_len));
