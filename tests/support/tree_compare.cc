@@ -535,11 +535,12 @@ void Comparer::Attrs(const std::string& rel, bool top, const Attr& a, const Attr
     Diff(rel, "rdev", fmt::format("{}:{} (0x{:x})", major(a.rdev), minor(a.rdev), a.rdev),
          fmt::format("{}:{} (0x{:x})", major(b.rdev), minor(b.rdev), b.rdev));
   bool times = attrs && !(o_.skip_times && o_.skip_times(rel));
+  auto teq = [&](const Ts& x, const Ts& y) { return x.sec == y.sec && (!o_.compare_time_nsec || x.nsec == y.nsec); };
   bool mtime = o_.compare_mtime && (!is_dir || o_.compare_dir_mtime) && (!is_lnk || o_.compare_symlink_mtime);
-  if (times && mtime && !(a.mtime == b.mtime)) Diff(rel, "mtime", Show(a.mtime), Show(b.mtime));
-  if (times && o_.compare_ctime && !(a.ctime == b.ctime)) Diff(rel, "ctime", Show(a.ctime), Show(b.ctime));
-  if (times && o_.compare_atime && !(a.atime == b.atime)) Diff(rel, "atime", Show(a.atime), Show(b.atime));
-  if (times && o_.compare_otime && a.has_otime && b.has_otime && !(a.otime == b.otime))
+  if (times && mtime && !teq(a.mtime, b.mtime)) Diff(rel, "mtime", Show(a.mtime), Show(b.mtime));
+  if (times && o_.compare_ctime && !teq(a.ctime, b.ctime)) Diff(rel, "ctime", Show(a.ctime), Show(b.ctime));
+  if (times && o_.compare_atime && !teq(a.atime, b.atime)) Diff(rel, "atime", Show(a.atime), Show(b.atime));
+  if (times && o_.compare_otime && a.has_otime && b.has_otime && !teq(a.otime, b.otime))
     Diff(rel, "otime (btime)", Show(a.otime), Show(b.otime));
   if (o_.compare_inode_numbers && a.ino != b.ino) Diff(rel, "inode number", a.ino, b.ino);
   if (o_.compare_nbytes && !is_dir && a.nbytes != b.nbytes)

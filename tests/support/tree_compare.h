@@ -35,6 +35,8 @@ struct CompareOptions {
   bool compare_hardlink_identity = true;  // same inode <=> same inode, both ways
   // Attributes of the top directory itself (mode, owner, times, xattrs).
   bool compare_top_attrs = true;
+  // Compare the nanoseconds of times too (mkfs.btrfs 6.2 --rootdir drops them).
+  bool compare_time_nsec = true;
 
   // Meaningful only between a kernel mount of an image and the same image:
   bool compare_dir_nlink = false;      // btrfs reports 1, ext4 2+subdirs

@@ -852,6 +852,9 @@ TreeGenStats Generator::Run() {
   };
   walk("");
   for (const auto& [rel, is_dir] : order) SetTimes(rel, is_dir);
+  // Fixed (odd) times last: a random hard link to one of these files must not
+  // overwrite them.
+  for (const auto& [rel, ts] : fixed_times_) SetTimes(rel, false);
   return stats_;
 }
 
