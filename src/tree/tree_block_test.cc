@@ -1,0 +1,146 @@
+#include "tree/tree_block.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "format/checksum.h"
+
+namespace ubtrfs::tree {
+namespace {
+
+using namespace ubtrfs::format;
+
+constexpr uint32_t kNodesize = 4096;
+constexpr uint64_t kBytenr = 30 * 4096;
+
+TreeParams Params() {
+  TreeParams p;
+  p.nodesize = kNodesize;
+  p.csum_type = 0;
+  std::memset(p.fsid, 0xab, sizeof p.fsid);
+  return p;
+}
+
+void Seal(std::vector<uint8_t>& b) {
+  CsumBytes c = ComputeCsum(0, std::span<const uint8_t>(b).subspan(kCsumSize));
+  std::memcpy(b.data(), c.data(), kCsumSize);
+}
+
+// A leaf with items (k, 0), k = 1..n, each carrying `size` bytes.
+std::vector<uint8_t> Leaf(int n, uint32_t size) {
+  std::vector<uint8_t> b(kNodesize);
+  auto* h = reinterpret_cast<Header*>(b.data());
+  std::memset(h->fsid, 0xab, kFsidSize);
+  h->bytenr = kBytenr;
+  h->generation = 7;
+  h->owner = kFsTreeObjectid;
+  h->nritems = static_cast<uint32_t>(n);
+  h->level = 0;
+  uint32_t end = kNodesize - sizeof(Header);
+  for (int i = 0; i < n; ++i) {
+    auto* it = reinterpret_cast<Item*>(b.data() + sizeof(Header)) + i;
+    Key{static_cast<uint64_t>(i + 1), kInodeItemKey, 0}.To(&it->key);
+    end -= size;
+    it->offset = end;
+    it->size = size;
+    std::memset(b.data() + sizeof(Header) + end, i, size);
+  }
+  Seal(b);
+  return b;
+}
+
+Item* ItemAt(std::vector<uint8_t>& b, int i) { return reinterpret_cast<Item*>(b.data() + sizeof(Header)) + i; }
+
+std::string Verify(const std::vector<uint8_t>& b, BlockCheck check = {kBytenr, -1, 0, {}}) {
+  Status st = VerifyTreeBlock(b, Params(), check);
+  return st.ok() ? "ok" : st.message();
+}
+
+TEST(TreeBlock, AcceptsAWellFormedLeafAndReadsIt) {
+  auto r = TreeBlock::Parse(Leaf(10, 16), Params(), BlockCheck{kBytenr, 0, 7, Key{1, kInodeItemKey, 0}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const TreeBlock& b = **r;
+  EXPECT_EQ(b.nritems(), 10);
+  EXPECT_EQ(b.key(3), (Key{4, kInodeItemKey, 0}));
+  EXPECT_EQ(b.item_data(3).size(), 16u);
+  EXPECT_EQ(b.item_data(3)[0], 3);
+  EXPECT_EQ(b.FirstSlotAtOrAfter(Key{4, 0, 0}), 3);
+  EXPECT_EQ(b.FirstSlotAtOrAfter(Key{11, 0, 0}), 10);
+  EXPECT_EQ(b.LastSlotAtOrBefore(Key{4, 0, 0}), 2);
+  EXPECT_EQ(b.LastSlotAtOrBefore(Key{0, 0, 0}), -1);
+}
+
+TEST(TreeBlock, NamesEachKindOfDamage) {
+  auto b = Leaf(10, 16);
+  b[200] ^= 1;
+  EXPECT_EQ(Verify(b), "tree block 122880: checksum mismatch (crc32c)");
+
+  b = Leaf(10, 16);
+  reinterpret_cast<Header*>(b.data())->bytenr = kBytenr + 4096;
+  Seal(b);
+  EXPECT_NE(Verify(b).find("header bytenr is 126976"), std::string::npos);
+
+  b = Leaf(10, 16);
+  reinterpret_cast<Header*>(b.data())->fsid[0] = 0;
+  Seal(b);
+  EXPECT_NE(Verify(b).find("fsid"), std::string::npos);
+
+  b = Leaf(10, 16);
+  EXPECT_NE(Verify(b, BlockCheck{kBytenr, 1, 0, {}}).find("level 0, expected 1"), std::string::npos);
+  EXPECT_NE(Verify(b, BlockCheck{kBytenr, 0, 8, {}}).find("generation 7, expected 8"), std::string::npos);
+  EXPECT_NE(Verify(b, BlockCheck{kBytenr, 0, 7, Key{2, kInodeItemKey, 0}}).find("first key"), std::string::npos);
+
+  b = Leaf(10, 16);
+  reinterpret_cast<Header*>(b.data())->nritems = 1000;
+  Seal(b);
+  EXPECT_NE(Verify(b).find("do not fit"), std::string::npos);
+
+  b = Leaf(10, 16);
+  ItemAt(b, 4)->offset = ItemAt(b, 4)->offset.get() + 1;
+  Seal(b);
+  EXPECT_NE(Verify(b).find("item 4 data"), std::string::npos);
+
+  b = Leaf(10, 16);
+  ItemAt(b, 0)->size = 100000;
+  Seal(b);
+  EXPECT_NE(Verify(b).find("item 0 data"), std::string::npos);
+
+  b = Leaf(10, 16);
+  Key{1, kInodeItemKey, 0}.To(&ItemAt(b, 5)->key);
+  Seal(b);
+  EXPECT_NE(Verify(b).find("is not above"), std::string::npos);
+
+  b = Leaf(10, 16);
+  reinterpret_cast<Header*>(b.data())->level = 9;
+  Seal(b);
+  EXPECT_NE(Verify(b).find("too high"), std::string::npos);
+}
+
+TEST(TreeBlock, ItemDataMayNotOverlapItemHeaders) {
+  // 150 items of 4 bytes each: headers need 3750 bytes, data 600 -> overlap.
+  auto b = Leaf(150, 4);
+  EXPECT_NE(Verify(b).find("overlaps the item headers"), std::string::npos) << Verify(b);
+}
+
+TEST(TreeBlock, RejectsEmptyNodesAndUnalignedPointers) {
+  std::vector<uint8_t> b(kNodesize);
+  auto* h = reinterpret_cast<Header*>(b.data());
+  std::memset(h->fsid, 0xab, kFsidSize);
+  h->bytenr = kBytenr;
+  h->level = 1;
+  h->nritems = 0;
+  Seal(b);
+  EXPECT_NE(Verify(b).find("empty node"), std::string::npos);
+  h->nritems = 1;
+  auto* p = reinterpret_cast<KeyPtr*>(b.data() + sizeof(Header));
+  p->blockptr = 12345;
+  Seal(b);
+  EXPECT_NE(Verify(b).find("unaligned block 12345"), std::string::npos);
+  p->blockptr = 8192;
+  Seal(b);
+  EXPECT_EQ(Verify(b), "ok");
+}
+
+}  // namespace
+}  // namespace ubtrfs::tree
