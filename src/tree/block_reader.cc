@@ -14,7 +14,11 @@ BlockRef NodeCache::Get(uint64_t bytenr) {
 
 void NodeCache::Put(BlockRef block) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (index_.count(block->bytenr())) return;
+  if (auto it = index_.find(block->bytenr()); it != index_.end()) {
+    bytes_ -= (*it->second)->bytes().size();
+    lru_.erase(it->second);
+    index_.erase(it);
+  }
   bytes_ += block->bytes().size();
   lru_.push_front(block);
   index_[block->bytenr()] = lru_.begin();
@@ -23,6 +27,15 @@ void NodeCache::Put(BlockRef block) {
     index_.erase(lru_.back()->bytenr());
     lru_.pop_back();
   }
+}
+
+void NodeCache::Erase(uint64_t bytenr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(bytenr);
+  if (it == index_.end()) return;
+  bytes_ -= (*it->second)->bytes().size();
+  lru_.erase(it->second);
+  index_.erase(it);
 }
 
 Result<BlockRef> BlockReader::Read(const BlockCheck& check) {

@@ -21,6 +21,7 @@ class NodeCache {
   explicit NodeCache(size_t capacity_bytes) : capacity_(capacity_bytes) {}
   BlockRef Get(uint64_t bytenr);
   void Put(BlockRef block);
+  void Erase(uint64_t bytenr);
 
  private:
   std::mutex mu_;  // guards everything below
@@ -36,12 +37,24 @@ struct BlockReaderStats {
   std::atomic<uint64_t> mirror_repairs{0};  // a bad copy was skipped for a good one
 };
 
-class BlockReader {
+// Where cursors get tree blocks from: committed blocks on disk (BlockReader)
+// or, inside a running transaction, its dirty blocks first (DirtyBlocks).
+class BlockSource {
+ public:
+  virtual ~BlockSource() = default;
+  virtual Result<BlockRef> Read(const BlockCheck& check) = 0;
+};
+
+class BlockReader final : public BlockSource {
  public:
   BlockReader(io::BlockDevice* dev, const alloc::ChunkMap* chunks, const TreeParams& params, size_t cache_bytes)
       : dev_(dev), chunks_(chunks), params_(params), cache_(cache_bytes) {}
 
-  Result<BlockRef> Read(const BlockCheck& check);
+  Result<BlockRef> Read(const BlockCheck& check) override;
+  // After a commit wrote blocks at these addresses, older cached contents
+  // are stale; written blocks can be cached directly.
+  void Invalidate(uint64_t bytenr) { cache_.Erase(bytenr); }
+  void Cache(BlockRef block) { cache_.Put(std::move(block)); }
   const TreeParams& params() const { return params_; }
   const BlockReaderStats& stats() const { return stats_; }
 

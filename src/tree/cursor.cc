@@ -102,7 +102,7 @@ Status Cursor::Prev() {
   return Status::Ok();
 }
 
-Result<std::optional<std::vector<uint8_t>>> LookupItem(BlockReader* reader, const RootPtr& root, const Key& k) {
+Result<std::optional<std::vector<uint8_t>>> LookupItem(BlockSource* reader, const RootPtr& root, const Key& k) {
   Cursor c(reader, root);
   UB_RETURN_IF_ERROR(c.Seek(k));
   if (!c.Valid() || c.key() != k) return std::optional<std::vector<uint8_t>>();

@@ -19,7 +19,7 @@ struct RootPtr {
 
 class Cursor {
  public:
-  Cursor(BlockReader* reader, const RootPtr& root) : reader_(reader), root_(root) {}
+  Cursor(BlockSource* reader, const RootPtr& root) : reader_(reader), root_(root) {}
 
   // Positions at the first item whose key is >= k. Valid() is false when no
   // such item exists.
@@ -44,7 +44,7 @@ class Cursor {
   Status LoadChild(int level);
   Status LoadRoot();
 
-  BlockReader* reader_;
+  BlockSource* reader_;
   RootPtr root_;
   std::array<BlockRef, format::kMaxLevel> nodes_{};
   std::array<int, format::kMaxLevel> slot_{};
@@ -52,7 +52,7 @@ class Cursor {
 };
 
 // Finds the item with exactly key k.
-Result<std::optional<std::vector<uint8_t>>> LookupItem(BlockReader* reader, const RootPtr& root, const Key& k);
+Result<std::optional<std::vector<uint8_t>>> LookupItem(BlockSource* reader, const RootPtr& root, const Key& k);
 
 }  // namespace ubtrfs::tree
 

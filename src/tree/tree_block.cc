@@ -114,6 +114,12 @@ uint32_t TreeBlock::item_offset(int slot) const { return item(slot)->offset.get(
 uint64_t TreeBlock::child_bytenr(int slot) const { return ptr(slot)->blockptr.get(); }
 uint64_t TreeBlock::child_generation(int slot) const { return ptr(slot)->generation.get(); }
 
+uint32_t TreeBlock::LeafFreeSpace() const {
+  const int n = nritems();
+  const uint32_t data_start = n == 0 ? LeafSpace() : item(n - 1)->offset.get();
+  return data_start - static_cast<uint32_t>(n * sizeof(Item));
+}
+
 int TreeBlock::LastSlotAtOrBefore(const Key& k) const {
   int lo = 0, hi = nritems();  // first slot with key > k
   while (lo < hi) {

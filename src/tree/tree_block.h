@@ -63,6 +63,33 @@ class TreeBlock {
   uint64_t child_bytenr(int slot) const;
   uint64_t child_generation(int slot) const;
 
+  // Bytes of a leaf not taken by item headers and data.
+  uint32_t LeafFreeSpace() const;
+  // Most pointers a node of this size holds.
+  int MaxPtrs() const { return static_cast<int>((bytes_.size() - sizeof(format::Header)) / sizeof(format::KeyPtr)); }
+  uint32_t LeafSpace() const { return static_cast<uint32_t>(bytes_.size() - sizeof(format::Header)); }
+
+  // ---- Write side: blocks owned by a running transaction ----
+  static std::shared_ptr<TreeBlock> NewBlank(uint32_t nodesize) {
+    return std::shared_ptr<TreeBlock>(new TreeBlock(std::vector<uint8_t>(nodesize, 0)));
+  }
+  std::shared_ptr<TreeBlock> Clone() const { return std::shared_ptr<TreeBlock>(new TreeBlock(bytes_)); }
+  format::Header& mutable_header() { return *reinterpret_cast<format::Header*>(bytes_.data()); }
+  uint8_t* mutable_bytes() { return bytes_.data(); }
+  format::Item* mutable_item(int slot) {
+    return reinterpret_cast<format::Item*>(bytes_.data() + sizeof(format::Header)) + slot;
+  }
+  format::KeyPtr* mutable_ptr(int slot) {
+    return reinterpret_cast<format::KeyPtr*>(bytes_.data() + sizeof(format::Header)) + slot;
+  }
+  uint8_t* mutable_item_data(int slot) {
+    return bytes_.data() + sizeof(format::Header) + item(slot)->offset.get();
+  }
+  void set_nritems(int n) { mutable_header().nritems = static_cast<uint32_t>(n); }
+  void SetKey(int slot, const Key& k) {
+    if (is_leaf()) k.To(&mutable_item(slot)->key); else k.To(&mutable_ptr(slot)->key);
+  }
+
   // Slot of the last key <= k (nodes), or -1 if k precedes every key.
   int LastSlotAtOrBefore(const Key& k) const;
   // Slot of the first key >= k (leaves); nritems() if none.

@@ -1,0 +1,71 @@
+// The tree blocks a running transaction has created or copied-on-write.
+// Readers inside the transaction see these first, then committed blocks.
+#ifndef UBTRFS_TREE_DIRTY_BLOCKS_H_
+#define UBTRFS_TREE_DIRTY_BLOCKS_H_
+
+#include <map>
+#include <memory>
+
+#include "tree/block_reader.h"
+
+namespace ubtrfs::tree {
+
+// What the tree engine needs from the transaction layer to place blocks.
+class BlockAllocator {
+ public:
+  virtual ~BlockAllocator() = default;
+  // A nodesize-aligned address for a new tree block of tree `owner`.
+  virtual Result<uint64_t> AllocTreeBlock(uint64_t owner, int level) = 0;
+  // The new tree no longer references this block. Its space may be reused
+  // only after the transaction commits (a block created in this same
+  // transaction was never committed: `created_here` says so).
+  virtual Status FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool created_here) = 0;
+};
+
+struct HeaderTemplate {
+  uint8_t fsid[format::kFsidSize] = {};
+  uint8_t chunk_tree_uuid[format::kUuidSize] = {};
+};
+
+class DirtyBlocks final : public BlockSource {
+ public:
+  DirtyBlocks(BlockSource* clean, const TreeParams& params, const HeaderTemplate& tmpl, BlockAllocator* alloc,
+              uint64_t transid)
+      : clean_(clean), params_(params), tmpl_(tmpl), alloc_(alloc), transid_(transid) {}
+
+  Result<BlockRef> Read(const BlockCheck& check) override;
+
+  uint64_t transid() const { return transid_; }
+  const TreeParams& params() const { return params_; }
+  bool IsDirty(uint64_t bytenr) const { return blocks_.count(bytenr) != 0; }
+  // The writable block at bytenr, if this transaction created it.
+  std::shared_ptr<TreeBlock> Get(uint64_t bytenr) const;
+
+  // A new empty block (header filled, no items) for tree `owner`.
+  Result<std::shared_ptr<TreeBlock>> New(uint64_t owner, int level);
+  // A writable version of `b`: b itself when created in this transaction,
+  // else a copy at a new address (the old one is freed after commit).
+  Result<std::shared_ptr<TreeBlock>> Cow(const BlockRef& b, uint64_t owner);
+  // Drops a block from the tree (the caller has unlinked it).
+  Status Free(const TreeBlock& b, uint64_t owner);
+
+  // Every block to write at commit, by address.
+  const std::map<uint64_t, std::shared_ptr<TreeBlock>>& blocks() const { return blocks_; }
+  // Starts the next transaction: nothing is dirty.
+  void Reset(uint64_t transid) {
+    blocks_.clear();
+    transid_ = transid;
+  }
+
+ private:
+  BlockSource* clean_;
+  TreeParams params_;
+  HeaderTemplate tmpl_;
+  BlockAllocator* alloc_;
+  uint64_t transid_;
+  std::map<uint64_t, std::shared_ptr<TreeBlock>> blocks_;
+};
+
+}  // namespace ubtrfs::tree
+
+#endif  // UBTRFS_TREE_DIRTY_BLOCKS_H_

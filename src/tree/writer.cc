@@ -1,0 +1,445 @@
+#include "tree/writer.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ubtrfs::tree {
+
+using namespace ubtrfs::format;
+
+namespace {
+constexpr uint32_t kItemHeader = sizeof(Item);
+}  // namespace
+
+// ---- Leaf surgery --------------------------------------------------------------
+
+uint32_t LeafUsed(const TreeBlock& leaf) { return leaf.LeafSpace() - leaf.LeafFreeSpace(); }
+
+std::vector<LeafItem> ExtractItems(const TreeBlock& leaf, int from, int to) {
+  std::vector<LeafItem> out;
+  out.reserve(to - from);
+  for (int i = from; i < to; ++i) {
+    auto d = leaf.item_data(i);
+    out.push_back(LeafItem{leaf.key(i), std::vector<uint8_t>(d.begin(), d.end())});
+  }
+  return out;
+}
+
+void WriteLeafItems(TreeBlock& leaf, std::span<const LeafItem> items) {
+  uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
+  const uint32_t space = leaf.LeafSpace();
+  std::memset(body, 0, space);
+  uint32_t end = space;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Item* it = reinterpret_cast<Item*>(body) + i;
+    items[i].key.To(&it->key);
+    end -= static_cast<uint32_t>(items[i].data.size());
+    it->offset = end;
+    it->size = static_cast<uint32_t>(items[i].data.size());
+    if (!items[i].data.empty()) std::memcpy(body + end, items[i].data.data(), items[i].data.size());
+  }
+  leaf.set_nritems(static_cast<int>(items.size()));
+}
+
+uint32_t TreeWriter::MaxItemSize() const {
+  return blocks_->params().nodesize - static_cast<uint32_t>(sizeof(Header)) - kItemHeader;
+}
+
+// ---- Search ------------------------------------------------------------------------
+
+Status TreeWriter::CowChild(WritePath* path, int level, int slot) {
+  TreeBlock& parent = *path->nodes[level];
+  UB_ASSIGN_OR_RETURN(BlockRef child, blocks_->Read(BlockCheck{parent.child_bytenr(slot), level - 1,
+                                                               parent.child_generation(slot), parent.key(slot)}));
+  UB_ASSIGN_OR_RETURN(auto c, blocks_->Cow(child, owner_));
+  if (c->bytenr() != parent.child_bytenr(slot) || parent.child_generation(slot) != blocks_->transid()) {
+    parent.mutable_ptr(slot)->blockptr = c->bytenr();
+    parent.mutable_ptr(slot)->generation = blocks_->transid();
+  }
+  path->nodes[level - 1] = std::move(c);
+  return Status::Ok();
+}
+
+Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WritePath* path) {
+  *path = WritePath{};
+  UB_ASSIGN_OR_RETURN(BlockRef r, blocks_->Read(BlockCheck{root_->bytenr, root_->level, root_->generation, {}}));
+  UB_ASSIGN_OR_RETURN(auto b, blocks_->Cow(r, owner_));
+  root_->bytenr = b->bytenr();
+  root_->generation = blocks_->transid();
+  int level = root_->level;
+  path->nodes[level] = b;
+  for (;;) {
+    TreeBlock& n = *path->nodes[level];
+    if (level == 0) {
+      int slot = n.FirstSlotAtOrAfter(key);
+      path->slots[0] = slot;
+      const bool found = slot < n.nritems() && n.key(slot) == key;
+      // No room is made for a key that exists: the caller will not insert
+      // it, and a split for nothing could leave an empty leaf behind.
+      if (!found && ins_len > 0 && n.LeafFreeSpace() < ins_len) UB_RETURN_IF_ERROR(SplitLeaf(path, key, ins_len));
+      return found;
+    }
+    int slot = n.LastSlotAtOrBefore(key);
+    path->slots[level] = slot < 0 ? 0 : slot;
+    if (ins_len > 0 && n.nritems() >= n.MaxPtrs() - 3) UB_RETURN_IF_ERROR(SplitNode(path, level));
+    UB_RETURN_IF_ERROR(CowChild(path, level, path->slots[level]));
+    --level;
+  }
+}
+
+// ---- Growth and splits ---------------------------------------------------------------
+
+Status TreeWriter::InsertNewRoot(WritePath* path, int level) {
+  const TreeBlock& old = *path->nodes[level];
+  UB_ASSIGN_OR_RETURN(auto root, blocks_->New(owner_, level + 1));
+  root->set_nritems(1);
+  KeyPtr* p = root->mutable_ptr(0);
+  (old.nritems() > 0 ? old.key(0) : Key{}).To(&p->key);
+  p->blockptr = old.bytenr();
+  p->generation = old.generation();
+  path->nodes[level + 1] = root;
+  path->slots[level + 1] = 0;
+  root_->bytenr = root->bytenr();
+  root_->level = level + 1;
+  root_->generation = blocks_->transid();
+  ++stats_.root_grows;
+  return Status::Ok();
+}
+
+Status TreeWriter::InsertPtr(TreeBlock& node, int slot, const Key& key, uint64_t bytenr, uint64_t generation) {
+  const int n = node.nritems();
+  if (n >= node.MaxPtrs()) return Status::Error(EIO, "internal: node " + std::to_string(node.bytenr()) + " is full");
+  std::memmove(node.mutable_ptr(slot + 1), node.mutable_ptr(slot), (n - slot) * sizeof(KeyPtr));
+  KeyPtr* p = node.mutable_ptr(slot);
+  key.To(&p->key);
+  p->blockptr = bytenr;
+  p->generation = generation;
+  node.set_nritems(n + 1);
+  return Status::Ok();
+}
+
+Status TreeWriter::SplitNode(WritePath* path, int level) {
+  if (IsRootLevel(level)) UB_RETURN_IF_ERROR(InsertNewRoot(path, level));
+  TreeBlock& node = *path->nodes[level];
+  TreeBlock& parent = *path->nodes[level + 1];
+  const int pslot = path->slots[level + 1];
+  const int n = node.nritems(), mid = (n + 1) / 2;
+  UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, level));
+  std::memcpy(right->mutable_ptr(0), node.mutable_ptr(mid), (n - mid) * sizeof(KeyPtr));
+  right->set_nritems(n - mid);
+  std::memset(node.mutable_ptr(mid), 0, (n - mid) * sizeof(KeyPtr));
+  node.set_nritems(mid);
+  UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right->key(0), right->bytenr(), blocks_->transid()));
+  if (path->slots[level] >= mid) {
+    path->nodes[level] = right;
+    path->slots[level] -= mid;
+    path->slots[level + 1] = pslot + 1;
+  }
+  ++stats_.node_splits;
+  return Status::Ok();
+}
+
+Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) {
+  if (ins_len > blocks_->params().nodesize - sizeof(Header)) {
+    return Status::Invalid("item of " + std::to_string(ins_len) + " bytes does not fit in a leaf");
+  }
+  if (IsRootLevel(0)) UB_RETURN_IF_ERROR(InsertNewRoot(path, 0));
+  TreeBlock& leaf = *path->nodes[0];
+  const int n = leaf.nritems(), slot = path->slots[0];
+  const uint32_t space = leaf.LeafSpace();
+  std::vector<uint32_t> prefix(n + 1, 0);  // bytes of items [0, i)
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + leaf.item_size(i) + kItemHeader;
+  // Pick the split point and the side of the new item that balances the two
+  // leaves best while both fit and neither is left empty.
+  int best_mid = -1;
+  bool best_right = true;
+  uint64_t best_diff = UINT64_MAX;
+  for (int mid = 0; mid <= n; ++mid) {
+    for (bool right : {false, true}) {
+      if (right ? slot < mid : slot > mid) continue;  // the item must land next to its neighbours
+      uint64_t l = prefix[mid] + (right ? 0 : ins_len), r = prefix[n] - prefix[mid] + (right ? ins_len : 0);
+      if (l > space || r > space) continue;
+      if ((mid == 0 && right) || (mid == n && !right)) continue;  // an empty leaf
+      uint64_t diff = l > r ? l - r : r - l;
+      if (diff < best_diff) best_diff = diff, best_mid = mid, best_right = right;
+    }
+  }
+  TreeBlock& parent = *path->nodes[1];
+  const int pslot = path->slots[1];
+  auto items = ExtractItems(leaf, 0, n);
+  if (best_mid < 0) {
+    // Neither side can take the new item with its neighbours: a double split,
+    // the item alone in a new leaf between [0, slot) and [slot, n).
+    UB_ASSIGN_OR_RETURN(auto middle, blocks_->New(owner_, 0));
+    UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
+    WriteLeafItems(leaf, std::span(items).subspan(0, slot));
+    WriteLeafItems(*right, std::span(items).subspan(slot));
+    UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, key, middle->bytenr(), blocks_->transid()));
+    UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 2, right->key(0), right->bytenr(), blocks_->transid()));
+    path->nodes[0] = middle;
+    path->slots[0] = 0;
+    path->slots[1] = pslot + 1;
+    stats_.leaf_splits += 2;
+    return Status::Ok();
+  }
+  UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
+  WriteLeafItems(leaf, std::span(items).subspan(0, best_mid));
+  WriteLeafItems(*right, std::span(items).subspan(best_mid));
+  const Key right_key = right->nritems() > 0 ? right->key(0) : key;
+  UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right_key, right->bytenr(), blocks_->transid()));
+  if (best_right) {
+    path->nodes[0] = right;
+    path->slots[0] = slot - best_mid;
+    path->slots[1] = pslot + 1;
+  }
+  ++stats_.leaf_splits;
+  return Status::Ok();
+}
+
+// ---- Insertion ---------------------------------------------------------------------------
+
+Status TreeWriter::InsertEmptyItems(WritePath* path, std::span<const Key> keys, std::span<const uint32_t> sizes) {
+  TreeBlock& leaf = *path->nodes[0];
+  const int slot = path->slots[0], n = leaf.nritems(), nr = static_cast<int>(keys.size());
+  uint32_t total = 0;
+  for (uint32_t s : sizes) total += s;
+  if (leaf.LeafFreeSpace() < total + nr * kItemHeader) {
+    return Status::Error(EIO, "internal: leaf " + std::to_string(leaf.bytenr()) + " has no room for the batch");
+  }
+  uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
+  const uint32_t data_end = n == 0 ? leaf.LeafSpace() : leaf.item_offset(n - 1);
+  // Where the new items' data ends: right below the data of item slot - 1.
+  const uint32_t new_end = slot == 0 ? leaf.LeafSpace() : leaf.item_offset(slot - 1);
+  if (slot < n) {
+    // Items [slot, n) keep their order; their data moves down by `total`.
+    std::memmove(body + data_end - total, body + data_end, new_end - data_end);
+    for (int i = slot; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) - total;
+    std::memmove(leaf.mutable_item(slot + nr), leaf.mutable_item(slot), (n - slot) * sizeof(Item));
+  }
+  uint32_t end = new_end;
+  for (int i = 0; i < nr; ++i) {
+    Item* it = leaf.mutable_item(slot + i);
+    keys[i].To(&it->key);
+    end -= sizes[i];
+    it->offset = end;
+    it->size = sizes[i];
+    std::memset(body + end, 0, sizes[i]);
+  }
+  leaf.set_nritems(n + nr);
+  if (slot == 0) FixupLowKeys(path, keys[0], 1);
+  ++stats_.batch_inserts;
+  stats_.items_inserted += nr;
+  return Status::Ok();
+}
+
+void TreeWriter::FixupLowKeys(WritePath* path, const Key& key, int level) {
+  for (int l = level; l < kMaxLevel && path->nodes[l]; ++l) {
+    path->nodes[l]->SetKey(path->slots[l], key);
+    if (path->slots[l] != 0) break;
+  }
+}
+
+Status TreeWriter::Insert(const Key& key, std::span<const uint8_t> data) {
+  if (data.size() > MaxItemSize()) return Status::Invalid("item of " + std::to_string(data.size()) + " bytes is too big");
+  WritePath path;
+  UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(key, static_cast<uint32_t>(data.size()) + kItemHeader, &path));
+  if (found) return Status::Error(EEXIST, "item " + KeyToString(key) + " exists");
+  const uint32_t size = static_cast<uint32_t>(data.size());
+  UB_RETURN_IF_ERROR(InsertEmptyItems(&path, std::span(&key, 1), std::span(&size, 1)));
+  if (size) std::memcpy(path.leaf().mutable_item_data(path.slot()), data.data(), size);
+  return Status::Ok();
+}
+
+Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data) {
+  if (keys.empty()) return Status::Ok();
+  uint32_t total = 0;
+  std::vector<uint32_t> sizes;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0 && !(keys[i - 1] < keys[i])) return Status::Invalid("batch keys are not ascending");
+    sizes.push_back(static_cast<uint32_t>(data[i].size()));
+    total += sizes.back() + kItemHeader;
+  }
+  if (total <= blocks_->params().nodesize - sizeof(Header)) {
+    // The batch goes in one leaf only if no existing key falls inside it.
+    // Checked before searching for write: a split made for a batch that
+    // then is not inserted would leave an empty leaf behind.
+    Cursor c(blocks_, *root_);
+    UB_RETURN_IF_ERROR(c.Seek(keys[0]));
+    if (c.Valid() && c.key() == keys[0]) return Status::Error(EEXIST, "item " + KeyToString(keys[0]) + " exists");
+    if (!c.Valid() || keys.back() < c.key()) {
+      WritePath path;
+      UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(keys[0], total, &path));
+      if (found) return Status::Error(EIO, "internal: batch key appeared");
+      UB_RETURN_IF_ERROR(InsertEmptyItems(&path, keys, sizes));
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (sizes[i]) std::memcpy(path.leaf().mutable_item_data(path.slot() + static_cast<int>(i)), data[i].data(), sizes[i]);
+      }
+      return Status::Ok();
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) UB_RETURN_IF_ERROR(Insert(keys[i], data[i]));
+  return Status::Ok();
+}
+
+// ---- Resize and update -------------------------------------------------------------------
+
+Status TreeWriter::ResizeItem(WritePath* path, uint32_t new_size) {
+  TreeBlock& leaf = *path->nodes[0];
+  const int slot = path->slots[0], n = leaf.nritems();
+  const uint32_t old_size = leaf.item_size(slot), off = leaf.item_offset(slot);
+  if (new_size == old_size) return Status::Ok();
+  uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
+  const uint32_t data_end = leaf.item_offset(n - 1);
+  if (new_size > old_size) {
+    const uint32_t d = new_size - old_size;
+    if (leaf.LeafFreeSpace() < d) return Status::Error(EIO, "internal: no room to grow item");
+    // Data of items [slot, n) moves down by d; the item's end stays put.
+    std::memmove(body + data_end - d, body + data_end, off + old_size - data_end);
+    for (int i = slot; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) - d;
+    std::memset(body + off - d + old_size, 0, d);
+  } else {
+    const uint32_t d = old_size - new_size;
+    // Keep the leading new_size bytes: data below them moves up by d.
+    std::memmove(body + data_end + d, body + data_end, off + new_size - data_end);
+    for (int i = slot; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) + d;
+    std::memset(body + data_end, 0, d);
+  }
+  leaf.mutable_item(slot)->size = new_size;
+  return Status::Ok();
+}
+
+Status TreeWriter::Update(const Key& key, std::span<const uint8_t> data) {
+  if (data.size() > MaxItemSize()) return Status::Invalid("item of " + std::to_string(data.size()) + " bytes is too big");
+  WritePath path;
+  UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(key, 0, &path));
+  if (!found) return Status::NotFound("item " + KeyToString(key) + " does not exist");
+  const uint32_t size = static_cast<uint32_t>(data.size());
+  const uint32_t old = path.leaf().item_size(path.slot());
+  if (size > old && path.leaf().LeafFreeSpace() < size - old) {
+    UB_RETURN_IF_ERROR(DeleteItems(&path, path.slot(), 1));
+    return Insert(key, data);
+  }
+  UB_RETURN_IF_ERROR(ResizeItem(&path, size));
+  if (size) std::memcpy(path.leaf().mutable_item_data(path.slot()), data.data(), size);
+  return Status::Ok();
+}
+
+// ---- Deletion ------------------------------------------------------------------------------
+
+Status TreeWriter::Delete(const Key& key) {
+  WritePath path;
+  UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(key, 0, &path));
+  if (!found) return Status::NotFound("item " + KeyToString(key) + " does not exist");
+  return DeleteItems(&path, path.slot(), 1);
+}
+
+Status TreeWriter::DeleteItems(WritePath* path, int slot, int nr) {
+  TreeBlock& leaf = *path->nodes[0];
+  const int n = leaf.nritems();
+  if (nr <= 0) return Status::Ok();
+  if (slot < 0 || slot + nr > n) return Status::Invalid("delete range outside the leaf");
+  uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
+  const uint32_t data_end = leaf.item_offset(n - 1);
+  const uint32_t gone_start = leaf.item_offset(slot + nr - 1);
+  const uint32_t gone_end = leaf.item_offset(slot) + leaf.item_size(slot);
+  const uint32_t d = gone_end - gone_start;
+  std::memmove(body + data_end + d, body + data_end, gone_start - data_end);
+  std::memset(body + data_end, 0, d);
+  for (int i = slot + nr; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) + d;
+  std::memmove(leaf.mutable_item(slot), leaf.mutable_item(slot + nr), (n - slot - nr) * sizeof(Item));
+  std::memset(leaf.mutable_item(n - nr), 0, nr * sizeof(Item));
+  leaf.set_nritems(n - nr);
+
+  if (IsRootLevel(0)) return Status::Ok();  // a root leaf may be empty
+  if (leaf.nritems() == 0) {
+    UB_RETURN_IF_ERROR(DelPtr(path, 1, path->slots[1]));
+    return blocks_->Free(leaf, owner_);
+  }
+  if (slot == 0) FixupLowKeys(path, leaf.key(0), 1);
+  return MaybeMerge(path, 0);
+}
+
+Status TreeWriter::DelPtr(WritePath* path, int level, int slot) {
+  TreeBlock& node = *path->nodes[level];
+  const int n = node.nritems();
+  std::memmove(node.mutable_ptr(slot), node.mutable_ptr(slot + 1), (n - slot - 1) * sizeof(KeyPtr));
+  std::memset(node.mutable_ptr(n - 1), 0, sizeof(KeyPtr));
+  node.set_nritems(n - 1);
+  if (IsRootLevel(level)) {
+    if (node.nritems() == 0) {
+      // Every item is gone: the tree becomes one empty leaf.
+      UB_ASSIGN_OR_RETURN(auto leaf, blocks_->New(owner_, 0));
+      *root_ = RootPtr{leaf->bytenr(), 0, blocks_->transid(), root_->id};
+      ++stats_.root_shrinks;
+      return blocks_->Free(node, owner_);
+    }
+    if (node.nritems() == 1) {
+      // A root with one child is one level too tall.
+      *root_ = RootPtr{node.child_bytenr(0), level - 1, node.child_generation(0), root_->id};
+      ++stats_.root_shrinks;
+      return blocks_->Free(node, owner_);
+    }
+    return Status::Ok();
+  }
+  if (node.nritems() == 0) {
+    UB_RETURN_IF_ERROR(DelPtr(path, level + 1, path->slots[level + 1]));
+    return blocks_->Free(node, owner_);
+  }
+  if (slot == 0) FixupLowKeys(path, node.key(0), level + 1);
+  return MaybeMerge(path, level);
+}
+
+// Folds an underfull block into a sibling when the two fit in one block.
+Status TreeWriter::MaybeMerge(WritePath* path, int level) {
+  if (IsRootLevel(level)) return Status::Ok();
+  TreeBlock& self = *path->nodes[level];
+  const bool leaf = level == 0;
+  const uint32_t cap = leaf ? self.LeafSpace() : static_cast<uint32_t>(self.MaxPtrs());
+  auto used = [&](const TreeBlock& b) { return leaf ? LeafUsed(b) : static_cast<uint32_t>(b.nritems()); };
+  if (used(self) >= cap / 4) return Status::Ok();
+  TreeBlock& parent = *path->nodes[level + 1];
+  const int pslot = path->slots[level + 1];
+  // Nodes keep headroom so the next insert does not split them at once.
+  const uint32_t limit = leaf ? cap : cap - 4;
+  for (int side : {-1, 1}) {
+    const int sib_slot = pslot + side;
+    if (sib_slot < 0 || sib_slot >= parent.nritems()) continue;
+    UB_ASSIGN_OR_RETURN(BlockRef sib_ref, blocks_->Read(BlockCheck{parent.child_bytenr(sib_slot), level,
+                                                                   parent.child_generation(sib_slot), parent.key(sib_slot)}));
+    if (used(*sib_ref) + used(self) > limit) continue;
+    // Merge the right block of the pair into the left one; only a left
+    // sibling needs to be writable, a right one is read and dropped.
+    std::shared_ptr<TreeBlock> left_ref = path->nodes[level];
+    if (side < 0) {
+      UB_ASSIGN_OR_RETURN(left_ref, blocks_->Cow(sib_ref, owner_));
+      parent.mutable_ptr(sib_slot)->blockptr = left_ref->bytenr();
+      parent.mutable_ptr(sib_slot)->generation = blocks_->transid();
+    }
+    TreeBlock& left = *left_ref;
+    const TreeBlock& right = side < 0 ? self : *sib_ref;
+    if (leaf) {
+      auto items = ExtractItems(left, 0, left.nritems());
+      auto more = ExtractItems(right, 0, right.nritems());
+      items.insert(items.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+      WriteLeafItems(left, items);
+    } else {
+      const int ln = left.nritems(), rn = right.nritems();
+      for (int i = 0; i < rn; ++i) {
+        KeyPtr* p = left.mutable_ptr(ln + i);
+        right.key(i).To(&p->key);
+        p->blockptr = right.child_bytenr(i);
+        p->generation = right.child_generation(i);
+      }
+      left.set_nritems(ln + rn);
+    }
+    ++stats_.merges;
+    // Keep the right block alive until its pointer is gone, then drop it.
+    BlockRef gone = side < 0 ? BlockRef(path->nodes[level]) : sib_ref;
+    path->nodes[level] = left_ref;
+    UB_RETURN_IF_ERROR(DelPtr(path, level + 1, side < 0 ? pslot : sib_slot));
+    return blocks_->Free(*gone, owner_);
+  }
+  return Status::Ok();
+}
+
+}  // namespace ubtrfs::tree
