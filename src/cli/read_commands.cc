@@ -248,13 +248,14 @@ class Copier {
     return true;
   }
 
-  // Attributes go on last: ownership, then mode (chown clears set-id bits),
-  // xattrs, then times (which every earlier step would disturb).
+  // Attributes go on last: ownership (chown clears set-id bits), xattrs
+  // (before the mode, which may take away the owner's write permission that
+  // setting user.* xattrs needs), the mode, then times (which every earlier
+  // step would disturb).
   bool Finish(InodeId id, const Stat& st, const std::string& src, const std::string& dst) {
     bool ok = true;
     const bool link = S_ISLNK(st.mode);
     if (is_root_ && ::lchown(dst.c_str(), st.uid, st.gid) != 0) ok = FailErrno(dst, "chown");
-    if (!link && ::chmod(dst.c_str(), st.mode & 07777) != 0) ok = FailErrno(dst, "chmod");
     auto names = fs_.ListXattr(id);
     if (!names.ok()) return Fail(src, names.status());
     for (const auto& name : *names) {
@@ -273,6 +274,7 @@ class Copier {
         }
       }
     }
+    if (!link && ::chmod(dst.c_str(), st.mode & 07777) != 0) ok = FailErrno(dst, "chmod");
     struct timespec times[2] = {{st.atime.sec, st.atime.nsec}, {st.mtime.sec, st.mtime.nsec}};
     if (::utimensat(AT_FDCWD, dst.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) ok = FailErrno(dst, "utimensat");
     return ok;

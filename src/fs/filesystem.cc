@@ -4,20 +4,24 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
 
 #include "format/checksum.h"
 #include "format/superblock.h"
 #include "fs/compress.h"
-#include "fs/volume.h"
+#include "txn/volume.h"
 
 namespace ubtrfs {
 namespace {
 
 using namespace ubtrfs::format;
-using fs::Volume;
+using txn::Volume;
 using tree::Cursor;
 
 // Upper bounds that keep a damaged extent item from asking for huge buffers:
@@ -78,7 +82,7 @@ class FilesystemImpl final : public Filesystem {
   Status Init() {
     // The kernel mounts the default subvolume; so do we.
     uint64_t subvol = kFsTreeObjectid;
-    tree::Cursor c(vol_->reader(), vol_->root_tree());
+    tree::Cursor c(vol_->source(), vol_->root_tree());
     const Key k{kRootTreeDirObjectid, kDirItemKey, NameHash("default")};
     UB_RETURN_IF_ERROR(c.Seek(k).WithContext("root tree"));
     if (c.Valid() && c.key() == k) {
@@ -134,22 +138,36 @@ class FilesystemImpl final : public Filesystem {
     if (!S_ISDIR(st.mode)) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
     if (name == ".") return dir;
     if (name == "..") return Parent(dir);
+    if (StubParent(dir)) return Status::NotFound(std::string(name) + ": no such entry in an empty subvolume stub");
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
     const Key k{dir.ino, kDirItemKey, NameHash(name)};
-    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->reader(), tree, k));
+    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
     if (item) {
       UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*item, k));
       for (const auto& e : entries) {
-        if (e.name == name) return Resolve(dir.root, e.location);
+        if (e.name == name) return Resolve(dir, e.location, e.name);
       }
     }
     return Status::NotFound(std::string(name) + ": no such entry in directory " + InodeName(dir));
   }
 
   Result<Stat> GetStat(InodeId id) override {
+    if (auto parent = StubParent(id)) {
+      // As the kernel shows it: an empty 0755 directory owned like its parent.
+      UB_ASSIGN_OR_RETURN(Stat p, GetStat(*parent));
+      Stat s;
+      s.id = id;
+      s.mode = S_IFDIR | 0755;
+      s.nlink = 1;
+      s.uid = p.uid;
+      s.gid = p.gid;
+      s.atime = p.atime;
+      s.mtime = s.ctime = p.mtime;
+      return s;
+    }
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
     const Key k{id.ino, kInodeItemKey, 0};
-    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->reader(), tree, k));
+    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
     if (!item) return Status::NotFound(InodeName(id) + " does not exist");
     if (item->size() < sizeof(InodeItem)) {
       return Status::Corrupt(InodeName(id) + ": inode item is " + std::to_string(item->size()) + " bytes");
@@ -161,7 +179,9 @@ class FilesystemImpl final : public Filesystem {
     s.nlink = ii.nlink.get();
     s.uid = ii.uid.get();
     s.gid = ii.gid.get();
-    s.rdev = ii.rdev.get();
+    // The kernel stores device numbers as major << 20 | minor.
+    const uint64_t rdev = ii.rdev.get();
+    s.rdev = makedev(static_cast<unsigned>(rdev >> 20), static_cast<unsigned>(rdev & 0xfffff));
     s.size = ii.size.get();
     s.nbytes = ii.nbytes.get();
     s.generation = ii.generation.get();
@@ -177,11 +197,12 @@ class FilesystemImpl final : public Filesystem {
   }
 
   Result<std::vector<DirEntry>> ReadDir(InodeId dir) override {
+    if (StubParent(dir)) return std::vector<DirEntry>();
     UB_ASSIGN_OR_RETURN(Stat st, GetStat(dir));
     if (!S_ISDIR(st.mode)) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
     std::vector<DirEntry> out;
-    Cursor c(vol_->reader(), tree);
+    Cursor c(vol_->source(), tree);
     UB_RETURN_IF_ERROR(c.Seek(Key{dir.ino, kDirIndexKey, 0}));
     for (; c.Valid(); ) {
       const Key k = c.key();
@@ -190,7 +211,7 @@ class FilesystemImpl final : public Filesystem {
       if (entries.size() != 1) return Status::Corrupt("item " + KeyToString(k) + " holds " +
                                                       std::to_string(entries.size()) + " entries");
       const auto& e = entries[0];
-      UB_ASSIGN_OR_RETURN(InodeId id, Resolve(dir.root, e.location));
+      UB_ASSIGN_OR_RETURN(InodeId id, Resolve(dir, e.location, e.name));
       out.push_back(DirEntry{std::string(e.name), id, DtFromFt(e.type), k.offset});
       UB_RETURN_IF_ERROR(c.Next());
     }
@@ -206,7 +227,7 @@ class FilesystemImpl final : public Filesystem {
     std::memset(buf.data(), 0, len);  // holes read as zeros
     const bool verify = vol_->verify_data_csums() && !(st.flags & kInodeNodatasum);
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
-    Cursor c(vol_->reader(), tree);
+    Cursor c(vol_->source(), tree);
     UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{file.ino, kExtentDataKey, offset}));
     if (!c.Valid() || c.key().objectid != file.ino || c.key().type != kExtentDataKey) {
       UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
@@ -231,9 +252,10 @@ class FilesystemImpl final : public Filesystem {
   }
 
   Result<std::vector<std::string>> ListXattr(InodeId id) override {
+    if (StubParent(id)) return std::vector<std::string>();
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
     std::vector<std::string> out;
-    Cursor c(vol_->reader(), tree);
+    Cursor c(vol_->source(), tree);
     UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, kXattrItemKey, 0}));
     for (; c.Valid(); ) {
       const Key k = c.key();
@@ -248,7 +270,7 @@ class FilesystemImpl final : public Filesystem {
   Result<std::string> GetXattr(InodeId id, std::string_view name) override {
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
     const Key k{id.ino, kXattrItemKey, NameHash(name)};
-    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->reader(), tree, k));
+    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
     if (item) {
       UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*item, k));
       for (const auto& e : entries) {
@@ -355,26 +377,61 @@ class FilesystemImpl final : public Filesystem {
     return InodeId{subvol, r.item.root_dirid.get()};
   }
 
-  Result<InodeId> Resolve(uint64_t root, const Key& location) {
-    if (location.type == kInodeItemKey) return InodeId{root, location.objectid};
-    if (location.type == kRootItemKey) return SubvolRoot(location.objectid);
-    return Status::Corrupt("directory entry location " + KeyToString(location) + " is neither an inode nor a subvolume");
+  // A directory entry's target. An entry naming a subvolume leads into it
+  // only if the root tree has the matching ROOT_REF (this tree, this
+  // directory, this name); otherwise, as in the kernel, it is an empty stub
+  // directory (a snapshot's copy of a nested subvolume's entry, say).
+  Result<InodeId> Resolve(InodeId dir, const Key& location, std::string_view name) {
+    if (location.type == kInodeItemKey) return InodeId{dir.root, location.objectid};
+    if (location.type != kRootItemKey) {
+      return Status::Corrupt("directory entry location " + KeyToString(location) +
+                             " is neither an inode nor a subvolume");
+    }
+    if (location.objectid != kFsTreeObjectid &&
+        (location.objectid < kFirstFreeObjectid || location.objectid > kLastFreeObjectid)) {
+      return Status::Corrupt("directory entry points at tree " + std::to_string(location.objectid) +
+                             ", not a subvolume");
+    }
+    const Key ref_key{dir.root, kRootRefKey, location.objectid};
+    UB_ASSIGN_OR_RETURN(auto ref, tree::LookupItem(vol_->source(), vol_->root_tree(), ref_key));
+    if (ref && ref->size() >= sizeof(RootRef)) {
+      const auto* rr = reinterpret_cast<const RootRef*>(ref->data());
+      const size_t nl = rr->name_len.get();
+      if (rr->dirid.get() == dir.ino && sizeof(RootRef) + nl <= ref->size() &&
+          std::string_view(reinterpret_cast<const char*>(ref->data()) + sizeof(RootRef), nl) == name) {
+        return SubvolRoot(location.objectid);
+      }
+    }
+    const InodeId stub{location.objectid, kEmptySubvolDirObjectid};
+    std::lock_guard<std::mutex> lock(stubs_mu_);
+    stubs_[{stub.root, stub.ino}] = dir;
+    return stub;
+  }
+
+  // The parent directory of a subvolume stub, if id is one.
+  std::optional<InodeId> StubParent(InodeId id) {
+    if (id.ino != kEmptySubvolDirObjectid) return std::nullopt;
+    std::lock_guard<std::mutex> lock(stubs_mu_);
+    auto it = stubs_.find({id.root, id.ino});
+    if (it == stubs_.end()) return std::nullopt;
+    return it->second;
   }
 
   Result<InodeId> Parent(InodeId dir) {
     if (dir == root_) return dir;
+    if (auto parent = StubParent(dir)) return *parent;
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
     UB_ASSIGN_OR_RETURN(auto sub, vol_->FindRoot(dir.root));
     if (dir.ino == sub.item.root_dirid.get()) {
       // The top of a subvolume: its parent directory is named by a ROOT_BACKREF.
-      Cursor c(vol_->reader(), vol_->root_tree());
+      Cursor c(vol_->source(), vol_->root_tree());
       UB_RETURN_IF_ERROR(c.Seek(Key{dir.root, kRootBackrefKey, 0}));
       if (!c.Valid() || c.key().objectid != dir.root || c.key().type != kRootBackrefKey) return root_;
       if (c.data().size() < sizeof(RootRef)) return Status::Corrupt("short ROOT_BACKREF of tree " + std::to_string(dir.root));
       const auto* rr = reinterpret_cast<const RootRef*>(c.data().data());
       return InodeId{c.key().offset, rr->dirid.get()};
     }
-    Cursor c(vol_->reader(), tree);
+    Cursor c(vol_->source(), tree);
     UB_RETURN_IF_ERROR(c.Seek(Key{dir.ino, kInodeRefKey, 0}));
     if (c.Valid() && c.key().objectid == dir.ino && c.key().type == kInodeRefKey) {
       return InodeId{dir.root, c.key().offset};
@@ -382,15 +439,20 @@ class FilesystemImpl final : public Filesystem {
     return Status::Corrupt(InodeName(dir) + ": directory has no INODE_REF");
   }
 
+  // The kernel's inode number for a subvolume stub directory.
+  static constexpr uint64_t kEmptySubvolDirObjectid = 2;
+
   std::unique_ptr<Volume> vol_;
   InodeId root_;
+  std::mutex stubs_mu_;  // guards stubs_
+  std::map<std::pair<uint64_t, uint64_t>, InodeId> stubs_;  // stub -> the directory holding its entry
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(const std::string& path, const OpenOptions& options) {
   UB_ASSIGN_OR_RETURN(auto dev, io::OpenFileDevice(path));
-  fs::VolumeOptions vo;
+  txn::VolumeOptions vo;
   vo.node_cache_bytes = options.node_cache_bytes;
   vo.verify_data_csums = options.verify_data_csums;
   UB_ASSIGN_OR_RETURN(auto vol, Volume::Open(std::move(dev), vo));

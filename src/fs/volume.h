@@ -1,83 +1,13 @@
-// An opened single-device btrfs image: the chosen superblock, the chunk map,
-// the tree block reader, the roots of the root tree, and data reads with
-// checksum verification. Thread-safe after Open().
+// Transitional: Volume moved to txn/ (transactions commit to it). Code that
+// still names fs::Volume keeps building.
 #ifndef UBTRFS_FS_VOLUME_H_
 #define UBTRFS_FS_VOLUME_H_
 
-#include <map>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
-
-#include "alloc/chunk_map.h"
-#include "format/ondisk.h"
-#include "io/block_device.h"
-#include "tree/block_reader.h"
-#include "tree/cursor.h"
+#include "txn/volume.h"
 
 namespace ubtrfs::fs {
-
-struct VolumeOptions {
-  size_t node_cache_bytes = 64ull << 20;
-  bool verify_data_csums = true;
-};
-
-class Volume {
- public:
-  // Takes the device, picks a valid superblock (the primary, else the best
-  // mirror, with a warning), loads the chunk tree and checks features.
-  static Result<std::unique_ptr<Volume>> Open(std::unique_ptr<io::BlockDevice> dev, const VolumeOptions& options);
-
-  const format::SuperBlock& super() const { return super_; }
-  int super_mirror() const { return super_mirror_; }
-  const std::vector<std::string>& warnings() const { return warnings_; }
-  uint32_t sectorsize() const { return super_.sectorsize.get(); }
-  uint32_t nodesize() const { return super_.nodesize.get(); }
-  uint16_t csum_type() const { return super_.csum_type.get(); }
-  tree::BlockReader* reader() { return reader_.get(); }
-  const alloc::ChunkMap& chunks() const { return *chunks_; }
-  io::BlockDevice* device() { return dev_.get(); }
-
-  tree::RootPtr root_tree() const;
-  tree::RootPtr chunk_tree() const;
-  // The root of tree `objectid` from its ROOT_ITEM (the newest one), with the
-  // item itself. NotFound when there is none.
-  struct TreeRoot {
-    tree::RootPtr ref;
-    format::RootItem item{};  // zero-filled past what the on-disk item holds
-  };
-  Result<TreeRoot> FindRoot(uint64_t objectid);
-
-  // Reads `out.size()` bytes of data at `logical` (both sector aligned),
-  // verifying data checksums where the csum tree has them and `verify` is
-  // set; tries every copy before failing.
-  Status ReadData(uint64_t logical, std::span<uint8_t> out, bool verify);
-  bool verify_data_csums() const { return options_.verify_data_csums; }
-
- private:
-  Volume(std::unique_ptr<io::BlockDevice> dev, const VolumeOptions& options)
-      : dev_(std::move(dev)), options_(options) {}
-  Status LoadSuperblock();
-  Status LoadChunks();
-  Status CheckFeatures();
-  // Checksums for the sectors of [logical, logical + n * sectorsize): one
-  // entry per sector, empty where the csum tree has none.
-  Status LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_t>* csums, std::vector<bool>* present);
-
-  std::unique_ptr<io::BlockDevice> dev_;
-  VolumeOptions options_;
-  format::SuperBlock super_{};
-  int super_mirror_ = 0;
-  std::vector<std::string> warnings_;
-  std::unique_ptr<alloc::ChunkMap> chunks_;
-  std::unique_ptr<tree::BlockReader> reader_;
-
-  std::mutex roots_mu_;  // guards roots_
-  std::map<uint64_t, TreeRoot> roots_;
-  std::optional<tree::RootPtr> csum_root_;  // set once during Open
-};
-
+using txn::Volume;
+using txn::VolumeOptions;
 }  // namespace ubtrfs::fs
 
 #endif  // UBTRFS_FS_VOLUME_H_

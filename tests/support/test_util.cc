@@ -209,7 +209,12 @@ TempDir::TempDir(const std::string& prefix) {
 
 TempDir::~TempDir() {
   if (path_.empty()) return;
-  if (keep_ || ::testing::Test::HasFailure()) {
+  bool failed = ::testing::Test::HasFailure();
+  // Suite-level scratch (deleted from TearDownTestSuite): keep it when any
+  // test of the suite failed.
+  const auto* unit = ::testing::UnitTest::GetInstance();
+  if (!unit->current_test_info() && unit->current_test_suite() && unit->current_test_suite()->Failed()) failed = true;
+  if (keep_ || failed) {
     fmt::print(stderr, "[ keeping  ] scratch directory kept for inspection: {}\n", path_);
     return;
   }

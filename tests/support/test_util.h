@@ -34,8 +34,9 @@ std::string Printable(std::string_view bytes, size_t max_len = 200);
 void RemoveTree(const std::string& path);
 
 // A fresh directory from mkdtemp under /tmp. The destructor deletes it unless
-// the current gtest test has failed (then it is kept and its path printed) or
-// Keep() was called.
+// the current gtest test has failed (or, for a directory deleted from
+// TearDownTestSuite, any test of the suite) -- then it is kept and its path
+// printed -- or Keep() was called.
 class TempDir {
  public:
   explicit TempDir(const std::string& prefix = "ubtrfs-test");

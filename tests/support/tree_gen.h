@@ -18,7 +18,7 @@ struct TreeGenOptions {
   // Approximate number of entries (files, dirs, links, ...) in the tree.
   size_t entries = 3000;
   // Entries in the one wide directory (part of `entries`); 0 = none.
-  size_t wide_dir_entries = 1000;
+  size_t wide_dir_entries = 1100;
   // Depth of the deep directory chain; 0 = none.
   int deep_depth = 34;
   // Number of large (1-4 MiB) files with holes, and of fully sparse files.

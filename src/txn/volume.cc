@@ -1,4 +1,4 @@
-#include "fs/volume.h"
+#include "txn/volume.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "format/checksum.h"
 #include "format/superblock.h"
 
-namespace ubtrfs::fs {
+namespace ubtrfs::txn {
 
 using namespace ubtrfs::format;
 
@@ -16,11 +16,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(std::unique_ptr<io::BlockDevice> de
   UB_RETURN_IF_ERROR(v->CheckFeatures());
   UB_RETURN_IF_ERROR(v->LoadChunks());
   auto csum = v->FindRoot(kCsumTreeObjectid);
-  if (csum.ok()) {
-    v->csum_root_ = csum->ref;
-  } else if (csum.status().code() != ENOENT) {
-    return csum.status();
-  }
+  if (!csum.ok() && csum.status().code() != ENOENT) return csum.status();
   return v;
 }
 
@@ -64,6 +60,7 @@ Status Volume::LoadSuperblock() {
   }
   super_ = best_sb;
   super_mirror_ = best;
+  root_tree_ = tree::RootPtr{super_.root.get(), super_.root_level, super_.generation.get(), kRootTreeObjectid};
   if (best > 0) {
     warnings_.push_back(problems.front() + "; using superblock copy " + std::to_string(best) + " at offset " +
                         std::to_string(SuperblockOffset(best)) + " (generation " +
@@ -129,9 +126,6 @@ Status Volume::LoadChunks() {
   return Status::Ok();
 }
 
-tree::RootPtr Volume::root_tree() const {
-  return tree::RootPtr{super_.root.get(), super_.root_level, super_.generation.get(), kRootTreeObjectid};
-}
 
 tree::RootPtr Volume::chunk_tree() const {
   return tree::RootPtr{super_.chunk_root.get(), super_.chunk_root_level, super_.chunk_root_generation.get(),
@@ -139,12 +133,18 @@ tree::RootPtr Volume::chunk_tree() const {
 }
 
 Result<Volume::TreeRoot> Volume::FindRoot(uint64_t objectid) {
+  UB_ASSIGN_OR_RETURN(TreeRoot * r, MutableRoot(objectid));
+  std::lock_guard<std::mutex> lock(roots_mu_);
+  return *r;
+}
+
+Result<Volume::TreeRoot*> Volume::MutableRoot(uint64_t objectid) {
   {
     std::lock_guard<std::mutex> lock(roots_mu_);
     auto it = roots_.find(objectid);
-    if (it != roots_.end()) return it->second;
+    if (it != roots_.end()) return &it->second;
   }
-  tree::Cursor c(reader_.get(), root_tree());
+  tree::Cursor c(source(), root_tree());
   UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{objectid, kRootItemKey, UINT64_MAX}).WithContext("root tree"));
   if (!c.Valid() || c.key().objectid != objectid || c.key().type != kRootItemKey) {
     return Status::NotFound("tree " + std::to_string(objectid) + " has no ROOT_ITEM");
@@ -156,15 +156,38 @@ Result<Volume::TreeRoot> Volume::FindRoot(uint64_t objectid) {
                            " bytes, shorter than " + std::to_string(kRootItemV1Size));
   }
   std::memcpy(&r.item, d.data(), std::min(d.size(), sizeof(RootItem)));
-  // A v1 item's generation_v2 does not match; in that case its "v2" fields
-  // were never written and are zeroed above if the item is short.
+  r.item_key = c.key();
+  r.item_size = static_cast<uint32_t>(d.size());
   r.ref = tree::RootPtr{r.item.bytenr.get(), r.item.level, r.item.generation.get(), objectid};
   if (r.ref.level >= kMaxLevel) {
     return Status::Corrupt("ROOT_ITEM of tree " + std::to_string(objectid) + ": level " + std::to_string(r.ref.level));
   }
   std::lock_guard<std::mutex> lock(roots_mu_);
-  roots_.emplace(objectid, r);
-  return r;
+  return &roots_.emplace(objectid, r).first->second;
+}
+
+std::vector<uint64_t> Volume::LoadedRoots() {
+  std::lock_guard<std::mutex> lock(roots_mu_);
+  std::vector<uint64_t> out;
+  for (auto& [id, r] : roots_) out.push_back(id);
+  return out;
+}
+
+Status Volume::WriteSuperblocks() {
+  super_.root = root_tree_.bytenr;
+  super_.root_level = static_cast<uint8_t>(root_tree_.level);
+  std::vector<uint8_t> buf(kSuperInfoSize);
+  for (int mirror = 0; mirror < kSuperMirrorMax; ++mirror) {
+    const uint64_t off = SuperblockOffset(mirror);
+    if (off + kSuperInfoSize > dev_->Size()) break;
+    super_.bytenr = off;
+    std::memcpy(buf.data(), &super_, kSuperInfoSize);
+    CsumBytes c = ComputeCsum(csum_type(), std::span<const uint8_t>(buf).subspan(kCsumSize));
+    std::memcpy(buf.data(), c.data(), kCsumSize);
+    UB_RETURN_IF_ERROR(dev_->WriteAt(off, buf));
+  }
+  super_.bytenr = SuperblockOffset(0);
+  return Status::Ok();
 }
 
 Status Volume::LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_t>* csums,
@@ -173,9 +196,10 @@ Status Volume::LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_
   const uint32_t ss = sectorsize();
   csums->assign(nsectors * csize, 0);
   present->assign(nsectors, false);
-  if (!csum_root_) return Status::Ok();
+  auto csum_root = FindRoot(kCsumTreeObjectid);
+  if (!csum_root.ok()) return csum_root.status().code() == ENOENT ? Status::Ok() : csum_root.status();
   const uint64_t end = logical + uint64_t{nsectors} * ss;
-  tree::Cursor c(reader_.get(), *csum_root_);
+  tree::Cursor c(source(), csum_root->ref);
   UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{kExtentCsumObjectid, kExtentCsumKey, logical}).WithContext("csum tree"));
   if (!c.Valid()) UB_RETURN_IF_ERROR(c.Seek(Key{kExtentCsumObjectid, kExtentCsumKey, logical}).WithContext("csum tree"));
   for (; c.Valid(); ) {
@@ -235,4 +259,4 @@ Status Volume::ReadData(uint64_t logical, std::span<uint8_t> out, bool verify) {
   return first_error;
 }
 
-}  // namespace ubtrfs::fs
+}  // namespace ubtrfs::txn

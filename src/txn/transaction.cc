@@ -1,0 +1,587 @@
+#include "txn/transaction.h"
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "format/checksum.h"
+#include "format/superblock.h"
+
+namespace ubtrfs::txn {
+
+using namespace ubtrfs::format;
+using tree::Cursor;
+
+namespace {
+
+constexpr uint64_t kStripeLen = 64 * 1024;
+constexpr int kMaxCommitLoops = 64;
+
+std::vector<uint8_t> Bytes(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  return std::vector<uint8_t>(b, b + n);
+}
+
+}  // namespace
+
+TxnManager::~TxnManager() {
+  if (vol_ && vol_->source() == dirty_.get()) vol_->SetSource(nullptr);
+}
+
+Result<std::unique_ptr<TxnManager>> TxnManager::Open(Volume* vol) {
+  std::unique_ptr<TxnManager> t(new TxnManager(vol));
+  UB_RETURN_IF_ERROR(t->Load());
+  return t;
+}
+
+Status TxnManager::Load() {
+  const SuperBlock& sb = vol_->super();
+  if (!vol_->writable()) return Status::Error(EROFS, "the image was opened read-only");
+  const uint64_t incompat = sb.incompat_flags.get(), ro = sb.compat_ro_flags.get();
+  if (!(incompat & kIncompatSkinnyMetadata)) {
+    return Status::Unsupported("writing needs skinny-metadata (the mkfs.btrfs default)");
+  }
+  if (incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatRaid1c34 | kIncompatSimpleQuota)) {
+    return Status::Unsupported("writing to an image with features " + IncompatNames(incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatRaid1c34 | kIncompatSimpleQuota)));
+  }
+  if (!(ro & kCompatRoFreeSpaceTree) || !(ro & kCompatRoFreeSpaceTreeValid)) {
+    return Status::Unsupported("writing needs the free space tree (the mkfs.btrfs default since 5.15)");
+  }
+  if (uint64_t extra = ro & ~(kCompatRoFreeSpaceTree | kCompatRoFreeSpaceTreeValid)) {
+    return Status::Unsupported("writing to an image with read-only-compatible features " + CompatRoNames(extra));
+  }
+  if (sb.log_root.get() != 0) return Status::Unsupported("writing to an image with an unreplayed tree log");
+  if (sb.flags.get() & kSuperFlagError) return Status::Unsupported("writing to an image the kernel marked as damaged");
+  if (auto q = vol_->FindRoot(kQuotaTreeObjectid); q.ok()) {
+    return Status::Unsupported("writing to an image with quotas enabled");
+  }
+
+  space_ = std::make_unique<alloc::SpaceManager>(vol_->sectorsize());
+  tree::HeaderTemplate tmpl;
+  std::memcpy(tmpl.fsid, MetadataFsid(sb), kFsidSize);
+  UB_ASSIGN_OR_RETURN(tree::BlockRef chunk_root,
+                      vol_->reader()->Read(tree::BlockCheck{vol_->chunk_tree().bytenr, vol_->chunk_tree().level,
+                                                            vol_->chunk_tree().generation, {}}));
+  std::memcpy(tmpl.chunk_tree_uuid, chunk_root->header().chunk_tree_uuid, kUuidSize);
+  dirty_ = std::make_unique<tree::DirtyBlocks>(vol_->reader(), vol_->reader()->params(), tmpl, this,
+                                               sb.generation.get() + 1);
+  UB_RETURN_IF_ERROR(LoadBlockGroups());
+  vol_->SetSource(dirty_.get());
+  return Status::Ok();
+}
+
+Status TxnManager::LoadBlockGroups() {
+  for (const auto& [logical, c] : vol_->chunks().chunks()) {
+    UB_RETURN_IF_ERROR(space_->AddGroup(logical, c.length, c.type & (kBlockGroupTypeMask | kBlockGroupProfileMask)));
+  }
+  UB_RETURN_IF_ERROR(ExcludeSuperStripes());
+  UB_ASSIGN_OR_RETURN(auto extent, vol_->FindRoot(kExtentTreeObjectid));
+  const uint32_t nodesize = vol_->nodesize();
+  std::set<uint64_t> groups_seen;
+  Cursor c(vol_->reader(), extent.ref);
+  UB_RETURN_IF_ERROR(c.SeekFirst());
+  for (; c.Valid();) {
+    const Key k = c.key();
+    auto d = c.data();
+    if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
+      if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+      const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
+      const bool tree_block = ei->flags.get() & kExtentFlagTreeBlock;
+      if (tree_block && k.type == kExtentItemKey) {
+        return Status::Unsupported("writing to an image without skinny tree block references");
+      }
+      if (tree_block && (ei->refs.get() != 1 || (ei->flags.get() & kBlockFlagFullBackref))) {
+        return Status::Unsupported("writing to an image with shared tree blocks (snapshots) at " +
+                                   std::to_string(k.objectid));
+      }
+      const uint64_t len = k.type == kMetadataItemKey ? nodesize : k.offset;
+      UB_RETURN_IF_ERROR(space_->MarkUsed(k.objectid, len).WithContext("extent tree item " + KeyToString(k)));
+    } else if (k.type == kBlockGroupItemKey) {
+      const alloc::ChunkInfo* ci = vol_->chunks().Find(k.objectid);
+      if (!ci || ci->logical != k.objectid || ci->length != k.offset) {
+        return Status::Corrupt("block group " + KeyToString(k) + " has no matching chunk");
+      }
+      groups_seen.insert(k.objectid);
+    }
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  if (groups_seen.size() != vol_->chunks().chunks().size()) {
+    return Status::Corrupt("extent tree has " + std::to_string(groups_seen.size()) + " block groups for " +
+                           std::to_string(vol_->chunks().chunks().size()) + " chunks");
+  }
+  return CheckFreeSpaceTree();
+}
+
+// The kernel never allocates the 64 KiB stripe of a chunk that holds a
+// superblock copy; neither may we, and those bytes are neither free (free
+// space tree) nor used (block group items).
+Status TxnManager::ExcludeSuperStripes() {
+  std::set<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& [logical, c] : vol_->chunks().chunks()) {
+    for (uint64_t phys : c.physical) {
+      for (int m = 0; m < kSuperMirrorMax; ++m) {
+        const uint64_t sb = SuperblockOffset(m);
+        if (sb < phys || sb >= phys + c.length) continue;
+        const uint64_t start = logical + (sb - phys) / kStripeLen * kStripeLen;
+        ranges.insert({start, std::min(kStripeLen, logical + c.length - start)});
+      }
+    }
+  }
+  for (const auto& [start, len] : ranges) {
+    UB_RETURN_IF_ERROR(space_->MarkUsed(start, len).WithContext("superblock stripe"));
+    auto g = space_->FindGroup(start);
+    excluded_[g->start] += len;
+    excluded_ranges_.push_back({start, len});
+  }
+  return Status::Ok();
+}
+
+uint64_t TxnManager::ExcludedIn(uint64_t group_start) const {
+  auto it = excluded_.find(group_start);
+  return it == excluded_.end() ? 0 : it->second;
+}
+
+// Writing on top of a free space tree that disagrees with the extent tree
+// would make things worse; refuse instead.
+Status TxnManager::CheckFreeSpaceTree() {
+  UB_ASSIGN_OR_RETURN(auto fst, vol_->FindRoot(kFreeSpaceTreeObjectid));
+  const uint32_t ss = vol_->sectorsize();
+  std::vector<std::pair<uint64_t, uint64_t>> on_disk;
+  Cursor c(vol_->reader(), fst.ref);
+  UB_RETURN_IF_ERROR(c.SeekFirst());
+  for (; c.Valid();) {
+    const Key k = c.key();
+    if (k.type == kFreeSpaceExtentKey) {
+      on_disk.push_back({k.objectid, k.offset});
+    } else if (k.type == kFreeSpaceBitmapKey) {
+      auto d = c.data();
+      for (uint64_t bit = 0; bit < k.offset / ss; ++bit) {
+        if (bit / 8 >= d.size()) return Status::Corrupt("free space bitmap " + KeyToString(k) + " is short");
+        if (d[bit / 8] & (1u << (bit % 8))) on_disk.push_back({k.objectid + bit * ss, ss});
+      }
+    }
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  // Merge adjacent ranges: the tree may split a free run across items.
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (auto& r : on_disk) {
+    if (!merged.empty() && merged.back().first + merged.back().second == r.first) {
+      merged.back().second += r.second;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> ours;
+  space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    g.ForEachFreeExtent([&](uint64_t s, uint64_t l) {
+      if (!ours.empty() && ours.back().first + ours.back().second == s) ours.back().second += l;
+      else ours.push_back({s, l});
+    });
+  });
+  if (merged != ours) {
+    size_t i = 0;
+    while (i < merged.size() && i < ours.size() && merged[i] == ours[i]) ++i;
+    std::string where = i < merged.size() ? "free space tree says [" + std::to_string(merged[i].first) + ", +" +
+                                                std::to_string(merged[i].second) + ")"
+                                          : "free space tree ends early";
+    std::string ours_s = i < ours.size() ? "extent tree implies [" + std::to_string(ours[i].first) + ", +" +
+                                               std::to_string(ours[i].second) + ")"
+                                         : "extent tree implies no more free space";
+    return Status::Corrupt("free space tree disagrees with the extent tree: " + where + ", " + ours_s +
+                           " (btrfs check --clear-space-cache v2 rebuilds it)");
+  }
+  return Status::Ok();
+}
+
+Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {
+  auto it = writers_.find(objectid);
+  if (it != writers_.end()) return it->second.get();
+  tree::RootPtr* root;
+  if (objectid == kRootTreeObjectid) {
+    root = vol_->mutable_root_tree();
+  } else if (objectid == kChunkTreeObjectid) {
+    return Status::Unsupported("changing the chunk tree");
+  } else {
+    UB_ASSIGN_OR_RETURN(Volume::TreeRoot * r, vol_->MutableRoot(objectid));
+    root = &r->ref;
+  }
+  auto w = std::make_unique<tree::TreeWriter>(dirty_.get(), root, objectid);
+  auto* raw = w.get();
+  writers_.emplace(objectid, std::move(w));
+  return raw;
+}
+
+void TxnManager::MarkGroupDirty(uint64_t logical) {
+  if (auto g = space_->FindGroup(logical)) dirty_groups_.insert(g->start);
+}
+
+Result<uint64_t> TxnManager::AllocTreeBlock(uint64_t owner, int level) {
+  const uint64_t kind = owner == kChunkTreeObjectid ? kBlockGroupSystem : kBlockGroupMetadata;
+  UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kind, vol_->nodesize(), vol_->nodesize()));
+  MarkGroupDirty(bytenr);
+  TreeRef& r = tree_refs_[bytenr];
+  r.delta += 1;
+  r.owner = owner;
+  r.level = level;
+  return bytenr;
+}
+
+Status TxnManager::FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool) {
+  UB_RETURN_IF_ERROR(space_->Free(bytenr, vol_->nodesize()));
+  MarkGroupDirty(bytenr);
+  TreeRef& r = tree_refs_[bytenr];
+  r.delta -= 1;
+  r.owner = owner;
+  r.level = level;
+  freed_blocks_.push_back(bytenr);
+  return Status::Ok();
+}
+
+Result<uint64_t> TxnManager::AllocData(uint64_t len) {
+  UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize()));
+  MarkGroupDirty(bytenr);
+  return bytenr;
+}
+
+Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bool csum) {
+  const uint32_t ss = vol_->sectorsize();
+  if (logical % ss || data.size() % ss) return Status::Invalid("unaligned data write");
+  UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(logical, data.size()));
+  for (uint64_t phys : copies) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys, data));
+  stats_.data_bytes_written += data.size();
+  if (!csum) return Status::Ok();
+  const size_t csize = CsumSize(vol_->csum_type());
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));
+  const size_t per_item = std::min<size_t>(w->MaxItemSize() / csize, 1024);
+  const size_t sectors = data.size() / ss;
+  for (size_t first = 0; first < sectors; first += per_item) {
+    const size_t n = std::min(per_item, sectors - first);
+    std::vector<uint8_t> sums(n * csize);
+    for (size_t i = 0; i < n; ++i) {
+      CsumBytes c = ComputeCsum(vol_->csum_type(), data.subspan((first + i) * ss, ss));
+      std::memcpy(sums.data() + i * csize, c.data(), csize);
+    }
+    UB_RETURN_IF_ERROR(w->Insert(Key{kExtentCsumObjectid, kExtentCsumKey, logical + first * ss}, sums));
+  }
+  return Status::Ok();
+}
+
+Status TxnManager::AddDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset) {
+  data_refs_[{bytenr, num_bytes, root, ino, offset}] += 1;
+  return Status::Ok();
+}
+
+Status TxnManager::DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset) {
+  data_refs_[{bytenr, num_bytes, root, ino, offset}] -= 1;
+  return Status::Ok();
+}
+
+// ---- Delayed references ------------------------------------------------------------------
+
+Status TxnManager::ApplyTreeRef(uint64_t bytenr, int delta, uint64_t owner, int level) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
+  const Key key{bytenr, kMetadataItemKey, static_cast<uint64_t>(level)};
+  if (delta > 0) {
+    std::vector<uint8_t> item(sizeof(ExtentItem) + sizeof(ExtentInlineRef));
+    auto* ei = reinterpret_cast<ExtentItem*>(item.data());
+    ei->refs = 1;
+    ei->generation = transid();
+    ei->flags = kExtentFlagTreeBlock;
+    auto* ref = reinterpret_cast<ExtentInlineRef*>(item.data() + sizeof(ExtentItem));
+    ref->type = kTreeBlockRefKey;
+    ref->offset = owner;
+    return ext->Insert(key, item).WithContext("adding tree block " + std::to_string(bytenr));
+  }
+  return ext->Delete(key).WithContext("dropping tree block " + std::to_string(bytenr));
+}
+
+Status TxnManager::ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>& ref, int delta) {
+  const auto [bytenr, num_bytes, root, ino, offset] = ref;
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
+  const Key key{bytenr, kExtentItemKey, num_bytes};
+  const std::string where = "data extent " + std::to_string(bytenr);
+  UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(dirty_.get(), vol_->MutableRoot(kExtentTreeObjectid).value()->ref, key));
+  constexpr size_t kInlineData = 1 + sizeof(ExtentDataRef);
+  if (!existing) {
+    if (delta < 0) return Status::Corrupt(where + ": dropping a reference to an extent with no EXTENT_ITEM");
+    std::vector<uint8_t> item(sizeof(ExtentItem) + kInlineData);
+    auto* ei = reinterpret_cast<ExtentItem*>(item.data());
+    ei->refs = static_cast<uint64_t>(delta);
+    ei->generation = transid();
+    ei->flags = kExtentFlagData;
+    item[sizeof(ExtentItem)] = kExtentDataRefKey;
+    auto* dr = reinterpret_cast<ExtentDataRef*>(item.data() + sizeof(ExtentItem) + 1);
+    dr->root = root;
+    dr->objectid = ino;
+    dr->offset = offset;
+    dr->count = static_cast<uint32_t>(delta);
+    return ext->Insert(key, item).WithContext(where);
+  }
+  std::vector<uint8_t>& item = *existing;
+  auto* ei = reinterpret_cast<ExtentItem*>(item.data());
+  // Find the inline data ref for (root, ino, offset).
+  size_t pos = sizeof(ExtentItem);
+  ExtentDataRef* match = nullptr;
+  while (pos < item.size()) {
+    const uint8_t type = item[pos];
+    if (type == kExtentDataRefKey) {
+      if (pos + kInlineData > item.size()) return Status::Corrupt(where + ": truncated inline ref");
+      auto* dr = reinterpret_cast<ExtentDataRef*>(item.data() + pos + 1);
+      if (dr->root.get() == root && dr->objectid.get() == ino && dr->offset.get() == offset) {
+        match = dr;
+        break;
+      }
+      pos += kInlineData;
+    } else if (type == kSharedDataRefKey) {
+      pos += 1 + 8 + sizeof(SharedDataRef);
+    } else {
+      return Status::Unsupported(where + ": inline reference type " + std::to_string(type));
+    }
+  }
+  if (!match) return Status::Unsupported(where + ": a second owner of a data extent (reflinks/snapshots)");
+  const int64_t count = int64_t{match->count.get()} + delta;
+  const int64_t refs = static_cast<int64_t>(ei->refs.get()) + delta;
+  if (count < 0 || refs < 0) return Status::Corrupt(where + ": reference count below zero");
+  if (refs == 0) {
+    UB_RETURN_IF_ERROR(ext->Delete(key).WithContext(where));
+    UB_RETURN_IF_ERROR(space_->Free(bytenr, num_bytes));
+    MarkGroupDirty(bytenr);
+    return DeleteCsums(bytenr, num_bytes);
+  }
+  ei->refs = static_cast<uint64_t>(refs);
+  if (count == 0) {
+    item.erase(item.begin() + static_cast<long>(pos), item.begin() + static_cast<long>(pos + kInlineData));
+  } else {
+    match->count = static_cast<uint32_t>(count);
+  }
+  return ext->Update(key, item).WithContext(where);
+}
+
+Status TxnManager::RunDelayedRefs(bool* changed) {
+  while (!tree_refs_.empty() || !data_refs_.empty()) {
+    auto data = std::move(data_refs_);
+    data_refs_.clear();
+    for (const auto& [ref, delta] : data) {
+      if (delta == 0) continue;
+      *changed = true;
+      UB_RETURN_IF_ERROR(ApplyDataRef(ref, delta));
+    }
+    auto trees = std::move(tree_refs_);
+    tree_refs_.clear();
+    for (const auto& [bytenr, r] : trees) {
+      if (r.delta == 0) continue;
+      if (r.delta != 1 && r.delta != -1) {
+        return Status::Error(EIO, "internal: tree block " + std::to_string(bytenr) + " reference delta " +
+                                      std::to_string(r.delta));
+      }
+      *changed = true;
+      UB_RETURN_IF_ERROR(ApplyTreeRef(bytenr, r.delta, r.owner, r.level));
+    }
+  }
+  return Status::Ok();
+}
+
+// Deletes the checksums of [start, start + len), trimming items that reach
+// past either end.
+Status TxnManager::DeleteCsums(uint64_t start, uint64_t len) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * root, vol_->MutableRoot(kCsumTreeObjectid));
+  const uint32_t ss = vol_->sectorsize();
+  const size_t csize = CsumSize(vol_->csum_type());
+  const uint64_t end = start + len;
+  Cursor c(dirty_.get(), root->ref);
+  UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{kExtentCsumObjectid, kExtentCsumKey, start}));
+  if (!c.Valid()) UB_RETURN_IF_ERROR(c.Seek(Key{kExtentCsumObjectid, kExtentCsumKey, 0}));
+  std::vector<std::pair<Key, std::vector<uint8_t>>> hits;
+  for (; c.Valid(); ) {
+    const Key k = c.key();
+    if (k > Key{kExtentCsumObjectid, kExtentCsumKey, UINT64_MAX} || (k.type == kExtentCsumKey && k.offset >= end)) {
+      break;
+    }
+    if (k.objectid == kExtentCsumObjectid && k.type == kExtentCsumKey &&
+        k.offset + c.data().size() / csize * ss > start) {
+      hits.push_back({k, std::vector<uint8_t>(c.data().begin(), c.data().end())});
+    }
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  for (auto& [k, sums] : hits) {
+    const uint64_t item_end = k.offset + sums.size() / csize * ss;
+    UB_RETURN_IF_ERROR(w->Delete(k));
+    if (k.offset < start) {
+      std::vector<uint8_t> head(sums.begin(), sums.begin() + static_cast<long>((start - k.offset) / ss * csize));
+      UB_RETURN_IF_ERROR(w->Insert(k, head));
+    }
+    if (item_end > end) {
+      std::vector<uint8_t> tail(sums.begin() + static_cast<long>((end - k.offset) / ss * csize), sums.end());
+      UB_RETURN_IF_ERROR(w->Insert(Key{kExtentCsumObjectid, kExtentCsumKey, end}, tail));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- Block groups and the free space tree ------------------------------------------------
+
+Status TxnManager::UpdateBlockGroups(bool* changed) {
+  auto groups = std::move(dirty_groups_);
+  dirty_groups_.clear();
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * fstw, Writer(kFreeSpaceTreeObjectid));
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * ext_root, vol_->MutableRoot(kExtentTreeObjectid));
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * fst_root, vol_->MutableRoot(kFreeSpaceTreeObjectid));
+  for (uint64_t start : groups) {
+    auto g = space_->FindGroup(start);
+    if (!g) continue;
+    // Block group item: bytes used, superblock stripes not counted.
+    const Key bg_key{start, kBlockGroupItemKey, g->length};
+    UB_ASSIGN_OR_RETURN(auto bg_item, tree::LookupItem(dirty_.get(), ext_root->ref, bg_key));
+    if (!bg_item || bg_item->size() < sizeof(BlockGroupItem)) {
+      return Status::Corrupt("block group item " + KeyToString(bg_key) + " missing");
+    }
+    auto* bgi = reinterpret_cast<BlockGroupItem*>(bg_item->data());
+    const uint64_t used = g->used_bytes - ExcludedIn(start);
+    if (bgi->used.get() != used) {
+      bgi->used = used;
+      UB_RETURN_IF_ERROR(ext->Update(bg_key, *bg_item));
+      *changed = true;
+    }
+    // Free space tree: the group's free extents as they will be once this
+    // transaction is committed (pinned space is free then).
+    std::vector<std::pair<Key, std::vector<uint8_t>>> want;
+    std::vector<std::pair<uint64_t, uint64_t>> extents;
+    space_->ForEachGroup([&](const alloc::BlockGroup& bg) {
+      if (bg.start() != start) return;
+      bg.ForEachFreeExtent([&](uint64_t s, uint64_t l) { extents.push_back({s, l}); });
+    });
+    FreeSpaceInfo info{};
+    info.extent_count = static_cast<uint32_t>(extents.size());
+    info.flags = 0;
+    want.push_back({Key{start, kFreeSpaceInfoKey, g->length}, Bytes(&info, sizeof info)});
+    for (auto [s, l] : extents) want.push_back({Key{s, kFreeSpaceExtentKey, l}, {}});
+    std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    // Compare with what is there; rewrite only on a difference, so that the
+    // commit loop settles.
+    std::vector<std::pair<Key, std::vector<uint8_t>>> have;
+    Cursor c(dirty_.get(), fst_root->ref);
+    UB_RETURN_IF_ERROR(c.Seek(Key{start, 0, 0}));
+    for (; c.Valid() && c.key().objectid < start + g->length;) {
+      have.push_back({c.key(), std::vector<uint8_t>(c.data().begin(), c.data().end())});
+      UB_RETURN_IF_ERROR(c.Next());
+    }
+    if (have == want) continue;
+    *changed = true;
+    for (auto& [k, d] : have) UB_RETURN_IF_ERROR(fstw->Delete(k));
+    for (auto& [k, d] : want) UB_RETURN_IF_ERROR(fstw->Insert(k, d));
+  }
+  return Status::Ok();
+}
+
+// ---- Root items ----------------------------------------------------------------------------
+
+Status TxnManager::UpdateRootItems(bool* changed) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, Writer(kRootTreeObjectid));
+  for (uint64_t id : vol_->LoadedRoots()) {
+    UB_ASSIGN_OR_RETURN(Volume::TreeRoot * r, vol_->MutableRoot(id));
+    if (r->item.bytenr.get() == r->ref.bytenr && r->item.level == r->ref.level &&
+        r->item.generation.get() == r->ref.generation) {
+      continue;
+    }
+    r->item.bytenr = r->ref.bytenr;
+    r->item.level = static_cast<uint8_t>(r->ref.level);
+    r->item.generation = r->ref.generation;
+    if (r->item_size >= sizeof(RootItem)) {
+      r->item.generation_v2 = r->ref.generation;
+      if (id == kFsTreeObjectid || id >= kFirstFreeObjectid) {
+        r->item.ctransid = transid();
+        timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        r->item.ctime.sec = static_cast<uint64_t>(now.tv_sec);
+        r->item.ctime.nsec = static_cast<uint32_t>(now.tv_nsec);
+      }
+    }
+    UB_RETURN_IF_ERROR(rootw->Update(r->item_key, Bytes(&r->item, r->item_size)));
+    *changed = true;
+  }
+  return Status::Ok();
+}
+
+// ---- Commit ----------------------------------------------------------------------------------
+
+Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
+  const tree::TreeParams& params = vol_->reader()->params();
+  for (const auto& [bytenr, block] : dirty_->blocks()) {
+    Header& h = block->mutable_header();
+    h.flags = h.flags.get() | kHeaderFlagWritten;
+    auto bytes = block->bytes();
+    CsumBytes c = ComputeCsum(params.csum_type, bytes.subspan(kCsumSize));
+    std::memcpy(block->mutable_bytes(), c.data(), kCsumSize);
+    // Never write a block our own reader would refuse.
+    UB_RETURN_IF_ERROR(tree::VerifyTreeBlock(bytes, params, tree::BlockCheck{bytenr, -1, transid(), {}})
+                           .WithContext("refusing to write"));
+    UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
+    for (uint64_t phys : copies) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys, bytes));
+    written->push_back(bytenr);
+  }
+  return Status::Ok();
+}
+
+Status TxnManager::Commit() {
+  int loops = 0;
+  for (;; ++loops) {
+    if (loops >= kMaxCommitLoops) return Status::Error(EIO, "internal: commit did not settle");
+    bool changed = false;
+    UB_RETURN_IF_ERROR(RunDelayedRefs(&changed));
+    UB_RETURN_IF_ERROR(UpdateBlockGroups(&changed));
+    UB_RETURN_IF_ERROR(UpdateRootItems(&changed));
+    if (!changed && tree_refs_.empty() && data_refs_.empty() && dirty_groups_.empty()) break;
+  }
+  stats_.commit_loops = loops;
+  if (dirty_->blocks().empty()) return Status::Ok();  // nothing changed
+
+  std::vector<uint64_t> written;
+  UB_RETURN_IF_ERROR(WriteDirtyBlocks(&written));
+  UB_RETURN_IF_ERROR(vol_->device()->Flush());
+
+  SuperBlock& sb = vol_->mutable_super();
+  uint64_t used = 0;
+  space_->ForEachGroup([&](const alloc::BlockGroup& g) { used += g.used_bytes() - ExcludedIn(g.start()); });
+  sb.generation = transid();
+  sb.bytes_used = used;
+  // Rotate the backup roots as the kernel does, newest in slot transid % 4.
+  RootBackup& b = sb.super_roots[transid() % kNumBackupRoots];
+  std::memset(&b, 0, sizeof b);
+  const tree::RootPtr rt = vol_->root_tree();
+  b.tree_root = rt.bytenr;
+  b.tree_root_gen = rt.generation;
+  b.tree_root_level = static_cast<uint8_t>(rt.level);
+  b.chunk_root = sb.chunk_root.get();
+  b.chunk_root_gen = sb.chunk_root_generation.get();
+  b.chunk_root_level = sb.chunk_root_level;
+  auto fill = [&](uint64_t id, Le64& bytenr, Le64& gen, uint8_t& level) {
+    if (auto r = vol_->FindRoot(id); r.ok()) {
+      bytenr = r->ref.bytenr;
+      gen = r->ref.generation;
+      level = static_cast<uint8_t>(r->ref.level);
+    }
+  };
+  fill(kExtentTreeObjectid, b.extent_root, b.extent_root_gen, b.extent_root_level);
+  fill(kFsTreeObjectid, b.fs_root, b.fs_root_gen, b.fs_root_level);
+  fill(kDevTreeObjectid, b.dev_root, b.dev_root_gen, b.dev_root_level);
+  fill(kCsumTreeObjectid, b.csum_root, b.csum_root_gen, b.csum_root_level);
+  b.total_bytes = sb.total_bytes.get();
+  b.bytes_used = used;
+  b.num_devices = sb.num_devices.get();
+  UB_RETURN_IF_ERROR(vol_->WriteSuperblocks());
+  UB_RETURN_IF_ERROR(vol_->device()->Flush());
+
+  // Committed: freed space becomes reusable, the cache learns the new blocks.
+  space_->Commit();
+  for (uint64_t f : freed_blocks_) vol_->reader()->Invalidate(f);
+  freed_blocks_.clear();
+  for (uint64_t w : written) vol_->reader()->Cache(dirty_->Get(w));
+  stats_.blocks_written += written.size();
+  ++stats_.commits;
+  dirty_->Reset(transid() + 1);
+  return Status::Ok();
+}
+
+}  // namespace ubtrfs::txn

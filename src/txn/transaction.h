@@ -1,0 +1,99 @@
+// Transactions over an opened Volume: one running transaction at a time that
+// every change joins, delayed extent-reference updates, block group and free
+// space tree accounting, root items, and the commit that makes it durable.
+//
+// Commit order (nothing of the last committed state is overwritten first):
+// run delayed refs, block group items and the free space tree, and root items
+// until nothing changes; write every dirty tree block to space that was free
+// in the committed state; flush; write the superblocks; flush; only then
+// release the space this transaction freed (clone bitmaps dropped).
+#ifndef UBTRFS_TXN_TRANSACTION_H_
+#define UBTRFS_TXN_TRANSACTION_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "alloc/space_manager.h"
+#include "tree/writer.h"
+#include "txn/volume.h"
+
+namespace ubtrfs::txn {
+
+struct TxnStats {
+  uint64_t commits = 0;
+  uint64_t blocks_written = 0;
+  uint64_t commit_loops = 0;  // refs/accounting rounds of the last commit
+  uint64_t data_bytes_written = 0;
+};
+
+class TxnManager final : public tree::BlockAllocator {
+ public:
+  // Checks that the image is one we can change safely (skinny metadata, a
+  // free space tree that matches the extent tree, no log, no shared tree
+  // blocks) and loads its block groups.
+  static Result<std::unique_ptr<TxnManager>> Open(Volume* vol);
+  ~TxnManager() override;
+
+  uint64_t transid() const { return dirty_->transid(); }
+  Volume* volume() { return vol_; }
+  tree::BlockSource* source() { return dirty_.get(); }
+
+  // The writer of tree `objectid` (the root tree is kRootTreeObjectid).
+  Result<tree::TreeWriter*> Writer(uint64_t objectid);
+
+  // Data: allocate, write (with checksums into the csum tree), reference.
+  Result<uint64_t> AllocData(uint64_t len);
+  Status WriteData(uint64_t logical, std::span<const uint8_t> data, bool csum);
+  Status AddDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
+  Status DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
+
+  Status Commit();
+
+  // tree::BlockAllocator
+  Result<uint64_t> AllocTreeBlock(uint64_t owner, int level) override;
+  Status FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool created_here) override;
+
+  const TxnStats& stats() const { return stats_; }
+  alloc::SpaceManager& space() { return *space_; }
+
+ private:
+  explicit TxnManager(Volume* vol) : vol_(vol) {}
+  Status Load();
+  Status LoadBlockGroups();
+  Status ExcludeSuperStripes();
+  Status CheckFreeSpaceTree();
+  Status RunDelayedRefs(bool* changed);
+  Status ApplyTreeRef(uint64_t bytenr, int delta, uint64_t owner, int level);
+  Status ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>& ref, int delta);
+  Status UpdateBlockGroups(bool* changed);
+  Status UpdateRootItems(bool* changed);
+  Status DeleteCsums(uint64_t start, uint64_t len);
+  Status WriteDirtyBlocks(std::vector<uint64_t>* written);
+  uint64_t ExcludedIn(uint64_t group_start) const;
+  void MarkGroupDirty(uint64_t logical);
+
+  Volume* vol_;
+  std::unique_ptr<alloc::SpaceManager> space_;
+  std::unique_ptr<tree::DirtyBlocks> dirty_;
+  std::map<uint64_t, std::unique_ptr<tree::TreeWriter>> writers_;
+  // Net reference changes since the last commit. Tree blocks by bytenr:
+  // (delta, owner, level). Data by (bytenr, num_bytes, root, ino, offset).
+  struct TreeRef {
+    int delta = 0;
+    uint64_t owner = 0;
+    int level = 0;
+  };
+  std::map<uint64_t, TreeRef> tree_refs_;
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>, int> data_refs_;
+  std::set<uint64_t> dirty_groups_;           // starts of groups whose space changed
+  std::map<uint64_t, uint64_t> excluded_;     // group start -> superblock-stripe bytes in it
+  std::vector<std::pair<uint64_t, uint64_t>> excluded_ranges_;
+  std::vector<uint64_t> freed_blocks_;        // tree blocks freed this transaction (cache invalidation)
+  TxnStats stats_;
+};
+
+}  // namespace ubtrfs::txn
+
+#endif  // UBTRFS_TXN_TRANSACTION_H_
