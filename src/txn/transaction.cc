@@ -136,6 +136,28 @@ Status TxnManager::ExcludeSuperStripes() {
   return Status::Ok();
 }
 
+// Free extents as the free space tree records them: the bitmap's free space
+// (pinned counts: it is free once this transaction commits) plus the
+// superblock stripes, which the kernel also lists as free and only skips in
+// memory when it loads the tree.
+std::vector<std::pair<uint64_t, uint64_t>> TxnManager::TreeFreeExtents(const alloc::BlockGroup& g) const {
+  std::vector<std::pair<uint64_t, uint64_t>> raw;
+  g.ForEachFreeExtent([&](uint64_t s, uint64_t l) { raw.push_back({s, l}); });
+  for (auto [s, l] : excluded_ranges_) {
+    if (g.Contains(s)) raw.push_back({s, l});
+  }
+  std::sort(raw.begin(), raw.end());
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (auto [s, l] : raw) {
+    if (!out.empty() && out.back().first + out.back().second >= s) {
+      out.back().second = std::max(out.back().first + out.back().second, s + l) - out.back().first;
+    } else {
+      out.push_back({s, l});
+    }
+  }
+  return out;
+}
+
 uint64_t TxnManager::ExcludedIn(uint64_t group_start) const {
   auto it = excluded_.find(group_start);
   return it == excluded_.end() ? 0 : it->second;
@@ -151,7 +173,11 @@ Status TxnManager::CheckFreeSpaceTree() {
   UB_RETURN_IF_ERROR(c.SeekFirst());
   for (; c.Valid();) {
     const Key k = c.key();
-    if (k.type == kFreeSpaceExtentKey) {
+    // mkfs.btrfs 6.2 --rootdir leaves entries of block groups it removed
+    // again; only groups that exist are compared.
+    if (!space_->FindGroup(k.objectid)) {
+      // not a block group of this filesystem
+    } else if (k.type == kFreeSpaceExtentKey) {
       on_disk.push_back({k.objectid, k.offset});
     } else if (k.type == kFreeSpaceBitmapKey) {
       auto d = c.data();
@@ -173,10 +199,10 @@ Status TxnManager::CheckFreeSpaceTree() {
   }
   std::vector<std::pair<uint64_t, uint64_t>> ours;
   space_->ForEachGroup([&](const alloc::BlockGroup& g) {
-    g.ForEachFreeExtent([&](uint64_t s, uint64_t l) {
+    for (auto [s, l] : TreeFreeExtents(g)) {
       if (!ours.empty() && ours.back().first + ours.back().second == s) ours.back().second += l;
       else ours.push_back({s, l});
-    });
+    }
   });
   if (merged != ours) {
     size_t i = 0;
@@ -449,8 +475,7 @@ Status TxnManager::UpdateBlockGroups(bool* changed) {
     std::vector<std::pair<Key, std::vector<uint8_t>>> want;
     std::vector<std::pair<uint64_t, uint64_t>> extents;
     space_->ForEachGroup([&](const alloc::BlockGroup& bg) {
-      if (bg.start() != start) return;
-      bg.ForEachFreeExtent([&](uint64_t s, uint64_t l) { extents.push_back({s, l}); });
+      if (bg.start() == start) extents = TreeFreeExtents(bg);
     });
     FreeSpaceInfo info{};
     info.extent_count = static_cast<uint32_t>(extents.size());

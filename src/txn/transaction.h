@@ -72,6 +72,7 @@ class TxnManager final : public tree::BlockAllocator {
   Status DeleteCsums(uint64_t start, uint64_t len);
   Status WriteDirtyBlocks(std::vector<uint64_t>* written);
   uint64_t ExcludedIn(uint64_t group_start) const;
+  std::vector<std::pair<uint64_t, uint64_t>> TreeFreeExtents(const alloc::BlockGroup& g) const;
   void MarkGroupDirty(uint64_t logical);
 
   Volume* vol_;
