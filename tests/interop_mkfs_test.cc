@@ -210,8 +210,26 @@ class FaultyFilesystem : public ubtrfs::Filesystem {
     return r;
   }
   ubtrfs::Result<ubtrfs::FsStat> StatFs() override { return r_.StatFs(); }
+  // The write side is not under test here: refuse it.
+  ubtrfs::Result<ubtrfs::InodeId> Create(ubtrfs::InodeId, std::string_view, const ubtrfs::NewInode&) override { return Ro(); }
+  ubtrfs::Result<ubtrfs::InodeId> Mkdir(ubtrfs::InodeId, std::string_view, const ubtrfs::NewInode&) override { return Ro(); }
+  ubtrfs::Result<ubtrfs::InodeId> Mknod(ubtrfs::InodeId, std::string_view, const ubtrfs::NewInode&) override { return Ro(); }
+  ubtrfs::Result<ubtrfs::InodeId> Symlink(ubtrfs::InodeId, std::string_view, std::string_view,
+                                          const ubtrfs::NewInode&) override { return Ro(); }
+  ubtrfs::Status Link(ubtrfs::InodeId, ubtrfs::InodeId, std::string_view) override { return Ro(); }
+  ubtrfs::Status Unlink(ubtrfs::InodeId, std::string_view) override { return Ro(); }
+  ubtrfs::Status Rmdir(ubtrfs::InodeId, std::string_view) override { return Ro(); }
+  ubtrfs::Status Rename(ubtrfs::InodeId, std::string_view, ubtrfs::InodeId, std::string_view, unsigned) override {
+    return Ro();
+  }
+  ubtrfs::Result<size_t> Write(ubtrfs::InodeId, uint64_t, std::span<const uint8_t>) override { return Ro(); }
+  ubtrfs::Status SetAttr(ubtrfs::InodeId, const ubtrfs::AttrChange&) override { return Ro(); }
+  ubtrfs::Status SetXattr(ubtrfs::InodeId, std::string_view, std::string_view, int) override { return Ro(); }
+  ubtrfs::Status RemoveXattr(ubtrfs::InodeId, std::string_view) override { return Ro(); }
+  ubtrfs::Status Commit() override { return Ro(); }
 
  private:
+  static ubtrfs::Status Ro() { return ubtrfs::Status::Error(EROFS, "fault-injecting wrapper is read-only"); }
   static constexpr uint64_t kSplitBit = 1ull << 40;
   ubtrfs::Filesystem& r_;
   Fault f_;

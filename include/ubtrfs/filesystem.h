@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,7 +79,30 @@ struct FsInfo {
   int superblock_mirror = 0;  // which superblock copy was used
 };
 
+// Attributes of a new inode. Times default to now.
+struct NewInode {
+  uint32_t mode = 0;  // permission bits (and S_IFMT for Mknod)
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t rdev = 0;  // Mknod of a device: a dev_t as makedev() builds it
+  std::optional<Time> atime, mtime, ctime;
+};
+
+// A setattr: only the fields that are set change.
+struct AttrChange {
+  std::optional<uint32_t> mode;  // permission bits only
+  std::optional<uint32_t> uid, gid;
+  std::optional<uint64_t> size;  // truncate or extend (regular files)
+  std::optional<Time> atime, mtime, ctime;
+};
+
+inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
+inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
+
 struct OpenOptions {
+  // Open for writing: changes join a running transaction that Commit()
+  // makes durable (and the destructor commits what is left).
+  bool writable = false;
   // Verify data checksums on read (EIO on mismatch, after trying every copy).
   bool verify_data_csums = true;
   // Bytes of tree blocks kept in the node cache.
@@ -108,6 +132,26 @@ class Filesystem {
   virtual Result<std::vector<std::string>> ListXattr(InodeId id) = 0;
   virtual Result<std::string> GetXattr(InodeId id, std::string_view name) = 0;
   virtual Result<FsStat> StatFs() = 0;
+
+  // ---- Write side (EROFS unless opened writable) ----
+  virtual Result<InodeId> Create(InodeId dir, std::string_view name, const NewInode& attrs) = 0;
+  virtual Result<InodeId> Mkdir(InodeId dir, std::string_view name, const NewInode& attrs) = 0;
+  // Fifos, sockets and device nodes: attrs.mode carries S_IFMT.
+  virtual Result<InodeId> Mknod(InodeId dir, std::string_view name, const NewInode& attrs) = 0;
+  virtual Result<InodeId> Symlink(InodeId dir, std::string_view name, std::string_view target,
+                                  const NewInode& attrs) = 0;
+  virtual Status Link(InodeId inode, InodeId dir, std::string_view name) = 0;
+  virtual Status Unlink(InodeId dir, std::string_view name) = 0;
+  virtual Status Rmdir(InodeId dir, std::string_view name) = 0;
+  virtual Status Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name,
+                        unsigned flags = 0) = 0;
+  virtual Result<size_t> Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) = 0;
+  virtual Status SetAttr(InodeId id, const AttrChange& change) = 0;
+  // flags: XATTR_CREATE / XATTR_REPLACE as in setxattr(2), or 0.
+  virtual Status SetXattr(InodeId id, std::string_view name, std::string_view value, int flags = 0) = 0;
+  virtual Status RemoveXattr(InodeId id, std::string_view name) = 0;
+  // Makes every change so far durable (all or nothing on a crash).
+  virtual Status Commit() = 0;
 };
 
 }  // namespace ubtrfs

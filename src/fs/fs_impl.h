@@ -1,0 +1,527 @@
+// The POSIX view over an opened Volume, internal to libubtrfs. The read side
+// (lookup, stat, readdir, data, symlinks, xattrs, statfs) is defined here;
+// the write side in write_ops.cc.
+#ifndef UBTRFS_FS_FS_IMPL_H_
+#define UBTRFS_FS_FS_IMPL_H_
+
+#include "ubtrfs/filesystem.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "format/checksum.h"
+#include "format/superblock.h"
+#include "fs/compress.h"
+#include "inode/delayed_index.h"
+#include "txn/transaction.h"
+#include "txn/volume.h"
+
+namespace ubtrfs::fsimpl {
+
+
+using namespace ubtrfs::format;
+using txn::Volume;
+using tree::Cursor;
+
+// Upper bounds that keep a damaged extent item from asking for huge buffers:
+// btrfs never writes a compressed extent larger than 128 KiB of data.
+constexpr uint64_t kMaxCompressedExtent = 128 * 1024;
+
+inline std::string InodeName(InodeId id) {
+  return "inode " + std::to_string(id.ino) + " in tree " + std::to_string(id.root);
+}
+
+inline uint8_t DtFromFt(uint8_t ft) {
+  switch (ft) {
+    case kFtRegFile: return DT_REG;
+    case kFtDir: return DT_DIR;
+    case kFtChrdev: return DT_CHR;
+    case kFtBlkdev: return DT_BLK;
+    case kFtFifo: return DT_FIFO;
+    case kFtSock: return DT_SOCK;
+    case kFtSymlink: return DT_LNK;
+    default: return DT_UNKNOWN;
+  }
+}
+
+// One entry of a DIR_ITEM/DIR_INDEX/XATTR_ITEM item (an item may pack several).
+struct DirItemView {
+  Key location;
+  uint8_t type;
+  std::string_view name;
+  std::string_view data;
+};
+
+// Splits an item into its dir items, checking every length against the item.
+inline Result<std::vector<DirItemView>> ParseDirItems(std::span<const uint8_t> d, const Key& key) {
+  std::vector<DirItemView> out;
+  size_t pos = 0;
+  while (pos < d.size()) {
+    if (d.size() - pos < sizeof(DirItem)) {
+      return Status::Corrupt("item " + KeyToString(key) + ": truncated dir item at byte " + std::to_string(pos));
+    }
+    const auto* di = reinterpret_cast<const DirItem*>(d.data() + pos);
+    const size_t nl = di->name_len.get(), dl = di->data_len.get();
+    if (nl == 0 || nl + dl > d.size() - pos - sizeof(DirItem)) {
+      return Status::Corrupt("item " + KeyToString(key) + ": dir item name/data lengths " + std::to_string(nl) + "/" +
+                             std::to_string(dl) + " overrun the item");
+    }
+    const char* name = reinterpret_cast<const char*>(di) + sizeof(DirItem);
+    out.push_back(DirItemView{Key::From(di->location), di->type, std::string_view(name, nl),
+                              std::string_view(name + nl, dl)});
+    pos += sizeof(DirItem) + nl + dl;
+  }
+  return out;
+}
+
+class FilesystemImpl final : public Filesystem {
+ public:
+  explicit FilesystemImpl(std::unique_ptr<Volume> vol) : vol_(std::move(vol)) {}
+  ~FilesystemImpl() override;
+
+  // Makes the view writable: starts the transaction machinery.
+  Status InitWrite();
+
+  // ---- Write side (write_ops.cc) ----
+  Result<InodeId> Create(InodeId dir, std::string_view name, const NewInode& attrs) override;
+  Result<InodeId> Mkdir(InodeId dir, std::string_view name, const NewInode& attrs) override;
+  Result<InodeId> Mknod(InodeId dir, std::string_view name, const NewInode& attrs) override;
+  Result<InodeId> Symlink(InodeId dir, std::string_view name, std::string_view target, const NewInode& attrs) override;
+  Status Link(InodeId inode, InodeId dir, std::string_view name) override;
+  Status Unlink(InodeId dir, std::string_view name) override;
+  Status Rmdir(InodeId dir, std::string_view name) override;
+  Status Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name,
+                unsigned flags) override;
+  Result<size_t> Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) override;
+  Status SetAttr(InodeId id, const AttrChange& change) override;
+  Status SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) override;
+  Status RemoveXattr(InodeId id, std::string_view name) override;
+  Status Commit() override;
+
+  Status Init() {
+    // The kernel mounts the default subvolume; so do we.
+    uint64_t subvol = kFsTreeObjectid;
+    tree::Cursor c(vol_->source(), vol_->root_tree());
+    const Key k{kRootTreeDirObjectid, kDirItemKey, NameHash("default")};
+    UB_RETURN_IF_ERROR(c.Seek(k).WithContext("root tree"));
+    if (c.Valid() && c.key() == k) {
+      UB_ASSIGN_OR_RETURN(auto items, ParseDirItems(c.data(), k));
+      for (const auto& di : items) {
+        if (di.name == "default" && di.location.type == kRootItemKey) subvol = di.location.objectid;
+      }
+    }
+    UB_ASSIGN_OR_RETURN(root_, SubvolRoot(subvol));
+    return GetStat(root_).status().WithContext("root directory");
+  }
+
+  const std::vector<std::string>& Warnings() const override { return vol_->warnings(); }
+
+  FsInfo Info() const override {
+    const SuperBlock& sb = vol_->super();
+    FsInfo i;
+    i.label.assign(sb.label, strnlen(sb.label, kLabelSize));
+    i.fsid = UuidToString(sb.fsid);
+    i.generation = sb.generation.get();
+    i.sectorsize = sb.sectorsize.get();
+    i.nodesize = sb.nodesize.get();
+    i.csum_type = CsumTypeName(sb.csum_type.get());
+    i.total_bytes = sb.total_bytes.get();
+    i.bytes_used = sb.bytes_used.get();
+    i.num_devices = sb.num_devices.get();
+    i.incompat_flags = sb.incompat_flags.get();
+    i.compat_ro_flags = sb.compat_ro_flags.get();
+    i.superblock_mirror = vol_->super_mirror();
+    return i;
+  }
+
+  InodeId Root() const override { return root_; }
+
+  Result<InodeId> Lookup(std::string_view path) override {
+    auto guard = Guard();
+    InodeId cur = root_;
+    size_t pos = 0;
+    while (pos < path.size()) {
+      size_t slash = path.find('/', pos);
+      std::string_view comp = path.substr(pos, slash == std::string_view::npos ? std::string_view::npos : slash - pos);
+      pos = slash == std::string_view::npos ? path.size() : slash + 1;
+      if (comp.empty() || comp == ".") continue;
+      auto next = LookupChild(cur, comp);
+      if (!next.ok()) return next.status().WithContext(std::string(path));
+      cur = *next;
+    }
+    return cur;
+  }
+
+  Result<InodeId> LookupChild(InodeId dir, std::string_view name) override {
+    auto guard = Guard();
+    if (name.empty() || name.size() > 255) return Status::Invalid("bad name length " + std::to_string(name.size()));
+    UB_ASSIGN_OR_RETURN(Stat st, GetStat(dir));
+    if (!S_ISDIR(st.mode)) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
+    if (name == ".") return dir;
+    if (name == "..") return Parent(dir);
+    if (StubParent(dir)) return Status::NotFound(std::string(name) + ": no such entry in an empty subvolume stub");
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+    const Key k{dir.ino, kDirItemKey, NameHash(name)};
+    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
+    if (item) {
+      UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*item, k));
+      for (const auto& e : entries) {
+        if (e.name == name) return Resolve(dir, e.location, e.name);
+      }
+    }
+    return Status::NotFound(std::string(name) + ": no such entry in directory " + InodeName(dir));
+  }
+
+  Result<Stat> GetStat(InodeId id) override {
+    auto guard = Guard();
+    if (auto parent = StubParent(id)) {
+      // As the kernel shows it: an empty 0755 directory owned like its parent.
+      UB_ASSIGN_OR_RETURN(Stat p, GetStat(*parent));
+      Stat s;
+      s.id = id;
+      s.mode = S_IFDIR | 0755;
+      s.nlink = 1;
+      s.uid = p.uid;
+      s.gid = p.gid;
+      s.atime = p.atime;
+      s.mtime = s.ctime = p.mtime;
+      return s;
+    }
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+    const Key k{id.ino, kInodeItemKey, 0};
+    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
+    if (!item) return Status::NotFound(InodeName(id) + " does not exist");
+    if (item->size() < sizeof(InodeItem)) {
+      return Status::Corrupt(InodeName(id) + ": inode item is " + std::to_string(item->size()) + " bytes");
+    }
+    const auto& ii = *reinterpret_cast<const InodeItem*>(item->data());
+    Stat s;
+    s.id = id;
+    s.mode = ii.mode.get();
+    s.nlink = ii.nlink.get();
+    s.uid = ii.uid.get();
+    s.gid = ii.gid.get();
+    // The kernel stores device numbers as major << 20 | minor.
+    const uint64_t rdev = ii.rdev.get();
+    s.rdev = makedev(static_cast<unsigned>(rdev >> 20), static_cast<unsigned>(rdev & 0xfffff));
+    s.size = ii.size.get();
+    s.nbytes = ii.nbytes.get();
+    s.generation = ii.generation.get();
+    s.flags = ii.flags.get();
+    auto t = [](const format::Timespec& ts) {
+      return Time{static_cast<int64_t>(ts.sec.get()), ts.nsec.get()};
+    };
+    s.atime = t(ii.atime);
+    s.mtime = t(ii.mtime);
+    s.ctime = t(ii.ctime);
+    s.otime = t(ii.otime);
+    return s;
+  }
+
+  Result<std::vector<DirEntry>> ReadDir(InodeId dir) override {
+    auto guard = Guard();
+    if (StubParent(dir)) return std::vector<DirEntry>();
+    UB_ASSIGN_OR_RETURN(Stat st, GetStat(dir));
+    if (!S_ISDIR(st.mode)) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+    std::vector<DirEntry> out;
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.Seek(Key{dir.ino, kDirIndexKey, 0}));
+    for (; c.Valid(); ) {
+      const Key k = c.key();
+      if (k.objectid != dir.ino || k.type != kDirIndexKey) break;
+      UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(c.data(), k));
+      if (entries.size() != 1) return Status::Corrupt("item " + KeyToString(k) + " holds " +
+                                                      std::to_string(entries.size()) + " entries");
+      const auto& e = entries[0];
+      UB_ASSIGN_OR_RETURN(InodeId id, Resolve(dir, e.location, e.name));
+      out.push_back(DirEntry{std::string(e.name), id, DtFromFt(e.type), k.offset});
+      UB_RETURN_IF_ERROR(c.Next());
+    }
+    // Entries still queued as delayed dir-index items.
+    if (const auto* pending = delayed_ ? delayed_->Pending(dir.root, dir.ino) : nullptr) {
+      for (const auto& [index, item] : *pending) {
+        const Key k{dir.ino, kDirIndexKey, index};
+        UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(item, k));
+        UB_ASSIGN_OR_RETURN(InodeId id, Resolve(dir, entries[0].location, entries[0].name));
+        out.push_back(DirEntry{std::string(entries[0].name), id, DtFromFt(entries[0].type), index});
+      }
+      std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.index < b.index; });
+    }
+    return out;
+  }
+
+  Result<size_t> Read(InodeId file, uint64_t offset, std::span<uint8_t> buf) override {
+    auto guard = Guard();
+    UB_ASSIGN_OR_RETURN(Stat st, GetStat(file));
+    if (S_ISDIR(st.mode)) return Status::Error(EISDIR, InodeName(file) + " is a directory");
+    if (offset >= st.size || buf.empty()) return size_t{0};
+    const uint64_t len = std::min<uint64_t>(buf.size(), st.size - offset);
+    const uint64_t end = offset + len;
+    std::memset(buf.data(), 0, len);  // holes read as zeros
+    const bool verify = vol_->verify_data_csums() && !(st.flags & kInodeNodatasum);
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{file.ino, kExtentDataKey, offset}));
+    if (!c.Valid() || c.key().objectid != file.ino || c.key().type != kExtentDataKey) {
+      UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
+    }
+    for (; c.Valid(); ) {
+      const Key k = c.key();
+      if (k.objectid != file.ino || k.type != kExtentDataKey || k.offset >= end) break;
+      UB_RETURN_IF_ERROR(CopyExtent(file, k, c.data(), offset, end, buf.data(), verify));
+      UB_RETURN_IF_ERROR(c.Next());
+    }
+    return static_cast<size_t>(len);
+  }
+
+  Result<std::string> ReadLink(InodeId link) override {
+    auto guard = Guard();
+    UB_ASSIGN_OR_RETURN(Stat st, GetStat(link));
+    if (!S_ISLNK(st.mode)) return Status::Invalid(InodeName(link) + " is not a symlink");
+    if (st.size > 4096) return Status::Corrupt(InodeName(link) + ": symlink of " + std::to_string(st.size) + " bytes");
+    std::string target(st.size, '\0');
+    UB_ASSIGN_OR_RETURN(size_t n, Read(link, 0, std::span(reinterpret_cast<uint8_t*>(target.data()), target.size())));
+    target.resize(n);
+    return target;
+  }
+
+  Result<std::vector<std::string>> ListXattr(InodeId id) override {
+    auto guard = Guard();
+    if (StubParent(id)) return std::vector<std::string>();
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+    std::vector<std::string> out;
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, kXattrItemKey, 0}));
+    for (; c.Valid(); ) {
+      const Key k = c.key();
+      if (k.objectid != id.ino || k.type != kXattrItemKey) break;
+      UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(c.data(), k));
+      for (const auto& e : entries) out.emplace_back(e.name);
+      UB_RETURN_IF_ERROR(c.Next());
+    }
+    return out;
+  }
+
+  Result<std::string> GetXattr(InodeId id, std::string_view name) override {
+    auto guard = Guard();
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+    const Key k{id.ino, kXattrItemKey, NameHash(name)};
+    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
+    if (item) {
+      UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*item, k));
+      for (const auto& e : entries) {
+        if (e.name == name) return std::string(e.data);
+      }
+    }
+    return Status::Error(ENODATA, std::string(name) + ": no such xattr on " + InodeName(id));
+  }
+
+  Result<FsStat> StatFs() override {
+    auto guard = Guard();
+    const SuperBlock& sb = vol_->super();
+    FsStat s;
+    s.block_size = sb.sectorsize.get();
+    s.node_size = sb.nodesize.get();
+    s.total_bytes = sb.total_bytes.get();
+    s.used_bytes = std::min(sb.bytes_used.get(), s.total_bytes);
+    s.free_bytes = s.total_bytes - s.used_bytes;
+    return s;
+  }
+
+ private:
+  // Copies the part of one file extent that overlaps [offset, end) into buf
+  // (which starts at file offset `offset`).
+  Status CopyExtent(InodeId file, const Key& k, std::span<const uint8_t> d, uint64_t offset, uint64_t end,
+                    uint8_t* buf, bool verify) {
+    const std::string where = InodeName(file) + " extent " + KeyToString(k);
+    if (d.size() < kFileExtentInlineDataStart) return Status::Corrupt(where + ": item too small");
+    const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
+    if (fe->encryption != 0 || fe->other_encoding.get() != 0) {
+      return Status::Unsupported(where + ": encrypted or encoded extent");
+    }
+    const uint8_t comp = fe->compression;
+    if (comp > kCompressZstd) return Status::Unsupported(where + ": compression type " + std::to_string(comp));
+    const uint32_t ss = vol_->sectorsize();
+
+    if (fe->type == kFileExtentInline) {
+      auto inline_data = d.subspan(kFileExtentInlineDataStart);
+      std::vector<uint8_t> plain;
+      if (comp != kCompressNone) {
+        const uint64_t ram = fe->ram_bytes.get();
+        if (ram > vol_->sectorsize()) return Status::Corrupt(where + ": inline ram_bytes " + std::to_string(ram));
+        plain.resize(ram);
+        UB_RETURN_IF_ERROR(fs::Decompress(comp, inline_data, plain, ss).WithContext(where));
+        inline_data = plain;
+      }
+      const uint64_t ext_end = k.offset + inline_data.size();
+      const uint64_t from = std::max(offset, k.offset), to = std::min(end, ext_end);
+      if (from < to) std::memcpy(buf + (from - offset), inline_data.data() + (from - k.offset), to - from);
+      return Status::Ok();
+    }
+    if (fe->type != kFileExtentReg && fe->type != kFileExtentPrealloc) {
+      return Status::Corrupt(where + ": unknown extent type " + std::to_string(fe->type));
+    }
+    if (d.size() < sizeof(FileExtentItem)) return Status::Corrupt(where + ": item too small for a regular extent");
+    const uint64_t num = fe->num_bytes.get(), ext_off = fe->offset.get();
+    const uint64_t disk = fe->disk_bytenr.get(), disk_len = fe->disk_num_bytes.get();
+    if (k.offset + num < k.offset) return Status::Corrupt(where + ": extent length overflows");
+    const uint64_t from = std::max(offset, k.offset), to = std::min(end, k.offset + num);
+    if (from >= to) return Status::Ok();
+    if (fe->type == kFileExtentPrealloc || disk == 0) return Status::Ok();  // zeros
+    if (disk % ss != 0 || disk_len % ss != 0 || disk_len == 0) {
+      return Status::Corrupt(where + ": unaligned disk extent [" + std::to_string(disk) + ", +" +
+                             std::to_string(disk_len) + ")");
+    }
+    if (comp == kCompressNone) {
+      if (ext_off + num < ext_off || ext_off + num > disk_len) {
+        return Status::Corrupt(where + ": range offset " + std::to_string(ext_off) + " + " + std::to_string(num) +
+                               " exceeds the disk extent of " + std::to_string(disk_len) + " bytes");
+      }
+      const uint64_t in_ext = ext_off + (from - k.offset);
+      const uint64_t a = in_ext / ss * ss, b = (in_ext + (to - from) + ss - 1) / ss * ss;
+      std::vector<uint8_t> tmp(b - a);
+      UB_RETURN_IF_ERROR(vol_->ReadData(disk + a, tmp, verify).WithContext(where));
+      std::memcpy(buf + (from - offset), tmp.data() + (in_ext - a), to - from);
+      return Status::Ok();
+    }
+    const uint64_t ram = fe->ram_bytes.get();
+    if (disk_len > kMaxCompressedExtent || ram > kMaxCompressedExtent || ram == 0) {
+      return Status::Corrupt(where + ": compressed extent sizes " + std::to_string(disk_len) + "/" +
+                             std::to_string(ram) + " exceed 128 KiB");
+    }
+    if (ext_off + num > ram) return Status::Corrupt(where + ": range exceeds the decompressed extent");
+    std::vector<uint8_t> raw(disk_len), plain(ram);
+    UB_RETURN_IF_ERROR(vol_->ReadData(disk, raw, verify).WithContext(where));
+    UB_RETURN_IF_ERROR(fs::Decompress(comp, raw, plain, ss).WithContext(where));
+    std::memcpy(buf + (from - offset), plain.data() + ext_off + (from - k.offset), to - from);
+    return Status::Ok();
+  }
+
+  // The tree of a subvolume, refusing ids that are not subvolumes.
+  Result<tree::RootPtr> FsTree(uint64_t root) {
+    if (root != kFsTreeObjectid && (root < kFirstFreeObjectid || root > kLastFreeObjectid)) {
+      return Status::Invalid("tree " + std::to_string(root) + " is not a subvolume");
+    }
+    UB_ASSIGN_OR_RETURN(auto r, vol_->FindRoot(root));
+    return r.ref;
+  }
+
+  Result<InodeId> SubvolRoot(uint64_t subvol) {
+    if (subvol != kFsTreeObjectid && (subvol < kFirstFreeObjectid || subvol > kLastFreeObjectid)) {
+      return Status::Corrupt("directory entry points at tree " + std::to_string(subvol) + ", not a subvolume");
+    }
+    UB_ASSIGN_OR_RETURN(auto r, vol_->FindRoot(subvol));
+    return InodeId{subvol, r.item.root_dirid.get()};
+  }
+
+  // A directory entry's target. An entry naming a subvolume leads into it
+  // only if the root tree has the matching ROOT_REF (this tree, this
+  // directory, this name); otherwise, as in the kernel, it is an empty stub
+  // directory (a snapshot's copy of a nested subvolume's entry, say).
+  Result<InodeId> Resolve(InodeId dir, const Key& location, std::string_view name) {
+    if (location.type == kInodeItemKey) return InodeId{dir.root, location.objectid};
+    if (location.type != kRootItemKey) {
+      return Status::Corrupt("directory entry location " + KeyToString(location) +
+                             " is neither an inode nor a subvolume");
+    }
+    if (location.objectid != kFsTreeObjectid &&
+        (location.objectid < kFirstFreeObjectid || location.objectid > kLastFreeObjectid)) {
+      return Status::Corrupt("directory entry points at tree " + std::to_string(location.objectid) +
+                             ", not a subvolume");
+    }
+    const Key ref_key{dir.root, kRootRefKey, location.objectid};
+    UB_ASSIGN_OR_RETURN(auto ref, tree::LookupItem(vol_->source(), vol_->root_tree(), ref_key));
+    if (ref && ref->size() >= sizeof(RootRef)) {
+      const auto* rr = reinterpret_cast<const RootRef*>(ref->data());
+      const size_t nl = rr->name_len.get();
+      if (rr->dirid.get() == dir.ino && sizeof(RootRef) + nl <= ref->size() &&
+          std::string_view(reinterpret_cast<const char*>(ref->data()) + sizeof(RootRef), nl) == name) {
+        return SubvolRoot(location.objectid);
+      }
+    }
+    const InodeId stub{location.objectid, kEmptySubvolDirObjectid};
+    std::lock_guard<std::mutex> lock(stubs_mu_);
+    stubs_[{stub.root, stub.ino}] = dir;
+    return stub;
+  }
+
+  // The parent directory of a subvolume stub, if id is one.
+  std::optional<InodeId> StubParent(InodeId id) {
+    if (id.ino != kEmptySubvolDirObjectid) return std::nullopt;
+    std::lock_guard<std::mutex> lock(stubs_mu_);
+    auto it = stubs_.find({id.root, id.ino});
+    if (it == stubs_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  Result<InodeId> Parent(InodeId dir) {
+    if (dir == root_) return dir;
+    if (auto parent = StubParent(dir)) return *parent;
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+    UB_ASSIGN_OR_RETURN(auto sub, vol_->FindRoot(dir.root));
+    if (dir.ino == sub.item.root_dirid.get()) {
+      // The top of a subvolume: its parent directory is named by a ROOT_BACKREF.
+      Cursor c(vol_->source(), vol_->root_tree());
+      UB_RETURN_IF_ERROR(c.Seek(Key{dir.root, kRootBackrefKey, 0}));
+      if (!c.Valid() || c.key().objectid != dir.root || c.key().type != kRootBackrefKey) return root_;
+      if (c.data().size() < sizeof(RootRef)) return Status::Corrupt("short ROOT_BACKREF of tree " + std::to_string(dir.root));
+      const auto* rr = reinterpret_cast<const RootRef*>(c.data().data());
+      return InodeId{c.key().offset, rr->dirid.get()};
+    }
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.Seek(Key{dir.ino, kInodeRefKey, 0}));
+    if (c.Valid() && c.key().objectid == dir.ino && c.key().type == kInodeRefKey) {
+      return InodeId{dir.root, c.key().offset};
+    }
+    return Status::Corrupt(InodeName(dir) + ": directory has no INODE_REF");
+  }
+
+  // ---- Write-side helpers (write_ops.cc) ----
+  std::unique_lock<std::recursive_mutex> Guard() {
+    return txn_ ? std::unique_lock<std::recursive_mutex>(op_mu_) : std::unique_lock<std::recursive_mutex>();
+  }
+  Status CheckWritable();
+  Result<tree::TreeWriter*> FsWriter(uint64_t root);
+  Result<format::InodeItem> LoadInode(InodeId id);
+  Status StoreInode(InodeId id, const format::InodeItem& ii);
+  Result<uint64_t> NextIno(uint64_t root);
+  Result<uint64_t> NextDirIndex(InodeId dir);
+  Result<InodeId> NewEntry(InodeId dir, std::string_view name, uint32_t mode, const NewInode& attrs,
+                           std::string_view symlink_target);
+  Status AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, uint32_t target_mode);
+  Status RemoveLink(InodeId dir, std::string_view name, InodeId target, bool* was_dir_entry);
+  Status DropInode(InodeId id);
+  Status TouchDir(InodeId dir, int64_t size_delta);
+  Status DropExtents(InodeId id, uint64_t start, uint64_t end, int64_t* nbytes_delta);
+  Status WriteInline(InodeId id, std::span<const uint8_t> content);
+  Status WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> aligned, bool csum, int64_t* nbytes_delta);
+  Status TruncateLocked(InodeId id, uint64_t new_size);
+  Result<bool> IsAncestor(InodeId maybe_ancestor, InodeId dir);
+  Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
+
+  std::recursive_mutex op_mu_;  // serializes every operation of a writable view
+  std::unique_ptr<txn::TxnManager> txn_;
+  std::unique_ptr<inode::DelayedDirIndex> delayed_;
+  std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> next_index_;  // per directory
+
+  // The kernel's inode number for a subvolume stub directory.
+  static constexpr uint64_t kEmptySubvolDirObjectid = 2;
+
+  std::unique_ptr<Volume> vol_;
+  InodeId root_;
+  std::mutex stubs_mu_;  // guards stubs_
+  std::map<std::pair<uint64_t, uint64_t>, InodeId> stubs_;  // stub -> the directory holding its entry
+};
+
+}  // namespace ubtrfs::fsimpl
+
+#endif  // UBTRFS_FS_FS_IMPL_H_

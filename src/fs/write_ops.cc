@@ -1,0 +1,830 @@
+// The write side of the POSIX view: namespace operations, file data, inode
+// attributes and xattrs, each joining the running transaction.
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+
+#include <ctime>
+
+#include "fs/fs_impl.h"
+
+namespace ubtrfs::fsimpl {
+namespace {
+
+// Files up to this size whose data starts at offset 0 are stored inline in
+// the tree, as the kernel does by default (max_inline).
+constexpr uint64_t kMaxInline = 2048;
+// The largest extent btrfs writes uncompressed.
+constexpr uint64_t kMaxExtent = 128ull << 20;
+// A directory whose queue of delayed dir-index items grows past this many
+// entries is flushed early, bounding the memory the queue holds; a commit
+// flushes everything.
+constexpr size_t kDelayedFlushThreshold = 1 << 16;
+
+Time Now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
+}
+
+void SetTime(Timespec& ts, const Time& t) {
+  ts.sec = static_cast<uint64_t>(t.sec);
+  ts.nsec = t.nsec;
+}
+
+uint8_t FtFromMode(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return kFtRegFile;
+    case S_IFDIR: return kFtDir;
+    case S_IFCHR: return kFtChrdev;
+    case S_IFBLK: return kFtBlkdev;
+    case S_IFIFO: return kFtFifo;
+    case S_IFSOCK: return kFtSock;
+    case S_IFLNK: return kFtSymlink;
+  }
+  return kFtUnknown;
+}
+
+std::vector<uint8_t> DirItemBytes(const Key& location, uint64_t transid, uint8_t type, std::string_view name,
+                                  std::string_view data) {
+  std::vector<uint8_t> b(sizeof(DirItem) + name.size() + data.size());
+  auto* di = reinterpret_cast<DirItem*>(b.data());
+  location.To(&di->location);
+  di->transid = transid;
+  di->data_len = static_cast<uint16_t>(data.size());
+  di->name_len = static_cast<uint16_t>(name.size());
+  di->type = type;
+  std::memcpy(b.data() + sizeof(DirItem), name.data(), name.size());
+  if (!data.empty()) std::memcpy(b.data() + sizeof(DirItem) + name.size(), data.data(), data.size());
+  return b;
+}
+
+template <typename T>
+std::vector<uint8_t> AsBytes(const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  return std::vector<uint8_t>(p, p + sizeof(T));
+}
+
+// The key offset of an INODE_EXTREF: raw crc32c of the name seeded with the
+// parent's objectid (truncated to 32 bits), as the kernel computes it.
+uint64_t ExtrefHash(uint64_t parent, std::string_view name) {
+  return Crc32c(static_cast<uint32_t>(parent),
+                std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size()));
+}
+
+Status CheckName(std::string_view name) {
+  if (name.empty() || name.size() > 255) return Status::Error(ENAMETOOLONG, "bad name length " + std::to_string(name.size()));
+  if (name == "." || name == "..") return Status::Error(EEXIST, "'" + std::string(name) + "' is reserved");
+  if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
+    return Status::Invalid("name contains '/' or NUL");
+  }
+  return Status::Ok();
+}
+
+bool AllZero(std::span<const uint8_t> d) {
+  for (uint8_t b : d) {
+    if (b) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+FilesystemImpl::~FilesystemImpl() {
+  if (txn_) {
+    Status st = Commit();
+    (void)st;  // nothing left to report to; the last committed state stays intact
+  }
+  delayed_.reset();
+  txn_.reset();  // before vol_, which it points into
+}
+
+Status FilesystemImpl::InitWrite() {
+  if (!(vol_->super().incompat_flags.get() & kIncompatNoHoles)) {
+    return Status::Unsupported("writing needs the no-holes feature (the mkfs.btrfs default since 5.15)");
+  }
+  UB_ASSIGN_OR_RETURN(txn_, txn::TxnManager::Open(vol_.get()));
+  delayed_ = std::make_unique<inode::DelayedDirIndex>(vol_->nodesize());
+  return Status::Ok();
+}
+
+Status FilesystemImpl::CheckWritable() {
+  if (!txn_) return Status::Error(EROFS, "the image is open read-only");
+  return Status::Ok();
+}
+
+Result<tree::TreeWriter*> FilesystemImpl::FsWriter(uint64_t root) {
+  UB_RETURN_IF_ERROR(FsTree(root).status());
+  return txn_->Writer(root);
+}
+
+Result<InodeItem> FilesystemImpl::LoadInode(InodeId id) {
+  if (StubParent(id)) return Status::Error(EPERM, "an empty subvolume stub cannot be changed");
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, Key{id.ino, kInodeItemKey, 0}));
+  if (!item) return Status::NotFound(InodeName(id) + " does not exist");
+  if (item->size() < sizeof(InodeItem)) return Status::Corrupt(InodeName(id) + ": short inode item");
+  InodeItem ii;
+  std::memcpy(&ii, item->data(), sizeof ii);
+  return ii;
+}
+
+Status FilesystemImpl::StoreInode(InodeId id, const InodeItem& ii_in) {
+  InodeItem ii = ii_in;
+  ii.transid = txn_->transid();
+  ii.sequence = ii.sequence.get() + 1;
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  return w->Update(Key{id.ino, kInodeItemKey, 0}, AsBytes(ii));
+}
+
+Result<uint64_t> FilesystemImpl::NextIno(uint64_t root) {
+  auto it = next_ino_.find(root);
+  if (it == next_ino_.end()) {
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(root));
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{kLastFreeObjectid, 0xff, UINT64_MAX}));
+    uint64_t last = c.Valid() ? c.key().objectid : 0;
+    it = next_ino_.emplace(root, std::max<uint64_t>(last, kFirstFreeObjectid) + 1).first;
+  }
+  if (it->second > kLastFreeObjectid) return Status::Error(EOVERFLOW, "inode numbers exhausted");
+  return it->second++;
+}
+
+Result<uint64_t> FilesystemImpl::NextDirIndex(InodeId dir) {
+  auto it = next_index_.find({dir.root, dir.ino});
+  if (it == next_index_.end()) {
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{dir.ino, kDirIndexKey, UINT64_MAX}));
+    uint64_t next = 2;  // 0 and 1 stand for "." and ".."
+    if (c.Valid() && c.key().objectid == dir.ino && c.key().type == kDirIndexKey) next = c.key().offset + 1;
+    it = next_index_.emplace(std::make_pair(dir.root, dir.ino), next).first;
+  }
+  return it->second++;
+}
+
+Status FilesystemImpl::TouchDir(InodeId dir, int64_t size_delta) {
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
+  ii.size = static_cast<uint64_t>(static_cast<int64_t>(ii.size.get()) + size_delta);
+  const Time now = Now();
+  SetTime(ii.mtime, now);
+  SetTime(ii.ctime, now);
+  return StoreInode(dir, ii);
+}
+
+// ---- Links ------------------------------------------------------------------------------------
+
+Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, uint32_t) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+  UB_ASSIGN_OR_RETURN(uint64_t index, NextDirIndex(dir));
+  const uint64_t transid = txn_->transid();
+  const auto entry = DirItemBytes(Key{target.ino, kInodeItemKey, 0}, transid, ftype, name, {});
+  if (entry.size() > w->MaxItemSize()) return Status::Error(ENAMETOOLONG, "entry too large");
+
+  // DIR_ITEM by name hash; names whose hashes collide share one item.
+  const Key dkey{dir.ino, kDirItemKey, NameHash(name)};
+  UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, dkey));
+  if (existing) {
+    if (existing->size() + entry.size() > w->MaxItemSize()) return Status::Error(ENOSPC, "dir item full of colliding names");
+    existing->insert(existing->end(), entry.begin(), entry.end());
+    UB_RETURN_IF_ERROR(w->Update(dkey, *existing));
+  } else {
+    UB_RETURN_IF_ERROR(w->Insert(dkey, entry));
+  }
+
+  // INODE_REF (or, when that item is full, an INODE_EXTREF).
+  std::vector<uint8_t> ref(sizeof(InodeRef) + name.size());
+  auto* ir = reinterpret_cast<InodeRef*>(ref.data());
+  ir->index = index;
+  ir->name_len = static_cast<uint16_t>(name.size());
+  std::memcpy(ref.data() + sizeof(InodeRef), name.data(), name.size());
+  const Key rkey{target.ino, kInodeRefKey, dir.ino};
+  UB_ASSIGN_OR_RETURN(auto refs, tree::LookupItem(vol_->source(), tree, rkey));
+  if (!refs) {
+    UB_RETURN_IF_ERROR(w->Insert(rkey, ref));
+  } else if (refs->size() + ref.size() <= w->MaxItemSize()) {
+    refs->insert(refs->end(), ref.begin(), ref.end());
+    UB_RETURN_IF_ERROR(w->Update(rkey, *refs));
+  } else {
+    std::vector<uint8_t> ext(sizeof(InodeExtref) + name.size());
+    auto* er = reinterpret_cast<InodeExtref*>(ext.data());
+    er->parent_objectid = dir.ino;
+    er->index = index;
+    er->name_len = static_cast<uint16_t>(name.size());
+    std::memcpy(ext.data() + sizeof(InodeExtref), name.data(), name.size());
+    const Key ekey{target.ino, kInodeExtrefKey, ExtrefHash(dir.ino, name)};
+    UB_ASSIGN_OR_RETURN(auto exts, tree::LookupItem(vol_->source(), tree, ekey));
+    if (exts) {
+      exts->insert(exts->end(), ext.begin(), ext.end());
+      UB_RETURN_IF_ERROR(w->Update(ekey, *exts));
+    } else {
+      UB_RETURN_IF_ERROR(w->Insert(ekey, ext));
+    }
+  }
+
+  // DIR_INDEX goes through the delayed queue.
+  delayed_->Add(dir.root, dir.ino, index, entry);
+  if (const auto* q = delayed_->Pending(dir.root, dir.ino); q && q->size() >= kDelayedFlushThreshold) {
+    UB_RETURN_IF_ERROR(delayed_->FlushDir(dir.root, dir.ino, [this](uint64_t r) { return FsWriter(r); }));
+  }
+  return TouchDir(dir, 2 * static_cast<int64_t>(name.size()));
+}
+
+Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId target, bool*) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+  // DIR_ITEM: drop this name from the item.
+  const Key dkey{dir.ino, kDirItemKey, NameHash(name)};
+  UB_ASSIGN_OR_RETURN(auto ditem, tree::LookupItem(vol_->source(), tree, dkey));
+  if (!ditem) return Status::NotFound(std::string(name) + ": no such entry");
+  {
+    UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*ditem, dkey));
+    std::vector<uint8_t> rest;
+    bool found = false;
+    for (const auto& e : entries) {
+      if (e.name == name && !found) {
+        found = true;
+        continue;
+      }
+      auto b = DirItemBytes(e.location, txn_->transid(), e.type, e.name, e.data);
+      rest.insert(rest.end(), b.begin(), b.end());
+    }
+    if (!found) return Status::NotFound(std::string(name) + ": no such entry");
+    UB_RETURN_IF_ERROR(rest.empty() ? w->Delete(dkey) : w->Update(dkey, rest));
+  }
+  // INODE_REF or INODE_EXTREF: find the name, learn its index, drop it.
+  uint64_t index = 0;
+  bool have_index = false;
+  const Key rkey{target.ino, kInodeRefKey, dir.ino};
+  UB_ASSIGN_OR_RETURN(auto refs, tree::LookupItem(vol_->source(), tree, rkey));
+  if (refs) {
+    size_t pos = 0;
+    while (pos + sizeof(InodeRef) <= refs->size()) {
+      const auto* ir = reinterpret_cast<const InodeRef*>(refs->data() + pos);
+      const size_t len = sizeof(InodeRef) + ir->name_len.get();
+      if (pos + len > refs->size()) return Status::Corrupt(InodeName(target) + ": truncated INODE_REF");
+      if (std::string_view(reinterpret_cast<const char*>(refs->data()) + pos + sizeof(InodeRef), ir->name_len.get()) == name) {
+        index = ir->index.get();
+        have_index = true;
+        refs->erase(refs->begin() + static_cast<long>(pos), refs->begin() + static_cast<long>(pos + len));
+        UB_RETURN_IF_ERROR(refs->empty() ? w->Delete(rkey) : w->Update(rkey, *refs));
+        break;
+      }
+      pos += len;
+    }
+  }
+  if (!have_index) {
+    const Key ekey{target.ino, kInodeExtrefKey, ExtrefHash(dir.ino, name)};
+    UB_ASSIGN_OR_RETURN(auto exts, tree::LookupItem(vol_->source(), tree, ekey));
+    size_t pos = 0;
+    while (exts && pos + sizeof(InodeExtref) <= exts->size()) {
+      const auto* er = reinterpret_cast<const InodeExtref*>(exts->data() + pos);
+      const size_t len = sizeof(InodeExtref) + er->name_len.get();
+      if (pos + len > exts->size()) return Status::Corrupt(InodeName(target) + ": truncated INODE_EXTREF");
+      if (er->parent_objectid.get() == dir.ino &&
+          std::string_view(reinterpret_cast<const char*>(exts->data()) + pos + sizeof(InodeExtref), er->name_len.get()) == name) {
+        index = er->index.get();
+        have_index = true;
+        exts->erase(exts->begin() + static_cast<long>(pos), exts->begin() + static_cast<long>(pos + len));
+        UB_RETURN_IF_ERROR(exts->empty() ? w->Delete(ekey) : w->Update(ekey, *exts));
+        break;
+      }
+      pos += len;
+    }
+  }
+  if (!have_index) return Status::Corrupt(InodeName(target) + ": no back reference for '" + std::string(name) + "'");
+  // DIR_INDEX: still queued, or in the tree.
+  if (!delayed_->Cancel(dir.root, dir.ino, index)) {
+    UB_RETURN_IF_ERROR(w->Delete(Key{dir.ino, kDirIndexKey, index}).WithContext("dir index of '" + std::string(name) + "'"));
+  }
+  return TouchDir(dir, -2 * static_cast<int64_t>(name.size()));
+}
+
+Status FilesystemImpl::DropInode(InodeId id) {
+  int64_t nbytes = 0;
+  UB_RETURN_IF_ERROR(DropExtents(id, 0, UINT64_MAX, &nbytes));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  std::vector<Key> keys;
+  Cursor c(vol_->source(), tree);
+  UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, 0, 0}));
+  for (; c.Valid() && c.key().objectid == id.ino;) {
+    keys.push_back(c.key());
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  for (const Key& k : keys) UB_RETURN_IF_ERROR(w->Delete(k));
+  next_index_.erase({id.root, id.ino});
+  return Status::Ok();
+}
+
+Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uint32_t mode, const NewInode& attrs,
+                                         std::string_view symlink_target) {
+  UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(CheckName(name));
+  UB_ASSIGN_OR_RETURN(InodeItem parent, LoadInode(dir));
+  if (!S_ISDIR(parent.mode.get())) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
+  if (parent.nlink.get() == 0) return Status::NotFound(InodeName(dir) + " was removed");
+  auto existing = LookupChild(dir, name);
+  if (existing.ok()) return Status::Error(EEXIST, std::string(name) + ": exists");
+  if (existing.status().code() != ENOENT) return existing.status();
+
+  UB_ASSIGN_OR_RETURN(uint64_t ino, NextIno(dir.root));
+  const InodeId id{dir.root, ino};
+  const Time now = Now();
+  InodeItem ii{};
+  ii.generation = txn_->transid();
+  ii.transid = txn_->transid();
+  ii.nlink = 1;
+  ii.uid = attrs.uid;
+  ii.gid = attrs.gid;
+  ii.mode = mode;
+  const dev_t rdev = static_cast<dev_t>(attrs.rdev);
+  if (S_ISCHR(mode) || S_ISBLK(mode)) ii.rdev = (uint64_t{major(rdev)} << 20) | minor(rdev);
+  // New inodes follow their directory's no-COW / compression choices.
+  ii.flags = parent.flags.get() & (kInodeNodatacow | kInodeNodatasum | kInodeCompress | kInodeNocompress);
+  SetTime(ii.atime, attrs.atime.value_or(now));
+  SetTime(ii.mtime, attrs.mtime.value_or(now));
+  SetTime(ii.ctime, attrs.ctime.value_or(now));
+  SetTime(ii.otime, now);
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+  UB_RETURN_IF_ERROR(w->Insert(Key{ino, kInodeItemKey, 0}, AsBytes(ii)));
+  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), mode));
+  if (S_ISLNK(mode)) {
+    UB_RETURN_IF_ERROR(WriteInline(id, std::span(reinterpret_cast<const uint8_t*>(symlink_target.data()), symlink_target.size())));
+    UB_ASSIGN_OR_RETURN(InodeItem li, LoadInode(id));
+    li.size = symlink_target.size();
+    li.nbytes = symlink_target.size();
+    UB_RETURN_IF_ERROR(StoreInode(id, li));
+  }
+  return id;
+}
+
+Result<InodeId> FilesystemImpl::Create(InodeId dir, std::string_view name, const NewInode& attrs) {
+  auto guard = Guard();
+  return NewEntry(dir, name, S_IFREG | (attrs.mode & 07777), attrs, {});
+}
+
+Result<InodeId> FilesystemImpl::Mkdir(InodeId dir, std::string_view name, const NewInode& attrs) {
+  auto guard = Guard();
+  return NewEntry(dir, name, S_IFDIR | (attrs.mode & 07777), attrs, {});
+}
+
+Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const NewInode& attrs) {
+  auto guard = Guard();
+  const uint32_t type = attrs.mode & S_IFMT;
+  if (type != S_IFIFO && type != S_IFSOCK && type != S_IFCHR && type != S_IFBLK && type != S_IFREG) {
+    return Status::Invalid("mknod of an unsupported file type");
+  }
+  return NewEntry(dir, name, attrs.mode & (S_IFMT | 07777), attrs, {});
+}
+
+Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std::string_view target,
+                                        const NewInode& attrs) {
+  auto guard = Guard();
+  if (target.empty()) return Status::Error(ENOENT, "empty symlink target");
+  if (target.size() >= 4096 || target.size() > vol_->nodesize() - sizeof(Header) - sizeof(Item) - kFileExtentInlineDataStart) {
+    return Status::Error(ENAMETOOLONG, "symlink target of " + std::to_string(target.size()) + " bytes");
+  }
+  return NewEntry(dir, name, S_IFLNK | 0777, attrs, target);
+}
+
+Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(CheckName(name));
+  if (inode.root != dir.root) return Status::Error(EXDEV, "hard link across subvolumes");
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(inode));
+  if (S_ISDIR(ii.mode.get())) return Status::Error(EPERM, "hard link to a directory");
+  UB_ASSIGN_OR_RETURN(InodeItem parent, LoadInode(dir));
+  if (!S_ISDIR(parent.mode.get())) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
+  auto existing = LookupChild(dir, name);
+  if (existing.ok()) return Status::Error(EEXIST, std::string(name) + ": exists");
+  if (existing.status().code() != ENOENT) return existing.status();
+  if (ii.nlink.get() >= 65535) return Status::Error(EMLINK, "too many links");
+  UB_RETURN_IF_ERROR(AddLink(dir, name, inode, FtFromMode(ii.mode.get()), ii.mode.get()));
+  UB_ASSIGN_OR_RETURN(ii, LoadInode(inode));
+  ii.nlink = ii.nlink.get() + 1;
+  SetTime(ii.ctime, Now());
+  return StoreInode(inode, ii);
+}
+
+Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  UB_ASSIGN_OR_RETURN(InodeId id, LookupChild(dir, name));
+  if (id.root != dir.root) return Status::Unsupported("removing a subvolume entry");
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+  if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, std::string(name) + " is a directory");
+  UB_RETURN_IF_ERROR(RemoveLink(dir, name, id, nullptr));
+  UB_ASSIGN_OR_RETURN(ii, LoadInode(id));
+  if (ii.nlink.get() <= 1) return DropInode(id);
+  ii.nlink = ii.nlink.get() - 1;
+  SetTime(ii.ctime, Now());
+  return StoreInode(id, ii);
+}
+
+Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  if (name == ".") return Status::Invalid("rmdir of '.'");
+  if (name == "..") return Status::Error(ENOTEMPTY, "rmdir of '..'");
+  UB_ASSIGN_OR_RETURN(InodeId id, LookupChild(dir, name));
+  if (id.root != dir.root) return Status::Unsupported("removing a subvolume entry");
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+  if (!S_ISDIR(ii.mode.get())) return Status::Error(ENOTDIR, std::string(name) + " is not a directory");
+  UB_ASSIGN_OR_RETURN(auto entries, ReadDir(id));
+  if (!entries.empty()) return Status::Error(ENOTEMPTY, std::string(name) + ": directory not empty");
+  UB_RETURN_IF_ERROR(RemoveLink(dir, name, id, nullptr));
+  return DropInode(id);
+}
+
+Result<bool> FilesystemImpl::IsAncestor(InodeId maybe_ancestor, InodeId dir) {
+  InodeId cur = dir;
+  for (int depth = 0; depth < 100000; ++depth) {
+    if (cur == maybe_ancestor) return true;
+    if (cur == root_) return false;
+    UB_ASSIGN_OR_RETURN(InodeId up, Parent(cur));
+    if (up == cur) return false;
+    cur = up;
+  }
+  return Status::Corrupt("directory chain too deep (a loop?)");
+}
+
+Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name,
+                              unsigned flags) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(CheckName(new_name));
+  if ((flags & kRenameNoReplace) && (flags & kRenameExchange)) return Status::Invalid("NOREPLACE with EXCHANGE");
+  if (old_dir.root != new_dir.root) return Status::Error(EXDEV, "rename across subvolumes");
+  UB_ASSIGN_OR_RETURN(InodeId src, LookupChild(old_dir, old_name));
+  if (src.root != old_dir.root) return Status::Unsupported("renaming a subvolume");
+  UB_ASSIGN_OR_RETURN(InodeItem src_ii, LoadInode(src));
+  UB_ASSIGN_OR_RETURN(InodeItem nd, LoadInode(new_dir));
+  if (!S_ISDIR(nd.mode.get())) return Status::Error(ENOTDIR, InodeName(new_dir) + " is not a directory");
+  const bool src_dir = S_ISDIR(src_ii.mode.get());
+  if (src_dir) {
+    UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(src, new_dir));
+    if (loop) return Status::Invalid("cannot move a directory into itself");
+  }
+  auto dst_r = LookupChild(new_dir, new_name);
+  if (!dst_r.ok() && dst_r.status().code() != ENOENT) return dst_r.status();
+  const std::optional<InodeId> dst = dst_r.ok() ? std::optional<InodeId>(*dst_r) : std::nullopt;
+  if (dst && dst->root != new_dir.root) return Status::Unsupported("replacing a subvolume");
+  const Time now = Now();
+
+  if (flags & kRenameExchange) {
+    if (!dst) return Status::NotFound(std::string(new_name) + ": no such entry to exchange with");
+    UB_ASSIGN_OR_RETURN(InodeItem dst_ii, LoadInode(*dst));
+    if (S_ISDIR(dst_ii.mode.get())) {
+      UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(*dst, old_dir));
+      if (loop) return Status::Invalid("cannot move a directory into itself");
+    }
+    UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
+    UB_RETURN_IF_ERROR(RemoveLink(new_dir, new_name, *dst, nullptr));
+    UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), src_ii.mode.get()));
+    UB_RETURN_IF_ERROR(AddLink(old_dir, old_name, *dst, FtFromMode(dst_ii.mode.get()), dst_ii.mode.get()));
+    for (InodeId id : {src, *dst}) {
+      UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+      SetTime(ii.ctime, now);
+      UB_RETURN_IF_ERROR(StoreInode(id, ii));
+    }
+    return Status::Ok();
+  }
+  if (dst) {
+    if (flags & kRenameNoReplace) return Status::Error(EEXIST, std::string(new_name) + ": exists");
+    if (*dst == src) return Status::Ok();  // two links to one inode: POSIX says do nothing
+    UB_ASSIGN_OR_RETURN(InodeItem dst_ii, LoadInode(*dst));
+    const bool dst_dir = S_ISDIR(dst_ii.mode.get());
+    if (src_dir && !dst_dir) return Status::Error(ENOTDIR, std::string(new_name) + " is not a directory");
+    if (!src_dir && dst_dir) return Status::Error(EISDIR, std::string(new_name) + " is a directory");
+    if (dst_dir) {
+      UB_ASSIGN_OR_RETURN(auto entries, ReadDir(*dst));
+      if (!entries.empty()) return Status::Error(ENOTEMPTY, std::string(new_name) + ": directory not empty");
+    }
+    UB_RETURN_IF_ERROR(RemoveLink(new_dir, new_name, *dst, nullptr));
+    UB_ASSIGN_OR_RETURN(dst_ii, LoadInode(*dst));
+    if (dst_dir || dst_ii.nlink.get() <= 1) {
+      UB_RETURN_IF_ERROR(DropInode(*dst));
+    } else {
+      dst_ii.nlink = dst_ii.nlink.get() - 1;
+      SetTime(dst_ii.ctime, now);
+      UB_RETURN_IF_ERROR(StoreInode(*dst, dst_ii));
+    }
+  }
+  UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
+  UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), src_ii.mode.get()));
+  UB_ASSIGN_OR_RETURN(src_ii, LoadInode(src));
+  SetTime(src_ii.ctime, now);
+  return StoreInode(src, src_ii);
+}
+
+// ---- File data ------------------------------------------------------------------------------------
+
+// Removes file extents from [start, end), trimming or splitting those that
+// reach past either end. Extents keep their data references: a split adds
+// one reference to the same disk extent, a removal drops one.
+Status FilesystemImpl::DropExtents(InodeId id, uint64_t start, uint64_t end, int64_t* nbytes_delta) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  std::vector<std::pair<Key, std::vector<uint8_t>>> hits;
+  Cursor c(vol_->source(), tree);
+  UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{id.ino, kExtentDataKey, start}));
+  if (!c.Valid() || c.key().objectid != id.ino || c.key().type != kExtentDataKey) {
+    UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, kExtentDataKey, 0}));
+  }
+  for (; c.Valid();) {
+    const Key k = c.key();
+    if (k.objectid != id.ino || k.type != kExtentDataKey || k.offset >= end) break;
+    hits.push_back({k, std::vector<uint8_t>(c.data().begin(), c.data().end())});
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  for (auto& [k, d] : hits) {
+    if (d.size() < kFileExtentInlineDataStart) return Status::Corrupt(InodeName(id) + ": short extent item");
+    auto* fe = reinterpret_cast<FileExtentItem*>(d.data());
+    if (fe->type == kFileExtentInline) {
+      const uint64_t len = fe->compression ? fe->ram_bytes.get() : d.size() - kFileExtentInlineDataStart;
+      if (k.offset + len <= start) continue;
+      UB_RETURN_IF_ERROR(w->Delete(k));
+      *nbytes_delta -= static_cast<int64_t>(len);
+      continue;
+    }
+    if (d.size() < sizeof(FileExtentItem)) return Status::Corrupt(InodeName(id) + ": short extent item");
+    const uint64_t ks = k.offset, num = fe->num_bytes.get(), ke = ks + num;
+    if (ke <= start) continue;
+    const uint64_t disk = fe->disk_bytenr.get(), disk_len = fe->disk_num_bytes.get();
+    const uint64_t ref_offset = ks - fe->offset.get();
+    const bool counted = disk != 0;  // holes have no data and no reference
+    const uint64_t cut_from = std::max(ks, start), cut_to = std::min(ke, end);
+    if (counted) *nbytes_delta -= static_cast<int64_t>(cut_to - cut_from);
+    if (ks < start) {
+      // Keep the head [ks, start).
+      fe->num_bytes = start - ks;
+      UB_RETURN_IF_ERROR(w->Update(k, d));
+      if (ke > end) {
+        // The range is inside the extent: the tail [end, ke) becomes a new item.
+        fe->offset = fe->offset.get() + (end - ks);
+        fe->num_bytes = ke - end;
+        UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, end}, d));
+        if (counted) UB_RETURN_IF_ERROR(txn_->AddDataRef(disk, disk_len, id.root, id.ino, ref_offset));
+      }
+      continue;
+    }
+    UB_RETURN_IF_ERROR(w->Delete(k));
+    if (ke > end) {
+      fe->offset = fe->offset.get() + (end - ks);
+      fe->num_bytes = ke - end;
+      UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, end}, d));
+    } else if (counted) {
+      UB_RETURN_IF_ERROR(txn_->DropDataRef(disk, disk_len, id.root, id.ino, ref_offset));
+    }
+  }
+  return Status::Ok();
+}
+
+Status FilesystemImpl::WriteInline(InodeId id, std::span<const uint8_t> content) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  std::vector<uint8_t> item(kFileExtentInlineDataStart + content.size());
+  auto* fe = reinterpret_cast<FileExtentItem*>(item.data());
+  fe->generation = txn_->transid();
+  fe->ram_bytes = content.size();
+  fe->compression = kCompressNone;
+  fe->type = kFileExtentInline;
+  std::memcpy(item.data() + kFileExtentInlineDataStart, content.data(), content.size());
+  return w->Insert(Key{id.ino, kExtentDataKey, 0}, item);
+}
+
+// Writes sector-aligned data at sector-aligned `start` as new extents; runs
+// of all-zero sectors become holes (no-holes images need no hole items).
+Status FilesystemImpl::WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> data, bool csum,
+                                    int64_t* nbytes_delta) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  const uint32_t ss = vol_->sectorsize();
+  size_t pos = 0;
+  while (pos < data.size()) {
+    if (AllZero(data.subspan(pos, ss))) {
+      pos += ss;
+      continue;
+    }
+    size_t run = ss;
+    while (pos + run < data.size() && run < kMaxExtent && !AllZero(data.subspan(pos + run, ss))) run += ss;
+    // Allocate the run, in smaller pieces if space is fragmented.
+    size_t done = 0;
+    while (done < run) {
+      uint64_t want = run - done, bytenr = 0;
+      for (;;) {
+        auto a = txn_->AllocData(want);
+        if (a.ok()) {
+          bytenr = *a;
+          break;
+        }
+        if (a.status().code() != ENOSPC || want <= ss) return a.status();
+        want = std::max<uint64_t>(ss, want / 2 / ss * ss);
+      }
+      const uint64_t file_off = start + pos + done;
+      UB_RETURN_IF_ERROR(txn_->WriteData(bytenr, data.subspan(pos + done, want), csum));
+      FileExtentItem fe{};
+      fe.generation = txn_->transid();
+      fe.ram_bytes = want;
+      fe.compression = kCompressNone;
+      fe.type = kFileExtentReg;
+      fe.disk_bytenr = bytenr;
+      fe.disk_num_bytes = want;
+      fe.offset = 0;
+      fe.num_bytes = want;
+      UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, file_off}, AsBytes(fe)));
+      UB_RETURN_IF_ERROR(txn_->AddDataRef(bytenr, want, id.root, id.ino, file_off));
+      *nbytes_delta += static_cast<int64_t>(want);
+      done += want;
+    }
+    pos += run;
+  }
+  return Status::Ok();
+}
+
+Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(file));
+  if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, InodeName(file) + " is a directory");
+  if (!S_ISREG(ii.mode.get())) return Status::Invalid(InodeName(file) + " is not a regular file");
+  if (data.empty()) return size_t{0};
+  if (offset + data.size() < offset || offset + data.size() > (1ull << 62)) return Status::Error(EFBIG, "file too large");
+  const uint32_t ss = vol_->sectorsize();
+  const uint64_t old_size = ii.size.get(), end = offset + data.size(), new_size = std::max(old_size, end);
+  const bool csum = !(ii.flags.get() & kInodeNodatasum);
+  int64_t nbytes_delta = 0;
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
+  UB_ASSIGN_OR_RETURN(auto first, tree::LookupItem(vol_->source(), tree, Key{file.ino, kExtentDataKey, 0}));
+  const bool has_inline = first && first->size() >= kFileExtentInlineDataStart &&
+                          reinterpret_cast<const FileExtentItem*>(first->data())->type == kFileExtentInline;
+  if (new_size <= kMaxInline && new_size < ss) {
+    std::vector<uint8_t> content(new_size, 0);
+    UB_RETURN_IF_ERROR(Read(file, 0, std::span(content).subspan(0, old_size)).status());
+    std::memcpy(content.data() + offset, data.data(), data.size());
+    UB_RETURN_IF_ERROR(DropExtents(file, 0, UINT64_MAX, &nbytes_delta));
+    UB_RETURN_IF_ERROR(WriteInline(file, content));
+    nbytes_delta += static_cast<int64_t>(content.size());
+  } else {
+    const uint64_t a = has_inline ? 0 : offset / ss * ss;
+    const uint64_t b = (end + ss - 1) / ss * ss;
+    std::vector<uint8_t> buf(b - a, 0);
+    if (a < old_size) {
+      UB_RETURN_IF_ERROR(Read(file, a, std::span(buf).subspan(0, std::min(b, old_size) - a)).status());
+    }
+    std::memcpy(buf.data() + (offset - a), data.data(), data.size());
+    UB_RETURN_IF_ERROR(DropExtents(file, a, has_inline ? UINT64_MAX : b, &nbytes_delta));
+    UB_RETURN_IF_ERROR(WriteRegular(file, a, buf, csum, &nbytes_delta));
+  }
+  UB_ASSIGN_OR_RETURN(ii, LoadInode(file));
+  ii.size = new_size;
+  ii.nbytes = static_cast<uint64_t>(static_cast<int64_t>(ii.nbytes.get()) + nbytes_delta);
+  const Time now = Now();
+  SetTime(ii.mtime, now);
+  SetTime(ii.ctime, now);
+  UB_RETURN_IF_ERROR(StoreInode(file, ii));
+  return data.size();
+}
+
+Status FilesystemImpl::TruncateLocked(InodeId id, uint64_t new_size) {
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+  if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, InodeName(id) + " is a directory");
+  if (!S_ISREG(ii.mode.get())) return Status::Invalid(InodeName(id) + " is not a regular file");
+  const uint64_t old_size = ii.size.get();
+  if (new_size == old_size) return Status::Ok();
+  const uint32_t ss = vol_->sectorsize();
+  const bool csum = !(ii.flags.get() & kInodeNodatasum);
+  int64_t nbytes_delta = 0;
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  UB_ASSIGN_OR_RETURN(auto first, tree::LookupItem(vol_->source(), tree, Key{id.ino, kExtentDataKey, 0}));
+  const bool has_inline = first && first->size() >= kFileExtentInlineDataStart &&
+                          reinterpret_cast<const FileExtentItem*>(first->data())->type == kFileExtentInline;
+  if (has_inline) {
+    // Rewrite the whole (small) file: inline again if it still fits.
+    std::vector<uint8_t> content(new_size, 0);
+    const uint64_t keep = std::min(old_size, new_size);
+    UB_RETURN_IF_ERROR(Read(id, 0, std::span(content).subspan(0, keep)).status());
+    UB_RETURN_IF_ERROR(DropExtents(id, 0, UINT64_MAX, &nbytes_delta));
+    if (new_size <= kMaxInline && new_size < ss) {
+      if (new_size > 0) {
+        UB_RETURN_IF_ERROR(WriteInline(id, content));
+        nbytes_delta += static_cast<int64_t>(new_size);
+      }
+    } else {
+      content.resize((keep + ss - 1) / ss * ss, 0);
+      UB_RETURN_IF_ERROR(WriteRegular(id, 0, content, csum, &nbytes_delta));
+    }
+  } else if (new_size < old_size) {
+    const uint64_t tail = new_size % ss, base = new_size - tail;
+    std::vector<uint8_t> sector;
+    if (tail) {
+      // The part of the last sector past the new end must read as zeros if
+      // the file grows again: rewrite that sector with its tail cleared.
+      sector.assign(ss, 0);
+      UB_RETURN_IF_ERROR(Read(id, base, std::span(sector).subspan(0, tail)).status());
+    }
+    UB_RETURN_IF_ERROR(DropExtents(id, tail ? base : new_size, UINT64_MAX, &nbytes_delta));
+    if (tail && !AllZero(sector)) UB_RETURN_IF_ERROR(WriteRegular(id, base, sector, csum, &nbytes_delta));
+  }
+  UB_ASSIGN_OR_RETURN(ii, LoadInode(id));
+  ii.size = new_size;
+  ii.nbytes = static_cast<uint64_t>(static_cast<int64_t>(ii.nbytes.get()) + nbytes_delta);
+  const Time now = Now();
+  SetTime(ii.mtime, now);
+  SetTime(ii.ctime, now);
+  return StoreInode(id, ii);
+}
+
+Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  if (change.size) UB_RETURN_IF_ERROR(TruncateLocked(id, *change.size));
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+  if (change.mode) ii.mode = (ii.mode.get() & S_IFMT) | (*change.mode & 07777);
+  if (change.uid) ii.uid = *change.uid;
+  if (change.gid) ii.gid = *change.gid;
+  if (change.atime) SetTime(ii.atime, *change.atime);
+  if (change.mtime) SetTime(ii.mtime, *change.mtime);
+  SetTime(ii.ctime, change.ctime.value_or(Now()));
+  return StoreInode(id, ii);
+}
+
+// ---- Xattrs ----------------------------------------------------------------------------------------
+
+Status FilesystemImpl::PutXattrItem(InodeId id, const Key& key, std::vector<uint8_t> item) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, key));
+  if (item.empty()) return existing ? w->Delete(key) : Status::Ok();
+  return existing ? w->Update(key, item) : w->Insert(key, item);
+}
+
+Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  if (name.empty() || name.size() > 255) return Status::Error(ERANGE, "bad xattr name length");
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  const Key key{id.ino, kXattrItemKey, NameHash(name)};
+  UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, key));
+  std::vector<uint8_t> out;
+  bool found = false;
+  if (existing) {
+    UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*existing, key));
+    for (const auto& e : entries) {
+      if (e.name == name) {
+        found = true;
+        continue;
+      }
+      auto b = DirItemBytes(e.location, txn_->transid(), e.type, e.name, e.data);
+      out.insert(out.end(), b.begin(), b.end());
+    }
+  }
+  if ((flags & XATTR_CREATE) && found) return Status::Error(EEXIST, std::string(name) + ": xattr exists");
+  if ((flags & XATTR_REPLACE) && !found) return Status::Error(ENODATA, std::string(name) + ": no such xattr");
+  auto mine = DirItemBytes(Key{}, txn_->transid(), kFtXattr, name, value);
+  if (out.size() + mine.size() > w->MaxItemSize()) {
+    return Status::Error(E2BIG, "xattr " + std::string(name) + " of " + std::to_string(value.size()) + " bytes does not fit");
+  }
+  out.insert(out.end(), mine.begin(), mine.end());
+  UB_RETURN_IF_ERROR(PutXattrItem(id, key, std::move(out)));
+  UB_ASSIGN_OR_RETURN(ii, LoadInode(id));
+  SetTime(ii.ctime, Now());
+  return StoreInode(id, ii);
+}
+
+Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  const Key key{id.ino, kXattrItemKey, NameHash(name)};
+  UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, key));
+  if (!existing) return Status::Error(ENODATA, std::string(name) + ": no such xattr");
+  UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*existing, key));
+  std::vector<uint8_t> out;
+  bool found = false;
+  for (const auto& e : entries) {
+    if (e.name == name) {
+      found = true;
+      continue;
+    }
+    auto b = DirItemBytes(e.location, txn_->transid(), e.type, e.name, e.data);
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  if (!found) return Status::Error(ENODATA, std::string(name) + ": no such xattr");
+  UB_RETURN_IF_ERROR(PutXattrItem(id, key, std::move(out)));
+  SetTime(ii.ctime, Now());
+  return StoreInode(id, ii);
+}
+
+Status FilesystemImpl::Commit() {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
+  return txn_->Commit();
+}
+
+}  // namespace ubtrfs::fsimpl

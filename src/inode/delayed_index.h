@@ -1,0 +1,56 @@
+// Delayed dir-index items: creating an entry does not touch the tree's
+// DIR_INDEX items; it queues the item on its directory. A flush takes the
+// first pending item and every following item whose index is the immediate
+// successor, up to what one leaf holds, and inserts that batch with one
+// insert_empty_items. Entries removed before a flush never reach the tree.
+//
+// Not thread-safe by itself: the file system's operation lock guards it.
+#ifndef UBTRFS_INODE_DELAYED_INDEX_H_
+#define UBTRFS_INODE_DELAYED_INDEX_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "tree/writer.h"
+
+namespace ubtrfs::inode {
+
+struct DelayedIndexStats {
+  uint64_t queued = 0;
+  uint64_t cancelled = 0;   // removed while pending: never written
+  uint64_t batches = 0;     // InsertBatch calls
+  uint64_t items = 0;       // items inserted by flushes
+  std::array<uint64_t, 16> batch_size_log2{};  // batches of [2^i, 2^(i+1)) items
+};
+
+class DelayedDirIndex {
+ public:
+  explicit DelayedDirIndex(uint32_t nodesize) : leaf_space_(nodesize - sizeof(format::Header)) {}
+
+  void Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item);
+  // True if the item was still pending (and is now gone without a trace).
+  bool Cancel(uint64_t root, uint64_t dir, uint64_t index);
+  // Pending items of one directory by index, or nullptr.
+  const std::map<uint64_t, std::vector<uint8_t>>* Pending(uint64_t root, uint64_t dir) const;
+  size_t pending_count() const { return pending_count_; }
+
+  using WriterFn = std::function<Result<tree::TreeWriter*>(uint64_t root)>;
+  Status Flush(const WriterFn& writer);
+  // Flushes one directory (when its queue grows past a threshold).
+  Status FlushDir(uint64_t root, uint64_t dir, const WriterFn& writer);
+
+  const DelayedIndexStats& stats() const { return stats_; }
+
+ private:
+  uint32_t leaf_space_;
+  std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, std::vector<uint8_t>>> pending_;
+  size_t pending_count_ = 0;
+  DelayedIndexStats stats_;
+};
+
+}  // namespace ubtrfs::inode
+
+#endif  // UBTRFS_INODE_DELAYED_INDEX_H_

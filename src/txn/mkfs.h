@@ -1,0 +1,101 @@
+// mkfs: writes a new, empty single-device btrfs filesystem onto a device, in
+// the layout mkfs.btrfs (btrfs-progs 6.x) produces by default:
+//
+//   features   incompat mixed-backref, extended-iref, skinny-metadata,
+//              no-holes; compat_ro free-space-tree + free-space-tree-valid
+//   chunks     SYSTEM (DUP), METADATA (DUP), DATA (SINGLE), placed from 1 MiB
+//              on; logical address = physical offset of the first copy
+//   trees      root, chunk, extent, dev, fs (5), csum, uuid, free space and
+//              data reloc trees, every block at generation 1
+//
+// Every tree block is built, checksummed and verified in memory and written
+// to each copy; the superblock copies that fit the filesystem come last. When
+// MakeFilesystem returns OK the image is complete and flushed: it can be
+// opened by Volume/TxnManager, Filesystem::Open, btrfs check and the kernel.
+#ifndef UBTRFS_TXN_MKFS_H_
+#define UBTRFS_TXN_MKFS_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "format/ondisk.h"
+#include "io/block_device.h"
+#include "ubtrfs/status.h"
+
+namespace ubtrfs::txn {
+
+using Uuid = std::array<uint8_t, format::kUuidSize>;
+
+// data_bytes value: every byte the system and metadata chunks leave over.
+inline constexpr uint64_t kMkfsAllSpace = UINT64_MAX;
+// The smallest filesystem MakeFilesystem writes.
+inline constexpr uint64_t kMkfsMinBytes = 64ull << 20;
+// Data is allocated in chunks of at most this size (as the kernel does).
+inline constexpr uint64_t kMkfsMaxDataChunk = 1ull << 30;
+
+struct MkfsOptions {
+  uint32_t nodesize = 16384;   // power of two, sectorsize..64 KiB
+  uint32_t sectorsize = 4096;  // only 4096 (what the kernel mounts on 4 KiB pages)
+  uint16_t csum_type = static_cast<uint16_t>(format::CsumType::kCrc32c);
+  std::string label;           // at most 255 bytes
+
+  // Random (version 4) when not given.
+  std::optional<Uuid> fsid;
+  std::optional<Uuid> dev_uuid;
+  std::optional<Uuid> chunk_tree_uuid;
+  std::optional<Uuid> fs_tree_uuid;  // the uuid of subvolume 5 (ROOT_ITEM and uuid tree)
+
+  // Times of the root directories and the fs tree's ctime/otime; now when not given.
+  std::optional<int64_t> time_sec;
+  uint32_t time_nsec = 0;
+
+  // Bytes of the device the filesystem covers; 0: all of it (rounded down
+  // to the sector size).
+  uint64_t total_bytes = 0;
+  // Size of the METADATA chunk (each of its two copies); 0: by device size
+  // as mkfs.btrfs does (5%, 32 MiB..256 MiB; less on devices below 256 MiB).
+  uint64_t metadata_chunk_bytes = 0;
+  // Bytes of DATA chunks to allocate; 0: a 64 MiB chunk (less on small
+  // devices, leaving room for the kernel to allocate more metadata);
+  // kMkfsAllSpace: everything left. More than kMkfsMaxDataChunk is split.
+  uint64_t data_bytes = 0;
+};
+
+struct MkfsChunk {
+  uint64_t logical = 0;
+  uint64_t length = 0;
+  uint64_t type = 0;                // block group flags: DATA/METADATA/SYSTEM | DUP
+  std::vector<uint64_t> physical;   // start of each copy on the device
+};
+
+// What MakeFilesystem wrote (for the CLI's report and for tests).
+struct MkfsSummary {
+  Uuid fsid{};
+  Uuid dev_uuid{};
+  Uuid chunk_tree_uuid{};
+  uint64_t total_bytes = 0;
+  uint64_t bytes_used = 0;     // tree blocks
+  uint64_t generation = 0;
+  int tree_blocks = 0;
+  std::vector<MkfsChunk> chunks;
+  int superblock_copies = 0;
+};
+
+// Creates the filesystem. The device must be writable and already have its
+// size (an image file is sized beforehand). Refuses (EINVAL) bad options and
+// devices below kMkfsMinBytes, naming the option or the sizes.
+Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary* summary = nullptr);
+
+// Whether any superblock copy that fits on the device carries the btrfs
+// magic (the test mkfs.btrfs makes before it refuses to overwrite without -f).
+Result<bool> HasBtrfsSignature(io::BlockDevice* dev);
+
+// "9f0c3b5e-..." into bytes; nullopt when malformed.
+std::optional<Uuid> ParseUuid(const std::string& text);
+
+}  // namespace ubtrfs::txn
+
+#endif  // UBTRFS_TXN_MKFS_H_
