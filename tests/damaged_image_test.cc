@@ -1354,7 +1354,7 @@ TEST_F(DamagedImageTest, CraftedCompressedExtentReadsBack) {
 // `ext_off + num > ram` wraps around for ext_off near 2^64, and the memcpy
 // then reads from plain.data() + ext_off + ... (far outside `plain`): a heap
 // overflow under ASan, garbage data without it. Enable once fixed.
-TEST_F(DamagedImageTest, DISABLED_CompressedExtentOffsetOverflowIsCorrupt) {
+TEST_F(DamagedImageTest, CompressedExtentOffsetOverflowIsCorrupt) {
   REQUIRE_LAYOUT(l, Single);
   Patcher p(l->path);
   std::vector<uint8_t> plain(4096, 'x');
@@ -1369,7 +1369,7 @@ TEST_F(DamagedImageTest, DISABLED_CompressedExtentOffsetOverflowIsCorrupt) {
 // the csum tree, data is read with no verification at all and nothing says
 // so; every btrfs filesystem has a csum tree. Enable once Open warns (or
 // fails) in that case.
-TEST_F(DamagedImageTest, DISABLED_MissingCsumTreeIsReported) {
+TEST_F(DamagedImageTest, MissingCsumTreeIsReported) {
   REQUIRE_LAYOUT(l, Single);
   Patcher p(l->path);
   // Renumber the csum tree's ROOT_ITEM (7) to the unused quota tree id (8);

@@ -62,6 +62,7 @@ Status ChunkMap::AddChunk(uint64_t logical, std::span<const uint8_t> item, uint3
     info.physical.push_back(phys);
   }
 
+  std::unique_lock lock(mu_);
   auto it = chunks_.find(logical);
   if (it != chunks_.end()) {
     if (it->second.length == info.length && it->second.physical == info.physical && it->second.type == info.type) {
@@ -84,6 +85,7 @@ Status ChunkMap::AddChunk(uint64_t logical, std::span<const uint8_t> item, uint3
 }
 
 const ChunkInfo* ChunkMap::Find(uint64_t logical) const {
+  std::shared_lock lock(mu_);
   auto it = chunks_.upper_bound(logical);
   if (it == chunks_.begin()) return nullptr;
   --it;

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,13 +34,17 @@ class ChunkMap {
   // Physical offsets of every copy of [logical, logical + len). The range
   // must lie inside one chunk.
   Result<std::vector<uint64_t>> Map(uint64_t logical, uint64_t len) const;
+  // Thread-safe against a concurrent AddChunk (a writer adding a chunk while
+  // readers map addresses); ChunkInfo entries never move or change.
   const ChunkInfo* Find(uint64_t logical) const;
 
+  // Unlocked: only for the thread that adds chunks, or before sharing.
   const std::map<uint64_t, ChunkInfo>& chunks() const { return chunks_; }
 
  private:
   uint64_t devid_;
   uint64_t device_size_;
+  mutable std::shared_mutex mu_;           // guards chunks_ between AddChunk and Find
   std::map<uint64_t, ChunkInfo> chunks_;  // keyed by logical start
 };
 

@@ -12,6 +12,7 @@ int ExitCode();
 // Subcommand registration, one file each.
 void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
+void RegisterMkfs(CLI::App& app);          // mkfs
 
 void SetExitCode(int code);
 

@@ -397,7 +397,7 @@ class FilesystemImpl final : public Filesystem {
       return Status::Corrupt(where + ": compressed extent sizes " + std::to_string(disk_len) + "/" +
                              std::to_string(ram) + " exceed 128 KiB");
     }
-    if (ext_off + num > ram) return Status::Corrupt(where + ": range exceeds the decompressed extent");
+    if (ext_off > ram || num > ram - ext_off) return Status::Corrupt(where + ": range exceeds the decompressed extent");
     std::vector<uint8_t> raw(disk_len), plain(ram);
     UB_RETURN_IF_ERROR(vol_->ReadData(disk, raw, verify).WithContext(where));
     UB_RETURN_IF_ERROR(fs::Decompress(comp, raw, plain, ss).WithContext(where));

@@ -464,18 +464,27 @@ Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeI
   UB_ASSIGN_OR_RETURN(InodeItem nd, LoadInode(new_dir));
   if (!S_ISDIR(nd.mode.get())) return Status::Error(ENOTDIR, InodeName(new_dir) + " is not a directory");
   const bool src_dir = S_ISDIR(src_ii.mode.get());
+  auto dst_r = LookupChild(new_dir, new_name);
+  if (!dst_r.ok() && dst_r.status().code() != ENOENT) return dst_r.status();
+  const std::optional<InodeId> dst = dst_r.ok() ? std::optional<InodeId>(*dst_r) : std::nullopt;
+  // Errors in the order Linux reports them: an existing target under
+  // NOREPLACE, a missing one under EXCHANGE, then a directory moved into itself.
+  if (dst && (flags & kRenameNoReplace)) return Status::Error(EEXIST, std::string(new_name) + ": exists");
+  if (!dst && (flags & kRenameExchange)) return Status::NotFound(std::string(new_name) + ": no such entry to exchange with");
+  if (dst && dst->root != new_dir.root) return Status::Unsupported("replacing a subvolume");
+  if (dst && *dst == src) return Status::Ok();  // the same inode under both names: nothing happens
   if (src_dir) {
     UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(src, new_dir));
     if (loop) return Status::Invalid("cannot move a directory into itself");
   }
-  auto dst_r = LookupChild(new_dir, new_name);
-  if (!dst_r.ok() && dst_r.status().code() != ENOENT) return dst_r.status();
-  const std::optional<InodeId> dst = dst_r.ok() ? std::optional<InodeId>(*dst_r) : std::nullopt;
-  if (dst && dst->root != new_dir.root) return Status::Unsupported("replacing a subvolume");
+  if (dst && !(flags & kRenameExchange)) {
+    // Replacing a directory that contains the source: it cannot be empty.
+    UB_ASSIGN_OR_RETURN(bool holds_src, IsAncestor(*dst, old_dir));
+    if (holds_src) return Status::Error(ENOTEMPTY, std::string(new_name) + ": directory not empty");
+  }
   const Time now = Now();
 
   if (flags & kRenameExchange) {
-    if (!dst) return Status::NotFound(std::string(new_name) + ": no such entry to exchange with");
     UB_ASSIGN_OR_RETURN(InodeItem dst_ii, LoadInode(*dst));
     if (S_ISDIR(dst_ii.mode.get())) {
       UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(*dst, old_dir));
@@ -493,8 +502,6 @@ Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeI
     return Status::Ok();
   }
   if (dst) {
-    if (flags & kRenameNoReplace) return Status::Error(EEXIST, std::string(new_name) + ": exists");
-    if (*dst == src) return Status::Ok();  // two links to one inode: POSIX says do nothing
     UB_ASSIGN_OR_RETURN(InodeItem dst_ii, LoadInode(*dst));
     const bool dst_dir = S_ISDIR(dst_ii.mode.get());
     if (src_dir && !dst_dir) return Status::Error(ENOTDIR, std::string(new_name) + " is not a directory");

@@ -58,7 +58,9 @@ Result<BlockRef> BlockReader::Read(const BlockCheck& check) {
     return cached;
   }
   if (check.bytenr % 4096 != 0) return Status::Corrupt(where + ": not aligned");
-  UB_ASSIGN_OR_RETURN(std::vector<uint64_t> copies, chunks_->Map(check.bytenr, params_.nodesize));
+  auto mapped = chunks_->Map(check.bytenr, params_.nodesize);
+  if (!mapped.ok()) return mapped.status().WithContext(where);
+  std::vector<uint64_t> copies = std::move(*mapped);
   const alloc::ChunkInfo* chunk = chunks_->Find(check.bytenr);
   if (chunk->type & format::kBlockGroupData && !(chunk->type & format::kBlockGroupMetadata) &&
       !(chunk->type & format::kBlockGroupSystem)) {

@@ -125,7 +125,9 @@ class WriterHarness {
     std::memcpy(copy.data(), c.data(), kCsumSize);
     Status st = VerifyTreeBlock(copy, params_, check);
     ASSERT_TRUE(st.ok()) << st.message();
-    if (!is_root && b.is_leaf()) ASSERT_GT(b.nritems(), 0);
+    if (!is_root && b.is_leaf()) {
+      ASSERT_GT(b.nritems(), 0);
+    }
     if (b.is_leaf()) {
       for (int i = 0; i < b.nritems(); ++i) {
         auto d = b.item_data(i);
@@ -133,7 +135,9 @@ class WriterHarness {
       }
       return;
     }
-    if (!is_root) ASSERT_GT(b.nritems(), 0);
+    if (!is_root) {
+      ASSERT_GT(b.nritems(), 0);
+    }
     for (int i = 0; i < b.nritems(); ++i) {
       WalkBlock(BlockCheck{b.child_bytenr(i), b.level() - 1, b.child_generation(i), b.key(i)}, false, out, seen);
     }

@@ -89,6 +89,10 @@ struct MkfsSummary {
 // devices below kMkfsMinBytes, naming the option or the sizes.
 Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary* summary = nullptr);
 
+// Checks the options alone (sizes, checksum type, label, and total_bytes
+// against the minimum when it is set); MakeFilesystem does this first.
+Status ValidateMkfsOptions(const MkfsOptions& opts);
+
 // Whether any superblock copy that fits on the device carries the btrfs
 // magic (the test mkfs.btrfs makes before it refuses to overwrite without -f).
 Result<bool> HasBtrfsSignature(io::BlockDevice* dev);

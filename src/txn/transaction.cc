@@ -6,6 +6,7 @@
 
 #include "format/checksum.h"
 #include "format/superblock.h"
+#include "txn/chunk_alloc.h"
 
 namespace ubtrfs::txn {
 
@@ -66,6 +67,9 @@ Status TxnManager::Load() {
   dirty_ = std::make_unique<tree::DirtyBlocks>(vol_->reader(), vol_->reader()->params(), tmpl, this,
                                                sb.generation.get() + 1);
   UB_RETURN_IF_ERROR(LoadBlockGroups());
+  chunk_alloc_ = std::make_unique<ChunkAllocator>(this);
+  UB_RETURN_IF_ERROR(chunk_alloc_->Load());
+  space_->set_new_chunk_hook([this](uint64_t kind, uint64_t min_len) { return chunk_alloc_->NewChunk(kind, min_len); });
   vol_->SetSource(dirty_.get());
   return Status::Ok();
 }
@@ -226,7 +230,7 @@ Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {
   if (objectid == kRootTreeObjectid) {
     root = vol_->mutable_root_tree();
   } else if (objectid == kChunkTreeObjectid) {
-    return Status::Unsupported("changing the chunk tree");
+    root = vol_->mutable_chunk_tree();  // no ROOT_ITEM: the superblock points at it
   } else {
     UB_ASSIGN_OR_RETURN(Volume::TreeRoot * r, vol_->MutableRoot(objectid));
     root = &r->ref;
@@ -243,6 +247,7 @@ void TxnManager::MarkGroupDirty(uint64_t logical) {
 
 Result<uint64_t> TxnManager::AllocTreeBlock(uint64_t owner, int level) {
   const uint64_t kind = owner == kChunkTreeObjectid ? kBlockGroupSystem : kBlockGroupMetadata;
+  if (kind == kBlockGroupMetadata) UB_RETURN_IF_ERROR(chunk_alloc_->BeforeMetadataBlock());  // commit reserve
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kind, vol_->nodesize(), vol_->nodesize()));
   MarkGroupDirty(bytenr);
   TreeRef& r = tree_refs_[bytenr];
@@ -266,6 +271,7 @@ Status TxnManager::FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, boo
 Result<uint64_t> TxnManager::AllocData(uint64_t len) {
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize()));
   MarkGroupDirty(bytenr);
+  new_data_[bytenr] = len;
   return bytenr;
 }
 
@@ -384,13 +390,50 @@ Status TxnManager::ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, u
 }
 
 Status TxnManager::RunDelayedRefs(bool* changed) {
-  while (!tree_refs_.empty() || !data_refs_.empty()) {
+  while (!tree_refs_.empty() || !data_refs_.empty() || !new_data_.empty()) {
     auto data = std::move(data_refs_);
     data_refs_.clear();
+    // Data extents written in this transaction have no EXTENT_ITEM yet: the
+    // sum of their reference changes creates it, or, when every reference was
+    // dropped again (data overwritten before the commit), nothing of them may
+    // remain: space and checksums go back.
+    std::map<uint64_t, std::vector<std::pair<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>, int>>> fresh;
     for (const auto& [ref, delta] : data) {
+      const uint64_t bytenr = std::get<0>(ref);
+      if (new_data_.count(bytenr)) {
+        fresh[bytenr].push_back({ref, delta});
+        continue;
+      }
       if (delta == 0) continue;
       *changed = true;
       UB_RETURN_IF_ERROR(ApplyDataRef(ref, delta));
+    }
+    auto unreferenced = std::move(new_data_);
+    new_data_.clear();
+    for (const auto& [bytenr, len] : unreferenced) {
+      *changed = true;
+      const auto it = fresh.find(bytenr);
+      int live_refs = 0;
+      const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>* owner = nullptr;
+      if (it != fresh.end()) {
+        for (const auto& [ref, delta] : it->second) {
+          if (delta < 0) return Status::Error(EIO, "internal: new data extent " + std::to_string(bytenr) + " over-released");
+          if (delta == 0) continue;
+          if (owner && std::make_tuple(std::get<2>(ref), std::get<3>(ref), std::get<4>(ref)) !=
+                           std::make_tuple(std::get<2>(*owner), std::get<3>(*owner), std::get<4>(*owner))) {
+            return Status::Unsupported("a new data extent with two owners (reflink)");
+          }
+          owner = &ref;
+          live_refs += delta;
+        }
+      }
+      if (live_refs == 0) {
+        UB_RETURN_IF_ERROR(space_->Free(bytenr, len));
+        MarkGroupDirty(bytenr);
+        UB_RETURN_IF_ERROR(DeleteCsums(bytenr, len));
+        continue;
+      }
+      UB_RETURN_IF_ERROR(ApplyDataRef(*owner, live_refs));
     }
     auto trees = std::move(tree_refs_);
     tree_refs_.clear();
@@ -550,14 +593,19 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
 }
 
 Status TxnManager::Commit() {
+  ChunkAllocator::CommitScope commit_scope(chunk_alloc_.get());  // commit may use the metadata reserve
   int loops = 0;
   for (;; ++loops) {
     if (loops >= kMaxCommitLoops) return Status::Error(EIO, "internal: commit did not settle");
     bool changed = false;
     UB_RETURN_IF_ERROR(RunDelayedRefs(&changed));
+    UB_RETURN_IF_ERROR(chunk_alloc_->FinishPending(&changed));  // new chunks' items, before their groups'
     UB_RETURN_IF_ERROR(UpdateBlockGroups(&changed));
     UB_RETURN_IF_ERROR(UpdateRootItems(&changed));
-    if (!changed && tree_refs_.empty() && data_refs_.empty() && dirty_groups_.empty()) break;
+    if (!changed && tree_refs_.empty() && data_refs_.empty() && new_data_.empty() && dirty_groups_.empty() &&
+        !chunk_alloc_->HasPending()) {
+      break;
+    }
   }
   stats_.commit_loops = loops;
   if (dirty_->blocks().empty()) return Status::Ok();  // nothing changed
@@ -578,9 +626,10 @@ Status TxnManager::Commit() {
   b.tree_root = rt.bytenr;
   b.tree_root_gen = rt.generation;
   b.tree_root_level = static_cast<uint8_t>(rt.level);
-  b.chunk_root = sb.chunk_root.get();
-  b.chunk_root_gen = sb.chunk_root_generation.get();
-  b.chunk_root_level = sb.chunk_root_level;
+  const tree::RootPtr ct = vol_->chunk_tree();
+  b.chunk_root = ct.bytenr;
+  b.chunk_root_gen = ct.generation;
+  b.chunk_root_level = static_cast<uint8_t>(ct.level);
   auto fill = [&](uint64_t id, Le64& bytenr, Le64& gen, uint8_t& level) {
     if (auto r = vol_->FindRoot(id); r.ok()) {
       bytenr = r->ref.bytenr;

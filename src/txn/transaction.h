@@ -17,6 +17,7 @@
 
 #include "alloc/space_manager.h"
 #include "tree/writer.h"
+#include "txn/chunk_alloc.h"
 #include "txn/volume.h"
 
 namespace ubtrfs::txn {
@@ -57,6 +58,8 @@ class TxnManager final : public tree::BlockAllocator {
 
   const TxnStats& stats() const { return stats_; }
   alloc::SpaceManager& space() { return *space_; }
+  // New chunks when space runs out, ENOSPC, the metadata reserve (chunk_alloc.h).
+  ChunkAllocator& chunk_alloc() { return *chunk_alloc_; }
 
  private:
   explicit TxnManager(Volume* vol) : vol_(vol) {}
@@ -88,11 +91,14 @@ class TxnManager final : public tree::BlockAllocator {
   };
   std::map<uint64_t, TreeRef> tree_refs_;
   std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>, int> data_refs_;
+  std::map<uint64_t, uint64_t> new_data_;     // data extents allocated this transaction: bytenr -> length
   std::set<uint64_t> dirty_groups_;           // starts of groups whose space changed
   std::map<uint64_t, uint64_t> excluded_;     // group start -> superblock-stripe bytes in it
   std::vector<std::pair<uint64_t, uint64_t>> excluded_ranges_;
   std::vector<uint64_t> freed_blocks_;        // tree blocks freed this transaction (cache invalidation)
   TxnStats stats_;
+  friend class ChunkAllocator;
+  std::unique_ptr<ChunkAllocator> chunk_alloc_;
 };
 
 }  // namespace ubtrfs::txn

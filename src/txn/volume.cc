@@ -17,6 +17,11 @@ Result<std::unique_ptr<Volume>> Volume::Open(std::unique_ptr<io::BlockDevice> de
   UB_RETURN_IF_ERROR(v->LoadChunks());
   auto csum = v->FindRoot(kCsumTreeObjectid);
   if (!csum.ok() && csum.status().code() != ENOENT) return csum.status();
+  if (!csum.ok()) v->warnings_.push_back("the csum tree is missing: file data cannot be verified");
+  if (v->dev_->Size() < v->super_.dev_item.total_bytes.get()) {
+    v->warnings_.push_back("the device is " + std::to_string(v->dev_->Size()) + " bytes, smaller than the " +
+                           std::to_string(v->super_.dev_item.total_bytes.get()) + " its superblock records (truncated image?)");
+  }
   return v;
 }
 
@@ -56,11 +61,17 @@ Status Volume::LoadSuperblock() {
   if (best < 0) {
     std::string msg = dev_->Name() + ": no valid btrfs superblock";
     for (const auto& p : problems) msg += "; " + p;
+    // A checksum type we do not know is not damage: say unsupported.
+    if (!problems.empty() && problems.front().find("unsupported: ") != std::string::npos) {
+      return Status::Error(EOPNOTSUPP, msg);
+    }
     return Status::Corrupt(msg);
   }
   super_ = best_sb;
   super_mirror_ = best;
   root_tree_ = tree::RootPtr{super_.root.get(), super_.root_level, super_.generation.get(), kRootTreeObjectid};
+  chunk_tree_ = tree::RootPtr{super_.chunk_root.get(), super_.chunk_root_level, super_.chunk_root_generation.get(),
+                              kChunkTreeObjectid};
   if (best > 0) {
     warnings_.push_back(problems.front() + "; using superblock copy " + std::to_string(best) + " at offset " +
                         std::to_string(SuperblockOffset(best)) + " (generation " +
@@ -127,10 +138,7 @@ Status Volume::LoadChunks() {
 }
 
 
-tree::RootPtr Volume::chunk_tree() const {
-  return tree::RootPtr{super_.chunk_root.get(), super_.chunk_root_level, super_.chunk_root_generation.get(),
-                       kChunkTreeObjectid};
-}
+tree::RootPtr Volume::chunk_tree() const { return chunk_tree_; }
 
 Result<Volume::TreeRoot> Volume::FindRoot(uint64_t objectid) {
   UB_ASSIGN_OR_RETURN(TreeRoot * r, MutableRoot(objectid));
@@ -176,6 +184,9 @@ std::vector<uint64_t> Volume::LoadedRoots() {
 Status Volume::WriteSuperblocks() {
   super_.root = root_tree_.bytenr;
   super_.root_level = static_cast<uint8_t>(root_tree_.level);
+  super_.chunk_root = chunk_tree_.bytenr;
+  super_.chunk_root_level = static_cast<uint8_t>(chunk_tree_.level);
+  super_.chunk_root_generation = chunk_tree_.generation;
   std::vector<uint8_t> buf(kSuperInfoSize);
   for (int mirror = 0; mirror < kSuperMirrorMax; ++mirror) {
     const uint64_t off = SuperblockOffset(mirror);

@@ -43,7 +43,11 @@ class Volume {
   void SetSource(tree::BlockSource* s) { source_ = s; }
   format::SuperBlock& mutable_super() { return super_; }
   tree::RootPtr* mutable_root_tree() { return &root_tree_; }
+  // The chunk tree's root as the running transaction moves it; the
+  // superblock follows it at WriteSuperblocks().
+  tree::RootPtr* mutable_chunk_tree() { return &chunk_tree_; }
   const alloc::ChunkMap& chunks() const { return *chunks_; }
+  alloc::ChunkMap* mutable_chunks() { return chunks_.get(); }  // new chunks (txn/chunk_alloc)
   io::BlockDevice* device() { return dev_.get(); }
 
   tree::RootPtr root_tree() const { return root_tree_; }
@@ -94,6 +98,7 @@ class Volume {
   std::mutex roots_mu_;  // guards roots_
   std::map<uint64_t, TreeRoot> roots_;
   tree::RootPtr root_tree_;
+  tree::RootPtr chunk_tree_;
   tree::BlockSource* source_ = nullptr;
 };
 

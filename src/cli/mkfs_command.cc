@@ -1,0 +1,215 @@
+// mkfs: create an empty btrfs filesystem in an image file (created or
+// extended to --size) or on a block device, like mkfs.btrfs.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cli/commands.h"
+#include "format/checksum.h"
+#include "format/superblock.h"
+#include "io/block_device.h"
+#include "txn/mkfs.h"
+
+namespace ubtrfs::cli {
+namespace {
+
+struct MkfsArgs {
+  std::string image;
+  std::string size;
+  std::string nodesize = "16384";
+  std::string sectorsize = "4096";
+  std::string csum = "crc32c";
+  std::string label;
+  std::string uuid;
+  bool force = false;
+  bool quiet = false;
+};
+
+void Fail(const std::string& msg) {
+  fmt::print(stderr, "ubtrfs mkfs: {}\n", msg);
+  SetExitCode(1);
+}
+
+// "65536", "64k", "64K", "512M", "512MiB", "1G", "2T": bytes (binary units).
+std::optional<uint64_t> ParseSize(std::string_view s) {
+  size_t i = 0;
+  uint64_t v = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  std::string_view unit = s.substr(i);
+  int shift = 0;
+  if (!unit.empty()) {
+    switch (unit[0]) {
+      case 'k': case 'K': shift = 10; break;
+      case 'm': case 'M': shift = 20; break;
+      case 'g': case 'G': shift = 30; break;
+      case 't': case 'T': shift = 40; break;
+      case 'p': case 'P': shift = 50; break;
+      case 'e': case 'E': shift = 60; break;
+      default: return std::nullopt;
+    }
+    unit.remove_prefix(1);
+    if (unit != "" && unit != "B" && unit != "b" && unit != "iB" && unit != "ib") return std::nullopt;
+  }
+  if (shift > 0 && v > (UINT64_MAX >> shift)) return std::nullopt;
+  return v << shift;
+}
+
+std::string Human(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{}B", bytes) : fmt::format("{:.2f}{}", v, kUnits[u]);
+}
+
+std::string ProfileText(uint64_t type) { return (type & format::kBlockGroupDup) ? "DUP" : "single"; }
+
+void CmdMkfs(const MkfsArgs& a) {
+  txn::MkfsOptions opts;
+  auto nodesize = ParseSize(a.nodesize);
+  if (!nodesize || *nodesize > UINT32_MAX) return Fail("invalid --nodesize '" + a.nodesize + "': not a size");
+  opts.nodesize = static_cast<uint32_t>(*nodesize);
+  auto sectorsize = ParseSize(a.sectorsize);
+  if (!sectorsize || *sectorsize > UINT32_MAX) return Fail("invalid --sectorsize '" + a.sectorsize + "': not a size");
+  opts.sectorsize = static_cast<uint32_t>(*sectorsize);
+  auto csum = format::CsumTypeFromName(a.csum);
+  if (!csum) return Fail("invalid --csum '" + a.csum + "': choose crc32c, xxhash, sha256 or blake2");
+  opts.csum_type = *csum;
+  opts.label = a.label;
+  if (!a.uuid.empty()) {
+    opts.fsid = txn::ParseUuid(a.uuid);
+    if (!opts.fsid) return Fail("invalid --uuid '" + a.uuid + "': expected the form 01234567-89ab-cdef-0123-456789abcdef");
+  }
+  std::optional<uint64_t> size;
+  if (!a.size.empty()) {
+    size = ParseSize(a.size);
+    if (!size) return Fail("invalid --size '" + a.size + "': not a size (e.g. 1073741824, 512M, 1G)");
+    opts.total_bytes = *size;
+  }
+  if (Status st = txn::ValidateMkfsOptions(opts); !st.ok()) {
+    std::string msg = st.message();
+    if (msg.rfind("nodesize", 0) == 0) msg = "invalid --nodesize: " + msg;
+    else if (msg.rfind("sectorsize", 0) == 0) msg = "invalid --sectorsize: " + msg;
+    else if (msg.rfind("label", 0) == 0) msg = "invalid --label: " + msg;
+    else if (msg.rfind("filesystem size", 0) == 0) msg = "invalid --size: " + msg;
+    return Fail(msg);
+  }
+
+  // What is there now: nothing, a regular file or a block device.
+  struct stat st;
+  bool exists = ::stat(a.image.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) return Fail(a.image + ": " + std::strerror(errno));
+  if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+    return Fail(a.image + ": not a regular file or block device");
+  }
+  if (!exists && !size) return Fail(a.image + " does not exist; give --size to create an image file of that size");
+  if (exists) {
+    auto dev = io::OpenFileDevice(a.image);
+    if (!dev.ok()) return Fail(dev.status().message());
+    auto has = txn::HasBtrfsSignature(dev->get());
+    if (!has.ok()) return Fail(has.status().message());
+    if (*has && !a.force) {
+      return Fail(a.image + " already contains a btrfs filesystem; use --force to overwrite it");
+    }
+    const uint64_t have = (*dev)->Size();
+    if (!size && have < txn::kMkfsMinBytes) {
+      return Fail(a.image + " is too small: " + std::to_string(have) + " bytes (" + Human(have) + "); at least " +
+                  Human(txn::kMkfsMinBytes) + " are needed (use --size to extend an image file)");
+    }
+    if (size && S_ISBLK(st.st_mode) && *size > have) {
+      return Fail("--size " + std::to_string(*size) + " is larger than the device " + a.image + " (" +
+                  std::to_string(have) + " bytes)");
+    }
+  }
+
+  // Create or extend the image file.
+  bool created = false;
+  if (!exists || (S_ISREG(st.st_mode) && size && static_cast<uint64_t>(st.st_size) < *size)) {
+    int fd = ::open(a.image.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return Fail(a.image + ": cannot create: " + std::strerror(errno));
+    created = !exists;
+    if (::ftruncate(fd, static_cast<off_t>(*size)) != 0) {
+      const int e = errno;
+      ::close(fd);
+      if (created) ::unlink(a.image.c_str());
+      return Fail(a.image + ": cannot set the size to " + std::to_string(*size) + " bytes: " + std::strerror(e));
+    }
+    ::close(fd);
+  }
+
+  auto dev = io::OpenFileDevice(a.image, io::OpenFlags{true});
+  if (!dev.ok()) {
+    if (created) ::unlink(a.image.c_str());
+    return Fail(dev.status().message());
+  }
+  txn::MkfsSummary sum;
+  if (Status s = txn::MakeFilesystem(dev->get(), opts, &sum); !s.ok()) {
+    dev->reset();
+    if (created) ::unlink(a.image.c_str());
+    return Fail(a.image + ": " + s.message());
+  }
+  dev->reset();
+  if (a.quiet) return;
+
+  fmt::print("Label:              {}\n", opts.label.empty() ? "(null)" : opts.label);
+  fmt::print("UUID:               {}\n", format::UuidToString(sum.fsid.data()));
+  fmt::print("Node size:          {}\n", opts.nodesize);
+  fmt::print("Sector size:        {}\n", opts.sectorsize);
+  fmt::print("Filesystem size:    {}\n", Human(sum.total_bytes));
+  fmt::print("Block group profiles:\n");
+  auto profile_line = [&](const char* name, uint64_t kind) {
+    uint64_t bytes = 0, type = 0;
+    for (const auto& c : sum.chunks) {
+      if (c.type & kind) {
+        bytes += c.length;
+        type = c.type;
+      }
+    }
+    if (bytes) fmt::print("  {:<17} {:<16} {:>10}\n", name, ProfileText(type), Human(bytes));
+  };
+  profile_line("Data:", format::kBlockGroupData);
+  profile_line("Metadata:", format::kBlockGroupMetadata);
+  profile_line("System:", format::kBlockGroupSystem);
+  fmt::print("Features:           mixed-backref, extended-iref, skinny-metadata, no-holes, free-space-tree\n");
+  fmt::print("Checksum:           {}\n", format::CsumTypeName(opts.csum_type));
+  fmt::print("Superblock copies:  {}\n", sum.superblock_copies);
+}
+
+}  // namespace
+
+void RegisterMkfs(CLI::App& app) {
+  static MkfsArgs args;
+  auto* cmd = app.add_subcommand("mkfs", "Create an empty btrfs filesystem in an image file or on a block device");
+  cmd->add_option("image", args.image, "Image file (created with --size if missing) or block device")->required();
+  cmd->add_option("-b,--size", args.size,
+                  "Filesystem size (bytes, or with a K/M/G/T suffix); a smaller image file is extended to it");
+  cmd->add_option("-n,--nodesize", args.nodesize, "Tree block size: 4096..65536, a power of two")
+      ->capture_default_str();
+  cmd->add_option("-s,--sectorsize", args.sectorsize, "Sector size (only 4096)")->capture_default_str();
+  cmd->add_option("--csum,--checksum", args.csum, "Checksum: crc32c, xxhash, sha256 or blake2")
+      ->capture_default_str();
+  cmd->add_option("-L,--label", args.label, "Filesystem label (at most 255 bytes)");
+  cmd->add_option("-U,--uuid", args.uuid, "Filesystem UUID (random by default)");
+  cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
+  cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
+  cmd->callback([] { CmdMkfs(args); });
+}
+
+}  // namespace ubtrfs::cli

@@ -1,0 +1,434 @@
+#include "txn/chunk_alloc.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <set>
+
+#include "format/key.h"
+#include "txn/transaction.h"
+
+namespace ubtrfs::txn {
+
+using namespace ubtrfs::format;
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kGiB = 1ull << 30;
+
+uint64_t RoundDown(uint64_t v, uint64_t a) { return v / a * a; }
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+std::vector<uint8_t> Bytes(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  return std::vector<uint8_t>(b, b + n);
+}
+
+// The longest run of [start, start + len) outside the (sorted) excluded ranges.
+uint64_t LargestRun(uint64_t start, uint64_t len, const std::vector<std::pair<uint64_t, uint64_t>>& excluded) {
+  uint64_t best = 0, cur = start;
+  for (auto [s, l] : excluded) {
+    if (s > cur) best = std::max(best, s - cur);
+    cur = std::max(cur, s + l);
+  }
+  if (start + len > cur) best = std::max(best, start + len - cur);
+  return best;
+}
+
+}  // namespace
+
+Result<std::vector<uint64_t>> PlaceStripes(const std::vector<std::pair<uint64_t, uint64_t>>& holes, int nstripes,
+                                           uint64_t want, uint64_t min_len, uint64_t* len) {
+  constexpr uint64_t kAlign = ChunkAllocator::kStripeLen;
+  if (nstripes != 1 && nstripes != 2) {
+    return Status::Invalid("placing " + std::to_string(nstripes) + " stripes: only single and DUP");
+  }
+  if (min_len == 0) min_len = kAlign;
+  uint64_t largest = 0, second = 0;
+  size_t largest_i = 0, second_i = 0;
+  for (size_t i = 0; i < holes.size(); ++i) {
+    const uint64_t l = holes[i].second;
+    if (l > largest) {
+      second = largest, second_i = largest_i;
+      largest = l, largest_i = i;
+    } else if (l > second) {
+      second = l, second_i = i;
+    }
+  }
+  if (nstripes == 1) {
+    for (auto [s, l] : holes) {
+      if (l >= want) {
+        *len = want;
+        return std::vector<uint64_t>{s};
+      }
+    }
+    const uint64_t cand = std::min(RoundDown(largest, kAlign), want);
+    if (cand > 0 && cand >= min_len) {
+      *len = cand;
+      return std::vector<uint64_t>{holes[largest_i].first};
+    }
+  } else {
+    // Both copies in one hole, as the kernel places DUP stripes...
+    for (auto [s, l] : holes) {
+      if (l >= 2 * want) {
+        *len = want;
+        return std::vector<uint64_t>{s, s + want};
+      }
+    }
+    // ... else in the first two holes that each take one.
+    std::vector<uint64_t> fit;
+    for (auto [s, l] : holes) {
+      if (l >= want) fit.push_back(s);
+    }
+    if (fit.size() >= 2) {
+      *len = want;
+      return std::vector<uint64_t>{fit[0], fit[1]};
+    }
+    // Smaller: half the largest hole, or the second largest hole (the
+    // largest taking the other copy), whichever is more.
+    const uint64_t in_one = std::min(RoundDown(largest / 2, kAlign), want);
+    const uint64_t in_two = second > 0 ? std::min(RoundDown(second, kAlign), want) : 0;
+    const uint64_t cand = std::max(in_one, in_two);
+    if (cand > 0 && cand >= min_len) {
+      *len = cand;
+      if (in_one >= in_two) return std::vector<uint64_t>{holes[largest_i].first, holes[largest_i].first + cand};
+      uint64_t a = holes[largest_i].first, b = holes[second_i].first;
+      return std::vector<uint64_t>{std::min(a, b), std::max(a, b)};
+    }
+  }
+  return Status::Error(ENOSPC, "the device has no room for " + std::to_string(nstripes) + " stripe" +
+                                   (nstripes > 1 ? "s" : "") + " of " + std::to_string(min_len) +
+                                   " bytes (largest free range " + std::to_string(largest) + " bytes, " +
+                                   std::to_string(holes.size()) + " free ranges)");
+}
+
+// ---- Loading ----------------------------------------------------------------------------
+
+Status ChunkAllocator::Load() {
+  Volume* vol = txn_->vol_;
+  const SuperBlock& sb = vol->super();
+  const uint64_t devid = sb.dev_item.devid.get();
+
+  const tree::RootPtr chunk_root = vol->chunk_tree();
+  UB_ASSIGN_OR_RETURN(tree::BlockRef root_block,
+                      vol->reader()->Read(tree::BlockCheck{chunk_root.bytenr, chunk_root.level,
+                                                           chunk_root.generation, {}}));
+  std::memcpy(chunk_tree_uuid_, root_block->header().chunk_tree_uuid, kUuidSize);
+
+  const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
+  UB_ASSIGN_OR_RETURN(auto dev_item, tree::LookupItem(txn_->source(), chunk_root, dev_key));
+  if (!dev_item || dev_item->size() < sizeof(DevItem)) {
+    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+  }
+  std::memcpy(&dev_item_, dev_item->data(), sizeof(DevItem));
+  device_end_ = std::min<uint64_t>(dev_item_.total_bytes.get(), vol->device()->Size());
+
+  UB_ASSIGN_OR_RETURN(auto dev_root, vol->FindRoot(kDevTreeObjectid));
+  tree::Cursor c(txn_->source(), dev_root.ref);
+  UB_RETURN_IF_ERROR(c.Seek(Key{devid, kDevExtentKey, 0}).WithContext("dev tree"));
+  uint64_t sum = 0;
+  for (; c.Valid() && c.key().objectid == devid && c.key().type == kDevExtentKey;) {
+    if (c.data().size() < sizeof(DevExtent)) {
+      return Status::Corrupt("dev tree: short DEV_EXTENT " + KeyToString(c.key()));
+    }
+    const auto* de = reinterpret_cast<const DevExtent*>(c.data().data());
+    dev_extents_[c.key().offset] = std::max(dev_extents_[c.key().offset], de->length.get());
+    sum += de->length.get();
+    UB_RETURN_IF_ERROR(c.Next().WithContext("dev tree"));
+  }
+  // DEV_ITEM.bytes_used is written as this sum (plus new chunks), which also
+  // mends an image where the two disagree.
+  dev_bytes_used_ = sum;
+  // Stripes are device space too, whatever the dev tree says.
+  for (const auto& [logical, ci] : vol->chunks().chunks()) {
+    for (uint64_t p : ci.physical) dev_extents_[p] = std::max(dev_extents_[p], ci.length);
+    for (int bit = 0; bit < 3; ++bit) {
+      if (ci.type & (1ull << bit)) profile_[bit] = ci.type & kBlockGroupProfileMask;
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- Sizes and device space ----------------------------------------------------------------
+
+uint64_t ChunkAllocator::TargetSize(uint64_t kind) const {
+  const uint64_t tenth = device_end_ / 10;
+  uint64_t max;
+  if (kind & kBlockGroupData) {
+    max = kGiB;
+  } else if (kind & kBlockGroupMetadata) {
+    max = device_end_ > 50 * kGiB ? kGiB : 256 * kMiB;
+  } else {
+    max = 32 * kMiB;
+  }
+  return std::max(RoundDown(std::min(max, tenth), kMiB), kMiB);
+}
+
+uint64_t ChunkAllocator::Profile(uint64_t kind) const {
+  return profile_[std::countr_zero(kind & kBlockGroupTypeMask) % 3];
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::FreeDeviceRanges() const {
+  std::lock_guard lock(mu_);
+  return FreeDeviceRangesLocked();
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::FreeDeviceRangesLocked() const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  auto add = [&](uint64_t s, uint64_t e) {
+    s = RoundUp(s, kStripeLen);
+    e = RoundDown(e, kStripeLen);
+    if (e > s) out.push_back({s, e - s});
+  };
+  uint64_t cur = kDeviceStart;
+  for (const auto& [s, l] : dev_extents_) {
+    if (s > cur) add(cur, std::min(s, device_end_));
+    cur = std::max(cur, s + l);
+    if (cur >= device_end_) break;
+  }
+  if (cur < device_end_) add(cur, device_end_);
+  return out;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::SuperStripes(uint64_t logical, uint64_t len,
+                                                                        const std::vector<uint64_t>& physical) const {
+  std::set<std::pair<uint64_t, uint64_t>> ranges;
+  for (uint64_t p : physical) {
+    for (int m = 0; m < kSuperMirrorMax; ++m) {
+      const uint64_t sb = SuperblockOffset(m);
+      if (sb < p || sb >= p + len) continue;
+      const uint64_t start = logical + (sb - p) / kStripeLen * kStripeLen;
+      ranges.insert({start, std::min(kStripeLen, logical + len - start)});
+    }
+  }
+  return {ranges.begin(), ranges.end()};
+}
+
+// ---- Phase 1: in memory ---------------------------------------------------------------------
+
+Status ChunkAllocator::NewChunk(uint64_t kind, uint64_t min_len) {
+  std::lock_guard lock(mu_);
+  return NewChunkLocked(kind & kBlockGroupTypeMask, min_len);
+}
+
+Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
+  if (!std::has_single_bit(kind)) return Status::Invalid("new chunk: kind must be one of data, metadata, system");
+  Volume* vol = txn_->vol_;
+  alloc::SpaceManager& space = *txn_->space_;
+  const std::string kind_name = alloc::SpaceManager::KindName(kind);
+  const int bit = std::countr_zero(kind);
+  const uint64_t profile = profile_[bit];
+  const int nstripes = profile == kBlockGroupDup ? 2 : 1;
+  if (profile != 0 && profile != kBlockGroupDup) {
+    return Status::Unsupported("new " + kind_name + " chunk: " + alloc::ProfileName(profile) + " profile");
+  }
+
+  // Data must not take the last device space from the metadata its extents
+  // need (csums, extent items, file extent items).
+  if (kind == kBlockGroupData && space.TotalsFor(kBlockGroupMetadata).free_bytes < 2 * CommitReserve()) {
+    if (NewChunkLocked(kBlockGroupMetadata, vol->nodesize()).ok()) ++stats_.early_metadata_chunks;
+  }
+
+  const size_t sys_entry = sizeof(DiskKey) + sizeof(Chunk) + nstripes * sizeof(Stripe);
+  if (kind == kBlockGroupSystem) {
+    size_t used = vol->super().sys_chunk_array_size.get();
+    for (const auto& p : pending_) {
+      if (p.type & kBlockGroupSystem) used += sizeof(DiskKey) + p.item.size();
+    }
+    if (used + sys_entry > kSystemChunkArraySize) {
+      ++stats_.enospc;
+      return Status::Error(ENOSPC, "no new system chunk: the superblock's system chunk array is full (" +
+                                       std::to_string(used) + " of " + std::to_string(kSystemChunkArraySize) +
+                                       " bytes)");
+    }
+  }
+
+  uint64_t need = RoundUp(std::max<uint64_t>(min_len, 1), kStripeLen);
+  uint64_t want = std::max(TargetSize(kind), need);
+  uint64_t logical = 0;
+  {
+    const auto& chunks = vol->chunks().chunks();
+    if (!chunks.empty()) {
+      const auto& last = chunks.rbegin()->second;
+      logical = RoundUp(last.logical + last.length, kLogicalAlign);
+    } else {
+      logical = kLogicalAlign;
+    }
+  }
+  uint64_t len = 0;
+  std::vector<uint64_t> physical;
+  std::vector<std::pair<uint64_t, uint64_t>> excluded;
+  for (int attempt = 0;; ++attempt) {
+    auto placed = PlaceStripes(FreeDeviceRangesLocked(), nstripes, want, need, &len);
+    if (!placed.ok()) {
+      ++stats_.enospc;
+      return placed.status().WithContext("no new " + kind_name + " chunk for " + std::to_string(min_len) + " bytes");
+    }
+    physical = std::move(*placed);
+    excluded = SuperStripes(logical, len, physical);
+    // A superblock copy inside a stripe takes 64 KiB out of the middle of the
+    // chunk; the request must still fit in one piece.
+    if (LargestRun(logical, len, excluded) >= min_len) break;
+    if (attempt >= 3) {
+      ++stats_.enospc;
+      return Status::Error(ENOSPC, "no new " + kind_name + " chunk for " + std::to_string(min_len) +
+                                       " bytes: superblock copies split every place that fits");
+    }
+    need = len + 2 * kStripeLen;
+    want = std::max(want, need);
+  }
+
+  const uint64_t type = kind | profile;
+  std::vector<uint8_t> item(sizeof(Chunk) + nstripes * sizeof(Stripe));
+  auto* c = reinterpret_cast<Chunk*>(item.data());
+  c->length = len;
+  c->owner = kExtentTreeObjectid;
+  c->stripe_len = kStripeLen;
+  c->type = type;
+  c->io_align = static_cast<uint32_t>(kStripeLen);
+  c->io_width = static_cast<uint32_t>(kStripeLen);
+  c->sector_size = vol->sectorsize();
+  c->num_stripes = static_cast<uint16_t>(nstripes);
+  c->sub_stripes = 1;
+  auto* stripes = reinterpret_cast<Stripe*>(item.data() + sizeof(Chunk));
+  for (int i = 0; i < nstripes; ++i) {
+    stripes[i].devid = dev_item_.devid.get();
+    stripes[i].offset = physical[i];
+    std::memcpy(stripes[i].dev_uuid, dev_item_.uuid, kUuidSize);
+  }
+
+  const std::string where = "new " + kind_name + " chunk at " + std::to_string(logical);
+  UB_RETURN_IF_ERROR(vol->mutable_chunks()->AddChunk(logical, item, vol->sectorsize()).WithContext(where));
+  UB_RETURN_IF_ERROR(space.AddGroup(logical, len, type).WithContext(where));
+  for (auto [s, l] : excluded) {
+    UB_RETURN_IF_ERROR(space.MarkUsed(s, l).WithContext(where + ": superblock stripe"));
+    txn_->excluded_[logical] += l;
+    txn_->excluded_ranges_.push_back({s, l});
+  }
+  txn_->MarkGroupDirty(logical);
+  for (uint64_t p : physical) dev_extents_[p] = len;
+  pending_.push_back(Pending{logical, len, type, physical, std::move(item)});
+  ++stats_.chunks[bit];
+  return Status::Ok();
+}
+
+// ---- Reserve --------------------------------------------------------------------------------
+
+uint64_t ChunkAllocator::CommitReserve() const {
+  return uint64_t{txn_->vol_->nodesize()} * (kCommitReserveBlocks + txn_->dirty_->blocks().size());
+}
+
+Status ChunkAllocator::EnsureMetadataFree(uint64_t need, const std::string& why) {
+  std::lock_guard lock(mu_);
+  alloc::SpaceManager& space = *txn_->space_;
+  for (int round = 0;; ++round) {
+    const uint64_t free = space.TotalsFor(kBlockGroupMetadata).free_bytes;
+    if (free >= need) return Status::Ok();
+    Status s = round < 16 ? NewChunkLocked(kBlockGroupMetadata, txn_->vol_->nodesize())
+                          : Status::Error(ENOSPC, "16 new chunks were not enough");
+    if (!s.ok()) {
+      return Status::Error(s.code(), why + ": " + std::to_string(free) + " bytes of metadata space free, " +
+                                         std::to_string(need) + " needed (" + std::to_string(CommitReserve()) +
+                                         " of them kept for committing the transaction); " + s.message());
+    }
+    ++stats_.early_metadata_chunks;
+  }
+}
+
+Status ChunkAllocator::BeforeMetadataBlock() {
+  if (committing_) return Status::Ok();
+  const uint64_t need = CommitReserve() + txn_->vol_->nodesize();
+  if (txn_->space_->TotalsFor(kBlockGroupMetadata).free_bytes >= need) return Status::Ok();
+  return EnsureMetadataFree(need, "allocating a tree block");
+}
+
+Status ChunkAllocator::ReserveMetadata(uint64_t items) {
+  const uint64_t need = CommitReserve() + items * kBlocksPerItem * txn_->vol_->nodesize();
+  return EnsureMetadataFree(need, "reserving metadata for " + std::to_string(items) + " items");
+}
+
+// ---- Phase 2: items -------------------------------------------------------------------------
+
+bool ChunkAllocator::HasPending() const {
+  std::lock_guard lock(mu_);
+  return !pending_.empty();
+}
+
+Status ChunkAllocator::FinishPending(bool* changed) {
+  for (;;) {
+    Pending p;
+    {
+      std::lock_guard lock(mu_);
+      if (pending_.empty()) return Status::Ok();
+      p = pending_.front();
+    }
+    // The inserts below may need new chunks themselves (appended to pending_).
+    UB_RETURN_IF_ERROR(FinishOne(p).WithContext("adding the items of chunk " + std::to_string(p.logical)));
+    {
+      std::lock_guard lock(mu_);
+      pending_.erase(pending_.begin());
+    }
+    *changed = true;
+  }
+}
+
+Status ChunkAllocator::FinishOne(const Pending& p) {
+  Volume* vol = txn_->vol_;
+  const uint64_t devid = dev_item_.devid.get();
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext_w, txn_->Writer(kExtentTreeObjectid));
+
+  UB_RETURN_IF_ERROR(chunk_w->Insert(Key{kFirstChunkTreeObjectid, kChunkItemKey, p.logical}, p.item));
+
+  for (uint64_t phys : p.physical) {
+    DevExtent de{};
+    de.chunk_tree = kChunkTreeObjectid;
+    de.chunk_objectid = kFirstChunkTreeObjectid;
+    de.chunk_offset = p.logical;
+    de.length = p.length;
+    std::memcpy(de.chunk_tree_uuid, chunk_tree_uuid_, kUuidSize);
+    UB_RETURN_IF_ERROR(dev_w->Insert(Key{devid, kDevExtentKey, phys}, Bytes(&de, sizeof de)));
+  }
+
+  // DEV_ITEM.bytes_used: what the dev tree now holds, in the chunk tree and
+  // in the superblock's copy.
+  const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
+  UB_ASSIGN_OR_RETURN(auto dev_item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
+  if (!dev_item || dev_item->size() < sizeof(DevItem)) {
+    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+  }
+  auto* di = reinterpret_cast<DevItem*>(dev_item->data());
+  dev_bytes_used_ += p.length * p.physical.size();
+  const uint64_t used = dev_bytes_used_;
+  di->bytes_used = used;
+  UB_RETURN_IF_ERROR(chunk_w->Update(dev_key, *dev_item));
+  vol->mutable_super().dev_item.bytes_used = used;
+
+  BlockGroupItem bg{};
+  bg.used = 0;  // TxnManager::UpdateBlockGroups writes the real figure
+  bg.chunk_objectid = kFirstChunkTreeObjectid;
+  bg.flags = p.type;
+  UB_RETURN_IF_ERROR(ext_w->Insert(Key{p.logical, kBlockGroupItemKey, p.length}, Bytes(&bg, sizeof bg)));
+
+  if (p.type & kBlockGroupSystem) {
+    SuperBlock& sb = vol->mutable_super();
+    const uint32_t at = sb.sys_chunk_array_size.get();
+    const size_t add = sizeof(DiskKey) + p.item.size();
+    if (at + add > kSystemChunkArraySize) {
+      return Status::Error(ENOSPC, "the superblock's system chunk array is full");
+    }
+    DiskKey k{};
+    Key{kFirstChunkTreeObjectid, kChunkItemKey, p.logical}.To(&k);
+    std::memcpy(sb.sys_chunk_array + at, &k, sizeof k);
+    std::memcpy(sb.sys_chunk_array + at + sizeof k, p.item.data(), p.item.size());
+    sb.sys_chunk_array_size = static_cast<uint32_t>(at + add);
+  }
+
+  txn_->MarkGroupDirty(p.logical);
+  ++stats_.finished;
+  return Status::Ok();
+}
+
+}  // namespace ubtrfs::txn

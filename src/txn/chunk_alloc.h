@@ -1,0 +1,165 @@
+// New chunks on the device when a kind of space (DATA, METADATA, SYSTEM)
+// runs out, as the kernel's btrfs_alloc_chunk does, and ENOSPC once the
+// device is full.
+//
+// Two phases, like the kernel since 5.x (btrfs_create_pending_block_groups):
+//
+//  1. In memory (NewChunk, called from SpaceManager's new-chunk hook, which may
+//     fire deep inside a tree operation, e.g. while the extent tree is being
+//     split): pick device space and a logical address, add the chunk to the
+//     chunk map and a block group to the SpaceManager, exclude superblock
+//     stripes, mark the group dirty. No tree is touched, so this is safe
+//     anywhere and never allocates tree blocks itself: there is no
+//     re-entrancy, whichever kind ran out.
+//  2. Items (FinishPending, run by TxnManager::Commit before the block group
+//     items are updated): CHUNK_ITEM and DEV_ITEM.bytes_used in the chunk
+//     tree, DEV_EXTENTs in the dev tree, BLOCK_GROUP_ITEM in the extent tree,
+//     the superblock's dev_item and, for SYSTEM chunks, sys_chunk_array. The
+//     free space tree entries follow from the dirty group. Tree blocks these
+//     inserts need come from the groups registered in phase 1; running out
+//     there adds more pending chunks, which the same loop finishes.
+//
+// Sizes (per chunk, logical length; device total T = DEV_ITEM total_bytes):
+//   DATA      min(1 GiB, T/10)          profile as the image's data chunks (single)
+//   METADATA  min(256 MiB, T/10)        (1 GiB above 50 GiB devices; DUP)
+//   SYSTEM    min(32 MiB, T/10)         (DUP)
+// rounded down to 1 MiB, never below what the allocation asked for. When
+// the device has less room the chunk shrinks to what fits (multiples of
+// 64 KiB, at least the request); when not even that fits: ENOSPC. DUP puts
+// both stripes in one hole when it can (as the kernel does), else in two.
+// Stripes start on 64 KiB boundaries in [1 MiB, T); logical addresses start
+// 1 MiB-aligned above the highest chunk.
+//
+// Metadata reserve: a transaction must stay committable after an operation
+// got ENOSPC, and committing needs metadata (extent items for every block
+// the transaction touched, block group items, the free space tree, root
+// items). So outside a commit, tree block allocation keeps
+//   CommitReserve() = nodesize * (64 + blocks dirtied by this transaction)
+// free: when free metadata would drop below it a metadata chunk is added
+// early, and when the device has no room for one the allocation fails with
+// ENOSPC while the reserve is still there for Commit() to use. Before a DATA
+// chunk is made, a metadata chunk is added first when metadata is below
+// twice the reserve, so data cannot take the last device space from under
+// the metadata the data extents will need. ReserveMetadata(items) lets an
+// operation ask up front (kernel style: 2 * kMaxLevel blocks per item) and
+// get ENOSPC before it changes anything.
+//
+// If a commit still runs out (the reserve is an estimate), Commit() fails
+// with ENOSPC before anything is written: the last committed image stays.
+//
+// Single-threaded like TxnManager; mu_ only orders hook calls (which arrive
+// with SpaceManager's chunk mutex held) against direct calls.
+#ifndef UBTRFS_TXN_CHUNK_ALLOC_H_
+#define UBTRFS_TXN_CHUNK_ALLOC_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "format/ondisk.h"
+#include "ubtrfs/status.h"
+
+namespace ubtrfs::txn {
+
+class TxnManager;
+
+// Where the stripes of a new chunk go. holes: free device ranges (start,
+// length), ascending, 64 KiB aligned. Wants `want` bytes per stripe, accepts
+// down to `min_len` (both multiples of 64 KiB). Returns the stripe starts and
+// sets *len, or ENOSPC. Exposed for tests.
+Result<std::vector<uint64_t>> PlaceStripes(const std::vector<std::pair<uint64_t, uint64_t>>& holes, int nstripes,
+                                           uint64_t want, uint64_t min_len, uint64_t* len);
+
+struct ChunkAllocStats {
+  uint64_t chunks[3] = {0, 0, 0};  // created, by kind bit (data, system, metadata)
+  uint64_t early_metadata_chunks = 0;  // added for the reserve, not because space ran out
+  uint64_t enospc = 0;                 // times no chunk fitted on the device
+  uint64_t finished = 0;               // chunks whose items are in the trees
+};
+
+class ChunkAllocator {
+ public:
+  static constexpr uint64_t kDeviceStart = 1ull << 20;  // the kernel leaves the first MiB alone
+  static constexpr uint64_t kStripeLen = 64 * 1024;
+  static constexpr uint64_t kLogicalAlign = 1ull << 20;
+  static constexpr uint64_t kCommitReserveBlocks = 64;
+  static constexpr uint64_t kBlocksPerItem = 2 * format::kMaxLevel;
+
+  explicit ChunkAllocator(TxnManager* txn) : txn_(txn) {}
+  ChunkAllocator(const ChunkAllocator&) = delete;
+  ChunkAllocator& operator=(const ChunkAllocator&) = delete;
+
+  // Reads the DEV_ITEM and the dev extents, and the profile of each kind.
+  Status Load();
+
+  // Phase 1 (the SpaceManager new-chunk hook): a chunk of `kind` (exactly one
+  // of DATA, METADATA, SYSTEM) with a free run of at least min_len bytes.
+  Status NewChunk(uint64_t kind, uint64_t min_len);
+  // Phase 2: items for every chunk made since the last call.
+  Status FinishPending(bool* changed);
+  bool HasPending() const;
+
+  // Bytes of free metadata kept back for committing the running transaction.
+  uint64_t CommitReserve() const;
+  // Makes sure metadata has `items` insertions' worth of room on top of the
+  // commit reserve, adding chunks as needed; ENOSPC when the device is full.
+  Status ReserveMetadata(uint64_t items);
+  // TxnManager::AllocTreeBlock asks this before taking a metadata block.
+  Status BeforeMetadataBlock();
+
+  // Commit() runs inside one: its allocations may use the reserve.
+  class CommitScope {
+   public:
+    explicit CommitScope(ChunkAllocator* a) : a_(a) { a_->committing_ = true; }
+    ~CommitScope() { a_->committing_ = false; }
+    CommitScope(const CommitScope&) = delete;
+    CommitScope& operator=(const CommitScope&) = delete;
+
+   private:
+    ChunkAllocator* a_;
+  };
+
+  // The size NewChunk aims for (before fitting it to the device).
+  uint64_t TargetSize(uint64_t kind) const;
+  uint64_t Profile(uint64_t kind) const;
+  // Free device ranges as NewChunk sees them.
+  std::vector<std::pair<uint64_t, uint64_t>> FreeDeviceRanges() const;
+  uint64_t device_bytes() const { return device_end_; }
+  const ChunkAllocStats& stats() const { return stats_; }
+
+ private:
+  struct Pending {
+    uint64_t logical = 0;
+    uint64_t length = 0;
+    uint64_t type = 0;
+    std::vector<uint64_t> physical;
+    std::vector<uint8_t> item;  // the CHUNK_ITEM body
+  };
+
+  std::vector<std::pair<uint64_t, uint64_t>> FreeDeviceRangesLocked() const;
+  Status NewChunkLocked(uint64_t kind, uint64_t min_len);
+  // Metadata free space must reach `need` bytes; adds chunks (phase 1).
+  Status EnsureMetadataFree(uint64_t need, const std::string& why);
+  std::vector<std::pair<uint64_t, uint64_t>> SuperStripes(uint64_t logical, uint64_t len,
+                                                          const std::vector<uint64_t>& physical) const;
+  Status FinishOne(const Pending& p);
+
+  TxnManager* txn_;
+  mutable std::recursive_mutex mu_;  // NewChunk may be re-entered via EnsureMetadataFree
+  format::DevItem dev_item_{};       // as loaded (devid, uuid, total_bytes)
+  uint8_t chunk_tree_uuid_[format::kUuidSize] = {};
+  uint64_t device_end_ = 0;
+  uint64_t dev_bytes_used_ = 0;               // dev extents in the dev tree (incl. finished new ones)
+  std::map<uint64_t, uint64_t> dev_extents_;  // physical start -> length, committed and new
+  uint64_t profile_[3] = {0, format::kBlockGroupDup, format::kBlockGroupDup};  // by kind bit
+  std::vector<Pending> pending_;
+  bool committing_ = false;
+  ChunkAllocStats stats_;
+};
+
+}  // namespace ubtrfs::txn
+
+#endif  // UBTRFS_TXN_CHUNK_ALLOC_H_
