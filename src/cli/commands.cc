@@ -13,6 +13,7 @@ int ExitCode() { return g_exit_code; }
 void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);
   RegisterDumpTree(app);
+  RegisterWriteCommands(app);
   RegisterMkfs(app);
 }
 

@@ -13,6 +13,12 @@ int ExitCode();
 void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
+void RegisterWriteCommands(CLI::App& app); // rm, mkdir (cp into an image goes through CopyIn)
+
+// `cp HOST IMAGE:PATH`: copies a host file or tree into an image.
+void CopyIn(const std::string& host, const std::string& image, const std::string& path);
+// Splits "IMAGE:PATH" when IMAGE names an existing file or block device.
+bool SplitImagePath(const std::string& arg, std::string* image, std::string* path);
 
 void SetExitCode(int code);
 

@@ -296,15 +296,14 @@ class Copier {
 };
 
 void CmdCp(const std::string& source, const std::string& dest) {
-  const size_t colon = source.find(':');
-  if (colon == std::string::npos) {
-    fmt::print(stderr, "ubtrfs: cp: source must be IMAGE:PATH, got '{}'\n", source);
+  std::string image, path;
+  if (!SplitImagePath(source, &image, &path)) {
+    if (SplitImagePath(dest, &image, &path)) return CopyIn(source, image, path);
+    fmt::print(stderr, "ubtrfs: cp: one side must be IMAGE:PATH with IMAGE an existing image, got '{}' and '{}'\n",
+               source, dest);
     SetExitCode(2);
     return;
   }
-  const std::string image = source.substr(0, colon);
-  std::string path = source.substr(colon + 1);
-  if (path.empty()) path = "/";
   auto fs = OpenOrReport(image);
   if (!fs) return;
   auto id = fs->Lookup(path);
@@ -346,9 +345,9 @@ void RegisterReadCommands(CLI::App& app) {
   cat->add_option("path", path, "Path inside the image")->required();
   cat->callback([] { CmdCat(image, path); });
 
-  auto* cp = app.add_subcommand("cp", "Copy a file or tree out of an image (IMAGE:PATH DEST)");
-  cp->add_option("source", source, "IMAGE:PATH")->required();
-  cp->add_option("dest", dest, "Destination on the host")->required();
+  auto* cp = app.add_subcommand("cp", "Copy a file or tree out of an image (IMAGE:PATH DEST) or into it (SRC IMAGE:PATH)");
+  cp->add_option("source", source, "IMAGE:PATH, or a host path")->required();
+  cp->add_option("dest", dest, "a host path, or IMAGE:PATH")->required();
   cp->callback([] { CmdCp(source, dest); });
 }
 

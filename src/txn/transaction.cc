@@ -602,6 +602,7 @@ Status TxnManager::Commit() {
     UB_RETURN_IF_ERROR(chunk_alloc_->FinishPending(&changed));  // new chunks' items, before their groups'
     UB_RETURN_IF_ERROR(UpdateBlockGroups(&changed));
     UB_RETURN_IF_ERROR(UpdateRootItems(&changed));
+    if (getenv("UB_DEBUG_COMMIT")) { auto tt = space_->TotalsFor(kBlockGroupMetadata); fprintf(stderr, "loop %d changed %d dirty_groups %zu blocks %zu meta free %lu pinned %lu pending %d\n", loops, (int)changed, dirty_groups_.size(), dirty_->blocks().size(), (unsigned long)tt.free_bytes, (unsigned long)tt.pinned_bytes, (int)chunk_alloc_->HasPending()); }
     if (!changed && tree_refs_.empty() && data_refs_.empty() && new_data_.empty() && dirty_groups_.empty() &&
         !chunk_alloc_->HasPending()) {
       break;
