@@ -222,6 +222,8 @@ struct SizeCase {
   int copies;
 };
 
+void PrintTo(const SizeCase& c, std::ostream* os) { *os << c.name; }
+
 class MkfsSizeTest : public ::testing::TestWithParam<SizeCase> {};
 
 TEST_P(MkfsSizeTest, CheckCleanReadableWritableMountable) {

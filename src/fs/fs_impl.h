@@ -410,8 +410,9 @@ class FilesystemImpl final : public Filesystem {
     if (root != kFsTreeObjectid && (root < kFirstFreeObjectid || root > kLastFreeObjectid)) {
       return Status::Invalid("tree " + std::to_string(root) + " is not a subvolume");
     }
-    UB_ASSIGN_OR_RETURN(auto r, vol_->FindRoot(root));
-    return r.ref;
+    UB_ASSIGN_OR_RETURN(Volume::TreeRoot * r, vol_->MutableRoot(root));
+    std::lock_guard<std::mutex> lock(vol_->roots_mutex());
+    return r->ref;
   }
 
   Result<InodeId> SubvolRoot(uint64_t subvol) {

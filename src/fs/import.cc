@@ -45,9 +45,13 @@ class Importer {
       }
     }
     InodeId id;
+    bool changed_after_create = false;  // data or xattrs moved mtime/ctime
     if (S_ISREG(st.st_mode)) {
       UB_ASSIGN_OR_RETURN(id, fs_.Create(dir, name, Attrs(st)));
-      UB_RETURN_IF_ERROR(CopyData(src, id, st));
+      if (st.st_size > 0) {
+        UB_RETURN_IF_ERROR(CopyData(src, id, st));
+        changed_after_create = true;
+      }
       ++stats_->files;
     } else if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
@@ -64,7 +68,10 @@ class Importer {
       ++stats_->specials;
     }
     if (st.st_nlink > 1) links_[{st.st_dev, st.st_ino}] = id;
-    return Finish(src, id, st);
+    UB_ASSIGN_OR_RETURN(bool had_xattrs, CopyXattrs(src, id));
+    // Create set mode, owner and times already; only later changes need a setattr.
+    if (changed_after_create || had_xattrs || S_ISLNK(st.st_mode)) return SetAttrs(id, st);
+    return Status::Ok();
   }
 
   Status CopyEntries(const std::string& src, InodeId dir) {
@@ -83,7 +90,11 @@ class Importer {
 
   // Mode, owner, xattrs and times of an existing image inode from host `src`.
   Status Finish(const std::string& src, InodeId id, const struct stat& st) {
-    UB_RETURN_IF_ERROR(CopyXattrs(src, id));
+    UB_RETURN_IF_ERROR(CopyXattrs(src, id).status());
+    return SetAttrs(id, st);
+  }
+
+  Status SetAttrs(InodeId id, const struct stat& st) {
     AttrChange c;
     if (!S_ISLNK(st.st_mode)) c.mode = st.st_mode & 07777;
     c.uid = st.st_uid;
@@ -147,10 +158,14 @@ class Importer {
     return Status::Ok();
   }
 
-  Status CopyXattrs(const std::string& src, InodeId id) {
+  // Returns whether there were any.
+  Result<bool> CopyXattrs(const std::string& src, InodeId id) {
     ssize_t len = ::llistxattr(src.c_str(), nullptr, 0);
-    if (len < 0) return errno == ENOTSUP ? Status::Ok() : Errno("listxattr", src);
-    if (len == 0) return Status::Ok();
+    if (len < 0) {
+      if (errno == ENOTSUP) return false;
+      return Errno("listxattr", src);
+    }
+    if (len == 0) return false;
     std::string names(static_cast<size_t>(len), '\0');
     len = ::llistxattr(src.c_str(), names.data(), names.size());
     if (len < 0) return Errno("listxattr", src);
@@ -168,7 +183,7 @@ class Importer {
       UB_RETURN_IF_ERROR(fs_.SetXattr(id, name, value, 0).WithContext("xattr " + name));
       ++stats_->xattrs;
     }
-    return Status::Ok();
+    return true;
   }
 
   Filesystem& fs_;

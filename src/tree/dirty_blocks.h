@@ -4,6 +4,7 @@
 #define UBTRFS_TREE_DIRTY_BLOCKS_H_
 
 #include <map>
+#include <unordered_map>
 #include <memory>
 
 #include "tree/block_reader.h"
@@ -49,8 +50,8 @@ class DirtyBlocks final : public BlockSource {
   // Drops a block from the tree (the caller has unlinked it).
   Status Free(const TreeBlock& b, uint64_t owner);
 
-  // Every block to write at commit, by address.
-  const std::map<uint64_t, std::shared_ptr<TreeBlock>>& blocks() const { return blocks_; }
+  // Every block to write at commit (in no particular order).
+  const std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>>& blocks() const { return blocks_; }
   // Starts the next transaction: nothing is dirty.
   void Reset(uint64_t transid) {
     blocks_.clear();
@@ -63,7 +64,7 @@ class DirtyBlocks final : public BlockSource {
   HeaderTemplate tmpl_;
   BlockAllocator* alloc_;
   uint64_t transid_;
-  std::map<uint64_t, std::shared_ptr<TreeBlock>> blocks_;
+  std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>> blocks_;
 };
 
 }  // namespace ubtrfs::tree

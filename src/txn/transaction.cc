@@ -537,8 +537,22 @@ Status TxnManager::UpdateBlockGroups(bool* changed) {
     }
     if (have == want) continue;
     *changed = true;
-    for (auto& [k, d] : have) UB_RETURN_IF_ERROR(fstw->Delete(k));
-    for (auto& [k, d] : want) UB_RETURN_IF_ERROR(fstw->Insert(k, d));
+    // Change only the entries that differ. Deleting and reinserting them all
+    // merges and splits leaves anew every round (new blocks each time, as
+    // blocks freed in a transaction stay pinned), so a group with more free
+    // extents than a leaf holds would never let the commit loop settle.
+    const std::map<Key, std::vector<uint8_t>> have_map(have.begin(), have.end()), want_map(want.begin(), want.end());
+    for (auto& [k, d] : have) {
+      if (!want_map.count(k)) UB_RETURN_IF_ERROR(fstw->Delete(k));
+    }
+    for (auto& [k, d] : want) {
+      auto h = have_map.find(k);
+      if (h == have_map.end()) {
+        UB_RETURN_IF_ERROR(fstw->Insert(k, d));
+      } else if (h->second != d) {
+        UB_RETURN_IF_ERROR(fstw->Update(k, d));
+      }
+    }
   }
   return Status::Ok();
 }
@@ -602,7 +616,6 @@ Status TxnManager::Commit() {
     UB_RETURN_IF_ERROR(chunk_alloc_->FinishPending(&changed));  // new chunks' items, before their groups'
     UB_RETURN_IF_ERROR(UpdateBlockGroups(&changed));
     UB_RETURN_IF_ERROR(UpdateRootItems(&changed));
-    if (getenv("UB_DEBUG_COMMIT")) { auto tt = space_->TotalsFor(kBlockGroupMetadata); fprintf(stderr, "loop %d changed %d dirty_groups %zu blocks %zu meta free %lu pinned %lu pending %d\n", loops, (int)changed, dirty_groups_.size(), dirty_->blocks().size(), (unsigned long)tt.free_bytes, (unsigned long)tt.pinned_bytes, (int)chunk_alloc_->HasPending()); }
     if (!changed && tree_refs_.empty() && data_refs_.empty() && new_data_.empty() && dirty_groups_.empty() &&
         !chunk_alloc_->HasPending()) {
       break;

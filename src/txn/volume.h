@@ -65,6 +65,8 @@ class Volume {
   // The cached entry itself, for the transaction layer to move roots in
   // place (entries never move once created).
   Result<TreeRoot*> MutableRoot(uint64_t objectid);
+  // Guards the fields of cached TreeRoot entries (MutableRoot).
+  std::mutex& roots_mutex() { return roots_mu_; }
   // Every tree root loaded so far.
   std::vector<uint64_t> LoadedRoots();
   // Writes the superblock (checksummed) to every copy the device has room for.
