@@ -283,7 +283,8 @@ std::string BtrfsCheck(const std::string& img) {
 void RunModel(uint64_t seed, int steps, uint32_t nodesize) {
   if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir("ubtrfs-model");
-  const std::string host = dir.Sub("host"), img = dir.Sub("img");
+  const std::string host = dir.Sub("host"), img = dir.Sub("img"), snap = dir.Sub("snap"), crash = dir.Sub("crash");
+  int crash_checks = 0;
   ASSERT_EQ(mkdir(host.c_str(), 0755), 0);
   auto r = RunCommand({"truncate", "-s", "1G", img});
   ASSERT_TRUE(r.ok());
@@ -314,13 +315,33 @@ void RunModel(uint64_t seed, int steps, uint32_t nodesize) {
       auto mism = run.Compare();
       if (!mism.empty()) dir.Keep();
       ASSERT_TRUE(mism.empty()) << "seed " << seed << " step " << i << "\n" << ubtrfs_test::FormatMismatches(mism);
+      // Remember the committed state for the crash check below.
+      ubtrfs_test::RemoveTree(snap);
+      ASSERT_TRUE(RunCommand({"cp", "-a", host, snap}).ok());
+    }
+    if (i % 97 == 60 && i > 97) {
+      // A power cut now, in the middle of a transaction: the image on disk
+      // must be exactly the last committed state, check-clean. This is what
+      // the clone bitmaps buy: nothing freed since the commit was reused.
+      ASSERT_TRUE(RunCommand({"cp", "--sparse=always", img, crash}).ok());
+      ASSERT_EQ(BtrfsCheck(crash), "") << "mid-transaction image, seed " << seed << " step " << i;
+      auto cfs = Filesystem::Open(crash);
+      ASSERT_TRUE(cfs.ok()) << cfs.status().ToString();
+      auto mism = ubtrfs_test::CompareTreeToImage(snap, **cfs, CompareOptions{});
+      if (!mism.empty()) dir.Keep();
+      ASSERT_TRUE(mism.empty()) << "mid-transaction image differs from the last commit, seed " << seed << " step "
+                                << i << "\n" << ubtrfs_test::FormatMismatches(mism);
+      ++crash_checks;
     }
     if (i % 331 == 330) {  // close and reopen: everything must have been committed
       run.Close();
       ASSERT_EQ(BtrfsCheck(img), "") << "seed " << seed << " step " << i;
+      ubtrfs_test::RemoveTree(snap);
+      ASSERT_TRUE(RunCommand({"cp", "-a", host, snap}).ok());
       run.Open();
     }
   }
+  EXPECT_GT(crash_checks, 0);
   run.Close();
   const std::string check = BtrfsCheck(img);
   if (!check.empty()) dir.Keep();
