@@ -1,5 +1,6 @@
 // Commands that change an image: cp into it, rm, mkdir.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/core.h>
 
@@ -151,7 +152,15 @@ void CopyIn(const std::string& host, const std::string& image, const std::string
     name = last;
   }
   fs::ImportStats stats;
-  Status st = fs::ImportTree(*fs, host, dir, name, {}, &stats);
+  fs::ImportOptions options;
+  const bool tty = ::isatty(2);
+  if (tty) {
+    options.progress = [](const fs::ImportStats& s) {
+      fmt::print(stderr, "\rubtrfs: {} files, {} directories, {} MiB", s.files, s.dirs, s.bytes >> 20);
+    };
+  }
+  Status st = fs::ImportTree(*fs, host, dir, name, options, &stats);
+  if (tty && stats.files + stats.dirs >= 4096) fmt::print(stderr, "\n");
   if (!st.ok()) return Report(host, st);
   Commit(*fs, image);
 }

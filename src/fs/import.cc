@@ -28,6 +28,7 @@ class Importer {
       : fs_(fs), options_(options), stats_(stats ? stats : &own_stats_), buf_(1 << 20) {}
 
   Status Copy(const std::string& src, InodeId dir, const std::string& name) {
+    if (options_.progress && (++progress_tick_ % 4096 == 0)) options_.progress(*stats_);
     struct stat st;
     if (::lstat(src.c_str(), &st) != 0) return Errno("lstat", src);
     if (S_ISDIR(st.st_mode)) {
@@ -154,7 +155,6 @@ class Importer {
       c.size = static_cast<uint64_t>(st.st_size);  // a trailing hole
       UB_RETURN_IF_ERROR(fs_.SetAttr(id, c));
     }
-    if (options_.progress && (++progress_tick_ % 1024 == 0)) options_.progress(*stats_);
     return Status::Ok();
   }
 
