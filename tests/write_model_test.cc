@@ -280,7 +280,7 @@ std::string BtrfsCheck(const std::string& img) {
   return r.Describe();
 }
 
-void RunModel(uint64_t seed, int steps, uint32_t nodesize) {
+void RunModel(uint64_t seed, int steps, uint32_t nodesize, bool kernel_round_trip = true) {
   if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir("ubtrfs-model");
   const std::string host = dir.Sub("host"), img = dir.Sub("img"), snap = dir.Sub("snap"), crash = dir.Sub("crash");
@@ -359,15 +359,46 @@ void RunModel(uint64_t seed, int steps, uint32_t nodesize) {
   }
   const std::string mnt = dir.Sub("mnt");
   ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
-  ubtrfs_test::LoopMount m;
-  ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
-  auto mism = ubtrfs_test::CompareHostTrees(host, mnt, CompareOptions{});
-  EXPECT_TRUE(mism.empty()) << "kernel view differs:\n" << ubtrfs_test::FormatMismatches(mism);
-  ASSERT_EQ(m.Unmount(), "");
+  {
+    ubtrfs_test::LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+    auto mism = ubtrfs_test::CompareHostTrees(host, mnt, CompareOptions{});
+    EXPECT_TRUE(mism.empty()) << "kernel view differs:\n" << ubtrfs_test::FormatMismatches(mism);
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  if (!kernel_round_trip) return;
+  // The kernel changes what we wrote; we change what the kernel wrote.
+  {
+    ubtrfs_test::LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, ""), "");
+    for (const std::string& root : {host, mnt}) {
+      ASSERT_TRUE(RunCommand({"mkdir", "-p", root + "/kernel/sub"}).ok());
+      ASSERT_TRUE(RunCommand({"cp", "-L", "/etc/os-release", root + "/kernel/sub/osr"}).ok());
+      ASSERT_TRUE(RunCommand({"sh", "-c", "seq 1 100000 > '" + root + "/kernel/numbers'"}).ok());
+      ASSERT_TRUE(RunCommand({"touch", "-h", "-d", "2020-01-02 03:04:05", root + "/kernel/sub/osr", root + "/kernel/numbers",
+                              root + "/kernel/sub", root + "/kernel", root}).ok());
+    }
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  ASSERT_EQ(BtrfsCheck(img), "") << "after the kernel's changes";
+  run.Open();
+  for (int i = 0; i < 300 && !::testing::Test::HasFailure(); ++i) run.Step();
+  run.Close();
+  ASSERT_EQ(BtrfsCheck(img), "") << "after our changes on top of the kernel's, seed " << seed;
+  auto fs = Filesystem::Open(img);
+  ASSERT_TRUE(fs.ok());
+  auto mism = ubtrfs_test::CompareTreeToImage(host, **fs, CompareOptions{});
+  EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
 }
 
 TEST(WriteModel, RandomOpsSeed1Node16K) { RunModel(1, 1200, 16384); }
 TEST(WriteModel, RandomOpsSeed2Node4K) { RunModel(2, 1200, 4096); }
+// Many short sequences, each from a fresh image.
+TEST(WriteModel, ShortSequences) {
+  for (uint64_t seed = 10; seed < 22 && !::testing::Test::HasFailure(); ++seed) {
+    RunModel(seed, 250, seed % 2 ? 4096 : 16384, /*kernel_round_trip=*/false);
+  }
+}
 
 // UBTRFS_SOAK_SEEDS=N runs N more seeds, longer.
 TEST(WriteModel, Soak) {
