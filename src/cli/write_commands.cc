@@ -19,6 +19,7 @@ void Report(const std::string& what, const Status& st) {
 std::unique_ptr<Filesystem> OpenWritable(const std::string& image) {
   OpenOptions o;
   o.writable = true;
+  o.node_cache_bytes = 16ull << 20;  // writes go through the transaction, not the read cache
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     Report(image, fs.status());

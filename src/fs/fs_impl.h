@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <unordered_map>
 #include <mutex>
 #include <optional>
 
@@ -194,14 +195,21 @@ class FilesystemImpl final : public Filesystem {
       s.mtime = s.ctime = p.mtime;
       return s;
     }
-    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
-    const Key k{id.ino, kInodeItemKey, 0};
-    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
-    if (!item) return Status::NotFound(InodeName(id) + " does not exist");
-    if (item->size() < sizeof(InodeItem)) {
-      return Status::Corrupt(InodeName(id) + ": inode item is " + std::to_string(item->size()) + " bytes");
+    InodeItem ii_buf;
+    if (txn_) {
+      // A writable view keeps inodes it touched in memory (delayed updates).
+      UB_ASSIGN_OR_RETURN(ii_buf, LoadInode(id));
+    } else {
+      UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+      const Key k{id.ino, kInodeItemKey, 0};
+      UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
+      if (!item) return Status::NotFound(InodeName(id) + " does not exist");
+      if (item->size() < sizeof(InodeItem)) {
+        return Status::Corrupt(InodeName(id) + ": inode item is " + std::to_string(item->size()) + " bytes");
+      }
+      std::memcpy(&ii_buf, item->data(), sizeof ii_buf);
     }
-    const auto& ii = *reinterpret_cast<const InodeItem*>(item->data());
+    const InodeItem& ii = ii_buf;
     Stat s;
     s.id = id;
     s.mode = ii.mode.get();
@@ -486,6 +494,22 @@ class FilesystemImpl final : public Filesystem {
   }
 
   // ---- Write-side helpers (write_ops.cc) ----
+  Result<InodeId> CreateImpl(InodeId dir, std::string_view name, const NewInode& attrs);
+  Result<InodeId> MkdirImpl(InodeId dir, std::string_view name, const NewInode& attrs);
+  Result<InodeId> MknodImpl(InodeId dir, std::string_view name, const NewInode& attrs);
+  Result<InodeId> SymlinkImpl(InodeId dir, std::string_view name, std::string_view target, const NewInode& attrs);
+  Status LinkImpl(InodeId inode, InodeId dir, std::string_view name);
+  Status UnlinkImpl(InodeId dir, std::string_view name);
+  Status RmdirImpl(InodeId dir, std::string_view name);
+  Status RenameImpl(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name, unsigned flags);
+  Result<size_t> WriteImpl(InodeId file, uint64_t offset, std::span<const uint8_t> data);
+  Status SetAttrImpl(InodeId id, const AttrChange& change);
+  Status SetXattrImpl(InodeId id, std::string_view name, std::string_view value, int flags);
+  Status RemoveXattrImpl(InodeId id, std::string_view name);
+  Status CommitImpl();
+  void NoteFailure(const Status& st);
+  Status MaybeAutoCommit();
+  void CacheInode(InodeId id, const format::InodeItem& ii);
   std::unique_lock<std::recursive_mutex> Guard() {
     return txn_ ? std::unique_lock<std::recursive_mutex>(op_mu_) : std::unique_lock<std::recursive_mutex>();
   }
@@ -493,11 +517,13 @@ class FilesystemImpl final : public Filesystem {
   Result<tree::TreeWriter*> FsWriter(uint64_t root);
   Result<format::InodeItem> LoadInode(InodeId id);
   Status StoreInode(InodeId id, const format::InodeItem& ii);
+  // Writes every changed cached inode item into its tree.
+  Status FlushInodes();
   Result<uint64_t> NextIno(uint64_t root);
   Result<uint64_t> NextDirIndex(InodeId dir);
   Result<InodeId> NewEntry(InodeId dir, std::string_view name, uint32_t mode, const NewInode& attrs,
                            std::string_view symlink_target);
-  Status AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, uint32_t target_mode);
+  Status AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, bool new_inode);
   Status RemoveLink(InodeId dir, std::string_view name, InodeId target, bool* was_dir_entry);
   Status DropInode(InodeId id);
   Status TouchDir(InodeId dir, int64_t size_delta);
@@ -509,9 +535,21 @@ class FilesystemImpl final : public Filesystem {
   Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
 
   std::recursive_mutex op_mu_;  // serializes every operation of a writable view
+  bool aborted_ = false;        // a failed change: no more writes, no commit
+  std::string abort_reason_;
   std::unique_ptr<txn::TxnManager> txn_;
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume
+  // Delayed inode updates: inode items read or changed since the last
+  // commit, written back (if dirty) by FlushInodes at commit.
+  struct CachedInode {
+    format::InodeItem item;
+    bool dirty = false;
+  };
+  struct InodeIdHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const { return k.first * 0x9e3779b97f4a7c15ull ^ k.second; }
+  };
+  std::unordered_map<std::pair<uint64_t, uint64_t>, CachedInode, InodeIdHash> inodes_;
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> next_index_;  // per directory
 
   // The kernel's inode number for a subvolume stub directory.

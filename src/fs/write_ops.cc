@@ -91,7 +91,7 @@ bool AllZero(std::span<const uint8_t> d) {
 }  // namespace
 
 FilesystemImpl::~FilesystemImpl() {
-  if (txn_) {
+  if (txn_ && !aborted_) {
     Status st = Commit();
     (void)st;  // nothing left to report to; the last committed state stays intact
   }
@@ -110,6 +110,10 @@ Status FilesystemImpl::InitWrite() {
 
 Status FilesystemImpl::CheckWritable() {
   if (!txn_) return Status::Error(EROFS, "the image is open read-only");
+  if (aborted_) {
+    return Status::Error(EROFS, "the transaction was aborted (" + abort_reason_ +
+                                    "); the image keeps its last committed state");
+  }
   return Status::Ok();
 }
 
@@ -120,21 +124,43 @@ Result<tree::TreeWriter*> FilesystemImpl::FsWriter(uint64_t root) {
 
 Result<InodeItem> FilesystemImpl::LoadInode(InodeId id) {
   if (StubParent(id)) return Status::Error(EPERM, "an empty subvolume stub cannot be changed");
+  auto it = inodes_.find({id.root, id.ino});
+  if (it != inodes_.end()) return it->second.item;
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
   UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, Key{id.ino, kInodeItemKey, 0}));
   if (!item) return Status::NotFound(InodeName(id) + " does not exist");
   if (item->size() < sizeof(InodeItem)) return Status::Corrupt(InodeName(id) + ": short inode item");
   InodeItem ii;
   std::memcpy(&ii, item->data(), sizeof ii);
+  CacheInode(id, ii);
   return ii;
 }
 
+void FilesystemImpl::CacheInode(InodeId id, const InodeItem& ii) {
+  // Clean entries are only a shortcut: drop them all when the cache grows.
+  constexpr size_t kMaxCached = 1 << 16;
+  if (inodes_.size() >= kMaxCached) std::erase_if(inodes_, [](const auto& kv) { return !kv.second.dirty; });
+  inodes_[{id.root, id.ino}] = CachedInode{ii, false};
+}
+
 Status FilesystemImpl::StoreInode(InodeId id, const InodeItem& ii_in) {
-  InodeItem ii = ii_in;
-  ii.transid = txn_->transid();
-  ii.sequence = ii.sequence.get() + 1;
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
-  return w->Update(Key{id.ino, kInodeItemKey, 0}, AsBytes(ii));
+  CachedInode& c = inodes_[{id.root, id.ino}];
+  c.item = ii_in;
+  c.item.transid = txn_->transid();
+  c.item.sequence = c.item.sequence.get() + 1;
+  c.dirty = true;
+  return Status::Ok();
+}
+
+Status FilesystemImpl::FlushInodes() {
+  for (auto& [key, c] : inodes_) {
+    if (!c.dirty) continue;
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(key.first));
+    UB_RETURN_IF_ERROR(w->Update(Key{key.second, kInodeItemKey, 0}, AsBytes(c.item)));
+    c.dirty = false;
+  }
+  inodes_.clear();  // bounded by one transaction's working set
+  return Status::Ok();
 }
 
 Result<uint64_t> FilesystemImpl::NextIno(uint64_t root) {
@@ -174,24 +200,29 @@ Status FilesystemImpl::TouchDir(InodeId dir, int64_t size_delta) {
 
 // ---- Links ------------------------------------------------------------------------------------
 
-Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, uint32_t) {
+Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, bool new_inode) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
-  UB_ASSIGN_OR_RETURN(uint64_t index, NextDirIndex(dir));
   const uint64_t transid = txn_->transid();
   const auto entry = DirItemBytes(Key{target.ino, kInodeItemKey, 0}, transid, ftype, name, {});
   if (entry.size() > w->MaxItemSize()) return Status::Error(ENAMETOOLONG, "entry too large");
 
-  // DIR_ITEM by name hash; names whose hashes collide share one item.
+  // DIR_ITEM by name hash; names whose hashes collide share one item. The
+  // same lookup tells whether the name exists.
   const Key dkey{dir.ino, kDirItemKey, NameHash(name)};
   UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, dkey));
   if (existing) {
+    UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*existing, dkey));
+    for (const auto& e : entries) {
+      if (e.name == name) return Status::Error(EEXIST, std::string(name) + ": exists");
+    }
     if (existing->size() + entry.size() > w->MaxItemSize()) return Status::Error(ENOSPC, "dir item full of colliding names");
     existing->insert(existing->end(), entry.begin(), entry.end());
     UB_RETURN_IF_ERROR(w->Update(dkey, *existing));
   } else {
     UB_RETURN_IF_ERROR(w->Insert(dkey, entry));
   }
+  UB_ASSIGN_OR_RETURN(uint64_t index, NextDirIndex(dir));
 
   // INODE_REF (or, when that item is full, an INODE_EXTREF).
   std::vector<uint8_t> ref(sizeof(InodeRef) + name.size());
@@ -200,7 +231,10 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   ir->name_len = static_cast<uint16_t>(name.size());
   std::memcpy(ref.data() + sizeof(InodeRef), name.data(), name.size());
   const Key rkey{target.ino, kInodeRefKey, dir.ino};
-  UB_ASSIGN_OR_RETURN(auto refs, tree::LookupItem(vol_->source(), tree, rkey));
+  std::optional<std::vector<uint8_t>> refs;
+  if (!new_inode) {
+    UB_ASSIGN_OR_RETURN(refs, tree::LookupItem(vol_->source(), tree, rkey));
+  }
   if (!refs) {
     UB_RETURN_IF_ERROR(w->Insert(rkey, ref));
   } else if (refs->size() + ref.size() <= w->MaxItemSize()) {
@@ -315,6 +349,7 @@ Status FilesystemImpl::DropInode(InodeId id) {
   }
   for (const Key& k : keys) UB_RETURN_IF_ERROR(w->Delete(k));
   next_index_.erase({id.root, id.ino});
+  inodes_.erase({id.root, id.ino});
   return Status::Ok();
 }
 
@@ -325,10 +360,6 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   UB_ASSIGN_OR_RETURN(InodeItem parent, LoadInode(dir));
   if (!S_ISDIR(parent.mode.get())) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
   if (parent.nlink.get() == 0) return Status::NotFound(InodeName(dir) + " was removed");
-  auto existing = LookupChild(dir, name);
-  if (existing.ok()) return Status::Error(EEXIST, std::string(name) + ": exists");
-  if (existing.status().code() != ENOENT) return existing.status();
-
   UB_ASSIGN_OR_RETURN(uint64_t ino, NextIno(dir.root));
   const InodeId id{dir.root, ino};
   const Time now = Now();
@@ -348,8 +379,10 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   SetTime(ii.ctime, attrs.ctime.value_or(now));
   SetTime(ii.otime, now);
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+  // The link first: it fails cleanly (EEXIST) before anything else changed.
+  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), /*new_inode=*/true));
   UB_RETURN_IF_ERROR(w->Insert(Key{ino, kInodeItemKey, 0}, AsBytes(ii)));
-  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), mode));
+  CacheInode(id, ii);
   if (S_ISLNK(mode)) {
     UB_RETURN_IF_ERROR(WriteInline(id, std::span(reinterpret_cast<const uint8_t*>(symlink_target.data()), symlink_target.size())));
     UB_ASSIGN_OR_RETURN(InodeItem li, LoadInode(id));
@@ -360,17 +393,17 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   return id;
 }
 
-Result<InodeId> FilesystemImpl::Create(InodeId dir, std::string_view name, const NewInode& attrs) {
+Result<InodeId> FilesystemImpl::CreateImpl(InodeId dir, std::string_view name, const NewInode& attrs) {
   auto guard = Guard();
   return NewEntry(dir, name, S_IFREG | (attrs.mode & 07777), attrs, {});
 }
 
-Result<InodeId> FilesystemImpl::Mkdir(InodeId dir, std::string_view name, const NewInode& attrs) {
+Result<InodeId> FilesystemImpl::MkdirImpl(InodeId dir, std::string_view name, const NewInode& attrs) {
   auto guard = Guard();
   return NewEntry(dir, name, S_IFDIR | (attrs.mode & 07777), attrs, {});
 }
 
-Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const NewInode& attrs) {
+Result<InodeId> FilesystemImpl::MknodImpl(InodeId dir, std::string_view name, const NewInode& attrs) {
   auto guard = Guard();
   const uint32_t type = attrs.mode & S_IFMT;
   if (type != S_IFIFO && type != S_IFSOCK && type != S_IFCHR && type != S_IFBLK && type != S_IFREG) {
@@ -379,7 +412,7 @@ Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const 
   return NewEntry(dir, name, attrs.mode & (S_IFMT | 07777), attrs, {});
 }
 
-Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std::string_view target,
+Result<InodeId> FilesystemImpl::SymlinkImpl(InodeId dir, std::string_view name, std::string_view target,
                                         const NewInode& attrs) {
   auto guard = Guard();
   if (target.empty()) return Status::Error(ENOENT, "empty symlink target");
@@ -389,7 +422,7 @@ Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std:
   return NewEntry(dir, name, S_IFLNK | 0777, attrs, target);
 }
 
-Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
+Status FilesystemImpl::LinkImpl(InodeId inode, InodeId dir, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_RETURN_IF_ERROR(CheckName(name));
@@ -402,14 +435,14 @@ Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
   if (existing.ok()) return Status::Error(EEXIST, std::string(name) + ": exists");
   if (existing.status().code() != ENOENT) return existing.status();
   if (ii.nlink.get() >= 65535) return Status::Error(EMLINK, "too many links");
-  UB_RETURN_IF_ERROR(AddLink(dir, name, inode, FtFromMode(ii.mode.get()), ii.mode.get()));
+  UB_RETURN_IF_ERROR(AddLink(dir, name, inode, FtFromMode(ii.mode.get()), false));
   UB_ASSIGN_OR_RETURN(ii, LoadInode(inode));
   ii.nlink = ii.nlink.get() + 1;
   SetTime(ii.ctime, Now());
   return StoreInode(inode, ii);
 }
 
-Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
+Status FilesystemImpl::UnlinkImpl(InodeId dir, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_ASSIGN_OR_RETURN(InodeId id, LookupChild(dir, name));
@@ -424,7 +457,7 @@ Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
   return StoreInode(id, ii);
 }
 
-Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
+Status FilesystemImpl::RmdirImpl(InodeId dir, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   if (name == ".") return Status::Invalid("rmdir of '.'");
@@ -451,7 +484,7 @@ Result<bool> FilesystemImpl::IsAncestor(InodeId maybe_ancestor, InodeId dir) {
   return Status::Corrupt("directory chain too deep (a loop?)");
 }
 
-Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name,
+Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name,
                               unsigned flags) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
@@ -492,8 +525,8 @@ Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeI
     }
     UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
     UB_RETURN_IF_ERROR(RemoveLink(new_dir, new_name, *dst, nullptr));
-    UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), src_ii.mode.get()));
-    UB_RETURN_IF_ERROR(AddLink(old_dir, old_name, *dst, FtFromMode(dst_ii.mode.get()), dst_ii.mode.get()));
+    UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), false));
+    UB_RETURN_IF_ERROR(AddLink(old_dir, old_name, *dst, FtFromMode(dst_ii.mode.get()), false));
     for (InodeId id : {src, *dst}) {
       UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
       SetTime(ii.ctime, now);
@@ -521,7 +554,7 @@ Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeI
     }
   }
   UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
-  UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), src_ii.mode.get()));
+  UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), false));
   UB_ASSIGN_OR_RETURN(src_ii, LoadInode(src));
   SetTime(src_ii.ctime, now);
   return StoreInode(src, src_ii);
@@ -650,7 +683,7 @@ Status FilesystemImpl::WriteRegular(InodeId id, uint64_t start, std::span<const 
   return Status::Ok();
 }
 
-Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
+Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(file));
@@ -743,7 +776,7 @@ Status FilesystemImpl::TruncateLocked(InodeId id, uint64_t new_size) {
   return StoreInode(id, ii);
 }
 
-Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
+Status FilesystemImpl::SetAttrImpl(InodeId id, const AttrChange& change) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   if (change.size) UB_RETURN_IF_ERROR(TruncateLocked(id, *change.size));
@@ -767,7 +800,7 @@ Status FilesystemImpl::PutXattrItem(InodeId id, const Key& key, std::vector<uint
   return existing ? w->Update(key, item) : w->Insert(key, item);
 }
 
-Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) {
+Status FilesystemImpl::SetXattrImpl(InodeId id, std::string_view name, std::string_view value, int flags) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   if (name.empty() || name.size() > 255) return Status::Error(ERANGE, "bad xattr name length");
@@ -802,7 +835,7 @@ Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_v
   return StoreInode(id, ii);
 }
 
-Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
+Status FilesystemImpl::RemoveXattrImpl(InodeId id, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
@@ -827,11 +860,156 @@ Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
   return StoreInode(id, ii);
 }
 
-Status FilesystemImpl::Commit() {
+Status FilesystemImpl::CommitImpl() {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
+  UB_RETURN_IF_ERROR(FlushInodes());
   return txn_->Commit();
+}
+
+
+// ---- Public entry points: a failure that may have left a change half done
+// aborts the transaction, as btrfs does: the image stays at its last commit
+// and the view turns read-only.
+
+// Bounds the memory of a running transaction (dirty tree blocks and cached
+// inodes): past this much, commit, as the kernel does every 30 seconds
+// whatever its callers do.
+Status FilesystemImpl::MaybeAutoCommit() {
+  constexpr uint64_t kDirtyLimit = 32ull << 20;
+  if (txn_->dirty_bytes() < kDirtyLimit) return Status::Ok();
+  Status st = CommitImpl();
+  NoteFailure(st);
+  return st;
+}
+
+void FilesystemImpl::NoteFailure(const Status& st) {
+  if (st.ok() || aborted_) return;
+  switch (st.code()) {
+    case ENOSPC: case EIO: case EUCLEAN: case ENOMEM: case EOVERFLOW:
+      aborted_ = true;
+      abort_reason_ = st.ToString();
+      break;
+    default:
+      break;  // argument and namespace errors are found before anything changes
+  }
+}
+
+Result<InodeId> FilesystemImpl::Create(InodeId dir, std::string_view name, const NewInode& attrs) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = CreateImpl(dir, name, attrs);
+  NoteFailure(r.status());
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Result<InodeId> FilesystemImpl::Mkdir(InodeId dir, std::string_view name, const NewInode& attrs) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = MkdirImpl(dir, name, attrs);
+  NoteFailure(r.status());
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const NewInode& attrs) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = MknodImpl(dir, name, attrs);
+  NoteFailure(r.status());
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std::string_view target, const NewInode& attrs) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = SymlinkImpl(dir, name, target, attrs);
+  NoteFailure(r.status());
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = LinkImpl(inode, dir, name);
+  NoteFailure(r);
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = UnlinkImpl(dir, name);
+  NoteFailure(r);
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = RmdirImpl(dir, name);
+  NoteFailure(r);
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name, unsigned flags) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = RenameImpl(old_dir, old_name, new_dir, new_name, flags);
+  NoteFailure(r);
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = WriteImpl(file, offset, data);
+  NoteFailure(r.status());
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = SetAttrImpl(id, change);
+  NoteFailure(r);
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = SetXattrImpl(id, name, value, flags);
+  NoteFailure(r);
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = RemoveXattrImpl(id, name);
+  NoteFailure(r);
+  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+  return r;
+}
+
+Status FilesystemImpl::Commit() {
+  auto guard = Guard();
+  UB_RETURN_IF_ERROR(CheckWritable());
+  auto r = CommitImpl();
+  NoteFailure(r);
+  return r;
 }
 
 }  // namespace ubtrfs::fsimpl

@@ -57,6 +57,8 @@ class TxnManager final : public tree::BlockAllocator {
   Status FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool created_here) override;
 
   const TxnStats& stats() const { return stats_; }
+  // Bytes of tree blocks the running transaction holds in memory.
+  uint64_t dirty_bytes() const { return dirty_->blocks().size() * uint64_t{vol_->nodesize()}; }
   alloc::SpaceManager& space() { return *space_; }
   // New chunks when space runs out, ENOSPC, the metadata reserve (chunk_alloc.h).
   ChunkAllocator& chunk_alloc() { return *chunk_alloc_; }
