@@ -254,11 +254,11 @@ uint64_t LookupIno(const std::string& img, const std::string& path) {
 
 // mkfs.btrfs --rootdir with the given empty files.
 std::string MakeImage(TempDir& dir, const std::string& img, uint64_t size, uint32_t nodesize,
-                      const std::vector<std::string>& files) {
+                      const std::vector<std::string>& files, const std::vector<std::string>& extra = {}) {
   const std::string src = dir.Sub("src");
   mkdir(src.c_str(), 0755);
   for (const auto& f : files) std::ofstream(src + "/" + f).flush();
-  return ubtrfs_test::RunMkfs(img, src, nodesize, "crc32c", size);
+  return ubtrfs_test::RunMkfs(img, src, nodesize, "crc32c", size, extra);
 }
 
 // ---- DATA ---------------------------------------------------------------------------------
@@ -588,6 +588,57 @@ TEST(ChunkAllocEnospc, DataFillsTheDeviceThenEnospcAndBothStatesAreClean) {
   ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
   EXPECT_EQ(VerifyHostFile(mnt + "/big", f.size, f.seed), "");
   ASSERT_EQ(m.Unmount(), "");
+}
+
+// With single metadata mkfs leaves 64 MiB unallocated, so a new data chunk
+// gets the superblock copy there: its 64 KiB stripe must stay unused, count
+// as neither used nor free in the block group item, be listed as free in the
+// free space tree (as the kernel does), and the copy must stay valid.
+TEST(ChunkAllocEnospc, SuperblockCopyInsideANewChunkIsLeftAlone) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("ubtrfs-chunk");
+  const std::string img = dir.Sub("img");
+  ASSERT_EQ(MakeImage(dir, img, 128 * kMiB, 16384, {"big"}, {"-m", "single"}), "");
+  DataFile f{LookupIno(img, "/big"), 17, 0};
+  uint64_t committed = 0;
+  {
+    auto o = OpenForWrite(img);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    txn::TxnManager& t = *o->txn;
+    EXPECT_EQ(t.chunk_alloc().Profile(kBlockGroupMetadata), 0u);
+    Status st = FillData(t, f, &committed);
+    ASSERT_EQ(st.code(), ENOSPC) << st.ToString();
+    bool found = false;
+    for (const auto& [logical, c] : o->vol->chunks().chunks()) {
+      if (c.physical[0] <= SuperblockOffset(1) && SuperblockOffset(1) < c.physical[0] + c.length) {
+        found = true;
+        EXPECT_TRUE(c.type & kBlockGroupData) << "chunk at " << logical;
+        const uint64_t sb_logical = logical + (SuperblockOffset(1) - c.physical[0]);
+        auto g = t.space().FindGroup(sb_logical);
+        ASSERT_TRUE(g);
+        // Filled with 1 MiB extents around the 64 KiB stripe: less than 1 MiB is left.
+        EXPECT_LT(g->free_bytes, kMiB);
+        EXPECT_GE(g->used_bytes, g->length - kMiB);
+      }
+    }
+    EXPECT_TRUE(found) << "no chunk holds the superblock copy at 64 MiB: " << Describe(ChunkTypes(img));
+    ASSERT_TRUE(SyncInode(t, f).ok());
+    st = t.Commit();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  ASSERT_EQ(BtrfsCheck(img), "");
+  EXPECT_EQ(VerifyWithUbtrfs(img, "/big", f.size, f.seed), "");
+  auto sup = RunCommand({"btrfs", "inspect-internal", "dump-super", "-s", "1", img});
+  ASSERT_TRUE(sup.ok()) << sup.Describe();
+  EXPECT_NE(sup.out.find("[match]"), std::string::npos) << sup.out;
+  EXPECT_EQ(sup.out.find("DON'T MATCH"), std::string::npos) << sup.out;
+  auto primary = RunCommand({"btrfs", "inspect-internal", "dump-super", "-s", "0", img});
+  auto gen = [](const std::string& out) {
+    auto p = out.find("\ngeneration");
+    return p == std::string::npos ? std::string() : out.substr(p, out.find('\n', p + 1) - p);
+  };
+  EXPECT_EQ(gen(sup.out), gen(primary.out));
+  EXPECT_NE(gen(sup.out), "");
 }
 
 TEST(ChunkAllocEnospc, MetadataEnospcFromInsertKeepsTheTransactionCommittable) {

@@ -8,6 +8,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -16,7 +18,11 @@
 #include "format/checksum.h"
 #include "format/superblock.h"
 #include "io/block_device.h"
+#include "support/mkfs_util.h"
 #include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "support/tree_gen.h"
+#include "tree/cursor.h"
 #include "txn/mkfs.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
@@ -41,8 +47,8 @@ constexpr uint64_t kMiB = 1ull << 20;
 bool HaveBtrfsProgs() { return !ubtrfs_test::FindProgram("btrfs").empty(); }
 
 // "" when `btrfs check --readonly` is clean; otherwise its exit and output.
-std::string BtrfsCheck(const std::string& img) {
-  auto r = RunCommand({"btrfs", "check", "--readonly", img});
+std::string BtrfsCheck(const std::string& img, const std::string& mode = "original") {
+  auto r = RunCommand({"btrfs", "check", "--readonly", "--mode=" + mode, img});
   if (r.ok() && r.err.find("ERROR") == std::string::npos && r.out.find("ERROR") == std::string::npos &&
       r.err.find("error") == std::string::npos && r.out.find("no error found") != std::string::npos) {
     return "";
@@ -161,6 +167,15 @@ void KernelRoundTrip(const std::string& img, const std::string& mnt) {
     ASSERT_EQ(m.Unmount(), "");
   }
   ASSERT_EQ(BtrfsCheck(img), "") << "after the kernel wrote to it";
+  {
+    // The CLI refuses a mounted image, even with --force.
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+    auto r = RunCommand({kCli, "mkfs", "--force", img});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("mounted"), std::string::npos) << r.err;
+    ASSERT_EQ(m.Unmount(), "");
+  }
   auto fs = Filesystem::Open(img);
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
   auto big = (*fs)->Lookup("/dir/sub/big");
@@ -198,6 +213,7 @@ TEST_P(MkfsMatrixTest, CheckCleanReadableWritableMountable) {
   EXPECT_EQ(sum.superblock_copies, 2);  // 64 KiB and 64 MiB
   EXPECT_EQ(sum.tree_blocks, 9);
   ASSERT_EQ(BtrfsCheck(img), "");
+  ASSERT_EQ(BtrfsCheck(img, "lowmem"), "");
   ExpectEmptyAndSane(img, opts, 512 * kMiB);
   CommitXattrs(img, 40);
   KernelRoundTrip(img, dir.Sub("mnt"));
@@ -238,8 +254,22 @@ TEST_P(MkfsSizeTest, CheckCleanReadableWritableMountable) {
   Status st = MakeImage(img, c.size, opts, &sum);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(sum.superblock_copies, c.copies);
-  // Every superblock stripe inside a chunk is left alone by the tree blocks.
   ASSERT_EQ(BtrfsCheck(img), "");
+  if (c.size >= (100ull << 30)) {
+    // Hundreds of chunks: the chunk, dev, extent and free space trees are
+    // taller than one leaf.
+    EXPECT_GT(sum.chunks.size(), 250u);
+    auto dev = io::OpenFileDevice(img);
+    ASSERT_TRUE(dev.ok());
+    auto vol = txn::Volume::Open(std::move(*dev), {});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    EXPECT_GE((*vol)->super().chunk_root_level, 1);
+    for (uint64_t id : {kExtentTreeObjectid, kDevTreeObjectid, kFreeSpaceTreeObjectid}) {
+      auto r = (*vol)->FindRoot(id);
+      ASSERT_TRUE(r.ok());
+      EXPECT_GE(r->ref.level, 1) << id;
+    }
+  }
   ExpectEmptyAndSane(img, opts, c.size);
   CommitXattrs(img, 300);
   KernelRoundTrip(img, dir.Sub("mnt"));
@@ -247,8 +277,10 @@ TEST_P(MkfsSizeTest, CheckCleanReadableWritableMountable) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sizes, MkfsSizeTest,
-    ::testing::Values(SizeCase{"min_node4k", 64 * kMiB, 4096, 0, 1},
-                      SizeCase{"min_node64k", 64 * kMiB, 65536, 0, 1},
+    ::testing::Values(SizeCase{"min_node4k", txn::MkfsMinBytes(4096), 4096, 0, 1},
+                      SizeCase{"min_node32k", txn::MkfsMinBytes(32768), 32768, 0, 2},
+                      SizeCase{"min_node64k", txn::MkfsMinBytes(65536), 65536, 0, 2},
+                      SizeCase{"min_node64k_alldata", txn::MkfsMinBytes(65536), 65536, txn::kMkfsAllSpace, 2},
                       SizeCase{"min_alldata", 64 * kMiB, 16384, txn::kMkfsAllSpace, 1},
                       SizeCase{"s100m", 100 * kMiB, 16384, 0, 2},
                       SizeCase{"s300m", 300 * kMiB, 16384, 0, 2},
@@ -259,6 +291,82 @@ INSTANTIATE_TEST_SUITE_P(
                       SizeCase{"s300g_alldata_node4k", 300ull << 30, 4096, txn::kMkfsAllSpace, 3}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// ---- the same kinds of items and superblock settings as mkfs.btrfs --------------------------
+
+// (tree, key type, objectid when it names something) of every item of every
+// tree, and the superblock fields that do not depend on placement.
+struct Structure {
+  std::set<std::tuple<uint64_t, uint8_t, uint64_t>> items;
+  std::map<std::string, uint64_t> super;
+};
+
+Structure Describe(const std::string& img) {
+  Structure out;
+  auto dev = io::OpenFileDevice(img);
+  EXPECT_TRUE(dev.ok());
+  if (!dev.ok()) return out;
+  auto vol = txn::Volume::Open(std::move(*dev), {});
+  EXPECT_TRUE(vol.ok()) << vol.status().ToString();
+  if (!vol.ok()) return out;
+  txn::Volume& v = **vol;
+  std::vector<std::pair<uint64_t, tree::RootPtr>> trees = {{kRootTreeObjectid, v.root_tree()},
+                                                           {kChunkTreeObjectid, v.chunk_tree()}};
+  std::vector<std::string> problems;
+  auto walk = [&](uint64_t id, const tree::RootPtr& root) {
+    tree::Cursor c(v.reader(), root);
+    Status st = c.SeekFirst();
+    for (; st.ok() && c.Valid(); st = c.Next()) {
+      const Key k = c.key();
+      const bool named = k.objectid < kFirstFreeObjectid || k.objectid >= kLastFreeObjectid;
+      out.items.insert({id, k.type, named && k.type != kDevExtentKey && k.type != kUuidKeySubvol ? k.objectid : 0});
+      if (id == kRootTreeObjectid && k.type == kRootItemKey) {
+        auto r = v.FindRoot(k.objectid);
+        EXPECT_TRUE(r.ok());
+        if (r.ok()) trees.push_back({k.objectid, r->ref});
+      }
+    }
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  };
+  for (size_t i = 0; i < trees.size(); ++i) walk(trees[i].first, trees[i].second);
+  const SuperBlock& sb = v.super();
+  out.super = {{"flags", sb.flags.get()},
+               {"incompat", sb.incompat_flags.get()},
+               {"compat_ro", sb.compat_ro_flags.get()},
+               {"compat", sb.compat_flags.get()},
+               {"root_dir", sb.root_dir_objectid.get()},
+               {"num_devices", sb.num_devices.get()},
+               {"sys_array_size", sb.sys_chunk_array_size.get()},
+               {"stripesize", sb.stripesize.get()},
+               {"leafsize", sb.unused_leafsize.get()},
+               {"cache_generation", sb.cache_generation.get()},
+               {"uuid_tree_generation", sb.uuid_tree_generation.get()},
+               {"log_root", sb.log_root.get()},
+               {"root_level", sb.root_level},
+               {"chunk_root_level", sb.chunk_root_level},
+               {"dev_io_align", sb.dev_item.io_align.get()},
+               {"dev_type", sb.dev_item.type.get()},
+               {"total_bytes", sb.total_bytes.get()}};
+  return out;
+}
+
+TEST(MkfsTest, SameItemKindsAndSuperblockAsMkfsBtrfs) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("ubtrfs-mkfs");
+  const std::string ours = dir.Sub("ours"), theirs = dir.Sub("theirs");
+  ASSERT_EQ(ubtrfs_test::RunMkfs(theirs, "", 16384, "crc32c", 512 * kMiB), "");
+  ASSERT_TRUE(MakeImage(ours, 512 * kMiB, {}).ok());
+  const Structure a = Describe(ours), b = Describe(theirs);
+  EXPECT_EQ(a.super, b.super);
+  for (const auto& i : b.items) {
+    EXPECT_TRUE(a.items.count(i)) << "mkfs.btrfs has, ubtrfs lacks: tree " << std::get<0>(i) << " "
+                                  << KeyTypeName(std::get<1>(i)) << " objectid " << std::get<2>(i);
+  }
+  for (const auto& i : a.items) {
+    EXPECT_TRUE(b.items.count(i)) << "ubtrfs has, mkfs.btrfs lacks: tree " << std::get<0>(i) << " "
+                                  << KeyTypeName(std::get<1>(i)) << " objectid " << std::get<2>(i);
+  }
+}
+
 // ---- library behaviour ------------------------------------------------------------------------
 
 std::unique_ptr<io::BlockDevice> MemDevice(uint64_t size) {
@@ -266,7 +374,7 @@ std::unique_ptr<io::BlockDevice> MemDevice(uint64_t size) {
 }
 
 TEST(MkfsTest, LayoutOfTheDefaultImage) {
-  auto dev = MemDevice(512 * kMiB);
+  auto dev = MemDevice(256 * kMiB);
   txn::MkfsSummary sum;
   ASSERT_TRUE(txn::MakeFilesystem(dev.get(), {}, &sum).ok());
   ASSERT_EQ(sum.chunks.size(), 3u);
@@ -311,10 +419,10 @@ TEST(MkfsTest, SameOptionsSameBytes) {
   ASSERT_TRUE(opts.fsid && opts.dev_uuid && opts.chunk_tree_uuid && opts.fs_tree_uuid);
   opts.time_sec = 1700000000;
   opts.label = "same";
-  auto a = MemDevice(128 * kMiB), b = MemDevice(128 * kMiB);
+  auto a = MemDevice(64 * kMiB), b = MemDevice(64 * kMiB);
   ASSERT_TRUE(txn::MakeFilesystem(a.get(), opts).ok());
   ASSERT_TRUE(txn::MakeFilesystem(b.get(), opts).ok());
-  std::vector<uint8_t> x(128 * kMiB), y(128 * kMiB);
+  std::vector<uint8_t> x(64 * kMiB), y(64 * kMiB);
   ASSERT_TRUE(a->ReadAt(0, x).ok());
   ASSERT_TRUE(b->ReadAt(0, y).ok());
   EXPECT_TRUE(x == y);
@@ -348,25 +456,30 @@ TEST(MkfsTest, RefusesBadOptionsAndSmallDevices) {
     EXPECT_EQ(sb[100], 0xa5);
   };
   txn::MkfsOptions o;
+  EXPECT_EQ(txn::MkfsMinBytes(4096), 64 * kMiB);
+  EXPECT_EQ(txn::MkfsMinBytes(16384), 64 * kMiB);
   expect_invalid(64 * kMiB - 4096, o, "too small");
+  o.nodesize = 65536;
+  expect_invalid(txn::MkfsMinBytes(65536) - 4096, o, "too small");
+  o = {};
   expect_invalid(1 * kMiB, o, "too small");
   for (uint32_t n : {2048u, 12288u, 131072u, 0u}) {
     o = {};
     o.nodesize = n;
-    expect_invalid(128 * kMiB, o, "nodesize");
+    expect_invalid(kMiB, o, "nodesize");
   }
   o = {};
   o.sectorsize = 8192;
-  expect_invalid(128 * kMiB, o, "sectorsize");
+  expect_invalid(kMiB, o, "sectorsize");
   o = {};
   o.csum_type = 7;
-  expect_invalid(128 * kMiB, o, "checksum");
+  expect_invalid(kMiB, o, "checksum");
   o = {};
   o.label = std::string(256, 'x');
-  expect_invalid(128 * kMiB, o, "label");
+  expect_invalid(kMiB, o, "label");
   o = {};
   o.total_bytes = 256 * kMiB;
-  expect_invalid(128 * kMiB, o, "larger than");
+  expect_invalid(kMiB, o, "larger than");
   o = {};
   o.data_bytes = 200 * kMiB;
   expect_invalid(128 * kMiB, o, "do not fit");
@@ -512,6 +625,7 @@ TEST(MkfsCliTest, ClearErrors) {
   const std::vector<Case> cases = {
       {{"mkfs", img, "--size", "10M"}, "too small"},
       {{"mkfs", img, "--size", "63M"}, "too small"},
+      {{"mkfs", img, "--size", "100M", "--nodesize", "64k"}, "too small"},
       {{"mkfs", img, "--size", "lots"}, "--size"},
       {{"mkfs", img}, "does not exist"},
       {{"mkfs", img, "--size", "256M", "--nodesize", "12345"}, "nodesize"},
@@ -536,6 +650,50 @@ TEST(MkfsCliTest, ClearErrors) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("too small"), std::string::npos) << r.err;
   EXPECT_EQ(FileSize(img), 10 * kMiB);
+}
+
+// --rootdir: a generated host tree (every kind of inode, xattrs, hard
+// links, odd names) plus more data than the first data chunk holds.
+TEST(MkfsCliTest, RootdirImportsTheTree) {
+  if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
+  TempDir dir("ubtrfs-mkfs-rootdir");
+  const std::string src = dir.Sub("src"), img = dir.Sub("img.img");
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  ubtrfs_test::GenerateTree(src, 11, ubtrfs_test::ScaledTreeOptions(500));
+  {
+    std::ofstream f(src + "/large", std::ios::binary);
+    std::string block(1 << 20, '\0');
+    for (int i = 0; i < 100; ++i) {
+      for (size_t j = 0; j < block.size(); j += 8) block[j] = static_cast<char>(i * 31 + j / 8);
+      f.write(block.data(), static_cast<std::streamsize>(block.size()));
+    }
+    ASSERT_TRUE(f.good());
+  }
+  auto r = Cli({"mkfs", img, "--size", "768M", "--rootdir", src, "--nodesize", "4096"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("Rootdir:"), std::string::npos) << r.out;
+  ASSERT_EQ(BtrfsCheck(img), "");
+  {
+    auto fs = Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto mism = ubtrfs_test::CompareTreeToImage(src, **fs, {});
+    EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
+  }
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  const std::string mnt = dir.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+  auto mism = ubtrfs_test::CompareHostTrees(src, mnt, {});
+  EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
+  ASSERT_EQ(m.Unmount(), "");
+
+  // A --rootdir that is not a directory is refused before the image is made.
+  r = Cli({"mkfs", dir.Sub("other.img"), "--size", "256M", "--rootdir", src + "/large"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("not a directory"), std::string::npos) << r.err;
+  EXPECT_NE(access(dir.Sub("other.img").c_str(), F_OK), 0);
 }
 
 }  // namespace

@@ -15,6 +15,8 @@ void RegisterCommands(CLI::App& app) {
   RegisterDumpTree(app);
   RegisterWriteCommands(app);
   RegisterMkfs(app);
+  RegisterCheck(app);
+  RegisterMount(app);
 }
 
 }  // namespace ubtrfs::cli

@@ -14,6 +14,8 @@ void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
 void RegisterWriteCommands(CLI::App& app); // rm, mkdir (cp into an image goes through CopyIn)
+void RegisterCheck(CLI::App& app);         // check
+void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 
 // `cp HOST IMAGE:PATH`: copies a host file or tree into an image.
 void CopyIn(const std::string& host, const std::string& image, const std::string& path);

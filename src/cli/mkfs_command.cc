@@ -7,16 +7,22 @@
 #include <fmt/core.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/commands.h"
 #include "format/checksum.h"
 #include "format/superblock.h"
+#include "fs/import.h"
 #include "io/block_device.h"
 #include "txn/mkfs.h"
+#include "txn/volume.h"
+#include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -29,6 +35,7 @@ struct MkfsArgs {
   std::string csum = "crc32c";
   std::string label;
   std::string uuid;
+  std::string rootdir;
   bool force = false;
   bool quiet = false;
 };
@@ -79,6 +86,27 @@ std::string Human(uint64_t bytes) {
   return u == 0 ? fmt::format("{}B", bytes) : fmt::format("{:.2f}{}", v, kUnits[u]);
 }
 
+// Whether `path` (an image file or a block device) is mounted: a mount
+// source that names it, or a loop device backed by it.
+bool IsMounted(const std::string& path) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (!real) return false;
+  const std::string target = real;
+  std::free(real);
+  std::ifstream mounts("/proc/self/mounts");
+  std::string line;
+  while (std::getline(mounts, line)) {
+    const std::string source = line.substr(0, line.find(' '));
+    if (source == target) return true;
+    if (source.rfind("/dev/loop", 0) == 0) {
+      std::ifstream backing("/sys/block/" + source.substr(5) + "/loop/backing_file");
+      std::string file;
+      if (std::getline(backing, file) && file == target) return true;
+    }
+  }
+  return false;
+}
+
 std::string ProfileText(uint64_t type) { return (type & format::kBlockGroupDup) ? "DUP" : "single"; }
 
 void CmdMkfs(const MkfsArgs& a) {
@@ -112,6 +140,12 @@ void CmdMkfs(const MkfsArgs& a) {
     return Fail(msg);
   }
 
+  if (!a.rootdir.empty()) {
+    struct stat rs;
+    if (::stat(a.rootdir.c_str(), &rs) != 0) return Fail("--rootdir " + a.rootdir + ": " + std::strerror(errno));
+    if (!S_ISDIR(rs.st_mode)) return Fail("--rootdir " + a.rootdir + ": not a directory");
+  }
+
   // What is there now: nothing, a regular file or a block device.
   struct stat st;
   bool exists = ::stat(a.image.c_str(), &st) == 0;
@@ -120,6 +154,7 @@ void CmdMkfs(const MkfsArgs& a) {
     return Fail(a.image + ": not a regular file or block device");
   }
   if (!exists && !size) return Fail(a.image + " does not exist; give --size to create an image file of that size");
+  if (exists && IsMounted(a.image)) return Fail(a.image + " is mounted; unmount it first");
   if (exists) {
     auto dev = io::OpenFileDevice(a.image);
     if (!dev.ok()) return Fail(dev.status().message());
@@ -129,9 +164,11 @@ void CmdMkfs(const MkfsArgs& a) {
       return Fail(a.image + " already contains a btrfs filesystem; use --force to overwrite it");
     }
     const uint64_t have = (*dev)->Size();
-    if (!size && have < txn::kMkfsMinBytes) {
+    const uint64_t min = txn::MkfsMinBytes(opts.nodesize);
+    if (!size && have < min) {
       return Fail(a.image + " is too small: " + std::to_string(have) + " bytes (" + Human(have) + "); at least " +
-                  Human(txn::kMkfsMinBytes) + " are needed (use --size to extend an image file)");
+                  std::to_string(min) + " bytes (" + Human(min) + ") are needed with " +
+                  std::to_string(opts.nodesize) + "-byte nodes (use --size to extend an image file)");
     }
     if (size && S_ISBLK(st.st_mode) && *size > have) {
       return Fail("--size " + std::to_string(*size) + " is larger than the device " + a.image + " (" +
@@ -166,6 +203,22 @@ void CmdMkfs(const MkfsArgs& a) {
     return Fail(a.image + ": " + s.message());
   }
   dev->reset();
+
+  // --rootdir: the host tree goes in through the library's write API (new
+  // chunks are allocated as the data needs them).
+  fs::ImportStats stats;
+  if (!a.rootdir.empty()) {
+    OpenOptions oo;
+    oo.writable = true;
+    auto fs = Filesystem::Open(a.image, oo);
+    if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
+    Status s = fs::ImportContents(**fs, a.rootdir, (*fs)->Root(), {}, &stats);
+    if (s.ok()) s = (*fs)->Commit();
+    if (!s.ok()) {
+      return Fail(a.image + ": importing " + a.rootdir + ": " + s.ToString() +
+                  " (the filesystem holds what was committed before the error)");
+    }
+  }
   if (a.quiet) return;
 
   fmt::print("Label:              {}\n", opts.label.empty() ? "(null)" : opts.label);
@@ -173,16 +226,29 @@ void CmdMkfs(const MkfsArgs& a) {
   fmt::print("Node size:          {}\n", opts.nodesize);
   fmt::print("Sector size:        {}\n", opts.sectorsize);
   fmt::print("Filesystem size:    {}\n", Human(sum.total_bytes));
+  // The chunks as they are now (--rootdir may have added data chunks).
+  std::vector<txn::MkfsChunk> chunks = sum.chunks;
+  if (auto rdev = io::OpenFileDevice(a.image); rdev.ok()) {
+    if (auto vol = txn::Volume::Open(std::move(*rdev), {}); vol.ok()) {
+      chunks.clear();
+      for (const auto& [logical, c] : (*vol)->chunks().chunks()) chunks.push_back({logical, c.length, c.type, {}});
+    }
+  }
   fmt::print("Block group profiles:\n");
   auto profile_line = [&](const char* name, uint64_t kind) {
     uint64_t bytes = 0, type = 0;
-    for (const auto& c : sum.chunks) {
+    int n = 0;
+    for (const auto& c : chunks) {
       if (c.type & kind) {
         bytes += c.length;
         type = c.type;
+        ++n;
       }
     }
-    if (bytes) fmt::print("  {:<17} {:<16} {:>10}\n", name, ProfileText(type), Human(bytes));
+    if (bytes) {
+      fmt::print("  {:<17} {:<16} {:>10}{}\n", name, ProfileText(type), Human(bytes),
+                 n > 1 ? fmt::format(" ({} chunks)", n) : "");
+    }
   };
   profile_line("Data:", format::kBlockGroupData);
   profile_line("Metadata:", format::kBlockGroupMetadata);
@@ -190,6 +256,11 @@ void CmdMkfs(const MkfsArgs& a) {
   fmt::print("Features:           mixed-backref, extended-iref, skinny-metadata, no-holes, free-space-tree\n");
   fmt::print("Checksum:           {}\n", format::CsumTypeName(opts.csum_type));
   fmt::print("Superblock copies:  {}\n", sum.superblock_copies);
+  if (!a.rootdir.empty()) {
+    fmt::print("Rootdir:            {}: {} files, {} directories, {} symlinks, {} hard links, {} special files, {}\n",
+               a.rootdir, stats.files, stats.dirs, stats.symlinks, stats.hardlinks, stats.specials,
+               Human(stats.bytes));
+  }
 }
 
 }  // namespace
@@ -207,6 +278,9 @@ void RegisterMkfs(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-L,--label", args.label, "Filesystem label (at most 255 bytes)");
   cmd->add_option("-U,--uuid", args.uuid, "Filesystem UUID (random by default)");
+  cmd->add_option("-r,--rootdir", args.rootdir,
+                  "Copy this host directory's contents into the new filesystem (owners, modes, times, xattrs, "
+                  "hard links, special files)");
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });

@@ -106,15 +106,22 @@ void AddChunk(std::vector<PlannedChunk>* chunks, uint64_t type, uint64_t length,
   chunks->push_back(std::move(c));
 }
 
+// The smallest default metadata chunk: room for the kernel's global block
+// reserve (about 350 nodes) and the reservations of a few operations on top.
+uint64_t MetadataFloor(uint32_t nodesize) { return std::max(16 * kMiB, RoundUpMiB(768ull * nodesize)); }
+
+uint64_t SystemChunkBytes(uint64_t total) { return total < (256 * kMiB) ? 4 * kMiB : 8 * kMiB; }
+
 Result<std::vector<PlannedChunk>> PlanChunks(uint64_t total, const MkfsOptions& o) {
-  const uint64_t sys = total < (256 * kMiB) ? 4 * kMiB : 8 * kMiB;
+  const uint64_t sys = SystemChunkBytes(total);
   uint64_t meta = o.metadata_chunk_bytes;
   if (meta == 0) {
     if (total < 256 * kMiB) {
-      meta = std::max(8 * kMiB, RoundDown(total / 8, kMiB));
+      meta = RoundDown(total / 8, kMiB);
     } else {
       meta = std::clamp(RoundDown(total / 20, kMiB), 32 * kMiB, 256 * kMiB);
     }
+    meta = std::max(meta, MetadataFloor(o.nodesize));
   } else {
     meta = RoundUpMiB(meta);
   }
@@ -512,6 +519,12 @@ Result<std::vector<std::shared_ptr<TreeBlock>>> EmitTree(const Ctx& ctx, const s
 
 }  // namespace
 
+uint64_t MkfsMinBytes(uint32_t nodesize) {
+  // The reserved first MiB, both DUP chunks at their smallest, and 16 MiB
+  // for data and for the kernel to allocate another chunk.
+  return std::max(64 * kMiB, kReservedBytes + 2 * SystemChunkBytes(0) + 2 * MetadataFloor(nodesize) + 16 * kMiB);
+}
+
 Status ValidateMkfsOptions(const MkfsOptions& o) {
   if (o.sectorsize != 4096) {
     return Status::Invalid("sectorsize " + std::to_string(o.sectorsize) + " is not supported (only 4096)");
@@ -526,9 +539,10 @@ Status ValidateMkfsOptions(const MkfsOptions& o) {
                            std::to_string(kLabelSize - 1) + " are allowed");
   }
   if (o.label.find('\0') != std::string::npos) return Status::Invalid("label contains a NUL byte");
-  if (o.total_bytes != 0 && o.total_bytes < kMkfsMinBytes) {
+  if (o.total_bytes != 0 && o.total_bytes < MkfsMinBytes(o.nodesize)) {
     return Status::Invalid("filesystem size " + SizeText(o.total_bytes) + " is too small; at least " +
-                           SizeText(kMkfsMinBytes) + " are needed");
+                           SizeText(MkfsMinBytes(o.nodesize)) + " are needed with " + std::to_string(o.nodesize) +
+                           "-byte nodes");
   }
   return Status::Ok();
 }
@@ -581,9 +595,10 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
                            " (" + SizeText(dev_size) + ")");
   }
   ctx.total = RoundDown(opts.total_bytes ? opts.total_bytes : dev_size, opts.sectorsize);
-  if (ctx.total < kMkfsMinBytes) {
+  if (ctx.total < MkfsMinBytes(opts.nodesize)) {
     return Status::Invalid(dev->Name() + " is too small for a filesystem: " + SizeText(ctx.total) +
-                           "; at least " + SizeText(kMkfsMinBytes) + " are needed");
+                           "; at least " + SizeText(MkfsMinBytes(opts.nodesize)) + " are needed with " +
+                           std::to_string(opts.nodesize) + "-byte nodes");
   }
   for (auto [opt, field] : {std::pair{&opts.fsid, &ctx.fsid}, std::pair{&opts.dev_uuid, &ctx.dev_uuid},
                             std::pair{&opts.chunk_tree_uuid, &ctx.chunk_uuid},

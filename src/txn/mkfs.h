@@ -31,8 +31,11 @@ using Uuid = std::array<uint8_t, format::kUuidSize>;
 
 // data_bytes value: every byte the system and metadata chunks leave over.
 inline constexpr uint64_t kMkfsAllSpace = UINT64_MAX;
-// The smallest filesystem MakeFilesystem writes.
-inline constexpr uint64_t kMkfsMinBytes = 64ull << 20;
+// The smallest filesystem MakeFilesystem writes for a node size: 64 MiB up
+// to 16 KiB nodes, more for larger nodes (the kernel's global block reserve
+// grows with the node size -- 22 MiB at 64 KiB -- and the metadata chunk must
+// hold it with room to spare, or the first mkdir fails with ENOSPC).
+uint64_t MkfsMinBytes(uint32_t nodesize);
 // Data is allocated in chunks of at most this size (as the kernel does).
 inline constexpr uint64_t kMkfsMaxDataChunk = 1ull << 30;
 
@@ -56,7 +59,8 @@ struct MkfsOptions {
   // to the sector size).
   uint64_t total_bytes = 0;
   // Size of the METADATA chunk (each of its two copies); 0: by device size
-  // as mkfs.btrfs does (5%, 32 MiB..256 MiB; less on devices below 256 MiB).
+  // as mkfs.btrfs does (5%, 32 MiB..256 MiB; less on devices below 256 MiB),
+  // but at least 768 nodes and 16 MiB.
   uint64_t metadata_chunk_bytes = 0;
   // Bytes of DATA chunks to allocate; 0: a 64 MiB chunk (less on small
   // devices, leaving room for the kernel to allocate more metadata);
@@ -86,7 +90,7 @@ struct MkfsSummary {
 
 // Creates the filesystem. The device must be writable and already have its
 // size (an image file is sized beforehand). Refuses (EINVAL) bad options and
-// devices below kMkfsMinBytes, naming the option or the sizes.
+// devices below MkfsMinBytes(nodesize), naming the option or the sizes.
 Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary* summary = nullptr);
 
 // Checks the options alone (sizes, checksum type, label, and total_bytes

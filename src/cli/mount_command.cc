@@ -1,0 +1,30 @@
+// `ubtrfs mount IMAGE MOUNTPOINT [-o OPTIONS] [-f] [-d]`: serve an image
+// through FUSE (src/fuse/) until it is unmounted.
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "fuse/mount.h"
+
+namespace ubtrfs::cli {
+
+void RegisterMount(CLI::App& app) {
+  static fuse::MountConfig config;
+  auto* m = app.add_subcommand("mount", "Mount an image through FUSE (unmount with fusermount3 -u or umount)");
+  m->add_option("image", config.image, "Image file or block device")->required();
+  m->add_option("mountpoint", config.mountpoint, "Directory to mount on")->required();
+  m->add_option("-o,--options", config.options,
+                "Mount options, comma-separated: ro, commit=SECONDS (default 30), attr_timeout=, "
+                "entry_timeout=, negative_timeout= (seconds, default 1), threads=N, noreaddirplus, "
+                "writeback_cache, stats, nodefault_permissions, debug; others go to FUSE "
+                "(allow_other, auto_unmount, ...)")
+      ->allow_extra_args(false);
+  m->add_flag("-f,--foreground", config.foreground, "Stay in the foreground");
+  m->add_flag("-d,--debug", config.debug, "Trace FUSE requests (implies -f)");
+  m->callback([] {
+    if (config.debug) config.foreground = true;
+    SetExitCode(fuse::RunMount(config));
+  });
+}
+
+}  // namespace ubtrfs::cli

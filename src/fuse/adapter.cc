@@ -1,0 +1,883 @@
+#include "fuse/adapter.h"
+
+#include "fuse/posix_acl.h"
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <vector>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+namespace ubtrfs::fuse {
+
+struct Adapter::DirHandle {
+  std::mutex mu;
+  bool loaded = false;
+  std::vector<DirEntry> entries;  // DIR_INDEX order, as of the last rewind
+  InodeId parent;
+};
+
+namespace {
+
+Adapter* Self(fuse_req_t req) { return static_cast<Adapter*>(fuse_req_userdata(req)); }
+
+constexpr const char* kOpNames[] = {
+    "init", "lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "unlink", "rmdir",
+    "symlink", "rename", "link", "open", "read", "write", "flush", "release", "fsync", "opendir",
+    "readdir", "readdirplus", "releasedir", "fsyncdir", "statfs", "setxattr", "getxattr", "listxattr",
+    "removexattr", "create", "fallocate"};
+static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount));
+
+Time FromTimespec(const timespec& ts) { return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)}; }
+
+Time Now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return FromTimespec(ts);
+}
+
+timespec ToTimespec(const Time& t) { return timespec{static_cast<time_t>(t.sec), static_cast<long>(t.nsec)}; }
+
+// Errors that say something about the image or the library rather than
+// answer the caller's question.
+bool WorthLogging(int code) {
+  switch (code) {
+    case ENOENT: case EEXIST: case ENOTDIR: case EISDIR: case ENOTEMPTY: case ENODATA: case ERANGE:
+    case EROFS: case EXDEV: case EPERM: case EACCES: case ENAMETOOLONG: case EMLINK: case E2BIG:
+    case ESTALE: case EINTR:
+      return false;
+  }
+  return true;
+}
+
+std::string_view Sv(const char* s) { return std::string_view(s); }
+
+void Err(fuse_req_t req, int code) { fuse_reply_err(req, code); }
+
+}  // namespace
+
+Adapter::Adapter(Filesystem& fs, AdapterOptions options)
+    : fs_(fs), opts_(std::move(options)), map_(fs.Root()), block_size_(fs.Info().sectorsize) {
+  if (block_size_ == 0) block_size_ = 4096;
+}
+
+const fuse_lowlevel_ops& Adapter::Ops() {
+  static const fuse_lowlevel_ops ops = [] {
+    fuse_lowlevel_ops o{};
+    o.init = [](void* userdata, fuse_conn_info* conn) { static_cast<Adapter*>(userdata)->Init(conn); };
+    o.lookup = [](fuse_req_t r, fuse_ino_t p, const char* n) { Self(r)->Lookup(r, p, n); };
+    o.forget = [](fuse_req_t r, fuse_ino_t i, uint64_t n) {
+      Self(r)->Forget(i, n);
+      fuse_reply_none(r);
+    };
+    o.forget_multi = [](fuse_req_t r, size_t count, fuse_forget_data* f) {
+      for (size_t i = 0; i < count; ++i) Self(r)->Forget(f[i].ino, f[i].nlookup);
+      fuse_reply_none(r);
+    };
+    o.getattr = [](fuse_req_t r, fuse_ino_t i, fuse_file_info*) { Self(r)->GetAttr(r, i); };
+    o.setattr = [](fuse_req_t r, fuse_ino_t i, struct stat* a, int s, fuse_file_info*) {
+      Self(r)->SetAttr(r, i, a, s);
+    };
+    o.readlink = [](fuse_req_t r, fuse_ino_t i) { Self(r)->ReadLink(r, i); };
+    o.mknod = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, dev_t d) { Self(r)->Mknod(r, p, n, m, d); };
+    o.mkdir = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m) { Self(r)->Mkdir(r, p, n, m); };
+    o.unlink = [](fuse_req_t r, fuse_ino_t p, const char* n) { Self(r)->Unlink(r, p, n); };
+    o.rmdir = [](fuse_req_t r, fuse_ino_t p, const char* n) { Self(r)->Rmdir(r, p, n); };
+    o.symlink = [](fuse_req_t r, const char* t, fuse_ino_t p, const char* n) { Self(r)->Symlink(r, t, p, n); };
+    o.rename = [](fuse_req_t r, fuse_ino_t p, const char* n, fuse_ino_t np, const char* nn, unsigned f) {
+      Self(r)->Rename(r, p, n, np, nn, f);
+    };
+    o.link = [](fuse_req_t r, fuse_ino_t i, fuse_ino_t np, const char* nn) { Self(r)->Link(r, i, np, nn); };
+    o.open = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->Open(r, i, fi); };
+    o.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info*) { Self(r)->Read(r, i, s, off); };
+    o.write = [](fuse_req_t r, fuse_ino_t i, const char* b, size_t s, off_t off, fuse_file_info*) {
+      Self(r)->Write(r, i, b, s, off);
+    };
+    o.flush = [](fuse_req_t r, fuse_ino_t, fuse_file_info*) {
+      Self(r)->Count(Op::kFlush);
+      fuse_reply_err(r, 0);
+    };
+    o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info*) { Self(r)->Release(r, i); };
+    o.fsync = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) {
+      Self(r)->Count(Op::kFsync);
+      Self(r)->Fsync(r);
+    };
+    o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->OpenDir(r, i, fi); };
+    o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) {
+      Self(r)->ReadDir(r, i, s, off, fi, false);
+    };
+    o.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) {
+      Self(r)->ReadDir(r, i, s, off, fi, true);
+    };
+    o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { Self(r)->ReleaseDir(r, fi); };
+    o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) {
+      Self(r)->Count(Op::kFsyncdir);
+      Self(r)->Fsync(r);
+    };
+    o.statfs = [](fuse_req_t r, fuse_ino_t) { Self(r)->StatFs(r); };
+    o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) {
+      Self(r)->SetXattr(r, i, n, v, s, f);
+    };
+    o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, size_t s) { Self(r)->GetXattr(r, i, n, s); };
+    o.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { Self(r)->ListXattr(r, i, s); };
+    o.removexattr = [](fuse_req_t r, fuse_ino_t i, const char* n) { Self(r)->RemoveXattr(r, i, n); };
+    o.create = [](fuse_req_t r, fuse_ino_t p, const char* n, mode_t m, fuse_file_info* fi) {
+      Self(r)->Create(r, p, n, m, fi);
+    };
+    o.fallocate = [](fuse_req_t r, fuse_ino_t i, int m, off_t off, off_t len, fuse_file_info*) {
+      Self(r)->Fallocate(r, i, m, off, len);
+    };
+    return o;
+  }();
+  return ops;
+}
+
+std::string Adapter::CountsReport() const {
+  std::string out;
+  for (int i = 0; i < static_cast<int>(Op::kCount); ++i) {
+    const uint64_t n = counts_[i].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    if (!out.empty()) out += ", ";
+    out += std::string(kOpNames[i]) + " " + std::to_string(n);
+  }
+  return out.empty() ? "none" : out;
+}
+
+// ---- Helpers --------------------------------------------------------------------------------------
+
+std::optional<InodeId> Adapter::Resolve(fuse_req_t req, fuse_ino_t node) {
+  auto id = map_.ToInode(node);
+  if (!id) fuse_reply_err(req, ESTALE);
+  return id;
+}
+
+void Adapter::ReplyStatus(fuse_req_t req, const Status& st) {
+  const int code = st.ok() ? 0 : (st.code() > 0 ? st.code() : EIO);
+  if (code != 0 && opts_.log && WorthLogging(code)) opts_.log(st.ToString());
+  fuse_reply_err(req, code);
+}
+
+struct stat Adapter::ToStat(uint64_t node, const Stat& s) {
+  struct stat st {};
+  st.st_ino = map_.StIno(node, s.id);
+  st.st_mode = s.mode;
+  st.st_nlink = s.nlink;
+  st.st_uid = s.uid;
+  st.st_gid = s.gid;
+  st.st_rdev = s.rdev;
+  st.st_size = static_cast<off_t>(s.size);
+  st.st_blksize = block_size_;
+  // As the kernel reports it: allocated bytes rounded up to sectors.
+  st.st_blocks = static_cast<blkcnt_t>((s.nbytes + block_size_ - 1) / block_size_ * block_size_ / 512);
+  st.st_atim = ToTimespec(s.atime);
+  st.st_mtim = ToTimespec(s.mtime);
+  st.st_ctim = ToTimespec(s.ctime);
+  if (hidden_count_.load(std::memory_order_acquire) != 0) {
+    // A file unlinked while open is still linked under its hidden name;
+    // fstat on it should say it has no names left.
+    std::lock_guard<std::mutex> lock(open_mu_);
+    if (hidden_.count(node) && st.st_nlink > 0) --st.st_nlink;
+  }
+  return st;
+}
+
+void Adapter::ReplyEntry(fuse_req_t req, InodeId id, fuse_file_info* fi) {
+  auto st = fs_.GetStat(id);
+  if (!st.ok()) return ReplyStatus(req, st.status());
+  fuse_entry_param e{};
+  e.ino = map_.ToNode(id);
+  e.generation = st->generation;
+  e.attr = ToStat(e.ino, *st);
+  e.attr_timeout = opts_.attr_timeout;
+  e.entry_timeout = opts_.entry_timeout;
+  map_.AddLookup(e.ino);
+  if (fi) {
+    {
+      std::lock_guard<std::mutex> lock(open_mu_);
+      ++open_[e.ino];
+    }
+    fi->keep_cache = 1;
+    fi->noflush = 1;
+    if (fuse_reply_create(req, &e, fi) != 0) {
+      map_.Forget(e.ino, 1);
+      std::lock_guard<std::mutex> lock(open_mu_);
+      if (--open_[e.ino] == 0) open_.erase(e.ino);
+    }
+    return;
+  }
+  if (fuse_reply_entry(req, &e) != 0) map_.Forget(e.ino, 1);
+}
+
+Result<Adapter::NewSpec> Adapter::NewAttrs(fuse_req_t req, InodeId dir, uint32_t mode, bool is_dir, bool acls) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  NewSpec spec;
+  NewInode& a = spec.attrs;
+  a.mode = mode;
+  a.uid = ctx->uid;
+  a.gid = ctx->gid;
+  UB_ASSIGN_OR_RETURN(Stat d, fs_.GetStat(dir));
+  if (d.mode & S_ISGID) {
+    // As the kernel does for setgid directories (inode_init_owner).
+    a.gid = d.gid;
+    if (is_dir) a.mode |= S_ISGID;
+  }
+  if (acls) {
+    auto def = fs_.GetXattr(dir, acl::kDefaultName);
+    if (def.ok()) {
+      if (auto parsed = acl::Parse(*def)) {
+        uint32_t m = a.mode & 07777;
+        if (auto access = acl::CreateMasq(*parsed, &m)) spec.access_acl = acl::Serialize(*access);
+        a.mode = (a.mode & ~07777u) | m;
+        if (is_dir) spec.default_acl = *def;
+      }
+    } else if (def.status().code() != ENODATA) {
+      return def.status();
+    }
+  }
+  return spec;
+}
+
+Status Adapter::ApplyInherited(InodeId id, const NewSpec& spec) {
+  if (spec.access_acl) UB_RETURN_IF_ERROR(fs_.SetXattr(id, acl::kAccessName, *spec.access_acl));
+  if (spec.default_acl) UB_RETURN_IF_ERROR(fs_.SetXattr(id, acl::kDefaultName, *spec.default_acl));
+  return Status::Ok();
+}
+
+bool Adapter::InGroupOrCapable(fuse_req_t req, uint32_t gid) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  if (ctx->uid == 0 || ctx->gid == gid) return true;
+  gid_t groups[256];
+  const int n = fuse_req_getgroups(req, 256, groups);
+  for (int i = 0; i < std::min(n, 256); ++i) {
+    if (groups[i] == gid) return true;
+  }
+  return false;
+}
+
+Status Adapter::SetAcl(fuse_req_t req, fuse_ino_t ino, InodeId id, std::string_view name, std::string_view value) {
+  UB_ASSIGN_OR_RETURN(Stat st, fs_.GetStat(id));
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  if (ctx->uid != 0 && ctx->uid != st.uid) return Status::Error(EPERM, "only the owner may set an ACL");
+  if (S_ISLNK(st.mode)) return Status::Error(EOPNOTSUPP, "no ACLs on symlinks");
+  if (value.empty()) {
+    // An empty value removes the ACL.
+    Status s = fs_.RemoveXattr(id, name);
+    return s.code() == ENODATA ? Status::Ok() : s;
+  }
+  auto parsed = acl::Parse(value);
+  if (!parsed) return Status::Invalid("malformed POSIX ACL");
+  if (name == acl::kDefaultName) {
+    if (!S_ISDIR(st.mode)) return Status::Error(EACCES, "default ACLs are for directories");
+    return fs_.SetXattr(id, name, acl::Serialize(*parsed));
+  }
+  // posix_acl_update_mode: the ACL sets the permission bits, and one the
+  // bits say in full is not kept.
+  bool equivalent = false;
+  uint32_t mode = (st.mode & 07000) | acl::ModeBits(*parsed, &equivalent);
+  if ((mode & S_ISGID) && !InGroupOrCapable(req, st.gid)) mode &= ~static_cast<uint32_t>(S_ISGID);
+  if (equivalent) {
+    Status s = fs_.RemoveXattr(id, name);
+    if (!s.ok() && s.code() != ENODATA) return s;
+  } else {
+    UB_RETURN_IF_ERROR(fs_.SetXattr(id, name, acl::Serialize(*parsed)));
+  }
+  if (mode != (st.mode & 07777)) {
+    AttrChange c;
+    c.mode = mode;
+    UB_RETURN_IF_ERROR(fs_.SetAttr(id, c));
+    // The kernel does not refetch attributes after a setxattr.
+    if (session_) fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
+  }
+  return Status::Ok();
+}
+
+bool Adapter::IsOpenLocked(uint64_t node) const {
+  auto it = open_.find(node);
+  return it != open_.end() && it->second > 0;
+}
+
+Result<std::optional<uint64_t>> Adapter::HideIfOpenLocked(InodeId dir, std::string_view name) {
+  const std::optional<uint64_t> none;
+  if (open_.empty()) return none;
+  auto id = fs_.LookupChild(dir, name);
+  if (!id.ok()) return none;  // let the real operation report it
+  const uint64_t node = map_.ToNode(*id);
+  if (!IsOpenLocked(node) || hidden_.count(node)) return none;
+  UB_ASSIGN_OR_RETURN(Stat st, fs_.GetStat(*id));
+  if (!S_ISREG(st.mode) || st.nlink != 1) return none;
+  for (int attempt = 0;; ++attempt) {
+    char buf[64];
+    snprintf(buf, sizeof buf, ".ubtrfs_hidden%016llx%08llx", static_cast<unsigned long long>(id->ino),
+             static_cast<unsigned long long>(hidden_seq_++));
+    Status s = fs_.Rename(dir, name, dir, buf, kRenameNoReplace);
+    if (s.ok()) {
+      hidden_[node] = Hidden{dir, buf};
+      hidden_count_.fetch_add(1);
+      return std::optional<uint64_t>(node);
+    }
+    if (s.code() != EEXIST || attempt > 100) return s;
+  }
+}
+
+Status Adapter::CommitIfDirty() {
+  if (opts_.read_only) return Status::Ok();
+  if (!dirty_.exchange(false, std::memory_order_acq_rel)) return Status::Ok();
+  Status st = fs_.Commit();
+  if (!st.ok()) MarkDirty();
+  return st;
+}
+
+Status Adapter::Shutdown() {
+  std::lock_guard<std::mutex> lock(open_mu_);
+  Status first;
+  for (const auto& [node, h] : hidden_) {
+    Status s = fs_.Unlink(h.dir, h.name);
+    if (!s.ok() && first.ok()) first = s.WithContext("removing " + h.name);
+  }
+  if (!hidden_.empty()) MarkDirty();
+  hidden_.clear();
+  hidden_count_.store(0);
+  open_.clear();
+  return first;
+}
+
+// ---- Requests ---------------------------------------------------------------------------------------
+
+void Adapter::Init(fuse_conn_info* conn) {
+  Count(Op::kInit);
+  if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+  if (!opts_.readdirplus) conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+  if (opts_.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  conn->want &= ~FUSE_CAP_POSIX_ACL;  // ACLs: see posix_acl.h (kept consistent, not enforced)
+  // libfuse asks by default to clear setuid/setgid itself on write, chown and
+  // truncate (KILLPRIV v1); the kernel does that well enough (a setattr, only
+  // when such a bit is set), so let it.
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+  conn->time_gran = 1;
+}
+
+void Adapter::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Count(Op::kLookup);
+  auto dir = Resolve(req, parent);
+  if (!dir) return;
+  auto id = fs_.LookupChild(*dir, Sv(name));
+  if (!id.ok()) {
+    if (id.status().code() == ENOENT && opts_.negative_timeout > 0) {
+      fuse_entry_param e{};
+      e.entry_timeout = opts_.negative_timeout;
+      fuse_reply_entry(req, &e);
+      return;
+    }
+    return ReplyStatus(req, id.status());
+  }
+  ReplyEntry(req, *id);
+}
+
+void Adapter::Forget(fuse_ino_t ino, uint64_t nlookup) {
+  Count(Op::kForget);
+  map_.Forget(ino, nlookup);
+}
+
+void Adapter::GetAttr(fuse_req_t req, fuse_ino_t ino) {
+  Count(Op::kGetattr);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  auto st = fs_.GetStat(*id);
+  if (!st.ok()) return ReplyStatus(req, st.status());
+  struct stat s = ToStat(ino, *st);
+  fuse_reply_attr(req, &s, opts_.attr_timeout);
+}
+
+void Adapter::SetAttr(fuse_req_t req, fuse_ino_t ino, const struct stat* attr, int to_set) {
+  Count(Op::kSetattr);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  AttrChange c;
+  if (to_set & FUSE_SET_ATTR_MODE) c.mode = attr->st_mode & 07777;
+  if (to_set & FUSE_SET_ATTR_UID) c.uid = attr->st_uid;
+  if (to_set & FUSE_SET_ATTR_GID) c.gid = attr->st_gid;
+  if (to_set & FUSE_SET_ATTR_SIZE) c.size = static_cast<uint64_t>(attr->st_size);
+  const Time now = Now();
+  // UTIME_NOW arrives as *_NOW; UTIME_OMIT as the flag not being set.
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+    c.atime = now;
+  } else if (to_set & FUSE_SET_ATTR_ATIME) {
+    c.atime = FromTimespec(attr->st_atim);
+  }
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+    c.mtime = now;
+  } else if (to_set & FUSE_SET_ATTR_MTIME) {
+    c.mtime = FromTimespec(attr->st_mtim);
+  }
+  if (to_set & FUSE_SET_ATTR_CTIME) c.ctime = FromTimespec(attr->st_ctim);
+  Status s = fs_.SetAttr(*id, c);
+  if (!s.ok()) return ReplyStatus(req, s);
+  MarkDirty();
+  if (c.mode) {
+    // posix_acl_chmod: the access ACL follows the new permission bits.
+    auto cur = fs_.GetXattr(*id, acl::kAccessName);
+    if (cur.ok()) {
+      if (auto parsed = acl::Parse(*cur)) s = fs_.SetXattr(*id, acl::kAccessName, acl::Serialize(acl::Chmod(*parsed, *c.mode)));
+    } else if (cur.status().code() != ENODATA) {
+      s = cur.status();
+    }
+    if (!s.ok()) return ReplyStatus(req, s);
+  }
+  auto st = fs_.GetStat(*id);
+  if (!st.ok()) return ReplyStatus(req, st.status());
+  struct stat out = ToStat(ino, *st);
+  fuse_reply_attr(req, &out, opts_.attr_timeout);
+}
+
+void Adapter::ReadLink(fuse_req_t req, fuse_ino_t ino) {
+  Count(Op::kReadlink);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  auto target = fs_.ReadLink(*id);
+  if (!target.ok()) return ReplyStatus(req, target.status());
+  fuse_reply_readlink(req, target->c_str());
+}
+
+void Adapter::Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Count(Op::kMknod);
+  auto dir = Resolve(req, parent);
+  if (!dir) return;
+  auto a = NewAttrs(req, *dir, mode, false);
+  if (!a.ok()) return ReplyStatus(req, a.status());
+  a->attrs.rdev = rdev;
+  auto id = fs_.Mknod(*dir, Sv(name), a->attrs);
+  if (!id.ok()) return ReplyStatus(req, id.status());
+  MarkDirty();
+  if (Status s = ApplyInherited(*id, *a); !s.ok()) return ReplyStatus(req, s);
+  ReplyEntry(req, *id);
+}
+
+void Adapter::Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Count(Op::kMkdir);
+  auto dir = Resolve(req, parent);
+  if (!dir) return;
+  auto a = NewAttrs(req, *dir, mode & 07777, true);
+  if (!a.ok()) return ReplyStatus(req, a.status());
+  auto id = fs_.Mkdir(*dir, Sv(name), a->attrs);
+  if (!id.ok()) return ReplyStatus(req, id.status());
+  MarkDirty();
+  if (Status s = ApplyInherited(*id, *a); !s.ok()) return ReplyStatus(req, s);
+  ReplyEntry(req, *id);
+}
+
+void Adapter::Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Count(Op::kUnlink);
+  auto dir = Resolve(req, parent);
+  if (!dir) return;
+  std::lock_guard<std::mutex> lock(open_mu_);
+  auto hid = HideIfOpenLocked(*dir, Sv(name));
+  if (!hid.ok()) return ReplyStatus(req, hid.status());
+  Status s = hid->has_value() ? Status::Ok() : fs_.Unlink(*dir, Sv(name));
+  if (s.ok()) MarkDirty();
+  ReplyStatus(req, s);
+}
+
+void Adapter::Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Count(Op::kRmdir);
+  auto dir = Resolve(req, parent);
+  if (!dir) return;
+  Status s = fs_.Rmdir(*dir, Sv(name));
+  if (s.ok()) MarkDirty();
+  ReplyStatus(req, s);
+}
+
+void Adapter::Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
+  Count(Op::kSymlink);
+  auto dir = Resolve(req, parent);
+  if (!dir) return;
+  auto a = NewAttrs(req, *dir, 0777, false, /*acls=*/false);
+  if (!a.ok()) return ReplyStatus(req, a.status());
+  auto id = fs_.Symlink(*dir, Sv(name), Sv(target), a->attrs);
+  if (!id.ok()) return ReplyStatus(req, id.status());
+  MarkDirty();
+  ReplyEntry(req, *id);
+}
+
+void Adapter::Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+                     const char* newname, unsigned flags) {
+  Count(Op::kRename);
+  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+    return Err(req, EINVAL);  // RENAME_WHITEOUT: overlayfs only
+  }
+  auto from = Resolve(req, parent);
+  if (!from) return;
+  auto to = Resolve(req, newparent);
+  if (!to) return;
+  unsigned f = 0;
+  if (flags & RENAME_NOREPLACE) f |= kRenameNoReplace;
+  if (flags & RENAME_EXCHANGE) f |= kRenameExchange;
+  std::lock_guard<std::mutex> lock(open_mu_);
+  std::optional<uint64_t> hid;
+  if (f == 0 && !open_.empty()) {
+    // Replacing an open file: keep it under a hidden name until released.
+    // Only when the rename cannot then fail for the source's sake (a
+    // non-directory over a regular file); undone if it fails anyway.
+    auto src = fs_.LookupChild(*from, Sv(name));
+    auto src_st = src.ok() ? fs_.GetStat(*src) : Result<Stat>(src.status());
+    if (src_st.ok() && !S_ISDIR(src_st->mode)) {
+      auto h = HideIfOpenLocked(*to, Sv(newname));
+      if (!h.ok()) return ReplyStatus(req, h.status());
+      hid = *h;
+    }
+  }
+  Status s = fs_.Rename(*from, Sv(name), *to, Sv(newname), f);
+  if (!s.ok() && hid) {
+    const Hidden h = hidden_[*hid];
+    if (fs_.Rename(h.dir, h.name, *to, Sv(newname), kRenameNoReplace).ok()) {
+      hidden_.erase(*hid);
+      hidden_count_.fetch_sub(1);
+    }
+  }
+  if (s.ok() || hid) MarkDirty();
+  ReplyStatus(req, s);
+}
+
+void Adapter::Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Count(Op::kLink);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  auto dir = Resolve(req, newparent);
+  if (!dir) return;
+  Status s = fs_.Link(*id, *dir, Sv(newname));
+  if (!s.ok()) return ReplyStatus(req, s);
+  MarkDirty();
+  ReplyEntry(req, *id);
+}
+
+void Adapter::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Count(Op::kOpen);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  if (opts_.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) return Err(req, EROFS);
+  if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+    // With atomic O_TRUNC (libfuse's default) the truncation is ours, and so
+    // is the setuid/setgid clearing the kernel skips on this path.
+    auto st = fs_.GetStat(*id);
+    if (!st.ok()) return ReplyStatus(req, st.status());
+    if (S_ISREG(st->mode)) {
+      AttrChange c;
+      c.size = 0;
+      const bool sgid_exec = (st->mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP);
+      if (fuse_req_ctx(req)->uid != 0 && ((st->mode & S_ISUID) || sgid_exec)) {
+        c.mode = st->mode & 07777 & ~static_cast<uint32_t>(S_ISUID | (sgid_exec ? S_ISGID : 0));
+      }
+      Status s = fs_.SetAttr(*id, c);
+      if (!s.ok()) return ReplyStatus(req, s);
+      MarkDirty();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    ++open_[ino];
+  }
+  // Every change goes through this mount, so cached pages stay valid.
+  fi->keep_cache = 1;
+  fi->noflush = 1;
+  if (fuse_reply_open(req, fi) != 0) {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    if (--open_[ino] == 0) open_.erase(ino);
+  }
+}
+
+void Adapter::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
+  Count(Op::kRead);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  if (off < 0) return Err(req, EINVAL);
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < size) buf.resize(size);
+  auto n = fs_.Read(*id, static_cast<uint64_t>(off), std::span(buf.data(), size));
+  if (!n.ok()) return ReplyStatus(req, n.status());
+  fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), *n);
+}
+
+void Adapter::Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off) {
+  Count(Op::kWrite);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  if (off < 0) return Err(req, EINVAL);
+  auto n = fs_.Write(*id, static_cast<uint64_t>(off), std::span(reinterpret_cast<const uint8_t*>(buf), size));
+  if (!n.ok()) return ReplyStatus(req, n.status());
+  MarkDirty();
+  fuse_reply_write(req, *n);
+}
+
+void Adapter::Release(fuse_req_t req, fuse_ino_t ino) {
+  Count(Op::kRelease);
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    auto it = open_.find(ino);
+    if (it != open_.end() && --it->second == 0) {
+      open_.erase(it);
+      auto h = hidden_.find(ino);
+      if (h != hidden_.end()) {
+        s = fs_.Unlink(h->second.dir, h->second.name);
+        hidden_.erase(h);
+        hidden_count_.fetch_sub(1);
+        MarkDirty();
+      }
+    }
+  }
+  if (!s.ok() && opts_.log) opts_.log("removing a file unlinked while open: " + s.ToString());
+  fuse_reply_err(req, 0);
+}
+
+void Adapter::Fsync(fuse_req_t req) {
+  if (opts_.read_only) return Err(req, 0);
+  // No per-file durability in btrfs terms without a log tree: commit it all.
+  dirty_.store(false, std::memory_order_release);
+  Status s = fs_.Commit();
+  if (!s.ok()) MarkDirty();
+  ReplyStatus(req, s);
+}
+
+void Adapter::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Count(Op::kOpendir);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  auto st = fs_.GetStat(*id);
+  if (!st.ok()) return ReplyStatus(req, st.status());
+  if (!S_ISDIR(st->mode)) return Err(req, ENOTDIR);
+  auto* h = new DirHandle;
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  if (fuse_reply_open(req, fi) != 0) delete h;
+}
+
+void Adapter::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+  Count(plus ? Op::kReaddirplus : Op::kReaddir);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+  std::vector<char> buf(size);
+  size_t pos = 0;
+  Status status;
+  {
+    // The reply goes out after the handle's lock is dropped: once the kernel
+    // has it, a RELEASEDIR may free the handle.
+    std::lock_guard<std::mutex> lock(h->mu);
+    status = FillDir(req, ino, *id, *h, off, plus, buf, &pos);
+  }
+  if (!status.ok()) return ReplyStatus(req, status);
+  fuse_reply_buf(req, buf.data(), pos);
+}
+
+Status Adapter::FillDir(fuse_req_t req, fuse_ino_t ino, InodeId id, DirHandle& h, off_t off, bool plus,
+                        std::vector<char>& buf, size_t* used) {
+  if (off == 0 || !h.loaded) {
+    // A listing per opendir/rewind: a resumed readdir walks the same
+    // snapshot (POSIX leaves entries added or removed meanwhile open).
+    UB_ASSIGN_OR_RETURN(h.entries, fs_.ReadDir(id));
+    UB_ASSIGN_OR_RETURN(h.parent, fs_.LookupChild(id, ".."));
+    h.loaded = true;
+  }
+  const size_t size = buf.size();
+  size_t& pos = *used;
+  // Adds one entry; false when the buffer is full.
+  auto add = [&](const char* name, uint64_t node, InodeId inode, uint32_t mode, const Stat* st, off_t next) {
+    struct stat s {};
+    s.st_ino = map_.StIno(node, inode);
+    s.st_mode = mode;
+    size_t len;
+    if (plus) {
+      fuse_entry_param e{};
+      e.attr = st ? ToStat(node, *st) : s;
+      if (st) {
+        e.ino = node;
+        e.generation = st->generation;
+        e.attr_timeout = opts_.attr_timeout;
+        e.entry_timeout = opts_.entry_timeout;
+      }
+      len = fuse_add_direntry_plus(req, buf.data() + pos, size - pos, name, &e, next);
+      if (len > size - pos) return false;
+      if (st) map_.AddLookup(node);
+    } else {
+      len = fuse_add_direntry(req, buf.data() + pos, size - pos, name, &s, next);
+      if (len > size - pos) return false;
+    }
+    pos += len;
+    return true;
+  };
+  // "." and ".." carry no attributes in readdirplus (the kernel ignores them).
+  if (off < 1 && !add(".", ino, id, S_IFDIR, nullptr, 1)) return Status::Ok();
+  if (off < 2 && !add("..", map_.ToNode(h.parent), h.parent, S_IFDIR, nullptr, 2)) return Status::Ok();
+  auto it = std::lower_bound(h.entries.begin(), h.entries.end(), static_cast<uint64_t>(std::max<off_t>(off, 0)),
+                             [](const DirEntry& e, uint64_t v) { return e.index < v; });
+  for (; it != h.entries.end(); ++it) {
+    const uint64_t node = map_.ToNode(it->id);
+    const uint32_t mode = static_cast<uint32_t>(it->type) << 12;  // DTTOIF
+    const off_t next = static_cast<off_t>(it->index + 1);
+    if (plus) {
+      auto st = fs_.GetStat(it->id);
+      // Gone since the listing: still an entry, just without attributes.
+      if (!add(it->name.c_str(), node, it->id, mode, st.ok() ? &*st : nullptr, next)) break;
+    } else if (!add(it->name.c_str(), node, it->id, mode, nullptr, next)) {
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+void Adapter::ReleaseDir(fuse_req_t req, fuse_file_info* fi) {
+  Count(Op::kReleasedir);
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void Adapter::StatFs(fuse_req_t req) {
+  Count(Op::kStatfs);
+  auto s = fs_.StatFs();
+  if (!s.ok()) return ReplyStatus(req, s.status());
+  struct statvfs v {};
+  const uint64_t bs = s->block_size ? s->block_size : block_size_;
+  v.f_bsize = bs;
+  v.f_frsize = bs;
+  v.f_blocks = s->total_bytes / bs;
+  v.f_bfree = s->free_bytes / bs;
+  v.f_bavail = s->free_bytes / bs;
+  v.f_files = 0;  // btrfs has no fixed inode table; the kernel reports 0 too
+  v.f_ffree = 0;
+  v.f_namemax = s->name_max;
+  fuse_reply_statfs(req, &v);
+}
+
+void Adapter::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                       int flags) {
+  Count(Op::kSetxattr);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  const std::string_view n = Sv(name), v(value, size);
+  Status s = n == acl::kAccessName || n == acl::kDefaultName ? SetAcl(req, ino, *id, n, v)
+                                                             : fs_.SetXattr(*id, n, v, flags);
+  MarkDirty();
+  ReplyStatus(req, s);
+}
+
+void Adapter::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Count(Op::kGetxattr);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  auto v = fs_.GetXattr(*id, Sv(name));
+  if (!v.ok()) return ReplyStatus(req, v.status());
+  if (size == 0) return (void)fuse_reply_xattr(req, v->size());
+  if (v->size() > size) return Err(req, ERANGE);
+  fuse_reply_buf(req, v->data(), v->size());
+}
+
+void Adapter::ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Count(Op::kListxattr);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  auto names = fs_.ListXattr(*id);
+  if (!names.ok()) return ReplyStatus(req, names.status());
+  std::string out;
+  for (const auto& n : *names) {
+    out += n;
+    out.push_back('\0');
+  }
+  if (size == 0) return (void)fuse_reply_xattr(req, out.size());
+  if (out.size() > size) return Err(req, ERANGE);
+  fuse_reply_buf(req, out.data(), out.size());
+}
+
+void Adapter::RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Count(Op::kRemovexattr);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  Status s = fs_.RemoveXattr(*id, Sv(name));
+  if (s.ok()) MarkDirty();
+  ReplyStatus(req, s);
+}
+
+void Adapter::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  Count(Op::kCreate);
+  auto dir = Resolve(req, parent);
+  if (!dir) return;
+  auto a = NewAttrs(req, *dir, mode & 07777, false);
+  if (!a.ok()) return ReplyStatus(req, a.status());
+  auto id = fs_.Create(*dir, Sv(name), a->attrs);
+  if (id.ok()) {
+    MarkDirty();
+    if (Status s = ApplyInherited(*id, *a); !s.ok()) return ReplyStatus(req, s);
+  } else if (id.status().code() == EEXIST && !(fi->flags & O_EXCL)) {
+    // Created by someone else since the kernel's lookup: open that one.
+    id = fs_.LookupChild(*dir, Sv(name));
+    if (id.ok()) {
+      auto st = fs_.GetStat(*id);
+      if (!st.ok()) return ReplyStatus(req, st.status());
+      if (S_ISDIR(st->mode)) return Err(req, EISDIR);
+      if (fi->flags & O_TRUNC) {
+        AttrChange c;
+        c.size = 0;
+        Status s = fs_.SetAttr(*id, c);
+        if (!s.ok()) return ReplyStatus(req, s);
+      }
+    }
+  }
+  if (!id.ok()) return ReplyStatus(req, id.status());
+  MarkDirty();
+  ReplyEntry(req, *id, fi);
+}
+
+void Adapter::Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length) {
+  Count(Op::kFallocate);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  if (offset < 0 || length <= 0) return Err(req, EINVAL);
+  const uint64_t start = static_cast<uint64_t>(offset), len = static_cast<uint64_t>(length);
+  if (start + len < start) return Err(req, EFBIG);
+  auto st = fs_.GetStat(*id);
+  if (!st.ok()) return ReplyStatus(req, st.status());
+  if (!S_ISREG(st->mode)) return Err(req, S_ISDIR(st->mode) ? EISDIR : ENODEV);
+  const bool keep_size = mode & FALLOC_FL_KEEP_SIZE;
+  const int kind = mode & ~FALLOC_FL_KEEP_SIZE;
+  // Zeros over [a, b) within the file: all-zero sectors become holes, so this
+  // both zeroes and punches.
+  auto zero = [&](uint64_t a, uint64_t b) -> Status {
+    static const std::vector<uint8_t> zeros(1 << 20, 0);
+    while (a < b) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(b - a, zeros.size()));
+      UB_ASSIGN_OR_RETURN(size_t done, fs_.Write(*id, a, std::span(zeros.data(), n)));
+      if (done == 0) return Status::IoError("short write");
+      a += done;
+    }
+    return Status::Ok();
+  };
+  Status s;
+  if (kind == 0) {
+    // Space is not reserved ahead (no preallocated extents yet); only the
+    // size changes, the new range reading as zeros.
+    if (!keep_size && start + len > st->size) {
+      AttrChange c;
+      c.size = start + len;
+      s = fs_.SetAttr(*id, c);
+    }
+  } else if (kind == FALLOC_FL_PUNCH_HOLE && keep_size) {
+    s = zero(start, std::min<uint64_t>(start + len, st->size));
+  } else if (kind == FALLOC_FL_ZERO_RANGE) {
+    const uint64_t end = keep_size ? std::min<uint64_t>(start + len, st->size) : start + len;
+    s = zero(std::min<uint64_t>(start, end), end);
+  } else {
+    return Err(req, EOPNOTSUPP);
+  }
+  if (s.ok()) MarkDirty();
+  ReplyStatus(req, s);
+}
+
+}  // namespace ubtrfs::fuse

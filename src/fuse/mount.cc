@@ -1,0 +1,334 @@
+#include "fuse/mount.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "fuse/adapter.h"
+#include "ubtrfs/filesystem.h"
+
+namespace ubtrfs::fuse {
+namespace {
+
+std::atomic<bool> g_daemonized{false};
+
+// Messages after the mount: stderr in the foreground, syslog once daemonized
+// (stdio then points at /dev/null).
+void Log(const std::string& msg) {
+  if (g_daemonized.load()) {
+    syslog(LOG_ERR, "%s", msg.c_str());
+  } else {
+    fmt::print(stderr, "ubtrfs: mount: {}\n", msg);
+  }
+}
+
+struct Parsed {
+  bool read_only = false;
+  unsigned commit_seconds = 30;
+  unsigned threads = 0;  // 0 = libfuse's default pool
+  bool stats = false;
+  bool debug = false;
+  bool default_permissions = true;
+  AdapterOptions adapter;
+  std::vector<std::string> fuse_options;  // passed through to libfuse
+};
+
+bool ParseSeconds(const std::string& text, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno || !end || *end || text.empty() || v < 0 || v > 1e9) return false;
+  *out = v;
+  return true;
+}
+
+bool ParseUnsigned(const std::string& text, unsigned* out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long v = std::strtoul(text.c_str(), &end, 10);
+  if (errno || !end || *end || text.empty() || text[0] == '-' || v > UINT_MAX) return false;
+  *out = static_cast<unsigned>(v);
+  return true;
+}
+
+// Splits "a,b\,c" at unescaped commas (libfuse's own escaping).
+std::vector<std::string> SplitOptions(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      cur += s[i];
+      cur += s[++i];
+    } else if (s[i] == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += s[i];
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+std::string EscapeOption(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == ',' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
+  p->debug = cfg.debug;
+  for (const auto& group : cfg.options) {
+    for (const auto& opt : SplitOptions(group)) {
+      const size_t eq = opt.find('=');
+      const std::string key = opt.substr(0, eq), val = eq == std::string::npos ? "" : opt.substr(eq + 1);
+      const bool has_val = eq != std::string::npos;
+      if (opt == "ro") {
+        p->read_only = true;
+      } else if (opt == "rw") {
+        p->read_only = false;
+      } else if (key == "commit" && has_val) {
+        if (!ParseUnsigned(val, &p->commit_seconds)) return *error = "bad commit interval '" + val + "'", false;
+      } else if ((key == "attr_timeout" || key == "entry_timeout" || key == "negative_timeout") && has_val) {
+        double v;
+        if (!ParseSeconds(val, &v)) return *error = "bad " + key + " '" + val + "'", false;
+        (key == "attr_timeout" ? p->adapter.attr_timeout
+                               : key == "entry_timeout" ? p->adapter.entry_timeout : p->adapter.negative_timeout) = v;
+      } else if (key == "threads" && has_val) {
+        if (!ParseUnsigned(val, &p->threads) || p->threads == 0 || p->threads > 1024) {
+          return *error = "bad thread count '" + val + "'", false;
+        }
+      } else if (opt == "stats") {
+        p->stats = true;
+      } else if (opt == "debug") {
+        p->debug = true;
+      } else if (opt == "noreaddirplus") {
+        p->adapter.readdirplus = false;
+      } else if (opt == "writeback_cache") {
+        p->adapter.writeback_cache = true;
+      } else if (opt == "default_permissions") {
+        p->default_permissions = true;
+      } else if (opt == "nodefault_permissions") {
+        p->default_permissions = false;
+      } else if (key == "commit" || key == "threads" || key.ends_with("_timeout")) {
+        return *error = "option '" + key + "' needs a value", false;
+      } else {
+        p->fuse_options.push_back(opt);
+      }
+    }
+  }
+  p->adapter.read_only = p->read_only;
+  return true;
+}
+
+// Periodic commits from their own thread, which takes no signals (those
+// belong to the session loop).
+class CommitTimer {
+ public:
+  CommitTimer(Adapter& adapter, unsigned seconds) : adapter_(adapter), seconds_(seconds) {
+    if (seconds_ == 0) return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    thread_ = std::thread([this] { Run(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  ~CommitTimer() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      if (cv_.wait_for(lock, std::chrono::seconds(seconds_), [this] { return stop_; })) break;
+      lock.unlock();
+      Status st = adapter_.CommitIfDirty();
+      if (!st.ok()) Log("periodic commit failed: " + st.ToString());
+      lock.lock();
+    }
+  }
+
+  Adapter& adapter_;
+  const unsigned seconds_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct SessionDeleter {
+  void operator()(fuse_session* se) const { fuse_session_destroy(se); }
+};
+
+}  // namespace
+
+int RunMount(const MountConfig& cfg) {
+  Parsed p;
+  std::string error;
+  if (!ParseOptions(cfg, &p, &error)) {
+    fmt::print(stderr, "ubtrfs: mount: {}\n", error);
+    return 2;
+  }
+  // libfuse keeps the mount point for the unmount, after the daemon has
+  // changed to "/": make it absolute.
+  char* mp_real = ::realpath(cfg.mountpoint.c_str(), nullptr);
+  if (!mp_real) {
+    fmt::print(stderr, "ubtrfs: mount: {}: {}\n", cfg.mountpoint, std::strerror(errno));
+    return 1;
+  }
+  const std::string mountpoint = mp_real;
+  std::free(mp_real);
+  struct stat mst;
+  if (::stat(mountpoint.c_str(), &mst) != 0 || !S_ISDIR(mst.st_mode)) {
+    fmt::print(stderr, "ubtrfs: mount: {}: not a directory\n", cfg.mountpoint);
+    return 1;
+  }
+  char* img_real = ::realpath(cfg.image.c_str(), nullptr);
+  const std::string image_abs = img_real ? img_real : cfg.image;
+  std::free(img_real);
+
+  // One read-write mount per image: an exclusive lock, held (across the
+  // daemon's fork, which shares the open file description) until exit. A
+  // read-only mount takes a shared lock, so it and a read-write one exclude
+  // each other too.
+  const int lock_fd = ::open(cfg.image.c_str(), (p.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  if (lock_fd < 0) {
+    fmt::print(stderr, "ubtrfs: mount: {}: {}\n", cfg.image, std::strerror(errno));
+    return 1;
+  }
+  if (::flock(lock_fd, (p.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+    const int e = errno;
+    if (e == EWOULDBLOCK) {
+      fmt::print(stderr,
+                 "ubtrfs: mount: {} is in use by another mount ({}); refusing to mount it {} as well\n",
+                 cfg.image, p.read_only ? "mounted read-write" : "locked by another ubtrfs process",
+                 p.read_only ? "read-only" : "read-write");
+    } else {
+      fmt::print(stderr, "ubtrfs: mount: locking {}: {}\n", cfg.image, std::strerror(e));
+    }
+    ::close(lock_fd);
+    return 1;
+  }
+
+  OpenOptions oo;
+  oo.writable = !p.read_only;
+  auto opened = Filesystem::Open(cfg.image, oo);
+  if (!opened.ok()) {
+    fmt::print(stderr, "ubtrfs: mount: {}: {}\n", cfg.image, opened.status().ToString());
+    ::close(lock_fd);
+    return 1;
+  }
+  std::unique_ptr<Filesystem> fs = std::move(*opened);
+  for (const auto& w : fs->Warnings()) fmt::print(stderr, "ubtrfs: mount: warning: {}: {}\n", cfg.image, w);
+
+  p.adapter.log = Log;
+  auto adapter = std::make_unique<Adapter>(*fs, p.adapter);
+
+  std::string fuse_opts = "fsname=" + EscapeOption(image_abs) + ",subtype=ubtrfs";
+  if (p.default_permissions) fuse_opts += ",default_permissions";
+  if (p.read_only) fuse_opts += ",ro";
+  for (const auto& o : p.fuse_options) fuse_opts += "," + o;
+  std::vector<std::string> argv_s = {"ubtrfs", "-o", fuse_opts};
+  if (p.debug) argv_s.push_back("-d");
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  std::unique_ptr<fuse_session, SessionDeleter> se(
+      fuse_session_new(&args, &Adapter::Ops(), sizeof(fuse_lowlevel_ops), adapter.get()));
+  fuse_opt_free_args(&args);
+  if (se) adapter->SetSession(se.get());
+  if (!se) {
+    fmt::print(stderr, "ubtrfs: mount: bad FUSE options '{}'\n", fuse_opts);
+    ::close(lock_fd);
+    return 2;
+  }
+  if (fuse_set_signal_handlers(se.get()) != 0) {
+    fmt::print(stderr, "ubtrfs: mount: cannot install signal handlers\n");
+    ::close(lock_fd);
+    return 1;
+  }
+  if (fuse_session_mount(se.get(), mountpoint.c_str()) != 0) {
+    // libfuse has said why (no /dev/fuse, EPERM from fusermount3, ...).
+    fmt::print(stderr, "ubtrfs: mount: cannot mount {} on {}\n", cfg.image, mountpoint);
+    fuse_remove_signal_handlers(se.get());
+    ::close(lock_fd);
+    return 1;
+  }
+  if (!cfg.foreground) {
+    // Returns in the child; the parent exits 0 once the child is ready.
+    if (fuse_daemonize(0) != 0) {
+      fuse_session_unmount(se.get());
+      fuse_remove_signal_handlers(se.get());
+      ::close(lock_fd);
+      return 1;
+    }
+    openlog("ubtrfs", LOG_PID, LOG_DAEMON);
+    g_daemonized = true;
+  }
+
+  int loop_result;
+  {
+    CommitTimer timer(*adapter, p.read_only ? 0 : p.commit_seconds);
+    if (p.threads == 1) {
+      loop_result = fuse_session_loop(se.get());
+    } else {
+      fuse_loop_config* lc = fuse_loop_cfg_create();
+      if (p.threads) fuse_loop_cfg_set_max_threads(lc, p.threads);
+      loop_result = fuse_session_loop_mt(se.get(), lc);
+      fuse_loop_cfg_destroy(lc);
+    }
+    timer.Stop();
+  }
+  fuse_remove_signal_handlers(se.get());
+  fuse_session_unmount(se.get());
+  se.reset();
+
+  int rc = 0;
+  if (loop_result < 0) {
+    Log(std::string("session ended with an error: ") + std::strerror(-loop_result));
+    rc = 1;
+  }
+  Status st = adapter->Shutdown();
+  if (!st.ok()) Log(st.ToString());
+  if (!p.read_only) {
+    st = fs->Commit();
+    if (!st.ok()) {
+      Log("final commit failed: " + st.ToString());
+      rc = 1;
+    }
+  }
+  if (p.stats) Log("requests: " + adapter->CountsReport());
+  adapter.reset();
+  fs.reset();
+  ::close(lock_fd);  // only now may another mount open the image
+  return rc;
+}
+
+}  // namespace ubtrfs::fuse

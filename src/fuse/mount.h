@@ -1,0 +1,33 @@
+// `ubtrfs mount`: serves an image through FUSE until it is unmounted.
+#ifndef UBTRFS_FUSE_MOUNT_H_
+#define UBTRFS_FUSE_MOUNT_H_
+
+#include <string>
+#include <vector>
+
+namespace ubtrfs::fuse {
+
+struct MountConfig {
+  std::string image;
+  std::string mountpoint;
+  // -o arguments, each a comma-separated list. Ours:
+  //   ro / rw, commit=SECONDS (default 30; 0 = only at fsync and unmount),
+  //   attr_timeout= / entry_timeout= / negative_timeout= (seconds, default 1),
+  //   threads=N (request threads; 1 = single-threaded loop), noreaddirplus,
+  //   writeback_cache, stats (request counters on stderr at unmount),
+  //   nodefault_permissions (no permission checks by the kernel), debug.
+  // Anything else goes to libfuse (allow_other, auto_unmount, max_read=, ...).
+  std::vector<std::string> options;
+  bool foreground = false;
+  bool debug = false;
+};
+
+// Opens, locks and mounts the image; without `foreground`, daemonizes once
+// the mount is in place. Returns the exit code: 0 after a clean unmount
+// (fusermount3 -u, umount, SIGTERM/SIGINT/SIGHUP) whose final commit
+// succeeded, 1 on errors, 2 on bad options.
+int RunMount(const MountConfig& config);
+
+}  // namespace ubtrfs::fuse
+
+#endif  // UBTRFS_FUSE_MOUNT_H_

@@ -1,0 +1,344 @@
+#include "inode/inode_cache.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+
+namespace ubtrfs::inode {
+
+// ---- LatencyHistogram --------------------------------------------------------
+
+int LatencyHistogram::Bucket(uint64_t ns) {
+  return ns == 0 ? 0 : static_cast<int>(std::bit_width(ns)) - 1;
+}
+
+uint64_t LatencyHistogram::PercentileUpperBound(double p) const {
+  if (count == 0) return 0;
+  uint64_t want = static_cast<uint64_t>(p * static_cast<double>(count));
+  if (want == 0) want = 1;
+  uint64_t seen = 0;
+  for (int i = 0; i < kBuckets; ++i) {
+    seen += buckets[i];
+    if (seen >= want) return i == 63 ? ~uint64_t{0} : (uint64_t{2} << i) - 1;
+  }
+  return ~uint64_t{0};
+}
+
+std::string LatencyHistogram::ToString(const char* unit) const {
+  int lo = 0, hi = -1;
+  while (lo < kBuckets && buckets[lo] == 0) ++lo;
+  for (int i = kBuckets - 1; i >= 0; --i) {
+    if (buckets[i] != 0) {
+      hi = i;
+      break;
+    }
+  }
+  std::string out;
+  char line[160];
+  std::snprintf(line, sizeof(line), "%20s : %-10s distribution\n", unit, "count");
+  out += line;
+  uint64_t peak = 0;
+  for (int i = lo; i <= hi; ++i) peak = std::max(peak, buckets[i]);
+  for (int i = lo; i <= hi; ++i) {
+    uint64_t from = i == 0 ? 0 : uint64_t{1} << i;
+    uint64_t to = i == 63 ? ~uint64_t{0} : (uint64_t{2} << i) - 1;
+    int stars = peak == 0 ? 0 : static_cast<int>(buckets[i] * 40 / peak);
+    std::snprintf(line, sizeof(line), "%9" PRIu64 " -> %-9" PRIu64 " : %-10" PRIu64 " |%-40s|\n", from, to,
+                  buckets[i], std::string(static_cast<size_t>(stars), '*').c_str());
+    out += line;
+  }
+  return out;
+}
+
+void InodeCache::AtomicHistogram::Add(uint64_t ns) {
+  buckets[LatencyHistogram::Bucket(ns)].fetch_add(1, std::memory_order_relaxed);
+  count.fetch_add(1, std::memory_order_relaxed);
+  total_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+LatencyHistogram InodeCache::AtomicHistogram::Snapshot() const {
+  LatencyHistogram h;
+  for (int i = 0; i < LatencyHistogram::kBuckets; ++i) h.buckets[i] = buckets[i].load(std::memory_order_relaxed);
+  h.count = count.load(std::memory_order_relaxed);
+  h.total_ns = total_ns.load(std::memory_order_relaxed);
+  return h;
+}
+
+// ---- InodeCache -------------------------------------------------------------
+
+InodeCache::InodeCache(InodeCacheOptions options) : time_ops_(options.time_ops), capacity_(options.capacity) {}
+
+InodeCache::~InodeCache() {
+  // No other thread may use the cache now; InodeRefs may still exist.
+  InodeRecord* r = head_;
+  while (r != nullptr) {
+    InodeRecord* next = r->next_;
+    r->cached_ = false;
+    r->prev_ = r->next_ = nullptr;
+    if (r->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete r;
+    r = next;
+  }
+  for (auto it = roots_.begin(); it != roots_.end(); ++it) delete it.value();
+}
+
+uint64_t InodeCache::NowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+void InodeCache::LinkHead(InodeRecord* r) {
+  r->prev_ = nullptr;
+  r->next_ = head_;
+  if (head_ != nullptr) head_->prev_ = r;
+  head_ = r;
+  if (tail_ == nullptr) tail_ = r;
+}
+
+void InodeCache::Unlink(InodeRecord* r) {
+  if (r->prev_ != nullptr) r->prev_->next_ = r->next_;
+  else head_ = r->next_;
+  if (r->next_ != nullptr) r->next_->prev_ = r->prev_;
+  else tail_ = r->prev_;
+  r->prev_ = r->next_ = nullptr;
+}
+
+void InodeCache::Detach(InodeRecord* r) {
+  Subvol** sv = roots_.Find(r->root);
+  bool erased = sv != nullptr && (*sv)->inodes.Erase(r->ino);
+  (void)erased;
+  Unlink(r);
+  r->cached_ = false;
+  --size_;
+}
+
+InodeRecord* InodeCache::EvictLocked(size_t target, size_t budget) {
+  InodeRecord* doomed = nullptr;
+  while (size_ > target && budget > 0 && tail_ != nullptr) {
+    --budget;
+    InodeRecord* r = tail_;
+    // refs_ == 1: only the cache holds it, and only the cache (under mu_)
+    // could hand out another reference, so dirty/open_count cannot change
+    // under us. acquire pairs with the release in the last InodeRef's
+    // decrement, making that holder's writes to dirty/open_count visible.
+    bool idle = r->refs_.load(std::memory_order_acquire) == 1 && !r->dirty.load(std::memory_order_relaxed) &&
+                r->open_count.load(std::memory_order_relaxed) == 0;
+    if (!idle || r->referenced_) {
+      r->referenced_ = false;
+      Unlink(r);
+      LinkHead(r);
+      continue;
+    }
+    Detach(r);
+    r->next_ = doomed;
+    doomed = r;
+    ++evictions_;
+  }
+  return doomed;
+}
+
+void InodeCache::DropDetached(InodeRecord* chain) {
+  while (chain != nullptr) {
+    InodeRecord* next = chain->next_;
+    chain->next_ = nullptr;
+    if (chain->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete chain;
+    chain = next;
+  }
+}
+
+InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
+  uint64_t t0 = time_ops_ ? NowNs() : 0;
+  InodeRecord* found = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++lookups_;
+    if (Subvol** sv = roots_.Find(root)) {
+      if (InodeRecord** slot = (*sv)->inodes.Find(ino)) {
+        found = *slot;
+        found->refs_.fetch_add(1, std::memory_order_relaxed);
+        found->referenced_ = true;
+        ++hits_;
+      }
+    }
+  }
+  if (time_ops_) lookup_hist_.Add(NowNs() - t0);
+  return InodeRef(found);
+}
+
+InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem& item, bool* inserted) {
+  uint64_t t0 = time_ops_ ? NowNs() : 0;
+  // Everything that may need memory, made before locking.
+  std::unique_ptr<InodeRecord> fresh(new InodeRecord(root, ino, item));
+  InodeTree::Reservation nodes = InodeTree::Reserve(ino);
+  std::unique_ptr<Subvol> new_subvol;
+  RootTree::Reservation root_nodes;
+
+  InodeRecord* result = nullptr;
+  InodeRecord* doomed = nullptr;
+  bool stored = false;
+  for (;;) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Subvol** sv = roots_.Find(root);
+    if (sv == nullptr) {
+      if (new_subvol == nullptr) {
+        // First inode of this subvolume: allocate its tree outside the lock
+        // and try again (once per subvolume).
+        lock.unlock();
+        new_subvol = std::make_unique<Subvol>();
+        root_nodes = RootTree::Reserve(root);
+        continue;
+      }
+      roots_.StoreReserved(std::move(root_nodes), root, new_subvol.release());
+      sv = roots_.Find(root);
+    }
+    auto [slot, added] = (*sv)->inodes.TryStoreReserved(std::move(nodes), ino, fresh.get());
+    result = *slot;
+    if (added) {
+      fresh.release();
+      result->refs_.fetch_add(1, std::memory_order_relaxed);  // the caller's, besides the cache's
+      result->cached_ = true;
+      LinkHead(result);
+      ++size_;
+      ++inserts_;
+      stored = true;
+      if (size_ > capacity_) doomed = EvictLocked(capacity_, 16 + 2 * (size_ - capacity_));
+    } else {
+      result->refs_.fetch_add(1, std::memory_order_relaxed);
+      result->referenced_ = true;
+      ++insert_races_;
+    }
+    break;
+  }
+  // Unlocked: free what lost the race or was evicted; `nodes`, `root_nodes`
+  // and `new_subvol` release the rest as they go out of scope.
+  DropDetached(doomed);
+  fresh.reset();
+  if (inserted != nullptr) *inserted = stored;
+  if (time_ops_) insert_hist_.Add(NowNs() - t0);
+  return InodeRef(result);
+}
+
+bool InodeCache::Remove(uint64_t root, uint64_t ino) {
+  InodeRecord* r = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Subvol** sv = roots_.Find(root);
+    InodeRecord** slot = sv == nullptr ? nullptr : (*sv)->inodes.Find(ino);
+    if (slot == nullptr) return false;
+    r = *slot;
+    Detach(r);
+    ++removals_;
+  }
+  r->next_ = nullptr;
+  DropDetached(r);
+  return true;
+}
+
+InodeRef InodeCache::FindFirstAtOrAfter(uint64_t root, uint64_t min_ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Subvol** sv = roots_.Find(root);
+  if (sv == nullptr) return InodeRef();
+  auto hit = (*sv)->inodes.FindFirstAtOrAfter(min_ino);
+  if (!hit) return InodeRef();
+  hit->second->refs_.fetch_add(1, std::memory_order_relaxed);
+  return InodeRef(hit->second);
+}
+
+std::vector<InodeRef> InodeCache::CollectDirty() {
+  // Walks in batches so that mu_ is never held for long and the vector grows
+  // outside it.
+  constexpr size_t kMaxFound = 64;
+  constexpr size_t kMaxScanned = 1024;
+  std::vector<InodeRef> out;
+  uint64_t root = 0, ino = 0;
+  bool done = false;
+  while (!done) {
+    std::array<InodeRecord*, kMaxFound> found;
+    size_t nfound = 0, scanned = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto rit = roots_.lower_bound(root); ; ++rit) {
+        if (rit == roots_.end()) {
+          done = true;
+          break;
+        }
+        if (rit.key() != root) {
+          root = rit.key();
+          ino = 0;
+        }
+        InodeTree& tree = rit.value()->inodes;
+        auto it = tree.lower_bound(ino);
+        for (; it != tree.end() && nfound < kMaxFound && scanned < kMaxScanned; ++it, ++scanned) {
+          InodeRecord* r = it.value();
+          if (r->dirty.load(std::memory_order_relaxed)) {
+            r->refs_.fetch_add(1, std::memory_order_relaxed);
+            found[nfound++] = r;
+          }
+        }
+        if (it != tree.end()) {  // batch full: resume at this inode
+          ino = it.key();
+          break;
+        }
+        if (root == ~uint64_t{0}) {
+          done = true;
+          break;
+        }
+        ino = 0;  // this subvolume is finished; the next key of roots_ is > root
+        ++root;
+        if (nfound == kMaxFound || scanned >= kMaxScanned) break;
+      }
+    }
+    for (size_t i = 0; i < nfound; ++i) out.push_back(InodeRef(found[i]));
+  }
+  return out;
+}
+
+size_t InodeCache::Shrink(size_t target) {
+  InodeRecord* doomed = nullptr;
+  size_t before = 0, after = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before = size_;
+    // Two passes over the list at most: the first clears referenced bits.
+    doomed = EvictLocked(target, 2 * size_);
+    after = size_;
+  }
+  DropDetached(doomed);
+  return before - after;
+}
+
+void InodeCache::set_capacity(size_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  capacity_ = capacity;
+}
+
+size_t InodeCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return size_;
+}
+
+InodeCacheStats InodeCache::stats() const {
+  InodeCacheStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.inserts = inserts_;
+    s.insert_races = insert_races_;
+    s.lookups = lookups_;
+    s.hits = hits_;
+    s.evictions = evictions_;
+    s.removals = removals_;
+    s.cached = size_;
+    s.subvolumes = roots_.size();
+    s.node_bytes = roots_.memory_bytes();
+    for (auto it = roots_.begin(); it != roots_.end(); ++it) s.node_bytes += it.value()->inodes.memory_bytes();
+    s.record_bytes = size_ * sizeof(InodeRecord);
+  }
+  s.insert_ns = insert_hist_.Snapshot();
+  s.lookup_ns = lookup_hist_.Snapshot();
+  return s;
+}
+
+}  // namespace ubtrfs::inode
