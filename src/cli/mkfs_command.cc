@@ -210,6 +210,7 @@ void CmdMkfs(const MkfsArgs& a) {
   if (!a.rootdir.empty()) {
     OpenOptions oo;
     oo.writable = true;
+    oo.node_cache_bytes = 16ull << 20;  // an import writes through the transaction, not the read cache
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
     Status s = fs::ImportContents(**fs, a.rootdir, (*fs)->Root(), {}, &stats);
