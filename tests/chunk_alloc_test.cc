@@ -88,9 +88,19 @@ std::string BtrfsCheck(const std::string& img) {
   return r.Describe();
 }
 
+// The TxnManager goes before the Volume it points into, also on `o = {}`.
 struct Opened {
   std::unique_ptr<txn::Volume> vol;
   std::unique_ptr<txn::TxnManager> txn;
+  Opened() = default;
+  Opened(Opened&&) = default;
+  Opened& operator=(Opened&& other) {
+    txn.reset();
+    vol = std::move(other.vol);
+    txn = std::move(other.txn);
+    return *this;
+  }
+  ~Opened() { txn.reset(); }
 };
 
 Result<Opened> OpenForWrite(const std::string& img) {

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -355,15 +356,16 @@ std::set<std::string> ListDir(const std::string& dir) {
   return names;
 }
 
-TEST(Fuse, PosixOperationsMatchAHostDirectory) {
-  SKIP_IF_NO_FUSE();
+// The POSIX operations, with the mount options given (plus stats and a
+// 2-second commit interval, so timer commits happen in the middle).
+void PosixOperations(const std::string& options) {
   Scratch s;
   ASSERT_EQ(s.Make(), "");
   const std::string model = s.dir.Sub("model");
   ASSERT_EQ(mkdir(model.c_str(), 0755), 0);
   ASSERT_EQ(chmod(model.c_str(), 0755), 0);
   MountProcess mount;
-  START_MOUNT(mount, s, "-o", "stats,commit=2");
+  START_MOUNT(mount, s, "-o", "stats,commit=2" + options);
   Twin t(model, s.mnt);
   std::mt19937_64 rng(42);
   const bool root = geteuid() == 0;
@@ -408,6 +410,8 @@ TEST(Fuse, PosixOperationsMatchAHostDirectory) {
   t.Both("mkdir a", [&](auto& b) { return mkdir(P(b, "a").c_str(), 0750); });
   t.Both("mkdir a/b", [&](auto& b) { return mkdir(P(b, "a/b").c_str(), 0700); });
   EXPECT_EQ(t.Both("mkdir exists", [&](auto& b) { return mkdir(P(b, "a").c_str(), 0755); }), EEXIST);
+  EXPECT_EQ(t.Both("name too long", [&](auto& b) { return mkdir(P(b, std::string(256, 'n')).c_str(), 0755); }), ENAMETOOLONG);
+  EXPECT_EQ(t.Both("longest name", [&](auto& b) { return mkdir(P(b, std::string(255, 'n')).c_str(), 0755); }), 0);
   t.Both("create a/b/x", [&](auto& b) { return close(open(P(b, "a/b/x").c_str(), O_CREAT | O_WRONLY, 0640)); });
   EXPECT_EQ(t.Both("rmdir non-empty", [&](auto& b) { return rmdir(P(b, "a/b").c_str()); }), ENOTEMPTY);
   EXPECT_EQ(t.Both("rmdir file", [&](auto& b) { return rmdir(P(b, "a/b/x").c_str()); }), ENOTDIR);
@@ -585,6 +589,26 @@ TEST(Fuse, PosixOperationsMatchAHostDirectory) {
     if (i % 5 == 0) t.Both("unlink", [&](auto& b) { return unlink(P(b, name).c_str()); });
   }
   EXPECT_EQ(ListDir(P(s.mnt, "wide")), ListDir(P(model, "wide")));
+  {
+    // A listing resumed with seekdir on a new handle continues where
+    // telldir left off (the offsets are DIR_INDEX + 1, stable across opens).
+    std::set<std::string> seen;
+    DIR* d = opendir(P(s.mnt, "wide").c_str());
+    ASSERT_NE(d, nullptr);
+    for (int i = 0; i < 150; ++i) {
+      dirent* e = readdir(d);
+      ASSERT_NE(e, nullptr);
+      seen.insert(e->d_name);
+    }
+    const long pos = telldir(d);
+    closedir(d);
+    d = opendir(P(s.mnt, "wide").c_str());
+    ASSERT_NE(d, nullptr);
+    seekdir(d, pos);
+    while (dirent* e = readdir(d)) EXPECT_TRUE(seen.insert(e->d_name).second) << e->d_name << " seen twice";
+    closedir(d);
+    EXPECT_EQ(seen, ListDir(P(model, "wide")));
+  }
   EXPECT_EQ(ListDir(s.mnt), ListDir(model));
 
   // A file unlinked while open stays readable and writable until closed.
@@ -654,6 +678,18 @@ TEST(Fuse, PosixOperationsMatchAHostDirectory) {
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
   mism = ubtrfs_test::CompareTreeToImage(model, **fs, opts);
   EXPECT_TRUE(mism.empty()) << FormatMismatches(mism);
+}
+
+TEST(Fuse, PosixOperationsMatchAHostDirectory) {
+  SKIP_IF_NO_FUSE();
+  PosixOperations("");
+}
+
+// The same with the kernel caching writes (it then sends larger writes and
+// keeps mtime itself).
+TEST(Fuse, PosixOperationsWithWritebackCache) {
+  SKIP_IF_NO_FUSE();
+  PosixOperations(",writeback_cache");
 }
 
 // "N requests (x per entry): lookup a, ..." from a finished mount's -o stats.
@@ -742,6 +778,69 @@ TEST(Fuse, CopyTreeAndTarIntoTheMount) {
     mism = ubtrfs_test::CompareTreeToImage(hostx, **fs, tar_opts, "/tarx");
     EXPECT_TRUE(mism.empty()) << "tar x, in the image: " << FormatMismatches(mism);
   }
+}
+
+// Several processes' worth of threads writing, renaming and removing at once
+// (the library serializes them; the adapter's own state must hold up).
+TEST(Fuse, ConcurrentWritersStayConsistent) {
+  SKIP_IF_NO_FUSE();
+  Scratch s;
+  ASSERT_EQ(s.Make(), "");
+  const std::string model = s.dir.Sub("model");
+  ASSERT_EQ(mkdir(model.c_str(), 0755), 0);
+  MountProcess mount;
+  START_MOUNT(mount, s, "-o", "commit=1,threads=8");
+  constexpr int kThreads = 6, kFiles = 120;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  auto worker = [&](int t) {
+    std::mt19937_64 rng(1000 + t);
+    const std::string sub = "/w" + std::to_string(t);
+    for (const std::string& base : {model, s.mnt}) mkdir((base + sub).c_str(), 0755);
+    for (int i = 0; i < kFiles; ++i) {
+      const std::string name = sub + "/f" + std::to_string(i);
+      const std::string data = Pattern(rng() % 3 == 0 ? rng() % 400000 : rng() % 5000, rng());
+      for (const std::string& base : {model, s.mnt}) {
+        int fd = open((base + name).c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        if (fd < 0 || write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) ++failures;
+        if (fd >= 0) close(fd);
+      }
+      if (ReadWhole(s.mnt + name) != data) ++failures;
+      if (i % 7 == 3) {
+        for (const std::string& base : {model, s.mnt}) {
+          if (rename((base + name).c_str(), (base + sub + "/r" + std::to_string(i)).c_str()) != 0) ++failures;
+        }
+      } else if (i % 5 == 1) {
+        for (const std::string& base : {model, s.mnt}) {
+          if (unlink((base + name).c_str()) != 0) ++failures;
+        }
+      }
+    }
+  };
+  std::thread lister([&] {
+    while (!stop) {
+      for (int t = 0; t < kThreads; ++t) ListDir(s.mnt + "/w" + std::to_string(t));
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
+  for (auto& th : threads) th.join();
+  stop = true;
+  lister.join();
+  EXPECT_EQ(failures.load(), 0);
+  CompareOptions opts;
+  opts.compare_mtime = false;
+  opts.compare_dir_mtime = false;
+  opts.compare_top_attrs = false;
+  auto mism = ubtrfs_test::CompareHostTrees(model, s.mnt, opts);
+  EXPECT_TRUE(mism.empty()) << FormatMismatches(mism);
+  std::string err;
+  EXPECT_EQ(mount.Unmount(&err), 0) << err << "\nlog: " << mount.Log();
+  EXPECT_EQ(BtrfsCheck(s.img), "");
+  auto fs = ubtrfs::Filesystem::Open(s.img);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  mism = ubtrfs_test::CompareTreeToImage(model, **fs, opts);
+  EXPECT_TRUE(mism.empty()) << FormatMismatches(mism);
 }
 
 // Requests per small file created with open/write/close, from -o stats.

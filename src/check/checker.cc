@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "alloc/chunk_map.h"
 #include "check/fs_tree_check.h"
 #include "check/report.h"
 #include "format/checksum.h"
@@ -739,33 +740,40 @@ void Checker::CsumItem(const TreeBlock& b, int slot, const Key& k, std::span<con
 
 void Checker::VerifyData(uint64_t logical, std::span<const uint8_t> csums) {
   const uint64_t n = csums.size() / csum_size_;
-  if (n == 0) return;
-  auto copies = vol_.chunks().Map(logical, n * ss_);
-  if (!copies.ok()) {
-    Error("csum tree: csums for " + Range(logical, logical + n * ss_) + " cannot be mapped: " +
-          copies.status().message());
-    return;
-  }
   const uint16_t type = vol_.csum_type();
   constexpr uint64_t kBatch = 256;  // sectors per read
   std::vector<uint8_t> buf;
-  for (size_t c = 0; c < copies->size(); ++c) {
-    for (uint64_t i = 0; i < n; i += kBatch) {
-      const uint64_t cnt = std::min(kBatch, n - i);
-      buf.resize(cnt * ss_);
-      Status st = vol_.device()->ReadAt((*copies)[c] + i * ss_, buf);
+  for (uint64_t i = 0; i < n;) {
+    const uint64_t pos = logical + i * ss_;
+    // One csum item can span two chunks that are adjacent in logical space.
+    const alloc::ChunkInfo* chunk = vol_.chunks().Find(pos);
+    if (chunk == nullptr || chunk->logical + chunk->length <= pos) {
+      Error("csum tree: csums for " + Range(pos, logical + n * ss_) + " lie outside every chunk");
+      return;
+    }
+    const uint64_t cnt = std::min({kBatch, n - i, (chunk->logical + chunk->length - pos) / ss_});
+    if (cnt == 0) return;
+    auto copies = vol_.chunks().Map(pos, cnt * ss_);
+    if (!copies.ok()) {
+      Error("csum tree: csums for " + Range(pos, pos + cnt * ss_) + " cannot be mapped: " + copies.status().message());
+      return;
+    }
+    buf.resize(cnt * ss_);
+    for (size_t c = 0; c < copies->size(); ++c) {
+      Status st = vol_.device()->ReadAt((*copies)[c], buf);
       if (!st.ok()) {
-        Error("data at logical " + N(logical + i * ss_) + " (mirror " + N(c + 1) + "): " + st.message());
+        Error("data at logical " + N(pos) + " (mirror " + N(c + 1) + "): " + st.message());
         continue;
       }
       for (uint64_t j = 0; j < cnt; ++j) {
         const std::span<const uint8_t> sector(buf.data() + j * ss_, ss_);
         if (!VerifyCsum(type, sector, csums.data() + (i + j) * csum_size_)) {
           ++data_csum_errors_;
-          Error("data checksum mismatch at logical " + N(logical + (i + j) * ss_) + " (mirror " + N(c + 1) + ")");
+          Error("data checksum mismatch at logical " + N(pos + j * ss_) + " (mirror " + N(c + 1) + ")");
         }
       }
     }
+    i += cnt;
   }
 }
 

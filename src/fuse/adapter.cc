@@ -8,6 +8,7 @@
 #include <sys/xattr.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <vector>
@@ -371,6 +372,8 @@ void Adapter::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Count(Op::kLookup);
   auto dir = Resolve(req, parent);
   if (!dir) return;
+  // The library answers EINVAL for an over-long name; POSIX says ENAMETOOLONG.
+  if (std::strlen(name) > 255) return Err(req, ENAMETOOLONG);
   auto id = fs_.LookupChild(*dir, Sv(name));
   if (!id.ok()) {
     if (id.status().code() == ENOENT && opts_.negative_timeout > 0) {

@@ -9,7 +9,12 @@
 //     hidden name in its directory and removed at its last release, as
 //     libfuse's high-level API does (the library has no orphan inodes yet);
 //   - readdir offsets: "." is 1, ".." is 2, an entry is its DIR_INDEX + 1,
-//     so a resumed readdir continues after the last entry returned.
+//     so a resumed readdir continues after the last entry returned;
+//   - POSIX ACL xattrs kept consistent with the mode as the kernel's VFS does
+//     for native file systems (posix_acl.h); the kernel does not enforce
+//     them (no FUSE_POSIX_ACL), permission checks use the mode bits
+//     (default_permissions);
+//   - open(O_TRUNC) truncates here (libfuse's default atomic O_TRUNC).
 #ifndef UBTRFS_FUSE_ADAPTER_H_
 #define UBTRFS_FUSE_ADAPTER_H_
 

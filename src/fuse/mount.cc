@@ -240,7 +240,8 @@ int RunMount(const MountConfig& cfg) {
   oo.writable = !p.read_only;
   auto opened = Filesystem::Open(cfg.image, oo);
   if (!opened.ok()) {
-    fmt::print(stderr, "ubtrfs: mount: {}: {}\n", cfg.image, opened.status().ToString());
+    fmt::print(stderr, "ubtrfs: mount: {}: {}{}\n", cfg.image, opened.status().ToString(),
+               !p.read_only && opened.status().code() == EOPNOTSUPP ? "; -o ro mounts it read-only" : "");
     ::close(lock_fd);
     return 1;
   }
