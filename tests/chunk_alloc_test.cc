@@ -800,7 +800,7 @@ TEST(ChunkAllocEnospc, FilesystemWritesUntilFull) {
 // WriteRegular inserted some extents but before the inode's nbytes/size are
 // updated, so btrfs check finds "nbytes wrong" once that is committed.
 // Enable when Write either keeps the part written (a short write) or undoes it.
-TEST(ChunkAllocEnospc, DISABLED_FilesystemCommitAfterEnospcIsClean) {
+TEST(ChunkAllocEnospc, FilesystemCommitAfterEnospcIsClean) {
   if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir("ubtrfs-chunk");
   const std::string img = dir.Sub("img");

@@ -44,6 +44,9 @@ std::string BtrfsCheck(const std::string& img) {
 struct Opened {
   std::unique_ptr<txn::Volume> vol;
   std::unique_ptr<txn::TxnManager> txn;
+  Opened() = default;
+  Opened(Opened&&) = default;
+  ~Opened() { txn.reset(); }  // the manager points into the volume
 };
 
 Opened OpenForWrite(const std::string& img) {
@@ -107,7 +110,8 @@ TEST_P(TxnTest, XattrChurnOverCommitsStaysCheckClean) {
     }
     Status st = o.txn->Commit();
     ASSERT_TRUE(st.ok()) << st.ToString();
-    o = Opened{};
+    o.txn.reset();  // before the volume it points into
+    o.vol.reset();
     ASSERT_EQ(BtrfsCheck(img), "") << "after round " << round;
 
     auto fs = Filesystem::Open(img);

@@ -15,6 +15,7 @@
 #include "check/checker.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -112,7 +113,6 @@ Ranges Subtract(const Ranges& a, const Ranges& b) {
 
 struct TreeCtx {
   uint64_t id = 0;
-  Key item_key{};  // its ROOT_ITEM (zero for the root and chunk trees)
   tree::RootPtr root;
   uint64_t last_snapshot = 0;
   uint64_t root_dirid = kFirstFreeObjectid;
@@ -183,6 +183,7 @@ struct ChunkRec {
   uint64_t logical = 0, length = 0, type = 0, stripe_len = 0;
   uint16_t num_stripes = 0, sub_stripes = 0;
   std::vector<std::pair<uint64_t, uint64_t>> stripes;  // devid, physical
+  std::vector<std::array<uint8_t, kUuidSize>> stripe_uuids;
 };
 
 struct DevExtentRec {
@@ -192,6 +193,7 @@ struct DevExtentRec {
 
 struct DevRec {
   uint64_t devid = 0, total_bytes = 0, bytes_used = 0;
+  std::array<uint8_t, kUuidSize> uuid{};
 };
 
 struct RootRefItem {  // ROOT_REF or ROOT_BACKREF
@@ -473,7 +475,6 @@ void Checker::RootTreeItem(const Key& k, std::span<const uint8_t> d) {
     std::memcpy(&ri, d.data(), std::min(d.size(), sizeof ri));
     TreeCtx t;
     t.id = k.objectid;
-    t.item_key = k;
     t.root = tree::RootPtr{ri.bytenr.get(), ri.level, ri.generation.get(), k.objectid};
     t.last_snapshot = ri.last_snapshot.get();
     t.root_dirid = ri.root_dirid.get();
@@ -675,6 +676,9 @@ void Checker::ChunkTreeItem(const Key& k, std::span<const uint8_t> d) {
     for (uint16_t i = 0; i < cr.num_stripes; ++i) {
       const auto* s = reinterpret_cast<const Stripe*>(d.data() + sizeof(Chunk) + i * sizeof(Stripe));
       cr.stripes.emplace_back(s->devid.get(), s->offset.get());
+      std::array<uint8_t, kUuidSize> u;
+      std::memcpy(u.data(), s->dev_uuid, kUuidSize);
+      cr.stripe_uuids.push_back(u);
     }
     // What btrfs-progs' chunk validation (btrfs_check_chunk_valid) refuses.
     const std::string where = "chunk tree: " + KeyToString(k) + ": ";
@@ -700,7 +704,9 @@ void Checker::ChunkTreeItem(const Key& k, std::span<const uint8_t> d) {
       return;
     }
     const auto* di = reinterpret_cast<const DevItem*>(d.data());
-    devs_.push_back(DevRec{di->devid.get(), di->total_bytes.get(), di->bytes_used.get()});
+    DevRec dr{di->devid.get(), di->total_bytes.get(), di->bytes_used.get()};
+    std::memcpy(dr.uuid.data(), di->uuid, kUuidSize);
+    devs_.push_back(dr);
   }
 }
 
@@ -830,7 +836,8 @@ void Checker::CheckTreeBlockExtents() {
   for (uint64_t bytenr : order) {
     const BlockUse& u = blocks_[bytenr];
     const std::string blk = "tree block " + N(bytenr) + " (" + TreeLabel(u.referrer_tree) +
-                            (u.read_ok ? ", level " + N(static_cast<uint64_t>(u.level)) : "") + ")";
+                            (u.read_ok ? ", level " + N(static_cast<uint64_t>(u.level)) : "") +
+                            (u.referrer != 0 ? ", child of " + N(u.referrer) : ", a tree root") + ")";
     auto it = extents_.find(bytenr);
     if (it == extents_.end()) {
       auto prev = extents_.upper_bound(bytenr);
@@ -1059,7 +1066,15 @@ void Checker::CheckChunks() {
     if (c.type & kBlockGroupRaid10) stripe_len = c.length * std::max<uint64_t>(c.sub_stripes, 1) / n;
     if (c.type & kBlockGroupRaid5) stripe_len = n > 1 ? c.length / (n - 1) : c.length;
     if (c.type & kBlockGroupRaid6) stripe_len = n > 2 ? c.length / (n - 2) : c.length;
-    for (const auto& [devid, phys] : c.stripes) {
+    for (size_t si = 0; si < c.stripes.size(); ++si) {
+      const auto [devid, phys] = c.stripes[si];
+      auto dev = std::find_if(devs_.begin(), devs_.end(), [&](const DevRec& d) { return d.devid == devid; });
+      if (dev == devs_.end()) {
+        Error(name + ": stripe " + N(si) + " is on device " + N(devid) + ", which has no DEV_ITEM");
+      } else if (dev->uuid != c.stripe_uuids[si]) {
+        Error(name + ": stripe " + N(si) + " names device uuid " + UuidToString(c.stripe_uuids[si].data()) +
+              ", device " + N(devid) + " has uuid " + UuidToString(dev->uuid.data()));
+      }
       auto de = dev_extents_.find({devid, phys});
       if (de == dev_extents_.end()) {
         Error(name + ": stripe at device " + N(devid) + " offset " + N(phys) + " has no DEV_EXTENT");
@@ -1148,6 +1163,7 @@ void Checker::CheckFreeSpaceTree() {
   // Every FREE_SPACE_INFO, hopping from one to the next as btrfs check does:
   // one left behind by a removed block group is accepted when a block group
   // follows it (mkfs.btrfs 6.2 --rootdir leaves such items).
+  std::string stale;
   for (uint64_t at = 0;;) {
     auto it = first_at(Key{at, 0, 0});
     if (it == fst_items_.end()) break;
@@ -1160,11 +1176,13 @@ void Checker::CheckFreeSpaceTree() {
       Error("free space tree: " + KeyToString(it->key) + " belongs to no block group");
       break;
     }
-    if (g->start != it->key.objectid || g->len != it->key.offset) {
-      Warning("free space tree: " + KeyToString(it->key) + " matches no block group (a leftover btrfs check accepts)");
-    }
+    if (g->start != it->key.objectid || g->len != it->key.offset) stale += (stale.empty() ? "" : ", ") + KeyToString(it->key);
     if (it->key.objectid + it->key.offset <= at) break;
     at = it->key.objectid + it->key.offset;
+  }
+  if (!stale.empty()) {
+    Warning("free space tree: FREE_SPACE_INFO of block groups that no longer exist (mkfs.btrfs leaves them; btrfs "
+            "check accepts them): " + stale);
   }
 
   Ranges used;

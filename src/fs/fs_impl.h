@@ -530,12 +530,19 @@ class FilesystemImpl final : public Filesystem {
   Status DropExtents(InodeId id, uint64_t start, uint64_t end, int64_t* nbytes_delta);
   Status WriteInline(InodeId id, std::span<const uint8_t> content);
   Status WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> aligned, bool csum, int64_t* nbytes_delta);
+  struct DataPiece {
+    uint64_t file_off, data_pos, bytenr, len;
+  };
+  Result<std::vector<DataPiece>> AllocPieces(uint64_t start, std::span<const uint8_t> aligned);
+  Status WritePieces(InodeId id, const std::vector<DataPiece>& pieces, std::span<const uint8_t> aligned, bool csum,
+                     int64_t* nbytes_delta);
   Status TruncateLocked(InodeId id, uint64_t new_size);
   Result<bool> IsAncestor(InodeId maybe_ancestor, InodeId dir);
   Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
 
   std::recursive_mutex op_mu_;  // serializes every operation of a writable view
   bool aborted_ = false;        // a failed change: no more writes, no commit
+  bool clean_failure_ = false;  // the failing operation had changed nothing yet
   std::string abort_reason_;
   std::unique_ptr<txn::TxnManager> txn_;
   std::unique_ptr<inode::DelayedDirIndex> delayed_;

@@ -637,10 +637,12 @@ Status FilesystemImpl::WriteInline(InodeId id, std::span<const uint8_t> content)
 
 // Writes sector-aligned data at sector-aligned `start` as new extents; runs
 // of all-zero sectors become holes (no-holes images need no hole items).
-Status FilesystemImpl::WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> data, bool csum,
-                                    int64_t* nbytes_delta) {
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+// Finds data space for the non-zero sectors of `data` (to sit at file
+// offset `start`), before anything else changes: a full device is an ENOSPC
+// with the file untouched. Runs of all-zero sectors become holes.
+Result<std::vector<FilesystemImpl::DataPiece>> FilesystemImpl::AllocPieces(uint64_t start, std::span<const uint8_t> data) {
   const uint32_t ss = vol_->sectorsize();
+  std::vector<DataPiece> pieces;
   size_t pos = 0;
   while (pos < data.size()) {
     if (AllZero(data.subspan(pos, ss))) {
@@ -649,38 +651,53 @@ Status FilesystemImpl::WriteRegular(InodeId id, uint64_t start, std::span<const 
     }
     size_t run = ss;
     while (pos + run < data.size() && run < kMaxExtent && !AllZero(data.subspan(pos + run, ss))) run += ss;
-    // Allocate the run, in smaller pieces if space is fragmented.
+    // The run, in smaller pieces if space is fragmented.
     size_t done = 0;
     while (done < run) {
-      uint64_t want = run - done, bytenr = 0;
+      uint64_t want = run - done;
       for (;;) {
         auto a = txn_->AllocData(want);
         if (a.ok()) {
-          bytenr = *a;
+          pieces.push_back(DataPiece{start + pos + done, pos + done, *a, want});
           break;
         }
+        // Space taken so far is returned at commit: a new extent that nothing
+        // references vanishes there.
         if (a.status().code() != ENOSPC || want <= ss) return a.status();
         want = std::max<uint64_t>(ss, want / 2 / ss * ss);
       }
-      const uint64_t file_off = start + pos + done;
-      UB_RETURN_IF_ERROR(txn_->WriteData(bytenr, data.subspan(pos + done, want), csum));
-      FileExtentItem fe{};
-      fe.generation = txn_->transid();
-      fe.ram_bytes = want;
-      fe.compression = kCompressNone;
-      fe.type = kFileExtentReg;
-      fe.disk_bytenr = bytenr;
-      fe.disk_num_bytes = want;
-      fe.offset = 0;
-      fe.num_bytes = want;
-      UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, file_off}, AsBytes(fe)));
-      UB_RETURN_IF_ERROR(txn_->AddDataRef(bytenr, want, id.root, id.ino, file_off));
-      *nbytes_delta += static_cast<int64_t>(want);
       done += want;
     }
     pos += run;
   }
+  return pieces;
+}
+
+Status FilesystemImpl::WritePieces(InodeId id, const std::vector<DataPiece>& pieces, std::span<const uint8_t> data,
+                                   bool csum, int64_t* nbytes_delta) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  for (const DataPiece& p : pieces) {
+    UB_RETURN_IF_ERROR(txn_->WriteData(p.bytenr, data.subspan(p.data_pos, p.len), csum));
+    FileExtentItem fe{};
+    fe.generation = txn_->transid();
+    fe.ram_bytes = p.len;
+    fe.compression = kCompressNone;
+    fe.type = kFileExtentReg;
+    fe.disk_bytenr = p.bytenr;
+    fe.disk_num_bytes = p.len;
+    fe.offset = 0;
+    fe.num_bytes = p.len;
+    UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, p.file_off}, AsBytes(fe)));
+    UB_RETURN_IF_ERROR(txn_->AddDataRef(p.bytenr, p.len, id.root, id.ino, p.file_off));
+    *nbytes_delta += static_cast<int64_t>(p.len);
+  }
   return Status::Ok();
+}
+
+Status FilesystemImpl::WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> data, bool csum,
+                                    int64_t* nbytes_delta) {
+  UB_ASSIGN_OR_RETURN(auto pieces, AllocPieces(start, data));
+  return WritePieces(id, pieces, data, csum, nbytes_delta);
 }
 
 Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
@@ -714,8 +731,13 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
       UB_RETURN_IF_ERROR(Read(file, a, std::span(buf).subspan(0, std::min(b, old_size) - a)).status());
     }
     std::memcpy(buf.data() + (offset - a), data.data(), data.size());
+    auto pieces = AllocPieces(a, buf);
+    if (!pieces.ok()) {
+      clean_failure_ = true;  // nothing changed yet
+      return pieces.status();
+    }
     UB_RETURN_IF_ERROR(DropExtents(file, a, has_inline ? UINT64_MAX : b, &nbytes_delta));
-    UB_RETURN_IF_ERROR(WriteRegular(file, a, buf, csum, &nbytes_delta));
+    UB_RETURN_IF_ERROR(WritePieces(file, *pieces, buf, csum, &nbytes_delta));
   }
   UB_ASSIGN_OR_RETURN(ii, LoadInode(file));
   ii.size = new_size;
@@ -873,6 +895,10 @@ Status FilesystemImpl::CommitImpl() {
 // aborts the transaction, as btrfs does: the image stays at its last commit
 // and the view turns read-only.
 
+// Items an operation may insert, delete or change (inode, refs, dir items,
+// extents, csums), for the up-front metadata reservation.
+constexpr uint64_t kItemsPerOp = 8;
+
 // Bounds the memory of a running transaction (dirty tree blocks and cached
 // inodes): past this much, commit, as the kernel does every 30 seconds
 // whatever its callers do.
@@ -885,7 +911,9 @@ Status FilesystemImpl::MaybeAutoCommit() {
 }
 
 void FilesystemImpl::NoteFailure(const Status& st) {
-  if (st.ok() || aborted_) return;
+  const bool clean = clean_failure_;
+  clean_failure_ = false;
+  if (st.ok() || aborted_ || clean) return;
   switch (st.code()) {
     case ENOSPC: case EIO: case EUCLEAN: case ENOMEM: case EOVERFLOW:
       aborted_ = true;
@@ -899,6 +927,7 @@ void FilesystemImpl::NoteFailure(const Status& st) {
 Result<InodeId> FilesystemImpl::Create(InodeId dir, std::string_view name, const NewInode& attrs) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = CreateImpl(dir, name, attrs);
   NoteFailure(r.status());
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -908,6 +937,7 @@ Result<InodeId> FilesystemImpl::Create(InodeId dir, std::string_view name, const
 Result<InodeId> FilesystemImpl::Mkdir(InodeId dir, std::string_view name, const NewInode& attrs) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = MkdirImpl(dir, name, attrs);
   NoteFailure(r.status());
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -917,6 +947,7 @@ Result<InodeId> FilesystemImpl::Mkdir(InodeId dir, std::string_view name, const 
 Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const NewInode& attrs) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = MknodImpl(dir, name, attrs);
   NoteFailure(r.status());
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -926,6 +957,7 @@ Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const 
 Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std::string_view target, const NewInode& attrs) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = SymlinkImpl(dir, name, target, attrs);
   NoteFailure(r.status());
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -935,6 +967,7 @@ Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std:
 Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = LinkImpl(inode, dir, name);
   NoteFailure(r);
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -944,6 +977,7 @@ Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
 Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = UnlinkImpl(dir, name);
   NoteFailure(r);
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -953,6 +987,7 @@ Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
 Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = RmdirImpl(dir, name);
   NoteFailure(r);
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -962,6 +997,7 @@ Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
 Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name, unsigned flags) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(2 * kItemsPerOp));  // ENOSPC before any change
   auto r = RenameImpl(old_dir, old_name, new_dir, new_name, flags);
   NoteFailure(r);
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -971,6 +1007,7 @@ Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeI
 Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp + data.size() / (1 << 20)));  // ENOSPC before any change
   auto r = WriteImpl(file, offset, data);
   NoteFailure(r.status());
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -980,6 +1017,7 @@ Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<co
 Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = SetAttrImpl(id, change);
   NoteFailure(r);
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -989,6 +1027,7 @@ Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
 Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = SetXattrImpl(id, name, value, flags);
   NoteFailure(r);
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
@@ -998,6 +1037,7 @@ Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_v
 Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
+  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
   auto r = RemoveXattrImpl(id, name);
   NoteFailure(r);
   if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
