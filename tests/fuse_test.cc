@@ -356,6 +356,20 @@ std::set<std::string> ListDir(const std::string& dir) {
   return names;
 }
 
+// "N requests (x per entry): lookup=a ..." from a finished mount's -o stats.
+std::string RequestSummary(const MountProcess& m, size_t entries, const char* per = "entry") {
+  uint64_t total = 0;
+  std::string parts;
+  for (const auto& [k, v] : m.Counters()) {
+    total += v;
+    parts += " " + k + "=" + std::to_string(v);
+  }
+  std::ostringstream o;
+  o << total << " requests (" << static_cast<double>(total) / static_cast<double>(std::max<size_t>(entries, 1))
+    << " per " << per << "):" << parts;
+  return o.str();
+}
+
 // The POSIX operations, with the mount options given (plus stats and a
 // 2-second commit interval, so timer commits happen in the middle).
 void PosixOperations(const std::string& options) {
@@ -672,7 +686,8 @@ void PosixOperations(const std::string& options) {
   std::string err;
   EXPECT_EQ(mount.Unmount(&err), 0) << err << "\nlog: " << mount.Log();
   EXPECT_FALSE(IsUbtrfsMount(s.mnt));
-  std::cout << "[ fuse     ] " << t.ops() << " paired operations; requests: " << mount.Log();
+  std::cout << "[ fuse     ] " << t.ops() << " paired operations" << options << ": "
+            << RequestSummary(mount, static_cast<size_t>(t.ops()), "operation") << "\n";
   EXPECT_EQ(BtrfsCheck(s.img), "");
   auto fs = ubtrfs::Filesystem::Open(s.img);
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
@@ -690,20 +705,6 @@ TEST(Fuse, PosixOperationsMatchAHostDirectory) {
 TEST(Fuse, PosixOperationsWithWritebackCache) {
   SKIP_IF_NO_FUSE();
   PosixOperations(",writeback_cache");
-}
-
-// "N requests (x per entry): lookup a, ..." from a finished mount's -o stats.
-std::string RequestSummary(const MountProcess& m, size_t entries) {
-  uint64_t total = 0;
-  std::string parts;
-  for (const auto& [k, v] : m.Counters()) {
-    total += v;
-    parts += " " + k + "=" + std::to_string(v);
-  }
-  std::ostringstream o;
-  o << total << " requests (" << static_cast<double>(total) / static_cast<double>(std::max<size_t>(entries, 1))
-    << " per entry):" << parts;
-  return o.str();
 }
 
 TEST(Fuse, CopyTreeAndTarIntoTheMount) {

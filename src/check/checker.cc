@@ -253,6 +253,7 @@ class Checker {
   void CheckCsumCoverage();
   void CheckRootRefs();
   void CheckPrealloc();
+  void CheckRootNodes();
   Ranges SuperStripes(const BlockGroupRec& bg) const;
 
   txn::Volume& vol_;
@@ -1295,6 +1296,45 @@ void Checker::CheckCsumCoverage() {
   if (shown > 20) Error("csum tree: " + N(static_cast<uint64_t>(shown - 20)) + " more ranges of checksums without data");
 }
 
+// btrfs check's "checking root items": the highest tree block whose first
+// inline backref is TREE_BLOCK_REF of a subvolume must be the block its
+// ROOT_ITEM names (a root item left pointing at an older root node is how
+// the 3.17 snapshot bug showed).
+void Checker::CheckRootNodes() {
+  struct Found {
+    int level = -1;
+    uint64_t bytenr = 0, generation = 0, count = 0;
+  };
+  std::map<uint64_t, Found> found;
+  for (const auto& [start, e] : extents_) {
+    if (!e.tree_block || e.decl.empty() || e.decl[0].keyed || e.decl[0].type != kTreeBlockRefKey) continue;
+    Found& f = found[e.decl[0].a];
+    if (e.level > f.level) {
+      f = Found{e.level, start, e.generation, 1};
+    } else if (e.level == f.level) {
+      ++f.count;
+    }
+  }
+  for (const auto& t : roots_) {
+    if (t.id < kFirstFreeObjectid || t.id == kTreeRelocObjectid) continue;
+    const std::string item = "root tree: ROOT_ITEM of " + TreeLabel(t.id);
+    auto it = found.find(t.id);
+    if (it == found.end()) {
+      Error(item + ": no tree block in the extent tree carries TREE_BLOCK_REF " + N(t.id));
+      continue;
+    }
+    const Found& f = it->second;
+    if (f.count != 1) {
+      Error(item + ": " + N(f.count) + " tree blocks at level " + N(static_cast<uint64_t>(f.level)) +
+            " carry TREE_BLOCK_REF " + N(t.id) + ", so none is clearly its root");
+    } else if (f.bytenr != t.root.bytenr || f.level != t.root.level || f.generation != t.root.generation) {
+      Error(item + ": names block " + N(t.root.bytenr) + " level " + N(static_cast<uint64_t>(t.root.level)) +
+            " generation " + N(t.root.generation) + ", but the extent tree's root block is " + N(f.bytenr) +
+            " level " + N(static_cast<uint64_t>(f.level)) + " generation " + N(f.generation));
+    }
+  }
+}
+
 void Checker::CheckPrealloc() {
   for (const auto& p : prealloc_csums_) {
     auto it = data_.find(p.disk_bytenr);
@@ -1496,6 +1536,7 @@ void Checker::Run() {
   CheckFreeSpaceTree();
   CheckCsumCoverage();
   CheckPrealloc();
+  CheckRootNodes();
   CheckRootRefs();
 
   uint64_t data_extents = 0;
