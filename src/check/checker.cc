@@ -1069,7 +1069,7 @@ void Checker::CheckChunks() {
     if (c.type & kBlockGroupRaid6) stripe_len = n > 2 ? c.length / (n - 2) : c.length;
     for (size_t si = 0; si < c.stripes.size(); ++si) {
       const auto [devid, phys] = c.stripes[si];
-      auto dev = std::find_if(devs_.begin(), devs_.end(), [&](const DevRec& d) { return d.devid == devid; });
+      auto dev = std::find_if(devs_.begin(), devs_.end(), [want = uint64_t{devid}](const DevRec& d) { return d.devid == want; });
       if (dev == devs_.end()) {
         Error(name + ": stripe " + N(si) + " is on device " + N(devid) + ", which has no DEV_ITEM");
       } else if (dev->uuid != c.stripe_uuids[si]) {
@@ -1102,7 +1102,7 @@ void Checker::CheckChunks() {
     prev_dev = devid;
     prev_end = phys + de.length;
     dev_sum[devid] += de.length;
-    auto dev = std::find_if(devs_.begin(), devs_.end(), [&](const DevRec& d) { return d.devid == devid; });
+    auto dev = std::find_if(devs_.begin(), devs_.end(), [want = uint64_t{devid}](const DevRec& d) { return d.devid == want; });
     if (dev == devs_.end()) {
       Error(name + ": no DEV_ITEM for device " + N(devid));
     } else if (phys + de.length > dev->total_bytes) {
