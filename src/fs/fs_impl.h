@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <type_traits>
 #include <unordered_map>
 #include <mutex>
 #include <optional>
@@ -508,6 +509,23 @@ class FilesystemImpl final : public Filesystem {
   Status RemoveXattrImpl(InodeId id, std::string_view name);
   Status CommitImpl();
   void NoteFailure(const Status& st);
+  // Runs one public change: the operation lock, the writable and
+  // metadata-reservation checks (ENOSPC before anything changes), abort on a
+  // half-done failure, and the auto-commit that bounds a transaction.
+  template <typename F>
+  auto Change(uint64_t reserve_items, F&& op) -> decltype(op()) {
+    auto guard = Guard();
+    UB_RETURN_IF_ERROR(CheckWritable());
+    UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
+    auto r = op();
+    if constexpr (std::is_same_v<decltype(r), Status>) {
+      NoteFailure(r);
+    } else {
+      NoteFailure(r.status());
+    }
+    if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+    return r;
+  }
   Status MaybeAutoCommit();
   void CacheInode(InodeId id, const format::InodeItem& ii);
   std::unique_lock<std::recursive_mutex> Guard() {

@@ -925,123 +925,51 @@ void FilesystemImpl::NoteFailure(const Status& st) {
 }
 
 Result<InodeId> FilesystemImpl::Create(InodeId dir, std::string_view name, const NewInode& attrs) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = CreateImpl(dir, name, attrs);
-  NoteFailure(r.status());
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return CreateImpl(dir, name, attrs); });
 }
 
 Result<InodeId> FilesystemImpl::Mkdir(InodeId dir, std::string_view name, const NewInode& attrs) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = MkdirImpl(dir, name, attrs);
-  NoteFailure(r.status());
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return MkdirImpl(dir, name, attrs); });
 }
 
 Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const NewInode& attrs) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = MknodImpl(dir, name, attrs);
-  NoteFailure(r.status());
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return MknodImpl(dir, name, attrs); });
 }
 
 Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std::string_view target, const NewInode& attrs) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = SymlinkImpl(dir, name, target, attrs);
-  NoteFailure(r.status());
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return SymlinkImpl(dir, name, target, attrs); });
 }
 
 Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = LinkImpl(inode, dir, name);
-  NoteFailure(r);
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return LinkImpl(inode, dir, name); });
 }
 
 Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = UnlinkImpl(dir, name);
-  NoteFailure(r);
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return UnlinkImpl(dir, name); });
 }
 
 Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = RmdirImpl(dir, name);
-  NoteFailure(r);
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return RmdirImpl(dir, name); });
 }
 
 Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name, unsigned flags) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(2 * kItemsPerOp));  // ENOSPC before any change
-  auto r = RenameImpl(old_dir, old_name, new_dir, new_name, flags);
-  NoteFailure(r);
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(2 * kItemsPerOp, [&] { return RenameImpl(old_dir, old_name, new_dir, new_name, flags); });
 }
 
 Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp + data.size() / (1 << 20)));  // ENOSPC before any change
-  auto r = WriteImpl(file, offset, data);
-  NoteFailure(r.status());
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp + data.size() / (1 << 20), [&] { return WriteImpl(file, offset, data); });
 }
 
 Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = SetAttrImpl(id, change);
-  NoteFailure(r);
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return SetAttrImpl(id, change); });
 }
 
 Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = SetXattrImpl(id, name, value, flags);
-  NoteFailure(r);
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return SetXattrImpl(id, name, value, flags); });
 }
 
 Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
-  auto guard = Guard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerOp));  // ENOSPC before any change
-  auto r = RemoveXattrImpl(id, name);
-  NoteFailure(r);
-  if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-  return r;
+  return Change(kItemsPerOp, [&] { return RemoveXattrImpl(id, name); });
 }
 
 Status FilesystemImpl::Commit() {
