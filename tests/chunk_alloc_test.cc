@@ -82,11 +82,7 @@ TEST(PlaceStripes, DupPrefersOneHoleThenTwoThenShrinks) {
 
 // ---- Helpers ------------------------------------------------------------------------------
 
-std::string BtrfsCheck(const std::string& img) {
-  auto r = RunCommand({"btrfs", "check", "--readonly", img});
-  if (r.ok() && r.err.find("ERROR") == std::string::npos && r.out.find("ERROR") == std::string::npos) return "";
-  return r.Describe();
-}
+using ubtrfs_test::BtrfsCheck;
 
 // The TxnManager goes before the Volume it points into, also on `o = {}`.
 struct Opened {

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
 #include "support/tree_gen.h"
@@ -14,11 +15,7 @@ namespace {
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
 
-std::string BtrfsCheck(const std::string& img) {
-  auto r = RunCommand({"btrfs", "check", "--readonly", img});
-  if (r.ok() && r.err.find("ERROR") == std::string::npos) return "";
-  return r.Describe();
-}
+using ubtrfs_test::BtrfsCheck;
 
 TEST(CliWrite, CopyInMkdirRmStayCheckClean) {
   TempDir dir("ubtrfs-cliw");

@@ -82,11 +82,7 @@ std::string FuseUnavailableReason() {
   return "";
 }
 
-std::string BtrfsCheck(const std::string& img) {
-  auto r = RunCommand({"btrfs", "check", "--readonly", img});
-  if (r.ok() && r.err.find("ERROR") == std::string::npos) return "";
-  return r.Describe();
-}
+using ubtrfs_test::BtrfsCheck;
 
 // `ubtrfs mount -f` in a child process, its stderr in a log file. The
 // destructor never leaves a mount behind: lazy unmount, then kill.

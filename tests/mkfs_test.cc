@@ -47,14 +47,7 @@ constexpr uint64_t kMiB = 1ull << 20;
 bool HaveBtrfsProgs() { return !ubtrfs_test::FindProgram("btrfs").empty(); }
 
 // "" when `btrfs check --readonly` is clean; otherwise its exit and output.
-std::string BtrfsCheck(const std::string& img, const std::string& mode = "original") {
-  auto r = RunCommand({"btrfs", "check", "--readonly", "--mode=" + mode, img});
-  if (r.ok() && r.err.find("ERROR") == std::string::npos && r.out.find("ERROR") == std::string::npos &&
-      r.err.find("error") == std::string::npos && r.out.find("no error found") != std::string::npos) {
-    return "";
-  }
-  return "btrfs check " + img + ": " + r.Describe() + "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
-}
+using ubtrfs_test::BtrfsCheck;
 
 Status MakeImage(const std::string& img, uint64_t size, const txn::MkfsOptions& opts,
                  txn::MkfsSummary* summary = nullptr) {

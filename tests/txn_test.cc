@@ -35,11 +35,7 @@ std::vector<uint8_t> XattrItem(const std::string& name, const std::string& value
   return item;
 }
 
-std::string BtrfsCheck(const std::string& img) {
-  auto r = RunCommand({"btrfs", "check", "--readonly", img});
-  if (r.ok() && r.err.find("ERROR") == std::string::npos && r.out.find("ERROR") == std::string::npos) return "";
-  return r.Describe();
-}
+using ubtrfs_test::BtrfsCheck;
 
 struct Opened {
   std::unique_ptr<txn::Volume> vol;

@@ -274,11 +274,7 @@ class ModelRun {
   int64_t clock_ = 0;
 };
 
-std::string BtrfsCheck(const std::string& img) {
-  auto r = RunCommand({"btrfs", "check", "--readonly", img});
-  if (r.ok() && r.err.find("ERROR") == std::string::npos && r.out.find("ERROR") == std::string::npos) return "";
-  return r.Describe();
-}
+using ubtrfs_test::BtrfsCheck;
 
 void RunModel(uint64_t seed, int steps, uint32_t nodesize, bool kernel_round_trip = true) {
   if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;

@@ -35,4 +35,13 @@ CompareOptions MkfsRootdirCompareOptions() {
   return o;
 }
 
+std::string BtrfsCheck(const std::string& image, const std::string& mode) {
+  auto r = RunCommand({"btrfs", "check", "--readonly", "--mode=" + mode, image});
+  if (r.ok() && r.err.find("ERROR") == std::string::npos && r.out.find("ERROR") == std::string::npos &&
+      r.err.find("error") == std::string::npos && r.out.find("no error found") != std::string::npos) {
+    return "";
+  }
+  return "btrfs check " + image + ": " + r.Describe() + "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
+}
+
 }  // namespace ubtrfs_test

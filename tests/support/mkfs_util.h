@@ -10,6 +10,10 @@
 
 namespace ubtrfs_test {
 
+// Runs `btrfs check --readonly --mode=MODE IMAGE`: "" when it exits 0, prints
+// "no error found" and no error line; otherwise its whole output.
+std::string BtrfsCheck(const std::string& image, const std::string& mode = "original");
+
 // "" when mkfs.btrfs is installed, otherwise a message saying how to get it.
 std::string MkfsMissingReason();
 
