@@ -18,6 +18,7 @@
 #include "format/checksum.h"
 #include "format/superblock.h"
 #include "io/block_device.h"
+#include "support/items.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -57,17 +58,7 @@ Status MakeImage(const std::string& img, uint64_t size, const txn::MkfsOptions& 
   return txn::MakeFilesystem(dev.get(), opts, summary);
 }
 
-std::vector<uint8_t> XattrItem(const std::string& name, const std::string& value, uint64_t transid) {
-  std::vector<uint8_t> item(sizeof(DirItem) + name.size() + value.size());
-  auto* di = reinterpret_cast<DirItem*>(item.data());
-  di->transid = transid;
-  di->data_len = static_cast<uint16_t>(value.size());
-  di->name_len = static_cast<uint16_t>(name.size());
-  di->type = kFtXattr;
-  std::memcpy(item.data() + sizeof(DirItem), name.data(), name.size());
-  std::memcpy(item.data() + sizeof(DirItem) + name.size(), value.data(), value.size());
-  return item;
-}
+using ubtrfs_test::XattrItem;
 
 // The fresh image through ubtrfs's read path: an empty root directory and
 // sane statfs numbers.

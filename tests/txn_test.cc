@@ -11,6 +11,7 @@
 
 #include "format/checksum.h"
 #include "io/block_device.h"
+#include "support/items.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "txn/transaction.h"
@@ -23,17 +24,7 @@ using namespace ubtrfs::format;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
 
-std::vector<uint8_t> XattrItem(const std::string& name, const std::string& value, uint64_t transid) {
-  std::vector<uint8_t> item(sizeof(DirItem) + name.size() + value.size());
-  auto* di = reinterpret_cast<DirItem*>(item.data());
-  di->transid = transid;
-  di->data_len = static_cast<uint16_t>(value.size());
-  di->name_len = static_cast<uint16_t>(name.size());
-  di->type = kFtXattr;
-  std::memcpy(item.data() + sizeof(DirItem), name.data(), name.size());
-  std::memcpy(item.data() + sizeof(DirItem) + name.size(), value.data(), value.size());
-  return item;
-}
+using ubtrfs_test::XattrItem;
 
 using ubtrfs_test::BtrfsCheck;
 

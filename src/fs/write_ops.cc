@@ -5,6 +5,8 @@
 #include <sys/xattr.h>
 
 #include <ctime>
+#include <optional>
+#include <type_traits>
 
 #include "fs/fs_impl.h"
 
@@ -86,6 +88,29 @@ bool AllZero(std::span<const uint8_t> d) {
     if (b) return false;
   }
   return true;
+}
+
+// Removes `name` (under directory `parent`) from an INODE_REF or
+// INODE_EXTREF item body and returns its dir index; nullopt if absent.
+template <typename Ref>
+Result<std::optional<uint64_t>> TakeBackRef(std::vector<uint8_t>& item, uint64_t parent, std::string_view name,
+                                            const std::string& owner) {
+  size_t pos = 0;
+  while (pos + sizeof(Ref) <= item.size()) {
+    const auto* r = reinterpret_cast<const Ref*>(item.data() + pos);
+    const size_t len = sizeof(Ref) + r->name_len.get();
+    if (pos + len > item.size()) return Status::Corrupt(owner + ": truncated inode back reference");
+    bool same_parent = true;
+    if constexpr (std::is_same_v<Ref, InodeExtref>) same_parent = r->parent_objectid.get() == parent;
+    if (same_parent &&
+        std::string_view(reinterpret_cast<const char*>(item.data()) + pos + sizeof(Ref), r->name_len.get()) == name) {
+      const uint64_t index = r->index.get();
+      item.erase(item.begin() + static_cast<long>(pos), item.begin() + static_cast<long>(pos + len));
+      return std::optional<uint64_t>(index);
+    }
+    pos += len;
+  }
+  return std::optional<uint64_t>();
 }
 
 }  // namespace
@@ -293,38 +318,23 @@ Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId ta
   const Key rkey{target.ino, kInodeRefKey, dir.ino};
   UB_ASSIGN_OR_RETURN(auto refs, tree::LookupItem(vol_->source(), tree, rkey));
   if (refs) {
-    size_t pos = 0;
-    while (pos + sizeof(InodeRef) <= refs->size()) {
-      const auto* ir = reinterpret_cast<const InodeRef*>(refs->data() + pos);
-      const size_t len = sizeof(InodeRef) + ir->name_len.get();
-      if (pos + len > refs->size()) return Status::Corrupt(InodeName(target) + ": truncated INODE_REF");
-      if (std::string_view(reinterpret_cast<const char*>(refs->data()) + pos + sizeof(InodeRef), ir->name_len.get()) == name) {
-        index = ir->index.get();
-        have_index = true;
-        refs->erase(refs->begin() + static_cast<long>(pos), refs->begin() + static_cast<long>(pos + len));
-        UB_RETURN_IF_ERROR(refs->empty() ? w->Delete(rkey) : w->Update(rkey, *refs));
-        break;
-      }
-      pos += len;
+    UB_ASSIGN_OR_RETURN(auto found, TakeBackRef<InodeRef>(*refs, dir.ino, name, InodeName(target)));
+    if (found) {
+      index = *found;
+      have_index = true;
+      UB_RETURN_IF_ERROR(refs->empty() ? w->Delete(rkey) : w->Update(rkey, *refs));
     }
   }
   if (!have_index) {
     const Key ekey{target.ino, kInodeExtrefKey, ExtrefHash(dir.ino, name)};
     UB_ASSIGN_OR_RETURN(auto exts, tree::LookupItem(vol_->source(), tree, ekey));
-    size_t pos = 0;
-    while (exts && pos + sizeof(InodeExtref) <= exts->size()) {
-      const auto* er = reinterpret_cast<const InodeExtref*>(exts->data() + pos);
-      const size_t len = sizeof(InodeExtref) + er->name_len.get();
-      if (pos + len > exts->size()) return Status::Corrupt(InodeName(target) + ": truncated INODE_EXTREF");
-      if (er->parent_objectid.get() == dir.ino &&
-          std::string_view(reinterpret_cast<const char*>(exts->data()) + pos + sizeof(InodeExtref), er->name_len.get()) == name) {
-        index = er->index.get();
+    if (exts) {
+      UB_ASSIGN_OR_RETURN(auto found, TakeBackRef<InodeExtref>(*exts, dir.ino, name, InodeName(target)));
+      if (found) {
+        index = *found;
         have_index = true;
-        exts->erase(exts->begin() + static_cast<long>(pos), exts->begin() + static_cast<long>(pos + len));
         UB_RETURN_IF_ERROR(exts->empty() ? w->Delete(ekey) : w->Update(ekey, *exts));
-        break;
       }
-      pos += len;
     }
   }
   if (!have_index) return Status::Corrupt(InodeName(target) + ": no back reference for '" + std::string(name) + "'");
