@@ -708,7 +708,15 @@ TEST_F(DamagedImageTest, LeafStructureDamageWithValidChecksum) {
        {where + "item " + std::to_string(n - 1) + " data offset 5 overlaps the item headers"}},
       // Item n's header is free space; with it counted, the last item's data
       // may also overlap the headers: either way the leaf's items are wrong.
-      {"nritems one too many", L, [&](Block& b) { Hdr(b).nritems.set(n + 1); }, {where + "item "}},
+      // The slot past the last item is zeroed first: free space may hold a
+      // stale header from an earlier state of the leaf that happens to be
+      // consistent, which no structural check can tell from a real item.
+      {"nritems one too many", L,
+       [&](Block& b) {
+         std::memset(&ItemAt(b, n), 0, sizeof(fmtd::Item));
+         Hdr(b).nritems.set(n + 1);
+       },
+       {where + "item "}},
       {"nritems 1000", L, [&](Block& b) { Hdr(b).nritems.set(1000); }, {where + "1000 items do not fit in a leaf"}},
       {"nritems 2^32-1", L, [&](Block& b) { Hdr(b).nritems.set(0xFFFFFFFFu); },
        {where + "4294967295 items do not fit in a leaf"}},
