@@ -1,5 +1,6 @@
 // Opening a Filesystem: the device, the Volume, the view.
 #include "fs/fs_impl.h"
+#include "fs/open_device.h"
 #include "io/block_device.h"
 
 namespace ubtrfs {
@@ -8,6 +9,10 @@ using fsimpl::FilesystemImpl;
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(const std::string& path, const OpenOptions& options) {
   UB_ASSIGN_OR_RETURN(auto dev, io::OpenFileDevice(path, io::OpenFlags{options.writable}));
+  return OpenOnDevice(std::move(dev), options);
+}
+
+Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice> dev, const OpenOptions& options) {
   txn::VolumeOptions vo;
   vo.writable = options.writable;
   vo.node_cache_bytes = options.node_cache_bytes;

@@ -1,0 +1,18 @@
+// Opening a Filesystem on a device the caller built (recording and fault
+// devices in crash tests, memory devices in fuzz targets). Not part of the
+// public API: library users open a path.
+#ifndef UBTRFS_FS_OPEN_DEVICE_H_
+#define UBTRFS_FS_OPEN_DEVICE_H_
+
+#include <memory>
+
+#include "io/block_device.h"
+#include "ubtrfs/filesystem.h"
+
+namespace ubtrfs {
+
+Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice> dev, const OpenOptions& options);
+
+}  // namespace ubtrfs
+
+#endif  // UBTRFS_FS_OPEN_DEVICE_H_
