@@ -3,7 +3,7 @@
 # skipping those already present. Safe to run repeatedly.
 set -euo pipefail
 
-PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-dev python3
+PKGS=(build-essential cmake ninja-build pkg-config ccache clang libclang-rt-dev python3
       libisal-dev libxxhash-dev libsodium-dev zlib1g-dev liblzo2-dev libzstd-dev uuid-dev
       libcli11-dev libfmt-dev libgtest-dev libfuse3-dev fuse3
       btrfs-progs e2fsprogs util-linux attr hyperfine)
