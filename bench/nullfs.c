@@ -7,6 +7,10 @@
 //
 //   nullfs MOUNTPOINT [-f] [-o default_permissions,...]     (fusermount3 -u to stop)
 //
+// There is no flush: the kernel's first FLUSH gets ENOSYS and it sends no
+// more, as with ubtrfs. With NULLFS_STATS=1 in the environment, the request
+// counts are printed on stderr at unmount ("requests: lookup N, ...").
+//
 // xattr requests get the cheapest real answers (no such attribute, empty
 // list) rather than ENOSYS, so the kernel sends the same requests it sends to
 // a file system with xattrs (ubtrfs), and the two are compared like for like.
@@ -63,6 +67,21 @@ struct entry {
   size_t slot;
   char name[];
 };
+
+// Request counts (NULLFS_STATS=1): one relaxed atomic add per request.
+static const char* const kOpNames[] = {"lookup", "forget", "forget_multi", "getattr", "setattr", "mknod", "mkdir", "symlink", "readlink", "create", "unlink", "rmdir", "rename", "link", "open", "read", "write", "release", "fsync", "opendir", "readdir", "releasedir", "fsyncdir", "statfs", "getxattr", "listxattr", "setxattr", "removexattr"};
+static unsigned long g_counts[sizeof(kOpNames) / sizeof(kOpNames[0])];
+static void Count(int op) { __atomic_fetch_add(&g_counts[op], 1, __ATOMIC_RELAXED); }
+static void PrintCounts(void) {
+  fprintf(stderr, "requests:");
+  const char* sep = " ";
+  for (size_t i = 0; i < sizeof(kOpNames) / sizeof(kOpNames[0]); ++i) {
+    if (!g_counts[i]) continue;
+    fprintf(stderr, "%s%s %lu", sep, kOpNames[i], g_counts[i]);
+    sep = ", ";
+  }
+  fprintf(stderr, "\n");
+}
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct node** g_nodes;
@@ -214,6 +233,7 @@ static void OpInit(void* userdata, struct fuse_conn_info* conn) {
 }
 
 static void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Count(0);
   pthread_mutex_lock(&g_lock);
   struct entry* e = Find(parent, name);
   if (e) {
@@ -235,6 +255,7 @@ static void Forget(fuse_ino_t ino, uint64_t count) {
 }
 
 static void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Count(1);
   pthread_mutex_lock(&g_lock);
   Forget(ino, nlookup);
   pthread_mutex_unlock(&g_lock);
@@ -242,6 +263,7 @@ static void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
 }
 
 static void OpForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
+  Count(2);
   pthread_mutex_lock(&g_lock);
   for (size_t i = 0; i < count; ++i) Forget(forgets[i].ino, forgets[i].nlookup);
   pthread_mutex_unlock(&g_lock);
@@ -249,6 +271,7 @@ static void OpForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data*
 }
 
 static void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Count(3);
   (void)fi;
   pthread_mutex_lock(&g_lock);
   struct node* n = Node(ino);
@@ -263,6 +286,7 @@ static void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi)
 }
 
 static void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, struct fuse_file_info* fi) {
+  Count(4);
   (void)fi;
   pthread_mutex_lock(&g_lock);
   struct node* n = Node(ino);
@@ -322,6 +346,7 @@ static struct node* MakeNode(fuse_req_t req, fuse_ino_t parent, const char* name
 }
 
 static void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Count(5);
   pthread_mutex_lock(&g_lock);
   struct node* n = MakeNode(req, parent, name, mode);
   if (n) {
@@ -332,6 +357,7 @@ static void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
 }
 
 static void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Count(6);
   pthread_mutex_lock(&g_lock);
   struct node* n = MakeNode(req, parent, name, S_IFDIR | (mode & 07777));
   if (n) ReplyEntry(req, n, NULL);
@@ -339,6 +365,7 @@ static void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
 }
 
 static void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  Count(7);
   pthread_mutex_lock(&g_lock);
   struct node* n = MakeNode(req, parent, name, S_IFLNK | 0777);
   if (n) {
@@ -350,6 +377,7 @@ static void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const
 }
 
 static void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  Count(8);
   pthread_mutex_lock(&g_lock);
   struct node* n = Node(ino);
   if (n && n->target)
@@ -360,6 +388,7 @@ static void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
 }
 
 static void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, struct fuse_file_info* fi) {
+  Count(9);
   pthread_mutex_lock(&g_lock);
   struct node* n = MakeNode(req, parent, name, S_IFREG | (mode & 07777));
   if (n) ReplyEntry(req, n, fi);
@@ -382,6 +411,7 @@ static void DropName(struct entry* e) {
 }
 
 static void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Count(10);
   pthread_mutex_lock(&g_lock);
   struct entry* e = Find(parent, name);
   int err = 0;
@@ -396,6 +426,7 @@ static void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 static void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Count(11);
   pthread_mutex_lock(&g_lock);
   struct entry* e = Find(parent, name);
   int err = 0;
@@ -413,6 +444,7 @@ static void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 static void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                      unsigned int flags) {
+  Count(12);
   pthread_mutex_lock(&g_lock);
   int err = 0;
   struct entry* from = Find(parent, name);
@@ -463,6 +495,7 @@ static void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_i
 }
 
 static void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Count(13);
   pthread_mutex_lock(&g_lock);
   struct node* n = Node(ino);
   struct node* dir = Node(newparent);
@@ -481,6 +514,7 @@ static void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const c
 }
 
 static void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Count(14);
   pthread_mutex_lock(&g_lock);
   struct node* n = Node(ino);
   if (n && (fi->flags & O_TRUNC)) n->size = 0;
@@ -492,6 +526,7 @@ static void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 }
 
 static void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+  Count(15);
   (void)fi;
   static const char kZeros[128 * 1024];
   pthread_mutex_lock(&g_lock);
@@ -505,6 +540,7 @@ static void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struc
 
 static void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
                     struct fuse_file_info* fi) {
+  Count(16);
   (void)buf;
   (void)fi;
   pthread_mutex_lock(&g_lock);
@@ -522,17 +558,14 @@ static void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size
 }
 
 static void OpReplyOk(fuse_req_t req) { fuse_reply_err(req, 0); }
-static void OpFlush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  (void)ino;
-  (void)fi;
-  OpReplyOk(req);
-}
 static void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Count(17);
   (void)ino;
   (void)fi;
   OpReplyOk(req);
 }
 static void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info* fi) {
+  Count(18);
   (void)ino;
   (void)datasync;
   (void)fi;
@@ -540,6 +573,7 @@ static void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_fi
 }
 
 static void OpOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Count(19);
   pthread_mutex_lock(&g_lock);
   struct node* n = Node(ino);
   int err = !n ? ENOENT : !S_ISDIR(n->mode) ? ENOTDIR : 0;
@@ -552,6 +586,7 @@ static void OpOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi)
 
 // Offsets: 1 and 2 after "." and "..", then slot index + 3.
 static void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+  Count(20);
   (void)fi;
   char* buf = XRealloc(NULL, size);
   size_t used = 0;
@@ -594,11 +629,13 @@ static void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, st
 }
 
 static void OpReleasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Count(21);
   (void)ino;
   (void)fi;
   OpReplyOk(req);
 }
 static void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info* fi) {
+  Count(22);
   (void)ino;
   (void)datasync;
   (void)fi;
@@ -606,6 +643,7 @@ static void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
 }
 
 static void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
+  Count(23);
   (void)ino;
   struct statvfs s;
   memset(&s, 0, sizeof(s));
@@ -619,12 +657,14 @@ static void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
 }
 
 static void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Count(24);
   (void)ino;
   (void)name;
   (void)size;
   fuse_reply_err(req, ENODATA);
 }
 static void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Count(25);
   (void)ino;
   if (size == 0)
     fuse_reply_xattr(req, 0);
@@ -632,6 +672,7 @@ static void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     fuse_reply_buf(req, NULL, 0);
 }
 static void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  Count(26);
   (void)ino;
   (void)name;
   (void)value;
@@ -640,6 +681,7 @@ static void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const c
   fuse_reply_err(req, ENOTSUP);
 }
 static void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Count(27);
   (void)ino;
   (void)name;
   fuse_reply_err(req, ENODATA);
@@ -662,7 +704,6 @@ static const struct fuse_lowlevel_ops kOps = {
     .open = OpOpen,
     .read = OpRead,
     .write = OpWrite,
-    .flush = OpFlush,
     .release = OpRelease,
     .fsync = OpFsync,
     .opendir = OpOpendir,
@@ -706,6 +747,8 @@ int main(int argc, char* argv[]) {
   }
 out_unmount:
   fuse_session_unmount(se);
+  const char* st = getenv("NULLFS_STATS");
+  if (st && strcmp(st, "1") == 0) PrintCounts();
 out_signals:
   fuse_remove_signal_handlers(se);
 out_session:
