@@ -152,6 +152,15 @@ class Filesystem {
   virtual Status RemoveXattr(InodeId id, std::string_view name) = 0;
   // Makes every change so far durable (all or nothing on a crash).
   virtual Status Commit() = 0;
+  // fallocate(2) on a regular file: mode 0 allocates (prealloc extents that
+  // read as zeros) and extends the size; FALLOC_FL_KEEP_SIZE keeps it;
+  // FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE frees the range;
+  // FALLOC_FL_ZERO_RANGE zeroes it (with or without KEEP_SIZE). Other modes
+  // fail with EOPNOTSUPP.
+  virtual Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) {
+    (void)file, (void)mode, (void)offset, (void)len;
+    return Status::Error(95 /* EOPNOTSUPP */, "fallocate is not supported here");
+  }
 };
 
 }  // namespace ubtrfs

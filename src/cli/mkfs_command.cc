@@ -213,7 +213,9 @@ void CmdMkfs(const MkfsArgs& a) {
     oo.node_cache_bytes = 16ull << 20;  // an import writes through the transaction, not the read cache
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
-    Status s = fs::ImportContents(**fs, a.rootdir, (*fs)->Root(), {}, &stats);
+    fs::ImportOptions io;
+    io.bulk = true;  // a new image: only the end state counts
+    Status s = fs::ImportContents(**fs, a.rootdir, (*fs)->Root(), io, &stats);
     if (s.ok()) s = (*fs)->Commit();
     if (!s.ok()) {
       return Fail(a.image + ": importing " + a.rootdir + ": " + s.ToString() +

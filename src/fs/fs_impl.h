@@ -106,6 +106,24 @@ class FilesystemImpl final : public Filesystem {
   Status SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) override;
   Status RemoveXattr(InodeId id, std::string_view name) override;
   Status Commit() override;
+  Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) override;  // fallocate.cc
+
+  // ---- Bulk import of new inodes under an empty directory (import.cc) ----
+  struct BulkTarget {
+    uint64_t transid = 0;
+    uint64_t first_ino = 0;    // the new inodes take first_ino, first_ino + 1, ...
+    uint64_t first_index = 0;  // the directory's new entries take first_index, ...
+    uint64_t inode_flags = 0;  // what new inodes inherit from the directory
+    uint32_t max_item = 0;    // largest item
+    uint32_t leaf_space = 0;  // item bytes (headers included) a leaf holds
+    uint32_t sectorsize = 0;
+  };
+  Result<BulkTarget> BulkBegin(InodeId dir);
+  // Inserts ascending new items (one leaf's worth per call is the efficient
+  // size; appending after the tree's last key is the fast case).
+  Status BulkInsert(InodeId dir, std::span<const format::Key> keys, std::span<const std::vector<uint8_t>> data);
+  // The inode numbers and entry indexes used, and the directory's size growth.
+  Status BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes, uint64_t entries, uint64_t dir_size_delta);
 
   Status Init() {
     // The kernel mounts the default subvolume; so do we.

@@ -3,14 +3,23 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <map>
+#include <thread>
+#include <unordered_map>
 #include <vector>
+
+#include "format/checksum.h"
+#include "fs/fs_impl.h"
 
 namespace ubtrfs::fs {
 namespace {
@@ -22,6 +31,58 @@ Status Errno(const std::string& what, const std::string& path) {
 
 Time ToTime(const timespec& ts) { return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)}; }
 
+// listxattrat(2) (Linux 6.13+; the number is the same on every architecture
+// that uses the common syscall table): lists xattrs relative to a directory
+// descriptor, sparing the walk of the whole path. llistxattr where missing.
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__riscv)
+constexpr long kSysListxattrat = 465;
+#else
+constexpr long kSysListxattrat = -1;
+#endif
+std::atomic<bool> have_listxattrat{kSysListxattrat > 0};
+
+ssize_t ListXattrsAt(int dfd, const char* name, const std::string& path) {
+  if (dfd >= 0 && have_listxattrat.load(std::memory_order_relaxed)) {
+    const long r = ::syscall(kSysListxattrat, dfd, name, AT_SYMLINK_NOFOLLOW, nullptr, size_t{0});
+    if (r >= 0 || errno != ENOSYS) return r;
+    have_listxattrat = false;
+  }
+  return ::llistxattr(path.c_str(), nullptr, 0);
+}
+
+// Xattrs of host `path` as (name, value) pairs, in listing order; with a
+// directory descriptor and the name in it, the common case of no xattrs
+// costs one short lookup.
+Result<std::vector<std::pair<std::string, std::string>>> HostXattrs(const std::string& path, int dfd = -1,
+                                                                    const char* name_in_dir = nullptr) {
+  std::vector<std::pair<std::string, std::string>> out;
+  ssize_t len = ListXattrsAt(dfd, name_in_dir, path);
+  if (len < 0) {
+    if (errno == ENOTSUP) return out;
+    return Errno("listxattr", path);
+  }
+  if (len == 0) return out;
+  std::string names(static_cast<size_t>(len), '\0');
+  len = ::llistxattr(path.c_str(), names.data(), names.size());
+  if (len < 0) return Errno("listxattr", path);
+  names.resize(static_cast<size_t>(len));
+  for (size_t pos = 0; pos < names.size();) {
+    const std::string name = names.c_str() + pos;
+    pos += name.size() + 1;
+    if (name.empty()) continue;
+    ssize_t vlen = ::lgetxattr(path.c_str(), name.c_str(), nullptr, 0);
+    if (vlen < 0) return Errno("getxattr " + name, path);
+    std::string value(static_cast<size_t>(vlen), '\0');
+    vlen = ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
+    if (vlen < 0) return Errno("getxattr " + name, path);
+    value.resize(static_cast<size_t>(vlen));
+    out.emplace_back(name, std::move(value));
+  }
+  return out;
+}
+
+// The item-by-item importer: every inode through the public write API.
+// Used for `cp` and for whatever the bulk importer leaves to it (file data).
 class Importer {
  public:
   Importer(Filesystem& fs, const ImportOptions& options, ImportStats* stats)
@@ -106,18 +167,6 @@ class Importer {
     return fs_.SetAttr(id, c);
   }
 
- private:
-  NewInode Attrs(const struct stat& st) {
-    NewInode a;
-    a.mode = st.st_mode & 07777;
-    a.uid = st.st_uid;
-    a.gid = st.st_gid;
-    a.atime = ToTime(st.st_atim);
-    a.mtime = ToTime(st.st_mtim);
-    a.ctime = ToTime(st.st_ctim);
-    return a;
-  }
-
   Status CopyData(const std::string& src, InodeId id, const struct stat& st) {
     int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Errno("open", src);
@@ -158,32 +207,26 @@ class Importer {
     return Status::Ok();
   }
 
+ private:
+  NewInode Attrs(const struct stat& st) {
+    NewInode a;
+    a.mode = st.st_mode & 07777;
+    a.uid = st.st_uid;
+    a.gid = st.st_gid;
+    a.atime = ToTime(st.st_atim);
+    a.mtime = ToTime(st.st_mtim);
+    a.ctime = ToTime(st.st_ctim);
+    return a;
+  }
+
   // Returns whether there were any.
   Result<bool> CopyXattrs(const std::string& src, InodeId id) {
-    ssize_t len = ::llistxattr(src.c_str(), nullptr, 0);
-    if (len < 0) {
-      if (errno == ENOTSUP) return false;
-      return Errno("listxattr", src);
-    }
-    if (len == 0) return false;
-    std::string names(static_cast<size_t>(len), '\0');
-    len = ::llistxattr(src.c_str(), names.data(), names.size());
-    if (len < 0) return Errno("listxattr", src);
-    names.resize(static_cast<size_t>(len));
-    for (size_t pos = 0; pos < names.size();) {
-      const std::string name = names.c_str() + pos;
-      pos += name.size() + 1;
-      if (name.empty()) continue;
-      ssize_t vlen = ::lgetxattr(src.c_str(), name.c_str(), nullptr, 0);
-      if (vlen < 0) return Errno("getxattr " + name, src);
-      std::string value(static_cast<size_t>(vlen), '\0');
-      vlen = ::lgetxattr(src.c_str(), name.c_str(), value.data(), value.size());
-      if (vlen < 0) return Errno("getxattr " + name, src);
-      value.resize(static_cast<size_t>(vlen));
+    UB_ASSIGN_OR_RETURN(auto xattrs, HostXattrs(src));
+    for (const auto& [name, value] : xattrs) {
       UB_RETURN_IF_ERROR(fs_.SetXattr(id, name, value, 0).WithContext("xattr " + name));
       ++stats_->xattrs;
     }
-    return true;
+    return !xattrs.empty();
   }
 
   Filesystem& fs_;
@@ -194,6 +237,519 @@ class Importer {
   std::map<std::pair<dev_t, ino_t>, InodeId> links_;
   uint64_t since_commit_ = 0;
   uint64_t progress_tick_ = 0;
+};
+
+// ---- Bulk import ---------------------------------------------------------------------------------
+//
+// For a new image: the whole host tree is scanned first (directory-relative
+// fstatat/readlinkat, small files read whole), then every item of the new
+// inodes is built in key order and appended to the fs tree a leaf at a time
+// (one search per leaf instead of several per inode). Inode numbers follow
+// the scan: a directory's children get consecutive numbers when it is
+// listed. Data too large to be inline goes in afterwards through the
+// ordinary write path.
+
+using format::Key;
+
+constexpr uint32_t kNone = UINT32_MAX;
+// As the write path: files up to this size (and below a sector) are inline.
+constexpr uint64_t kMaxInline = 2048;
+
+struct HostNode {
+  std::string name;
+  uint32_t parent = kNone;  // kNone: the destination directory
+  uint32_t mode = 0, uid = 0, gid = 0;
+  uint32_t index = 0;       // position among the parent's entries
+  uint32_t link_of = kNone;  // a further hard link to this node
+  uint32_t extra = kNone;    // into Extras: xattrs, inline data, children
+  uint64_t rdev = 0, size = 0;
+  timespec atime{}, mtime{}, ctime{};
+  uint64_t ino = 0;
+};
+
+struct Extra {
+  std::vector<std::pair<std::string, std::string>> xattrs;
+  std::string inline_data;         // inline file content or symlink target
+  std::vector<uint32_t> children;  // directories: entries in name order
+  std::vector<uint32_t> links;     // further hard links (nodes with link_of)
+  bool deferred_data = false;      // data through the write path later
+};
+
+uint8_t FtFromMode(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return format::kFtRegFile;
+    case S_IFDIR: return format::kFtDir;
+    case S_IFCHR: return format::kFtChrdev;
+    case S_IFBLK: return format::kFtBlkdev;
+    case S_IFIFO: return format::kFtFifo;
+    case S_IFSOCK: return format::kFtSock;
+    case S_IFLNK: return format::kFtSymlink;
+  }
+  return format::kFtUnknown;
+}
+
+void PutDirItem(std::vector<uint8_t>& b, const Key& location, uint64_t transid, uint8_t type, std::string_view name,
+                std::string_view data) {
+  const size_t at = b.size();
+  b.resize(at + sizeof(format::DirItem) + name.size() + data.size());
+  auto* di = reinterpret_cast<format::DirItem*>(b.data() + at);
+  location.To(&di->location);
+  di->transid = transid;
+  di->data_len = static_cast<uint16_t>(data.size());
+  di->name_len = static_cast<uint16_t>(name.size());
+  di->type = type;
+  std::memcpy(b.data() + at + sizeof(format::DirItem), name.data(), name.size());
+  if (!data.empty()) std::memcpy(b.data() + at + sizeof(format::DirItem) + name.size(), data.data(), data.size());
+}
+
+uint64_t ExtrefHash(uint64_t parent, std::string_view name) {
+  return format::Crc32c(static_cast<uint32_t>(parent),
+                        std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size()));
+}
+
+void SetTs(format::Timespec& out, const timespec& ts) {
+  out.sec = static_cast<uint64_t>(ts.tv_sec);
+  out.nsec = static_cast<uint32_t>(ts.tv_nsec);
+}
+
+class BulkImporter {
+ public:
+  BulkImporter(fsimpl::FilesystemImpl& fs, const ImportOptions& options, ImportStats* stats)
+      : fs_(fs), options_(options), stats_(stats) {}
+
+  Status Run(const std::string& src, InodeId dest) {
+    dest_ = dest;
+    UB_ASSIGN_OR_RETURN(t_, fs_.BulkBegin(dest));
+    next_ino_ = t_.first_ino;
+    {
+      int fd = ::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) return Errno("open", src);
+      UB_RETURN_IF_ERROR(ScanDir(fd, src, kNone));
+    }
+    if (nodes_.size() > UINT32_MAX - 1) return Status::Error(EOVERFLOW, src + ": too many entries");
+    UB_RETURN_IF_ERROR(Emit());
+    UB_RETURN_IF_ERROR(fs_.BulkEnd(dest, t_, next_ino_ - t_.first_ino, top_.size(), top_size_));
+    // File data too large to be inline, through the write path.
+    Importer data(fs_, options_, stats_);
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const HostNode& n = nodes_[i];
+      if (n.extra == kNone || !extras_[n.extra].deferred_data) continue;
+      const std::string path = PathOf(src, i);
+      struct stat st {};
+      st.st_mode = n.mode;
+      st.st_uid = n.uid;
+      st.st_gid = n.gid;
+      st.st_size = static_cast<off_t>(n.size);
+      st.st_atim = n.atime;
+      st.st_mtim = n.mtime;
+      st.st_ctim = n.ctime;
+      const InodeId id{dest_.root, n.ino};
+      UB_RETURN_IF_ERROR(data.CopyData(path, id, st).WithContext(path));
+      UB_RETURN_IF_ERROR(data.SetAttrs(id, st).WithContext(path));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string PathOf(const std::string& src, uint32_t i) const {
+    std::vector<uint32_t> chain;
+    for (uint32_t c = i; c != kNone; c = nodes_[c].parent) chain.push_back(c);
+    std::string p = src;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) p += "/" + nodes_[*it].name;
+    return p;
+  }
+
+  Extra& ExtraOf(uint32_t i) {
+    if (nodes_[i].extra == kNone) {
+      nodes_[i].extra = static_cast<uint32_t>(extras_.size());
+      extras_.emplace_back();
+    }
+    return extras_[nodes_[i].extra];
+  }
+
+  // Lists directory `dfd` (host path `path`, node `self`), adds a node for
+  // every entry, then descends into the subdirectories. Takes `dfd`.
+  Status ScanDir(int dfd, const std::string& path, uint32_t self) {
+    DIR* d = ::fdopendir(dfd);
+    if (!d) {
+      const Status st = Errno("opendir", path);
+      ::close(dfd);
+      return st;
+    }
+    std::vector<std::string> names;
+    errno = 0;
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
+      names.emplace_back(e->d_name);
+    }
+    if (errno != 0) {
+      const Status st = Errno("readdir", path);
+      ::closedir(d);
+      return st;
+    }
+    std::sort(names.begin(), names.end());  // a reproducible image for a given tree
+    std::vector<uint32_t> children;
+    children.reserve(names.size());
+    std::vector<uint32_t> subdirs;
+    // The host calls (stat, xattrs, small reads) for a large directory run
+    // on two threads; the nodes are then added in name order.
+    std::vector<Probe> probes(names.size());
+    {
+      constexpr size_t kParallelFrom = 512;
+      const size_t half = names.size() >= kParallelFrom ? names.size() / 2 : names.size();
+      std::thread helper;
+      if (half < names.size()) {
+        helper = std::thread([&] { ProbeRange(::dirfd(d), path, names, half, names.size(), &probes); });
+      }
+      ProbeRange(::dirfd(d), path, names, 0, half, &probes);
+      if (helper.joinable()) helper.join();
+    }
+    Status result;
+    for (size_t k = 0; k < names.size() && result.ok(); ++k) {
+      auto r = AddEntry(::dirfd(d), path, names[k], self, static_cast<uint32_t>(k), probes[k]);
+      if (!r.ok()) {
+        result = r.status();
+        break;
+      }
+      children.push_back(*r);
+      if (S_ISDIR(nodes_[*r].mode) && nodes_[*r].link_of == kNone) subdirs.push_back(*r);
+    }
+    if (!result.ok()) {
+      ::closedir(d);
+      return result;
+    }
+    if (self == kNone) {
+      top_ = std::move(children);
+    } else {
+      ExtraOf(self).children = std::move(children);
+    }
+    // One directory descriptor open at a time: the subdirectories are opened
+    // by path once this one is closed.
+    ::closedir(d);
+    for (uint32_t c : subdirs) {
+      const std::string sub = path + "/" + nodes_[c].name;
+      int fd = ::open(sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) return Errno("open", sub);
+      UB_RETURN_IF_ERROR(ScanDir(fd, sub, c));
+    }
+    return Status::Ok();
+  }
+
+  // What the host says about one directory entry: gathered for many entries
+  // at once, on two threads for a large directory.
+  struct Probe {
+    struct stat st {};
+    std::string data;  // inline file content or symlink target
+    std::vector<std::pair<std::string, std::string>> xattrs;
+    bool deferred_data = false;
+    Status status;
+  };
+
+  // With `all` false, a file with more than one link gets only its stat (a
+  // further link to a file seen before needs nothing else).
+  void ProbeEntry(int dfd, const std::string& path, const std::string& name, Probe* p, bool all = false) const {
+    if (::fstatat(dfd, name.c_str(), &p->st, AT_SYMLINK_NOFOLLOW) != 0) {
+      p->status = Errno("lstat", path);
+      return;
+    }
+    const struct stat& st = p->st;
+    if (!all && !S_ISDIR(st.st_mode) && st.st_nlink > 1) return;
+    if (S_ISREG(st.st_mode)) {
+      const uint64_t size = static_cast<uint64_t>(st.st_size);
+      if (size > 0 && size <= kMaxInline && size < t_.sectorsize) {
+        p->data.assign(size, '\0');
+        int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+          p->status = Errno("open", path);
+          return;
+        }
+        ssize_t got = ::pread(fd, p->data.data(), p->data.size(), 0);
+        const int e = errno;
+        ::close(fd);
+        errno = e;
+        if (got < 0) {
+          p->status = Errno("read", path);
+          return;
+        }
+        if (static_cast<size_t>(got) != p->data.size()) {
+          p->data.clear();
+          p->deferred_data = true;  // changed under us: the write path copies what is there
+        }
+      } else if (size > 0) {
+        p->deferred_data = true;
+      }
+    } else if (S_ISLNK(st.st_mode)) {
+      p->data.assign(static_cast<size_t>(st.st_size) + 1, '\0');
+      ssize_t got = ::readlinkat(dfd, name.c_str(), p->data.data(), p->data.size());
+      if (got < 0) {
+        p->status = Errno("readlink", path);
+        return;
+      }
+      p->data.resize(static_cast<size_t>(got));
+    }
+    auto x = HostXattrs(path, dfd, name.c_str());
+    if (!x.ok()) {
+      p->status = x.status();
+      return;
+    }
+    p->xattrs = std::move(*x);
+  }
+
+  // Probes entries [from, to) of a directory.
+  void ProbeRange(int dfd, const std::string& dir_path, const std::vector<std::string>& names, size_t from, size_t to,
+                  std::vector<Probe>* probes) const {
+    for (size_t k = from; k < to; ++k) ProbeEntry(dfd, dir_path + "/" + names[k], names[k], &(*probes)[k]);
+  }
+
+  // Adds the node of one probed entry.
+  Result<uint32_t> AddEntry(int dfd, const std::string& dir_path, const std::string& name, uint32_t parent,
+                            uint32_t index, Probe& p) {
+    const std::string path = dir_path + "/" + name;
+    if (name.size() > 255) return Status::Error(ENAMETOOLONG, path + ": name longer than 255 bytes");
+    UB_RETURN_IF_ERROR(p.status);
+    const struct stat& st = p.st;
+    if (options_.progress && (++progress_tick_ % 4096 == 0)) options_.progress(*stats_);
+    const uint32_t id = static_cast<uint32_t>(nodes_.size());
+    nodes_.emplace_back();
+    HostNode& n = nodes_.back();
+    n.name = name;
+    n.parent = parent;
+    n.index = index;
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1) {
+      auto [it, fresh] = links_.try_emplace({st.st_dev, st.st_ino}, id);
+      if (!fresh) {
+        n.link_of = it->second;
+        n.mode = nodes_[it->second].mode;
+        ExtraOf(it->second).links.push_back(id);
+        ++stats_->hardlinks;
+        return id;
+      }
+      ProbeEntry(dfd, path, name, &p, /*all=*/true);  // the first link: the rest of what it needs
+      UB_RETURN_IF_ERROR(p.status);
+    }
+    n.mode = st.st_mode & (S_IFMT | 07777);
+    n.uid = st.st_uid;
+    n.gid = st.st_gid;
+    n.size = static_cast<uint64_t>(st.st_size);
+    n.atime = st.st_atim;
+    n.mtime = st.st_mtim;
+    n.ctime = st.st_ctim;
+    n.ino = next_ino_++;
+    if (S_ISDIR(st.st_mode)) {
+      n.size = 0;
+      ++stats_->dirs;
+    } else if (S_ISREG(st.st_mode)) {
+      ++stats_->files;
+      if (p.deferred_data) {
+        ExtraOf(id).deferred_data = true;
+      } else if (!p.data.empty()) {
+        stats_->bytes += p.data.size();
+        ExtraOf(id).inline_data = std::move(p.data);
+      }
+    } else if (S_ISLNK(st.st_mode)) {
+      ++stats_->symlinks;
+      if (p.data.empty()) return Status::Error(ENOENT, path + ": empty symlink target");
+      if (p.data.size() >= 4096 || p.data.size() > t_.max_item - format::kFileExtentInlineDataStart) {
+        return Status::Error(ENAMETOOLONG, path + ": symlink target of " + std::to_string(p.data.size()) + " bytes");
+      }
+      n.mode = S_IFLNK | 0777;
+      n.size = p.data.size();
+      ExtraOf(id).inline_data = std::move(p.data);
+    } else {
+      ++stats_->specials;
+      n.rdev = st.st_rdev;
+    }
+    if (!p.xattrs.empty()) {
+      stats_->xattrs += p.xattrs.size();
+      ExtraOf(id).xattrs = std::move(p.xattrs);
+    }
+    return id;
+  }
+
+  // ---- Items ----
+
+  Status Add(const Key& key, std::vector<uint8_t> data) {
+    if (data.size() > t_.max_item) {
+      return Status::Error(E2BIG, "item " + format::KeyToString(key) + " of " + std::to_string(data.size()) +
+                                      " bytes does not fit in a leaf");
+    }
+    const uint32_t need = static_cast<uint32_t>(data.size() + sizeof(format::Item));
+    if (batch_bytes_ + need > t_.leaf_space) UB_RETURN_IF_ERROR(FlushBatch());
+    keys_.push_back(key);
+    data_.push_back(std::move(data));
+    batch_bytes_ += need;
+    return Status::Ok();
+  }
+
+  Status FlushBatch() {
+    if (keys_.empty()) return Status::Ok();
+    UB_RETURN_IF_ERROR(fs_.BulkInsert(dest_, keys_, data_));
+    keys_.clear();
+    data_.clear();
+    batch_bytes_ = 0;
+    return Status::Ok();
+  }
+
+  uint64_t InoOf(uint32_t i) const {
+    const HostNode& n = nodes_[i];
+    return n.link_of == kNone ? n.ino : nodes_[n.link_of].ino;
+  }
+  uint64_t ParentIno(uint32_t i) const { return nodes_[i].parent == kNone ? dest_.ino : nodes_[nodes_[i].parent].ino; }
+  uint64_t IndexOf(uint32_t i) const {
+    return (nodes_[i].parent == kNone ? t_.first_index : 2) + nodes_[i].index;
+  }
+
+  // DIR_ITEM (by name hash, colliding names sharing an item) and DIR_INDEX
+  // items of one directory.
+  Status EmitEntries(uint64_t dir_ino, const std::vector<uint32_t>& children) {
+    std::vector<std::pair<uint64_t, uint32_t>> by_hash;
+    by_hash.reserve(children.size());
+    for (uint32_t c : children) by_hash.emplace_back(format::NameHash(nodes_[c].name), c);
+    std::sort(by_hash.begin(), by_hash.end());
+    for (size_t k = 0; k < by_hash.size();) {
+      std::vector<uint8_t> item;
+      const uint64_t h = by_hash[k].first;
+      for (; k < by_hash.size() && by_hash[k].first == h; ++k) {
+        const uint32_t c = by_hash[k].second;
+        PutDirItem(item, Key{InoOf(c), format::kInodeItemKey, 0}, t_.transid, FtFromMode(nodes_[c].mode),
+                   nodes_[c].name, {});
+      }
+      UB_RETURN_IF_ERROR(Add(Key{dir_ino, format::kDirItemKey, h}, std::move(item)));
+    }
+    for (uint32_t c : children) {
+      std::vector<uint8_t> item;
+      PutDirItem(item, Key{InoOf(c), format::kInodeItemKey, 0}, t_.transid, FtFromMode(nodes_[c].mode),
+                 nodes_[c].name, {});
+      UB_RETURN_IF_ERROR(Add(Key{dir_ino, format::kDirIndexKey, IndexOf(c)}, std::move(item)));
+    }
+    return Status::Ok();
+  }
+
+  Status EmitInode(uint32_t i) {
+    const HostNode& n = nodes_[i];
+    Extra* x = n.extra == kNone ? nullptr : &extras_[n.extra];
+    // INODE_ITEM.
+    format::InodeItem ii{};
+    ii.generation = t_.transid;
+    ii.transid = t_.transid;
+    ii.nlink = static_cast<uint32_t>(1 + (x ? x->links.size() : 0));
+    ii.uid = n.uid;
+    ii.gid = n.gid;
+    ii.mode = n.mode;
+    if (S_ISCHR(n.mode) || S_ISBLK(n.mode)) {
+      const dev_t rdev = static_cast<dev_t>(n.rdev);
+      ii.rdev = (uint64_t{major(rdev)} << 20) | minor(rdev);
+    }
+    ii.flags = t_.inode_flags;
+    SetTs(ii.atime, n.atime);
+    SetTs(ii.mtime, n.mtime);
+    SetTs(ii.ctime, n.ctime);
+    SetTs(ii.otime, now_);
+    uint64_t dir_size = 0;
+    if (S_ISDIR(n.mode) && x) {
+      for (uint32_t c : x->children) dir_size += 2 * nodes_[c].name.size();
+    }
+    const bool has_inline = x && !x->inline_data.empty();
+    if (S_ISDIR(n.mode)) {
+      ii.size = dir_size;
+    } else if (has_inline || !(x && x->deferred_data)) {
+      ii.size = n.size;
+      ii.nbytes = has_inline ? x->inline_data.size() : 0;
+    }  // deferred data: size 0 until the write path adds the data
+    const auto* ib = reinterpret_cast<const uint8_t*>(&ii);
+    UB_RETURN_IF_ERROR(Add(Key{n.ino, format::kInodeItemKey, 0}, std::vector<uint8_t>(ib, ib + sizeof ii)));
+
+    // INODE_REF per parent (names in link order); an INODE_EXTREF for what
+    // does not fit, as the write path does.
+    std::vector<uint32_t> names{i};
+    if (x) names.insert(names.end(), x->links.begin(), x->links.end());
+    std::map<uint64_t, std::vector<uint8_t>> refs;
+    std::map<uint64_t, std::vector<uint8_t>> extrefs;
+    for (uint32_t l : names) {
+      const HostNode& ln = nodes_[l];
+      const uint64_t parent = ParentIno(l);
+      std::vector<uint8_t>& r = refs[parent];
+      if (r.size() + sizeof(format::InodeRef) + ln.name.size() <= t_.max_item) {
+        const size_t at = r.size();
+        r.resize(at + sizeof(format::InodeRef) + ln.name.size());
+        auto* ir = reinterpret_cast<format::InodeRef*>(r.data() + at);
+        ir->index = IndexOf(l);
+        ir->name_len = static_cast<uint16_t>(ln.name.size());
+        std::memcpy(r.data() + at + sizeof(format::InodeRef), ln.name.data(), ln.name.size());
+      } else {
+        std::vector<uint8_t>& e = extrefs[ExtrefHash(parent, ln.name)];
+        const size_t at = e.size();
+        e.resize(at + sizeof(format::InodeExtref) + ln.name.size());
+        auto* er = reinterpret_cast<format::InodeExtref*>(e.data() + at);
+        er->parent_objectid = parent;
+        er->index = IndexOf(l);
+        er->name_len = static_cast<uint16_t>(ln.name.size());
+        std::memcpy(e.data() + at + sizeof(format::InodeExtref), ln.name.data(), ln.name.size());
+        if (e.size() > t_.max_item) return Status::Error(EMLINK, "too many hard links to " + ln.name);
+      }
+    }
+    for (auto& [parent, r] : refs) UB_RETURN_IF_ERROR(Add(Key{n.ino, format::kInodeRefKey, parent}, std::move(r)));
+    for (auto& [h, e] : extrefs) UB_RETURN_IF_ERROR(Add(Key{n.ino, format::kInodeExtrefKey, h}, std::move(e)));
+
+    // XATTR_ITEMs, colliding names sharing an item.
+    if (x && !x->xattrs.empty()) {
+      std::map<uint64_t, std::vector<uint8_t>> items;
+      for (const auto& [name, value] : x->xattrs) {
+        if (name.size() > 255) return Status::Error(ERANGE, "xattr name " + name + " is too long");
+        PutDirItem(items[format::NameHash(name)], Key{}, t_.transid, format::kFtXattr, name, value);
+      }
+      for (auto& [h, item] : items) {
+        if (item.size() > t_.max_item) {
+          return Status::Error(E2BIG, nodes_[i].name + ": xattrs of " + std::to_string(item.size()) +
+                                          " bytes do not fit in one item");
+        }
+        UB_RETURN_IF_ERROR(Add(Key{n.ino, format::kXattrItemKey, h}, std::move(item)));
+      }
+    }
+    if (S_ISDIR(n.mode) && x) UB_RETURN_IF_ERROR(EmitEntries(n.ino, x->children));
+    if (has_inline) {
+      std::vector<uint8_t> item(format::kFileExtentInlineDataStart + x->inline_data.size());
+      auto* fe = reinterpret_cast<format::FileExtentItem*>(item.data());
+      fe->generation = t_.transid;
+      fe->ram_bytes = x->inline_data.size();
+      fe->compression = format::kCompressNone;
+      fe->type = format::kFileExtentInline;
+      std::memcpy(item.data() + format::kFileExtentInlineDataStart, x->inline_data.data(), x->inline_data.size());
+      UB_RETURN_IF_ERROR(Add(Key{n.ino, format::kExtentDataKey, 0}, std::move(item)));
+      x->inline_data.clear();
+      x->inline_data.shrink_to_fit();
+    }
+    return Status::Ok();
+  }
+
+  Status Emit() {
+    clock_gettime(CLOCK_REALTIME, &now_);
+    for (uint32_t c : top_) top_size_ += 2 * nodes_[c].name.size();
+    UB_RETURN_IF_ERROR(EmitEntries(dest_.ino, top_));
+    // Node order is inode number order.
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].link_of != kNone) continue;
+      UB_RETURN_IF_ERROR(EmitInode(i).WithContext("importing " + nodes_[i].name));
+    }
+    return FlushBatch();
+  }
+
+  fsimpl::FilesystemImpl& fs_;
+  ImportOptions options_;
+  ImportStats* stats_;
+  InodeId dest_;
+  fsimpl::FilesystemImpl::BulkTarget t_;
+  std::vector<HostNode> nodes_;
+  std::vector<Extra> extras_;
+  std::vector<uint32_t> top_;  // entries of the destination directory
+  uint64_t top_size_ = 0;
+  std::map<std::pair<dev_t, ino_t>, uint32_t> links_;
+  uint64_t next_ino_ = 0;
+  uint64_t progress_tick_ = 0;
+  timespec now_{};
+  std::vector<Key> keys_;
+  std::vector<std::vector<uint8_t>> data_;
+  uint32_t batch_bytes_ = 0;
 };
 
 }  // namespace
@@ -209,9 +765,74 @@ Status ImportContents(Filesystem& fs, const std::string& src, InodeId dest_dir, 
   struct stat st;
   if (::lstat(src.c_str(), &st) != 0) return Errno("lstat", src);
   if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, src + " is not a directory");
+  ImportStats own;
+  if (!stats) stats = &own;
   Importer imp(fs, options, stats);
-  UB_RETURN_IF_ERROR(imp.CopyEntries(src, dest_dir));
+  auto* impl = dynamic_cast<fsimpl::FilesystemImpl*>(&fs);
+  if (options.bulk && impl) {
+    BulkImporter bulk(*impl, options, stats);
+    UB_RETURN_IF_ERROR(bulk.Run(src, dest_dir));
+  } else {
+    UB_RETURN_IF_ERROR(imp.CopyEntries(src, dest_dir));
+  }
   return imp.Finish(src, dest_dir, st);
 }
 
+// ---- The library side of the bulk import ---------------------------------------------------------
+
 }  // namespace ubtrfs::fs
+
+namespace ubtrfs::fsimpl {
+
+Result<FilesystemImpl::BulkTarget> FilesystemImpl::BulkBegin(InodeId dir) {
+  return Change(1, [&]() -> Result<BulkTarget> {
+    UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
+    if (!S_ISDIR(ii.mode.get())) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
+    if (const auto* q = delayed_->Pending(dir.root, dir.ino); q && !q->empty()) {
+      return Status::Error(ENOTEMPTY, InodeName(dir) + " is not empty");
+    }
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.Seek(Key{dir.ino, kDirItemKey, 0}));
+    if (c.Valid() && c.key().objectid == dir.ino && (c.key().type == kDirItemKey || c.key().type == kDirIndexKey)) {
+      return Status::Error(ENOTEMPTY, InodeName(dir) + " is not empty");
+    }
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+    BulkTarget t;
+    t.transid = txn_->transid();
+    UB_ASSIGN_OR_RETURN(t.first_ino, NextIno(dir.root));
+    UB_ASSIGN_OR_RETURN(t.first_index, NextDirIndex(dir));
+    t.inode_flags = ii.flags.get() & (kInodeNodatacow | kInodeNodatasum | kInodeCompress | kInodeNocompress);
+    t.max_item = w->MaxItemSize();
+    t.leaf_space = t.max_item + static_cast<uint32_t>(sizeof(Item));
+    t.sectorsize = vol_->sectorsize();
+    return t;
+  });
+}
+
+Status FilesystemImpl::BulkInsert(InodeId dir, std::span<const Key> keys, std::span<const std::vector<uint8_t>> data) {
+  return Change(2, [&]() -> Status {
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+    return w->InsertBatch(keys, data);
+  });
+}
+
+Status FilesystemImpl::BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes, uint64_t entries,
+                               uint64_t dir_size_delta) {
+  return Change(1, [&]() -> Status {
+    uint64_t& next = next_ino_[dir.root];
+    next = std::max(next, t.first_ino + inodes);
+    uint64_t& index = next_index_[{dir.root, dir.ino}];
+    index = std::max(index, t.first_index + entries);
+    UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
+    ii.size = ii.size.get() + dir_size_delta;
+    timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    ii.mtime.sec = static_cast<uint64_t>(now.tv_sec);
+    ii.mtime.nsec = static_cast<uint32_t>(now.tv_nsec);
+    ii.ctime = ii.mtime;
+    return StoreInode(dir, ii);
+  });
+}
+
+}  // namespace ubtrfs::fsimpl

@@ -24,6 +24,11 @@ struct ImportOptions {
   std::function<void(const ImportStats&)> progress;
   // Commit every this many bytes of data, to bound what a transaction holds.
   uint64_t commit_every_bytes = 1ull << 30;
+  // ImportContents into an empty directory builds the new inodes' items in
+  // key order and appends them a leaf at a time (much faster for many small
+  // files). Commits in the middle may hold a partial import, so this is for
+  // a new image (mkfs --rootdir), where only the end state counts.
+  bool bulk = false;
 };
 
 // Copies host path `src` to `name` inside directory `dest_dir` of the image.

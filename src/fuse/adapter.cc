@@ -843,42 +843,9 @@ void Adapter::Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, 
   auto id = Resolve(req, ino);
   if (!id) return;
   if (offset < 0 || length <= 0) return Err(req, EINVAL);
-  const uint64_t start = static_cast<uint64_t>(offset), len = static_cast<uint64_t>(length);
-  if (start + len < start) return Err(req, EFBIG);
-  auto st = fs_.GetStat(*id);
-  if (!st.ok()) return ReplyStatus(req, st.status());
-  if (!S_ISREG(st->mode)) return Err(req, S_ISDIR(st->mode) ? EISDIR : ENODEV);
-  const bool keep_size = mode & FALLOC_FL_KEEP_SIZE;
-  const int kind = mode & ~FALLOC_FL_KEEP_SIZE;
-  // Zeros over [a, b) within the file: all-zero sectors become holes, so this
-  // both zeroes and punches.
-  auto zero = [&](uint64_t a, uint64_t b) -> Status {
-    static const std::vector<uint8_t> zeros(1 << 20, 0);
-    while (a < b) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(b - a, zeros.size()));
-      UB_ASSIGN_OR_RETURN(size_t done, fs_.Write(*id, a, std::span(zeros.data(), n)));
-      if (done == 0) return Status::IoError("short write");
-      a += done;
-    }
-    return Status::Ok();
-  };
-  Status s;
-  if (kind == 0) {
-    // Space is not reserved ahead (no preallocated extents yet); only the
-    // size changes, the new range reading as zeros.
-    if (!keep_size && start + len > st->size) {
-      AttrChange c;
-      c.size = start + len;
-      s = fs_.SetAttr(*id, c);
-    }
-  } else if (kind == FALLOC_FL_PUNCH_HOLE && keep_size) {
-    s = zero(start, std::min<uint64_t>(start + len, st->size));
-  } else if (kind == FALLOC_FL_ZERO_RANGE) {
-    const uint64_t end = keep_size ? std::min<uint64_t>(start + len, st->size) : start + len;
-    s = zero(std::min<uint64_t>(start, end), end);
-  } else {
-    return Err(req, EOPNOTSUPP);
-  }
+  // The library does it all: PREALLOC extents, KEEP_SIZE, punched holes,
+  // zeroed ranges; EOPNOTSUPP for other modes.
+  Status s = fs_.Fallocate(*id, mode, static_cast<uint64_t>(offset), static_cast<uint64_t>(length));
   if (s.ok()) MarkDirty();
   ReplyStatus(req, s);
 }
