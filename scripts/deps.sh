@@ -6,7 +6,8 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config ccache clang libclang-rt-dev python3
       libisal-dev libxxhash-dev libsodium-dev zlib1g-dev liblzo2-dev libzstd-dev uuid-dev
       libcli11-dev libfmt-dev libgtest-dev libfuse3-dev fuse3
-      btrfs-progs e2fsprogs util-linux attr hyperfine fsmark dbench gnuplot-nox time)
+      btrfs-progs e2fsprogs util-linux attr hyperfine fsmark dbench gnuplot-nox time
+      git rsync tar make gcc)
 
 missing=()
 for p in "${PKGS[@]}"; do

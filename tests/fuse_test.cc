@@ -30,6 +30,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/fuse_mount.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -57,174 +58,10 @@ std::string ReadWhole(const std::string& path) {
   return ss.str();
 }
 
-// Whether `dir` is a mount point of a fuse.ubtrfs file system.
-bool IsUbtrfsMount(const std::string& dir) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, devno, root, mp;
-    ls >> id >> parent >> devno >> root >> mp;
-    if (mp != dir) continue;
-    const size_t dash = line.find(" - ");
-    if (dash != std::string::npos && line.compare(dash + 3, 12, "fuse.ubtrfs ") == 0) return true;
-  }
-  return false;
-}
-
-// Why FUSE mounts cannot work here at all, or "".
-std::string FuseUnavailableReason() {
-  if (access("/dev/fuse", F_OK) != 0) return "/dev/fuse is missing (no FUSE in this kernel or container)";
-  if (geteuid() != 0 && ubtrfs_test::FindProgram("fusermount3").empty()) {
-    return "not root and fusermount3 is missing (install fuse3)";
-  }
-  if (std::string r = ubtrfs_test::MkfsMissingReason(); !r.empty()) return r;
-  return "";
-}
-
 using ubtrfs_test::BtrfsCheck;
-
-// `ubtrfs mount -f` in a child process, its stderr in a log file. The
-// destructor never leaves a mount behind: lazy unmount, then kill.
-class MountProcess {
- public:
-  MountProcess() = default;
-  MountProcess(const MountProcess&) = delete;
-  MountProcess& operator=(const MountProcess&) = delete;
-  ~MountProcess() { Cleanup(); }
-
-  // Starts the mount and waits until it is in place. On failure sets *skip
-  // when the environment refuses FUSE mounts (EPERM, ENODEV), else *error.
-  bool Start(const std::string& image, const std::string& mountpoint, const std::string& log,
-             const std::vector<std::string>& extra, std::string* skip, std::string* error) {
-    mountpoint_ = mountpoint;
-    log_ = log;
-    pid_ = Spawn(image, mountpoint, log, extra);
-    if (pid_ < 0) return *error = "fork failed", false;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (IsUbtrfsMount(mountpoint)) return true;
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        const std::string out = ReadWhole(log);
-        for (const char* s : {"Operation not permitted", "No such device", "device not found",
-                              "failed to open /dev/fuse", "Permission denied"}) {
-          if (out.find(s) != std::string::npos) return *skip = "FUSE mounts are refused here: " + out, false;
-        }
-        return *error = "ubtrfs mount exited (status " + std::to_string(status) + "): " + out, false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return *error = "the mount did not appear within 30 s; log: " + ReadWhole(log), false;
-  }
-
-  // Unmounts as a user would and returns the process's exit code (-1 if it
-  // did not exit within the timeout; 128+n for a signal).
-  int Unmount(std::string* error) {
-    auto r = ubtrfs_test::FindProgram("fusermount3").empty() ? RunCommand({"umount", mountpoint_})
-                                                              : RunCommand({"fusermount3", "-u", mountpoint_});
-    if (!r.ok()) *error = r.Describe();
-    return Wait(60);
-  }
-
-  // Waits for the process; its exit code, 128+signal, or -1 on timeout.
-  int Wait(int seconds) {
-    if (pid_ < 0) return -1;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-
-  pid_t pid() const { return pid_; }
-  std::string Log() const { return ReadWhole(log_); }
-
-  // "requests: lookup 3, ..." from -o stats, as a map.
-  std::map<std::string, uint64_t> Counters() const {
-    std::map<std::string, uint64_t> out;
-    const std::string log = Log();
-    const size_t at = log.rfind("requests: ");
-    if (at == std::string::npos) return out;
-    std::istringstream in(log.substr(at + 10, log.find('\n', at) - at - 10));
-    std::string item;
-    while (std::getline(in, item, ',')) {
-      std::istringstream is(item);
-      std::string name;
-      uint64_t n = 0;
-      if (is >> name >> n) out[name] = n;
-    }
-    return out;
-  }
-
-  void Cleanup() {
-    if (!mountpoint_.empty() && IsUbtrfsMount(mountpoint_)) {
-      if (!RunCommand({"fusermount3", "-u", "-z", mountpoint_}).ok()) RunCommand({"umount", "-l", mountpoint_});
-    }
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      if (Wait(15) == -1 && pid_ > 0) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-        pid_ = -1;
-      }
-    }
-  }
-
- private:
-  static pid_t Spawn(const std::string& image, const std::string& mountpoint, const std::string& log,
-                     const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {UBTRFS_CLI_PATH, "mount", "-f", image, mountpoint};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    return pid;
-  }
-
-  std::string mountpoint_, log_;
-  pid_t pid_ = -1;
-};
-
-// A fresh 1 GiB image made by mkfs.btrfs and a mount point, in one TempDir.
-struct Scratch {
-  TempDir dir{"ubtrfs-fuse"};
-  std::string img = dir.Sub("img"), mnt = dir.Sub("mnt"), log = dir.Sub("mount.log");
-  std::string Make() {
-    if (mkdir(mnt.c_str(), 0755) != 0) return std::string("mkdir: ") + strerror(errno);
-    return ubtrfs_test::RunMkfs(img, "", 0, "", 1ull << 30);
-  }
-};
-
-#define SKIP_IF_NO_FUSE()                                              \
-  do {                                                                 \
-    if (std::string r = FuseUnavailableReason(); !r.empty()) GTEST_SKIP() << r; \
-  } while (0)
-
-#define START_MOUNT(proc, scratch, ...)                                                              \
-  do {                                                                                               \
-    std::string skip_, error_;                                                                       \
-    if (!(proc).Start((scratch).img, (scratch).mnt, (scratch).log, {__VA_ARGS__}, &skip_, &error_)) { \
-      if (!skip_.empty()) GTEST_SKIP() << skip_;                                                     \
-      FAIL() << error_;                                                                              \
-    }                                                                                                \
-  } while (0)
+using ubtrfs_test::IsUbtrfsMount;
+using ubtrfs_test::MountProcess;
+using ubtrfs_test::Scratch;
 
 // ---- The model: every operation on the host directory and on the mount ----
 

@@ -129,6 +129,17 @@ class Filesystem {
   // Reads up to buf.size() bytes at offset; returns the count (0 at EOF).
   virtual Result<size_t> Read(InodeId file, uint64_t offset, std::span<uint8_t> buf) = 0;
   virtual Result<std::string> ReadLink(InodeId link) = 0;
+  // lseek(2) SEEK_DATA (hole false) / SEEK_HOLE (hole true) on a regular
+  // file: the first offset at or after `offset` in data / in a hole (the end
+  // of the file counts as a hole). ENXIO when `offset` is at or past the end,
+  // or (SEEK_DATA) only holes follow. This default sees the file as all data.
+  virtual Result<uint64_t> SeekHole(InodeId file, uint64_t offset, bool hole) {
+    auto st = GetStat(file);
+    if (!st.ok()) return st.status();
+    if (offset >= st->size) return Status::Error(ENXIO, "offset at or past the end of the file");
+    return hole ? st->size : offset;
+  }
+
   virtual Result<std::vector<std::string>> ListXattr(InodeId id) = 0;
   virtual Result<std::string> GetXattr(InodeId id, std::string_view name) = 0;
   virtual Result<FsStat> StatFs() = 0;

@@ -16,6 +16,15 @@ void RegisterMkfs(CLI::App& app);          // mkfs
 void RegisterWriteCommands(CLI::App& app); // rm, mkdir (cp into an image goes through CopyIn)
 void RegisterCheck(CLI::App& app);         // check
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
+void RegisterStats(CLI::App& app);         // stats
+
+// mount.fuse3 runs an /etc/fstab entry of type fuse.ubtrfs as
+//   ubtrfs SOURCE MOUNTPOINT -o OPTIONS
+// (the program named after the subtype, from the default PATH). When argv
+// has that shape -- argv[1] an existing file or block device that is not a
+// subcommand name, argv[2] a directory -- returns it with "mount" inserted
+// after argv[0]; otherwise argv unchanged.
+std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv);
 
 // `cp HOST IMAGE:PATH`: copies a host file or tree into an image.
 void CopyIn(const std::string& host, const std::string& image, const std::string& path);

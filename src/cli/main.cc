@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <cstdio>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -12,7 +13,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ubtrfs::cli::RegisterCommands(app);
   try {
-    app.parse(argc, argv);
+    std::vector<char*> args = ubtrfs::cli::MountHelperArgv(app, argc, argv);  // fstab: fuse.ubtrfs
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -1,5 +1,9 @@
-// `ubtrfs mount IMAGE MOUNTPOINT [-o OPTIONS] [-f] [-d]`: serve an image
-// through FUSE (src/fuse/) until it is unmounted.
+// `ubtrfs mount IMAGE MOUNTPOINT [-o OPTIONS] [-f]`: serve an image
+// through FUSE (src/fuse/) until it is unmounted. Also the mount helper
+// convention of mount.fuse3 (MountHelperArgv).
+#include <sys/stat.h>
+
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -25,6 +29,20 @@ void RegisterMount(CLI::App& app) {
     if (config.debug) config.foreground = true;
     SetExitCode(fuse::RunMount(config));
   });
+}
+
+std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv) {
+  std::vector<char*> out(argv, argv + argc);
+  if (argc < 3 || argv[1][0] == '-' || argv[2][0] == '-') return out;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->check_name(argv[1])) return out;
+  }
+  struct stat src, dir;
+  if (::stat(argv[1], &src) != 0 || !(S_ISREG(src.st_mode) || S_ISBLK(src.st_mode))) return out;
+  if (::stat(argv[2], &dir) != 0 || !S_ISDIR(dir.st_mode)) return out;
+  static char mount_word[] = "mount";
+  out.insert(out.begin() + 1, mount_word);
+  return out;
 }
 
 }  // namespace ubtrfs::cli

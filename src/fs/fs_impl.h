@@ -309,6 +309,54 @@ class FilesystemImpl final : public Filesystem {
     return static_cast<size_t>(len);
   }
 
+  // lseek SEEK_DATA / SEEK_HOLE from the file's extent items: inline and
+  // regular extents on disk are data; gaps, disk_bytenr 0 and prealloc
+  // extents are holes (as the kernel's btrfs reports them without delalloc).
+  Result<uint64_t> SeekHole(InodeId file, uint64_t offset, bool hole) override {
+    auto guard = Guard();
+    UB_ASSIGN_OR_RETURN(Stat st, GetStat(file));
+    if (!S_ISREG(st.mode)) return Status::Error(EINVAL, InodeName(file) + " is not a regular file");
+    if (offset >= st.size) return Status::Error(ENXIO, "offset at or past the end of the file");
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{file.ino, kExtentDataKey, offset}));
+    if (!c.Valid() || c.key().objectid != file.ino || c.key().type != kExtentDataKey) {
+      UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
+    }
+    uint64_t pos = offset;
+    for (bool first = true; pos < st.size; first = false) {
+      if (!first) {
+        UB_RETURN_IF_ERROR(c.Next());
+      }
+      if (!c.Valid()) break;
+      const Key k = c.key();
+      if (k.objectid != file.ino || k.type != kExtentDataKey) break;
+      const auto d = c.data();
+      if (d.size() < kFileExtentInlineDataStart) return Status::Corrupt(InodeName(file) + ": extent item too small");
+      const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
+      uint64_t len;
+      bool data;
+      if (fe->type == kFileExtentInline) {
+        len = fe->ram_bytes.get();
+        data = true;
+      } else {
+        if (d.size() < sizeof(FileExtentItem)) return Status::Corrupt(InodeName(file) + ": extent item too small");
+        len = fe->num_bytes.get();
+        data = fe->type == kFileExtentReg && fe->disk_bytenr.get() != 0;
+      }
+      if (k.offset + len <= pos) continue;
+      if (k.offset > pos) {  // a gap: a hole
+        if (hole) return pos;
+        pos = k.offset;
+        if (pos >= st.size) break;
+      }
+      if (data != hole) return pos;
+      pos = k.offset + len;
+    }
+    if (hole) return std::min(pos, st.size);  // the end of the file counts as a hole
+    return Status::Error(ENXIO, "no data at or after the offset");
+  }
+
   Result<std::string> ReadLink(InodeId link) override {
     auto guard = Guard();
     UB_ASSIGN_OR_RETURN(Stat st, GetStat(link));

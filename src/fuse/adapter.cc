@@ -1,5 +1,7 @@
 #include "fuse/adapter.h"
 
+#include "ubtrfs/stats.h"
+
 #include "fuse/posix_acl.h"
 
 #include <fcntl.h>
@@ -37,7 +39,7 @@ constexpr const char* kOpNames[] = {
     "init", "lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "unlink", "rmdir",
     "symlink", "rename", "link", "open", "read", "write", "flush", "release", "fsync", "opendir",
     "readdir", "readdirplus", "releasedir", "fsyncdir", "statfs", "setxattr", "getxattr", "listxattr",
-    "removexattr", "create", "fallocate"};
+    "removexattr", "create", "fallocate", "lseek", "copy_file_range"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount));
 
 Time FromTimespec(const timespec& ts) { return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)}; }
@@ -56,7 +58,7 @@ bool WorthLogging(int code) {
   switch (code) {
     case ENOENT: case EEXIST: case ENOTDIR: case EISDIR: case ENOTEMPTY: case ENODATA: case ERANGE:
     case EROFS: case EXDEV: case EPERM: case EACCES: case ENAMETOOLONG: case EMLINK: case E2BIG:
-    case ESTALE: case EINTR:
+    case ESTALE: case EINTR: case ENXIO:
       return false;
   }
   return true;
@@ -138,6 +140,13 @@ const fuse_lowlevel_ops& Adapter::Ops() {
     };
     o.fallocate = [](fuse_req_t r, fuse_ino_t i, int m, off_t off, off_t len, fuse_file_info*) {
       Self(r)->Fallocate(r, i, m, off, len);
+    };
+    o.lseek = [](fuse_req_t r, fuse_ino_t i, off_t off, int whence, fuse_file_info*) {
+      Self(r)->Lseek(r, i, off, whence);
+    };
+    o.copy_file_range = [](fuse_req_t r, fuse_ino_t in, off_t off_in, fuse_file_info*, fuse_ino_t out,
+                           off_t off_out, fuse_file_info*, size_t len, int flags) {
+      Self(r)->CopyFileRange(r, in, off_in, out, off_out, len, flags);
     };
     return o;
   }();
@@ -233,10 +242,12 @@ Result<Adapter::NewSpec> Adapter::NewAttrs(fuse_req_t req, InodeId dir, uint32_t
     a.gid = d.gid;
     if (is_dir) a.mode |= S_ISGID;
   }
+  bool inherited = false;
   if (acls) {
     auto def = fs_.GetXattr(dir, acl::kDefaultName);
     if (def.ok()) {
       if (auto parsed = acl::Parse(*def)) {
+        inherited = true;
         uint32_t m = a.mode & 07777;
         if (auto access = acl::CreateMasq(*parsed, &m)) spec.access_acl = acl::Serialize(*access);
         a.mode = (a.mode & ~07777u) | m;
@@ -245,6 +256,9 @@ Result<Adapter::NewSpec> Adapter::NewAttrs(fuse_req_t req, InodeId dir, uint32_t
     } else if (def.status().code() != ENODATA) {
       return def.status();
     }
+    // The caller's umask (FUSE_CAP_DONT_MASK: the kernel leaves it to us)
+    // applies only where no default ACL decides the mode.
+    if (!inherited) a.mode &= ~(static_cast<uint32_t>(ctx->umask) & 0777);
   }
   return spec;
 }
@@ -361,6 +375,9 @@ void Adapter::Init(fuse_conn_info* conn) {
   if (!opts_.readdirplus) conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
   if (opts_.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
   conn->want &= ~FUSE_CAP_POSIX_ACL;  // ACLs: see posix_acl.h (kept consistent, not enforced)
+  // The umask comes with create/mkdir/mknod instead of being applied by the
+  // kernel, so that a directory's default ACL can override it (NewAttrs).
+  if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
   // libfuse asks by default to clear setuid/setgid itself on write, chown and
   // truncate (KILLPRIV v1); the kernel does that well enough (a setattr, only
   // when such a bit is set), so let it.
@@ -774,6 +791,12 @@ void Adapter::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const c
 
 void Adapter::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   Count(Op::kGetxattr);
+  if (ino == FUSE_ROOT_ID && (Sv(name) == kStatsXattr || Sv(name) == kStatsTextXattr)) {
+    const std::string j = Sv(name) == kStatsXattr ? CollectStats().ToJson() : CollectStats().ToText();
+    if (size == 0) return (void)fuse_reply_xattr(req, j.size());
+    if (j.size() > size) return Err(req, ERANGE);
+    return (void)fuse_reply_buf(req, j.data(), j.size());
+  }
   auto id = Resolve(req, ino);
   if (!id) return;
   auto v = fs_.GetXattr(*id, Sv(name));
@@ -848,6 +871,58 @@ void Adapter::Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, 
   Status s = fs_.Fallocate(*id, mode, static_cast<uint64_t>(offset), static_cast<uint64_t>(length));
   if (s.ok()) MarkDirty();
   ReplyStatus(req, s);
+}
+
+void Adapter::Lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence) {
+  Count(Op::kLseek);
+  auto id = Resolve(req, ino);
+  if (!id) return;
+  // The kernel answers SEEK_SET/CUR/END itself and sends only these.
+  if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) return Err(req, EINVAL);
+  // With the write-back cache, data may still sit in the kernel's pages
+  // (it does not flush them before FUSE_LSEEK): ENOSYS makes it answer from
+  // its own size, everything data, for the rest of the mount.
+  if (opts_.writeback_cache) return Err(req, ENOSYS);
+  auto pos = fs_.SeekHole(*id, static_cast<uint64_t>(off), whence == SEEK_HOLE);
+  if (!pos.ok()) return ReplyStatus(req, pos.status());
+  fuse_reply_lseek(req, static_cast<off_t>(*pos));
+}
+
+void Adapter::CopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_ino_t ino_out, off_t off_out,
+                            size_t len, int flags) {
+  Count(Op::kCopyFileRange);
+  auto in = Resolve(req, ino_in);
+  if (!in) return;
+  auto out = Resolve(req, ino_out);
+  if (!out) return;
+  if (flags != 0 || off_in < 0 || off_out < 0) return Err(req, EINVAL);
+  if (opts_.read_only) return Err(req, EROFS);
+  // The kernel has checked the descriptors, the file types and that the
+  // ranges of one file do not overlap. A short copy is a valid answer.
+  constexpr size_t kChunk = 1 << 20;
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < kChunk) buf.resize(kChunk);
+  size_t done = 0;
+  Status s;
+  while (done < len) {
+    const size_t want = std::min(len - done, kChunk);
+    auto n = fs_.Read(*in, static_cast<uint64_t>(off_in) + done, std::span(buf.data(), want));
+    if (!n.ok()) {
+      s = n.status();
+      break;
+    }
+    if (*n == 0) break;  // end of the source
+    auto w = fs_.Write(*out, static_cast<uint64_t>(off_out) + done, std::span<const uint8_t>(buf.data(), *n));
+    if (!w.ok()) {
+      s = w.status();
+      break;
+    }
+    if (*w > 0) MarkDirty();
+    done += *w;
+    if (*w < *n) break;
+  }
+  if (done == 0 && !s.ok()) return ReplyStatus(req, s);
+  fuse_reply_write(req, done);
 }
 
 }  // namespace ubtrfs::fuse

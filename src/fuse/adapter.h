@@ -14,7 +14,9 @@
 //     for native file systems (posix_acl.h); the kernel does not enforce
 //     them (no FUSE_POSIX_ACL), permission checks use the mode bits
 //     (default_permissions);
-//   - open(O_TRUNC) truncates here (libfuse's default atomic O_TRUNC).
+//   - open(O_TRUNC) truncates here (libfuse's default atomic O_TRUNC);
+//   - copy_file_range copies through the library (no reflink yet), which
+//     saves the kernel's read and write round trips, not the data copy.
 #ifndef UBTRFS_FUSE_ADAPTER_H_
 #define UBTRFS_FUSE_ADAPTER_H_
 
@@ -26,6 +28,7 @@
 #include <optional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +37,12 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::fuse {
+
+// getxattr of this name on the mount's root returns the live statistics
+// (include/ubtrfs/stats.h) as JSON, of the second as text; `ubtrfs stats
+// MOUNTPOINT` reads them. Neither is listed or stored in the image.
+inline constexpr std::string_view kStatsXattr = "user.ubtrfs.stats";
+inline constexpr std::string_view kStatsTextXattr = "user.ubtrfs.stats.text";
 
 struct AdapterOptions {
   double attr_timeout = 1.0;      // seconds the kernel may cache attributes
@@ -52,7 +61,8 @@ struct AdapterOptions {
 enum class Op : int {
   kInit, kLookup, kForget, kGetattr, kSetattr, kReadlink, kMknod, kMkdir, kUnlink, kRmdir, kSymlink, kRename,
   kLink, kOpen, kRead, kWrite, kFlush, kRelease, kFsync, kOpendir, kReaddir, kReaddirplus, kReleasedir,
-  kFsyncdir, kStatfs, kSetxattr, kGetxattr, kListxattr, kRemovexattr, kCreate, kFallocate, kCount
+  kFsyncdir, kStatfs, kSetxattr, kGetxattr, kListxattr, kRemovexattr, kCreate, kFallocate, kLseek,
+  kCopyFileRange, kCount
 };
 
 class Adapter {
@@ -105,6 +115,9 @@ class Adapter {
   void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name);
   void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
   void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length);
+  void Lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence);
+  void CopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_ino_t ino_out, off_t off_out, size_t len,
+                     int flags);
 
   void Count(Op op) { counts_[static_cast<int>(op)].fetch_add(1, std::memory_order_relaxed); }
 

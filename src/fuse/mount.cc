@@ -131,6 +131,11 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         p->default_permissions = false;
       } else if (key == "commit" || key == "threads" || key.ends_with("_timeout")) {
         return *error = "option '" + key + "' needs a value", false;
+      } else if (opt == "defaults" || opt == "auto" || opt == "noauto" || opt == "nofail" || opt == "_netdev" ||
+                 opt == "user" || opt == "users" || opt == "nouser" || opt == "owner" || opt == "group" ||
+                 key == "comment" || key.starts_with("x-")) {
+        // /etc/fstab words for mount(8) and systemd, not for the file system
+        // (mount(8) drops most of them itself; mount.fuse3 run by hand does not).
       } else {
         p->fuse_options.push_back(opt);
       }
