@@ -328,6 +328,11 @@ TEST_F(FaultTest, EioOnEveryWriteAndFlushOfACommitAborts) {
     EXPECT_EQ(st.code(), EIO) << st.ToString();
     EXPECT_NE(st.message().find("injected"), std::string::npos) << st.ToString();
     ASSERT_EQ(fault_->faults(), 1u);
+    if (nth == 1 && op == FaultOp::kWrite) {
+      std::cout << "commit: " << st.ToString() << "\n";
+      auto c = fs_->Create(fs_->Root(), "x", Attrs(0644));
+      std::cout << "then create: " << c.status().ToString() << "\n";
+    }
     ExpectReadOnlyAfterAbort(what);
     fault_->Clear();
     // btrfs check on the faults around the superblock and a sample of the rest.
