@@ -698,6 +698,34 @@ TEST_F(FusePosixWriteback, SeekDataHoleSeesCachedData) {
   close(fd);
 }
 
+// Bad mount options are refused with exit code 2 and a message naming the
+// option, before anything is mounted.
+TEST(FusePosixOptions, BadOptionsAreRefusedClearly) {
+  SKIP_IF_NO_FUSE();
+  ubtrfs_test::Scratch s;
+  ASSERT_EQ(s.Make(), "");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"commit=soon", "bad commit interval"},  {"commit", "needs a value"},
+      {"attr_timeout=-1", "bad attr_timeout"}, {"entry_timeout=x", "bad entry_timeout"},
+      {"threads=0", "bad thread count"},       {"no_such_option", "no_such_option"},
+  };
+  for (const auto& [opt, msg] : cases) {
+    auto r = ubtrfs_test::RunCommand({UBTRFS_CLI_PATH, "mount", "-f", s.img, s.mnt, "-o", opt});
+    EXPECT_NE(r.exit_code, 0) << opt;
+    EXPECT_NE(r.err.find(msg), std::string::npos) << opt << ": " << r.Describe();
+    EXPECT_FALSE(ubtrfs_test::IsUbtrfsMount(s.mnt)) << opt;
+  }
+  // Good ones mount (timeouts of 0 included: nothing cached by the kernel).
+  ubtrfs_test::MountProcess m;
+  START_MOUNT(m, s, "-o", "attr_timeout=0,entry_timeout=0,negative_timeout=0,commit=7,threads=2,noreaddirplus");
+  EXPECT_EQ(CreateFile(s.mnt + "/f"), 0);
+  struct stat st;
+  EXPECT_EQ(stat((s.mnt + "/f").c_str(), &st), 0);
+  std::string err;
+  EXPECT_EQ(m.Unmount(&err), 0) << err;
+  EXPECT_EQ(BtrfsCheck(s.img), "");
+}
+
 // A read-only mount refuses every change with EROFS.
 TEST(FusePosixReadOnly, ChangesFailWithErofs) {
   SKIP_IF_NO_FUSE();

@@ -898,7 +898,10 @@ void Adapter::CopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fus
   if (flags != 0 || off_in < 0 || off_out < 0) return Err(req, EINVAL);
   if (opts_.read_only) return Err(req, EROFS);
   // The kernel has checked the descriptors, the file types and that the
-  // ranges of one file do not overlap. A short copy is a valid answer.
+  // ranges of one file do not overlap. A short copy is a valid answer; the
+  // reply's count is 32 bits, and one request should not hold a thread for
+  // long: at most 1 GiB per call.
+  len = std::min<size_t>(len, size_t{1} << 30);
   constexpr size_t kChunk = 1 << 20;
   thread_local std::vector<uint8_t> buf;
   if (buf.size() < kChunk) buf.resize(kChunk);
