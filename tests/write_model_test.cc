@@ -5,20 +5,31 @@
 // same tree.
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <random>
+#include <thread>
 
+#include "check/checker.h"
+#include "fs/open_device.h"
+#include "io/block_device.h"
 #include "support/mkfs_util.h"
+#include "support/overlay_image.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
+#include "txn/mkfs.h"
+#include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 
 namespace {
@@ -28,14 +39,23 @@ using ubtrfs_test::CompareOptions;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
 
-class ModelRun {
- public:
-  ModelRun(std::string host, std::string image, uint64_t seed) : host_(std::move(host)), image_(std::move(image)), rng_(seed) {}
+// Opens the image under test for writing.
+using Opener = std::function<Result<std::unique_ptr<Filesystem>>()>;
 
-  void Open() {
+Opener OpenPath(const std::string& image) {
+  return [image] {
     OpenOptions o;
     o.writable = true;
-    auto fs = Filesystem::Open(image_, o);
+    return Filesystem::Open(image, o);
+  };
+}
+
+class ModelRun {
+ public:
+  ModelRun(std::string host, Opener opener, uint64_t seed) : host_(std::move(host)), opener_(std::move(opener)), rng_(seed) {}
+
+  void Open() {
+    auto fs = opener_();
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
     fs_ = std::move(*fs);
   }
@@ -57,6 +77,7 @@ class ModelRun {
     if (op < 84) return Xattr();
     if (op < 88) return Chmod();
     if (op < 92) return MakeFifo();
+    if (op < 97) return FallocateRange();
   }
 
   std::vector<std::string> Compare() {
@@ -108,6 +129,8 @@ class ModelRun {
   // Both sides agree: host errno (0 = success) vs the image's status.
   void Agree(const char* what, const std::string& path, int host_errno, const Status& st) {
     ++ops_;
+    static const bool trace = std::getenv("UBTRFS_MODEL_TRACE") != nullptr;
+    if (trace) std::cout << "  " << what << " " << path << ": " << (host_errno ? strerror(host_errno) : "ok") << "\n";
     EXPECT_EQ(st.code(), host_errno) << what << " " << path << ": host " << strerror(host_errno) << ", image "
                                      << st.ToString();
   }
@@ -239,6 +262,34 @@ class ModelRun {
     Agree("mkfifo", rel, e, fs_->Mknod(Img(dir), name, a).status());
     if (!e) Stamp({rel, dir});
   }
+  void FallocateRange() {
+    const std::string rel = Pick(false);
+    struct stat st;
+    if (rel.empty() || lstat(Host(rel).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    static const int kModes[] = {0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                 FALLOC_FL_ZERO_RANGE, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE};
+    const int mode = kModes[rng_() % 5];
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    const uint64_t off = rng_() % 2 ? rng_() % (size + 1) : rng_() % 400000;
+    const uint64_t len = 1 + rng_() % (rng_() % 4 == 0 ? 300000 : 20000);
+    int fd = open(Host(rel).c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << rel;
+    int e = 0;
+    if (mode & FALLOC_FL_ZERO_RANGE) {
+      // tmpfs (a model directory) has no ZERO_RANGE: the same bytes by hand.
+      const uint64_t end = (mode & FALLOC_FL_KEEP_SIZE) ? std::min(off + len, size) : off + len;
+      if (off < end) {
+        std::vector<uint8_t> zeros(end - off, 0);
+        e = pwrite(fd, zeros.data(), zeros.size(), static_cast<off_t>(off)) == static_cast<ssize_t>(zeros.size()) ? 0 : errno;
+      }
+    } else {
+      e = fallocate(fd, mode, static_cast<off_t>(off), static_cast<off_t>(len)) ? errno : 0;
+    }
+    close(fd);
+    Agree("fallocate", rel + " mode " + std::to_string(mode) + " [" + std::to_string(off) + ", +" + std::to_string(len) + ")",
+          e, fs_->Fallocate(Img(rel), mode, off, len));
+    Stamp({rel});
+  }
   void Xattr() {
     const std::string rel = rng_() % 3 == 0 ? Pick(true) : Pick(false);
     struct stat st;
@@ -267,7 +318,8 @@ class ModelRun {
     Stamp({rel});
   }
 
-  std::string host_, image_;
+  std::string host_;
+  Opener opener_;
   std::mt19937_64 rng_;
   std::unique_ptr<Filesystem> fs_;
   int ops_ = 0;
@@ -290,7 +342,7 @@ void RunModel(uint64_t seed, int steps, uint32_t nodesize, bool kernel_round_tri
   // The top directory's attributes come from mkfs; match them on the host.
   ASSERT_EQ(chmod(host.c_str(), 0755), 0);
 
-  ModelRun run(host, img, seed);
+  ModelRun run(host, OpenPath(img), seed);
   run.Open();
   {
     // Same top-directory times on both sides.
@@ -394,6 +446,169 @@ TEST(WriteModel, ShortSequences) {
   for (uint64_t seed = 10; seed < 22 && !::testing::Test::HasFailure(); ++seed) {
     RunModel(seed, 250, seed % 2 ? 4096 : 16384, /*kernel_round_trip=*/false);
   }
+}
+
+// ---- Many short sequences ------------------------------------------------------------------------
+//
+// Thousands of short random sequences per run, each from a template image
+// (mkfs.btrfs with 4 KiB and 16 KiB nodes, and ubtrfs's own mkfs) seen
+// through a copy-on-write overlay in memory, against a model directory on
+// tmpfs. Every sequence: the model compared through ubtrfs's read path after
+// a mid-sequence commit and at the end, again after reopening read-only,
+// and ubtrfs's checker (src/check) on the final image; every kBtrfsCheckEvery-th
+// sequence also goes to btrfs check as a real image file.
+// UBTRFS_MODEL_SEQUENCES=N changes the count (default 4000).
+
+struct SequenceTotals {
+  std::atomic<uint64_t> sequences{0}, ops{0}, compares{0}, our_checks{0}, btrfs_checks{0};
+};
+
+std::string ScratchBase() {
+  struct stat st;
+  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) return "/dev/shm";
+  return "/tmp";
+}
+
+// One sequence; failures are reported through gtest (and stop the sequence).
+void RunShortSequence(uint64_t seed, const std::string& base_image, const std::string& scratch, bool btrfs_check,
+                      SequenceTotals* totals) {
+  auto overlay = ubtrfs_test::OverlayImage::Open(base_image);
+  ASSERT_TRUE(overlay.ok()) << overlay.status().ToString();
+  std::shared_ptr<ubtrfs_test::OverlayImage> img = *overlay;
+  const std::string host = scratch + "/host" + std::to_string(seed);
+  ASSERT_EQ(mkdir(host.c_str(), 0755), 0) << host << ": " << strerror(errno);
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() { ubtrfs_test::RemoveTree(path); }
+  } cleanup{host};
+  auto open_writable = [img]() -> Result<std::unique_ptr<Filesystem>> {
+    OpenOptions o;
+    o.writable = true;
+    o.node_cache_bytes = 4 << 20;
+    return OpenOnDevice(img->Device(), o);
+  };
+  ModelRun run(host, open_writable, seed);
+  run.Open();
+  if (::testing::Test::HasFailure()) return;
+  {
+    // The top directory: the image's mode on the host, the same times on both.
+    auto st = run.fs().GetStat(run.fs().Root());
+    ASSERT_TRUE(st.ok());
+    ASSERT_EQ(chmod(host.c_str(), st->mode & 07777), 0);
+    AttrChange c;
+    c.atime = c.mtime = Time{1600000000, 0};
+    ASSERT_TRUE(run.fs().SetAttr(run.fs().Root(), c).ok());
+    timespec ts[2] = {{1600000000, 0}, {1600000000, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, host.c_str(), ts, 0), 0);
+  }
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull);
+  const int steps = 10 + static_cast<int>(rng() % 50);
+  const int mid = static_cast<int>(rng() % steps);
+  for (int i = 0; i < steps; ++i) {
+    run.Step();
+    if (::testing::Test::HasFailure()) FAIL() << "seed " << seed << " step " << i;
+    if (i == mid) {
+      ASSERT_TRUE(run.fs().Commit().ok());
+      auto mism = run.Compare();
+      ++totals->compares;
+      ASSERT_TRUE(mism.empty()) << "seed " << seed << " after step " << i << "\n" << ubtrfs_test::FormatMismatches(mism);
+    }
+  }
+  ASSERT_TRUE(run.fs().Commit().ok());
+  {
+    auto mism = run.Compare();
+    ++totals->compares;
+    ASSERT_TRUE(mism.empty()) << "seed " << seed << " at the end\n" << ubtrfs_test::FormatMismatches(mism);
+  }
+  totals->ops += static_cast<uint64_t>(run.ops());
+  run.Close();
+  {
+    auto vol = txn::Volume::Open(img->Device(), txn::VolumeOptions{});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    const check::CheckResult r = check::CheckVolume(**vol);
+    ++totals->our_checks;
+    std::string errors;
+    for (const auto& e : r.errors) errors += "  " + e + "\n";
+    ASSERT_TRUE(r.clean()) << "seed " << seed << ": ubtrfs check found " << r.error_count << " errors\n" << errors;
+  }
+  {
+    auto fs = OpenOnDevice(img->Device(), OpenOptions{});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto mism = ubtrfs_test::CompareTreeToImage(host, **fs, CompareOptions{});
+    ++totals->compares;
+    ASSERT_TRUE(mism.empty()) << "seed " << seed << " reopened\n" << ubtrfs_test::FormatMismatches(mism);
+  }
+  if (btrfs_check) {
+    const std::string file = scratch + "/img" + std::to_string(seed);
+    ASSERT_TRUE(img->WriteTo(file).ok());
+    const std::string out = BtrfsCheck(file);
+    unlink(file.c_str());
+    ++totals->btrfs_checks;
+    ASSERT_EQ(out, "") << "seed " << seed;
+  }
+  ++totals->sequences;
+}
+
+TEST(WriteModel, ManyShortSequences) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  const char* env = std::getenv("UBTRFS_MODEL_SEQUENCES");
+  uint64_t count = env ? std::strtoull(env, nullptr, 10) : 4000;
+  // UBTRFS_MODEL_SEED=S reruns the one sequence with seed S (as a failure names it).
+  const char* only = std::getenv("UBTRFS_MODEL_SEED");
+  uint64_t first = 1000;
+  if (only) {
+    first = std::strtoull(only, nullptr, 10);
+    count = 1;
+  }
+  constexpr uint64_t kBtrfsCheckEvery = 8;
+  TempDir dir("ubtrfs-many");
+  // The templates: small images, made once.
+  std::vector<std::string> templates;
+  for (const char* nodesize : {"4096", "16384"}) {
+    const std::string img = dir.Sub(std::string("mkfs-btrfs-") + nodesize);
+    ASSERT_TRUE(RunCommand({"truncate", "-s", "160M", img}).ok());
+    auto r = RunCommand({"mkfs.btrfs", "-q", "-f", "--nodesize", nodesize, img});
+    ASSERT_TRUE(r.ok()) << r.Describe();
+    templates.push_back(img);
+  }
+  {
+    const std::string img = dir.Sub("ubtrfs-mkfs");
+    ASSERT_TRUE(RunCommand({"truncate", "-s", "160M", img}).ok());
+    auto dev = io::OpenFileDevice(img, io::OpenFlags{true});
+    ASSERT_TRUE(dev.ok());
+    txn::MkfsOptions opts;
+    opts.nodesize = 4096;
+    ASSERT_TRUE(txn::MakeFilesystem(dev->get(), opts).ok());
+    templates.push_back(img);
+  }
+  std::string scratch = ScratchBase() + "/ubtrfs-many-XXXXXX";
+  ASSERT_NE(mkdtemp(scratch.data()), nullptr) << strerror(errno);
+  SequenceTotals totals;
+  const auto t0 = std::chrono::steady_clock::now();
+  // Two workers (the CI machine has two cores); sequence i uses template i % 3.
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    for (;;) {
+      const uint64_t i = next++;
+      if (i >= count || failed) return;
+      const uint64_t seed = first + i;
+      RunShortSequence(seed, templates[(seed - 1000) % templates.size()], scratch,
+                       only || (seed - 1000) % kBtrfsCheckEvery == 0, &totals);
+      if (::testing::Test::HasFailure() && !failed.exchange(true)) {
+        std::cout << "[ failed    ] first failing sequence: rerun with UBTRFS_MODEL_SEED=" << seed << "\n";
+      }
+    }
+  };
+  std::thread other(worker);
+  worker();
+  other.join();
+  ubtrfs_test::RemoveTree(scratch);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "[ sequences ] " << totals.sequences << " sequences, " << totals.ops << " operations, "
+            << totals.compares << " model comparisons, " << totals.our_checks << " ubtrfs checks, "
+            << totals.btrfs_checks << " btrfs checks in " << secs << " s\n";
+  EXPECT_EQ(totals.sequences, count);
 }
 
 // UBTRFS_SOAK_SEEDS=N runs N more seeds, longer.

@@ -257,6 +257,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   std::memcpy(ref.data() + sizeof(InodeRef), name.data(), name.size());
   const Key rkey{target.ino, kInodeRefKey, dir.ino};
   std::optional<std::vector<uint8_t>> refs;
+  UB_ASSIGN_OR_RETURN(tree, FsTree(dir.root));  // the DIR_ITEM change may have moved the root
   if (!new_inode) {
     UB_ASSIGN_OR_RETURN(refs, tree::LookupItem(vol_->source(), tree, rkey));
   }
@@ -316,6 +317,7 @@ Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId ta
   uint64_t index = 0;
   bool have_index = false;
   const Key rkey{target.ino, kInodeRefKey, dir.ino};
+  UB_ASSIGN_OR_RETURN(tree, FsTree(dir.root));  // the DIR_ITEM change may have moved the root
   UB_ASSIGN_OR_RETURN(auto refs, tree::LookupItem(vol_->source(), tree, rkey));
   if (refs) {
     UB_ASSIGN_OR_RETURN(auto found, TakeBackRef<InodeRef>(*refs, dir.ino, name, InodeName(target)));
@@ -327,6 +329,7 @@ Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId ta
   }
   if (!have_index) {
     const Key ekey{target.ino, kInodeExtrefKey, ExtrefHash(dir.ino, name)};
+    UB_ASSIGN_OR_RETURN(tree, FsTree(dir.root));
     UB_ASSIGN_OR_RETURN(auto exts, tree::LookupItem(vol_->source(), tree, ekey));
     if (exts) {
       UB_ASSIGN_OR_RETURN(auto found, TakeBackRef<InodeExtref>(*exts, dir.ino, name, InodeName(target)));
