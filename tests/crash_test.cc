@@ -38,6 +38,7 @@
 #include <set>
 #include <sstream>
 
+#include "alloc/chunk_map.h"
 #include "check/checker.h"
 #include "format/ondisk.h"
 #include "format/superblock.h"
@@ -651,6 +652,56 @@ void ImportWorkload(WorkloadRun& r, const std::string& host_dir, int trees, size
 
 // ---- Crash points ------------------------------------------------------------------------------
 
+// Forwards to a device and remembers what was read (the tree blocks a check
+// visited), for comparing their DUP copies afterwards: the reader stops at
+// the first good copy, so a committed block whose second copy was
+// overwritten would otherwise go unseen.
+class ReadLog final : public io::BlockDevice {
+ public:
+  ReadLog(std::unique_ptr<io::BlockDevice> dev, std::vector<std::pair<uint64_t, uint64_t>>* reads)
+      : dev_(std::move(dev)), reads_(reads) {}
+  Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override {
+    reads_->emplace_back(offset, buf.size());
+    return dev_->ReadAt(offset, buf);
+  }
+  Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override { return dev_->WriteAt(offset, buf); }
+  Status Flush() override { return dev_->Flush(); }
+  uint64_t Size() const override { return dev_->Size(); }
+  std::string Name() const override { return dev_->Name(); }
+
+ private:
+  std::unique_ptr<io::BlockDevice> dev_;
+  std::vector<std::pair<uint64_t, uint64_t>>* reads_;
+};
+
+// Every copy of each tree block read at `reads` (physical offsets) must hold
+// the same bytes; returns what differs.
+std::string CompareDupCopies(const io::CrashImage& img, const alloc::ChunkMap& chunks,
+                             const std::vector<std::pair<uint64_t, uint64_t>>& reads, uint32_t nodesize) {
+  std::set<uint64_t> done;
+  std::string out;
+  for (const auto& [phys, len] : reads) {
+    if (len != nodesize || !done.insert(phys).second) continue;
+    for (const auto& [logical, c] : chunks.chunks()) {
+      if (c.physical.size() < 2) continue;
+      for (uint64_t start : c.physical) {
+        if (phys < start || phys + len > start + c.length) continue;
+        const uint64_t off = phys - start;
+        std::vector<uint8_t> a(len), b(len);
+        img.image().Read(c.physical[0] + off, a);
+        for (size_t k = 1; k < c.physical.size(); ++k) {
+          img.image().Read(c.physical[k] + off, b);
+          if (a != b) {
+            out += "tree block at logical " + std::to_string(logical + off) + ": copy " + std::to_string(k) +
+                   " differs from copy 0\n";
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
 struct Totals {
   int workloads = 0;
   uint64_t log_entries = 0;
@@ -713,7 +764,8 @@ class CrashVerifier {
     // 1. Our checker.
     {
       txn::VolumeOptions vo;
-      auto vol = txn::Volume::Open(img.Clone(), vo);
+      std::vector<std::pair<uint64_t, uint64_t>> reads;
+      auto vol = txn::Volume::Open(std::make_unique<ReadLog>(img.Clone(), &reads), vo);
       if (!vol.ok()) {
         failure += "volume does not open: " + vol.status().ToString() + "\n";
       } else {
@@ -722,6 +774,8 @@ class CrashVerifier {
           failure += "ubtrfs check: " + std::to_string(cr.error_count) + " errors:\n";
           for (size_t i = 0; i < cr.errors.size() && i < 8; ++i) failure += "  " + cr.errors[i] + "\n";
         }
+        // ... and both DUP copies of every tree block it visited agree.
+        failure += CompareDupCopies(img, (*vol)->chunks(), reads, (*vol)->nodesize());
       }
     }
     // 2. Open through the library, without repair, and compare with the model.
@@ -790,9 +844,9 @@ class CrashVerifier {
   }
 
   // The verifier's own test: a device that acknowledged a flush but lost a
-  // tree block written before it (both DUP copies) must be caught. For every
-  // commit, each of its first few tree blocks is reverted in turn in the
-  // image right after its superblock write; returns {tried, caught}.
+  // tree block written before it (both DUP copies, or one) must be caught.
+  // For every commit, each of its first few tree blocks is reverted in turn
+  // in the image right after its superblock write; returns {tried, caught}.
   std::pair<int, int> LostWritesCaught(uint32_t nodesize) {
     const auto& log = run_.rec().log();
     io::CrashReplayer before(&run_.rec());
@@ -807,12 +861,18 @@ class CrashVerifier {
       auto old = before.Materialize(CrashPoint{commit_start, CrashMode::kPrefix, 0});
       EXPECT_TRUE(old.ok());
       for (size_t k = 0; k < blocks.size() && k < 6 && old.ok(); ++k) {
+        // Even k: every copy of the block is lost; odd k: only the last copy
+        // (which only the DUP comparison can see).
         auto img = rep_.Materialize(CrashPoint{w + 1, CrashMode::kPrefix, 0});
         EXPECT_TRUE(img.ok());
         if (!img.ok()) break;
         const LogEntry& lost = log[blocks[k]];
+        std::vector<size_t> copies;
         for (size_t i : blocks) {
-          if (log[i].data != lost.data) continue;
+          if (log[i].data == lost.data) copies.push_back(i);
+        }
+        if (k % 2 == 1) copies.erase(copies.begin(), copies.end() - 1);
+        for (size_t i : copies) {
           std::vector<uint8_t> stale(nodesize);
           EXPECT_TRUE((*old)->ReadAt(log[i].offset, stale).ok());
           EXPECT_TRUE((*img)->WriteAt(log[i].offset, stale).ok());
@@ -1038,7 +1098,8 @@ TEST_F(CrashTest, TornPrimarySuperblock) {
 }
 
 // The verifier catches what it is there to catch: an image whose last
-// superblock points at a tree block that never reached the disk.
+// superblock points at a tree block that never reached the disk (both of its
+// DUP copies, or only the second, which reads never look at).
 TEST_F(CrashTest, VerifierCatchesALostFlushedWrite) {
   WorkloadRun run(BaseSeed() * 1000 + 8);
   run.Start();
