@@ -5,13 +5,14 @@
 //       files in its own directory t<i> per loop (fs_mark-style 40-byte
 //       names; BYTES written to each), and each loop ends with Commit(), which
 //       is timed with it. Prints one JSON object: files/s per loop.
-//   lib_bench delete IMAGE --threads T [--list-first] DIR...
+//   lib_bench delete IMAGE --threads T [--list-first|--interleave] DIR...
 //       Removes each DIR (a path in the image) recursively, one worker per
 //       directory, at most T at a time, then Commit(); timed from after the
 //       open to after the commit. Each worker lists its directory and then
 //       removes what it found; with --list-first every directory is listed
 //       (in the timed part) before the workers start, so no listing runs
-//       while another worker removes.
+//       while another worker removes. --interleave: one thread removes one
+//       entry of each directory in turn (the workers' order, no concurrency).
 //
 // Both print the library's statistics snapshot (CollectStats(), reset just
 // before the timed part) in the JSON under "stats". IMAGE must be a btrfs
@@ -46,7 +47,7 @@ using ubtrfs::Status;
   std::fprintf(stderr,
                "lib_bench: %s\n"
                "usage: lib_bench create IMAGE --threads T --files N --loops L [--size BYTES]\n"
-               "       lib_bench delete IMAGE --threads T [--list-first] DIR...\n",
+               "       lib_bench delete IMAGE --threads T [--list-first|--interleave] DIR...\n",
                why);
   std::exit(2);
 }
@@ -213,7 +214,7 @@ Status Execute(Filesystem& fs, const std::vector<Removal>& plan) {
 
 int Delete(const std::string& image, int argc, char** argv) {
   uint64_t threads = 1;
-  bool list_first = false;
+  bool list_first = false, interleave = false;
   std::vector<std::string> paths;
   for (int i = 0; i < argc; ++i) {
     std::string_view a = argv[i];
@@ -222,6 +223,8 @@ int Delete(const std::string& image, int argc, char** argv) {
       threads = ParseCount("--threads", argv[++i], 1, 256);
     } else if (a == "--list-first") {
       list_first = true;
+    } else if (a == "--interleave") {
+      list_first = interleave = true;
     } else if (a.starts_with("-")) {
       Usage(("unknown argument '" + std::string(a) + "'").c_str());
     } else if (!a.starts_with("/") || a == "/") {
@@ -263,6 +266,23 @@ int Delete(const std::string& image, int argc, char** argv) {
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (Status s = plan_job(j); !s.ok()) Fail("list " + paths[j], s);
     }
+  }
+  if (interleave) {
+    // One thread, one removal from each directory in turn: the order several
+    // workers produce, without any concurrency.
+    for (size_t i = 0, left = jobs.size(); left;) {
+      left = 0;
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        if (i >= plans[j].size()) continue;
+        ++left;
+        const Removal& r = plans[j][i];
+        Status s = r.is_dir ? fs->Rmdir(r.dir, r.name) : fs->Unlink(r.dir, r.name);
+        if (!s.ok()) Fail("remove " + paths[j] + "/.../" + r.name, s);
+        ++removed;
+      }
+      ++i;
+    }
+    threads = 0;
   }
   std::vector<std::thread> workers;
   for (uint64_t t = 0; t < threads && t < jobs.size(); ++t) {

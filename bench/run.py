@@ -8,8 +8,12 @@ spread (min..max). Each workload writes docs/bench/<name>.json (raw values,
 medians, ratios, checks, ubtrfs statistics) and docs/bench/<name>.png
 (gnuplot), and docs/bench/summary.md collects the tables.
 
-    bench/run.py [--quick] [--reps N] [--threads T] [workload ...]
+    bench/run.py [--quick] [--reps N] [--threads T] [--out DIR] [workload ...]
     workloads: create mkfs delete dbench (default: all)
+
+A full run of all four workloads into docs/bench also rewrites the part of
+docs/BENCHMARKS.md between its "bench/run.py: begin/end" markers. --quick
+writes to BUILD/bench-quick unless --out says otherwise.
 
 Every ubtrfs image is checked with `btrfs check --readonly` after its run; a
 failed check is recorded in the JSON and printed. Rows that need root or
@@ -209,7 +213,8 @@ class Bench:
         if kind == "btrfs":
             run(["mkfs.btrfs", "-q", "-f", img])
         else:
-            run(["mkfs.ext4", "-q", "-F", img])
+            # One inode per 4 KiB: the full create run keeps 600,000 files (the default ratio gives 524,288).
+            run(["mkfs.ext4", "-q", "-F", "-i", "4096", img])
 
     # ---- create: fs_mark ----
     def fs_mark(self, mnt, n, size, loops):
@@ -238,10 +243,13 @@ class Bench:
         return files * loops / sum(files / x for x in rates), rates
 
     def workload_create(self, size):
-        n = (3000 if size == 0 else 1000) if self.quick else (100000 if size == 0 else 20000)
+        n = (2500 if size == 0 else 800) if self.quick else (100000 if size == 0 else 20000)
         loops = 3
         name = f"create-{size}"
-        log(f"== {name}: fs_mark -S 0 -s {size} -n {n} -t {self.threads} -L {loops} -k, {self.reps} reps")
+        # The full 0-byte run keeps 600,000 files per file system (about 6 minutes a repetition here): 2 repetitions
+        # unless --reps says otherwise.
+        reps = self.reps if (self.quick or self.args.reps or size) else 2
+        log(f"== {name}: fs_mark -S 0 -s {size} -n {n} -t {self.threads} -L {loops} -k, {reps} reps")
         targets = ["ubtrfs library", "ubtrfs FUSE", "do-nothing FUSE", "kernel btrfs", "ext4", "tmpfs"]
         notes = {}
         if not self.fuse_ok:
@@ -254,7 +262,7 @@ class Bench:
         loops_raw = {t: [] for t in targets}
         checks, stats, requests, errors = [], [], [], {t: [] for t in targets}
         null_requests = []
-        for rep in range(self.reps):
+        for rep in range(reps):
             order = targets[rep % len(targets):] + targets[:rep % len(targets)]
             for t in order:
                 if t in notes:
@@ -332,6 +340,7 @@ class Bench:
         result["fuse_requests_per_file"] = self.requests_per_file(requests, n * self.threads * loops)
         result["nullfs_requests_at_unmount"] = null_requests
         result["nullfs_requests_per_file"] = self.requests_per_file(null_requests, n * self.threads * loops)
+        result["reps"] = reps
         self.emit(name, result, f"fs_mark create, {size}-byte files ({self.threads} threads, {n:,} files each x {loops} loops)")
 
     def requests_per_file(self, requests, files):
@@ -395,6 +404,8 @@ class Bench:
             for rep in range(self.reps):
                 order = targets[rep % 3:] + targets[:rep % 3]
                 for t in order:
+                    if t == "mkfs.ext4 -d" and tname == "empty" and rep > 0 and not self.quick and not self.args.reps:
+                        continue  # about 4 minutes for 200,000 files here: one run is enough to place it
                     if os.path.exists(img):
                         os.unlink(img)
                     run(["sync"])
@@ -536,7 +547,7 @@ class Bench:
 
     # ---- dbench ----
     def workload_dbench(self):
-        secs = 5 if self.quick else 30
+        secs = 4 if self.quick else 30
         reps = 1 if self.quick else min(self.reps, 2)
         name = "dbench"
         log(f"== {name}: dbench -c client.txt -t {secs} 4, {reps} reps")
@@ -602,6 +613,7 @@ class Bench:
         result = {"workload": name, "unit": "MB/s", "higher_is_better": True,
                   "command": f"dbench -c {CLIENT_TXT} -D MNT -t {secs} 4", "rows": rows, "ratios": ratios,
                   "checks": checks, "fuse_requests_at_unmount": requests, "nullfs_requests_at_unmount": null_requests}
+        result["reps"] = reps
         self.emit(name, result, f"dbench, 4 clients, {secs} s (client.txt)")
 
     # ---- results ----
@@ -617,7 +629,7 @@ class Bench:
         return out
 
     def emit(self, name, result, title):
-        result.update({"title": title, "mode": "quick" if self.quick else "full", "reps": self.reps,
+        result.update({"title": title, "mode": "quick" if self.quick else "full", "reps": result.get("reps", self.reps),
                        "machine": self.machine, "load_at_end": self.note_load()})
         with open(os.path.join(self.out, f"{name}.json"), "w") as f:
             json.dump(result, f, indent=1)
@@ -675,9 +687,8 @@ plot '{dat}' using 1:3:xtic(2) with boxes lc rgb "#4477aa" notitle, \\
         for k, h in sorted(hs.items(), key=lambda kv: -kv[1]["count"]):
             lines.append(f"| {k} | {h['count']:,} | {us(h['mean'])} | {us(h['p50_le'])} | {us(h['p99_le'])} | {us(h['max'])} |")
         lines.append("")
-        self.summary.append("\n".join(lines))
-        print("\n".join(lines), flush=True)
         if not shutil.which("gnuplot"):
+            self.summary.append("\n".join(lines))
             return
         top = sorted(hs.items(), key=lambda kv: -kv[1]["count"])[:8]
         plots = []
@@ -704,10 +715,16 @@ plot {', '.join(plots)}
         r = run(["gnuplot"], check=False, input=script)
         if r.returncode != 0:
             log(f"  gnuplot (latency) failed: {r.stderr[-400:]}")
+        else:
+            lines += [f"![ubtrfs latency, {result['title']}](@IMG@{name}-latency.png)", ""]
+        self.summary.append("\n".join(lines))
+        print("\n".join(lines), flush=True)
 
     def table(self, name, result):
         unit = result["unit"]
         lines = [f"### {result['title']}", "", f"`{result['command']}`", ""]
+        if os.path.exists(os.path.join(self.out, f"{name}.png")):
+            lines += [f"![{result['title']}](@IMG@{name}.png)", ""]
         extra = "peak RSS (median) | CPU s (median) |" if name.startswith("mkfs") else ""
         lines.append(f"| target | median {unit} | min | max | runs | {extra}")
         lines.append("|---|---:|---:|---:|---:|" + ("---:|---:|" if extra else ""))
@@ -752,16 +769,27 @@ plot {', '.join(plots)}
     def finish(self, workloads):
         path = os.path.join(self.out, "summary.md")
         head = [f"<!-- written by bench/run.py; {self.machine['date']} -->",
-                f"Mode: {'quick' if self.quick else 'full'}, {self.reps} repetitions, workloads: {' '.join(workloads)}; "
+                f"Mode: {'quick' if self.quick else 'full'}, up to {self.reps} repetitions (runs column), workloads: {' '.join(workloads)}; "
                 f"{self.machine['cpu']}, {self.machine['cores']} cores, {self.machine['mem_mib']} MiB, kernel "
                 f"{self.machine['kernel']}, ubtrfs {self.machine['ubtrfs_commit']} ({self.machine['build']}); "
                 f"load average at start {' '.join(self.machine['load_at_start'])}, at end {' '.join(self.note_load())}.",
                 ""]
         if self.loop_note:
             head.append(f"Note: {self.loop_note}\n")
+        text = "\n".join(head + self.summary)
         with open(path, "w") as f:
-            f.write("\n".join(head + self.summary))
+            f.write(text.replace("@IMG@", ""))
         log(f"results: {self.out}/*.json, *.png, summary.md")
+        # A run into docs/bench of every workload also refreshes the generated part of docs/BENCHMARKS.md.
+        doc = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+        begin, end = "<!-- bench/run.py: begin -->", "<!-- bench/run.py: end -->"
+        if self.out == os.path.join(ROOT, "docs", "bench") and os.path.exists(doc):
+            old = open(doc).read()
+            if begin in old and end in old and len(workloads) == 4 and not self.quick:
+                new = old[:old.index(begin) + len(begin)] + "\n" + text.replace("@IMG@", "bench/") + "\n" + old[old.index(end):]
+                with open(doc, "w") as f:
+                    f.write(new)
+                log(f"updated the generated section of {doc}")
 
     def cleanup(self):
         for m in ("cmnt", "dmnt", "dbmnt"):
@@ -777,7 +805,8 @@ def main():
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 2)")
     ap.add_argument("--threads", type=int, default=2, help="fs_mark / library create threads (default 2)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build-bench"), help="build directory")
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench"), help="where JSON, PNG and summary go")
+    ap.add_argument("--out", default=None,
+                    help="where JSON, PNG and summary go (default: docs/bench; with --quick: BUILD/bench-quick)")
     ap.add_argument("--workdir", default="/var/tmp", help="where images and trees are made")
     ap.add_argument("workloads", nargs="*", help="create mkfs delete dbench (default: all)")
     args = ap.parse_args()
@@ -790,6 +819,8 @@ def main():
         ap.error("--threads must be 1..64")
     if args.reps < 0:
         ap.error("--reps must be positive")
+    if args.out is None:
+        args.out = os.path.join(args.build, "bench-quick") if args.quick else os.path.join(ROOT, "docs", "bench")
     b = Bench(args)
     t0 = time.time()
     try:

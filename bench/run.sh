@@ -3,7 +3,7 @@
 # is missing (scripts/deps.sh: fsmark, dbench, btrfs-progs, gnuplot, ...),
 # builds ubtrfs, lib_bench and the do-nothing FUSE file system (bench/nullfs.c)
 # in build-bench/ (RelWithDebInfo), then runs bench/run.py, which writes
-# docs/bench/*.json, *.png and summary.md.
+# docs/bench/*.json, *.png and summary.md (--quick: build-bench/bench-quick/).
 #   bench/run.sh [--quick] [--reps N] [--threads T] [create|mkfs|delete|dbench ...]
 # Run as root for the kernel rows (loop mounts, tmpfs); they are skipped otherwise.
 set -euo pipefail
