@@ -583,6 +583,13 @@ TEST_F(FusePosix, SeekDataHoleAndCopyFileRange) {
   EXPECT_EQ(Errno(lseek(fd, (1 << 20) + 8192, SEEK_DATA)), ENXIO) << "only a hole follows";
   EXPECT_EQ(lseek(fd, (3 << 20) - 1, SEEK_HOLE), (3 << 20) - 1);
   EXPECT_EQ(Errno(lseek(fd, 3 << 20, SEEK_HOLE)), ENXIO) << "at the end";
+  // Preallocated space reads as zeros and counts as a hole, as on kernel
+  // btrfs; data written into it is data.
+  ASSERT_EQ(fallocate(fd, 0, 2 << 20, 65536), 0) << strerror(errno);
+  EXPECT_EQ(Errno(lseek(fd, (1 << 20) + 8192, SEEK_DATA)), ENXIO) << "prealloc is not data";
+  ASSERT_EQ(pwrite(fd, "z", 1, (2 << 20) + 4096), 1);
+  EXPECT_EQ(lseek(fd, (1 << 20) + 8192, SEEK_DATA), (2 << 20) + 4096);
+  EXPECT_EQ(lseek(fd, (2 << 20) + 4096, SEEK_HOLE), (2 << 20) + 8192);
 
   const int out = open(P("copy").c_str(), O_CREAT | O_RDWR, 0644);
   ASSERT_GE(out, 0);
