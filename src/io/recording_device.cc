@@ -232,6 +232,13 @@ CrashReplayer::CrashReplayer(const RecordingDevice* rec) : rec_(rec), durable_(r
   flush_before_[log.size()] = last;
 }
 
+bool CrashReplayer::Atomic(const LogEntry& e) const {
+  for (const auto& [off, len] : atomic_) {
+    if (e.offset >= off && e.offset + e.data.size() <= off + len) return true;
+  }
+  return false;
+}
+
 size_t CrashReplayer::DurablePrefix(size_t entries) const {
   return flush_before_[std::min(entries, flush_before_.size() - 1)];
 }
@@ -274,10 +281,16 @@ Result<std::unique_ptr<CrashImage>> CrashReplayer::Materialize(const CrashPoint&
       break;
     case CrashMode::kSubset:
     case CrashMode::kTorn: {
-      if (point.mode == CrashMode::kTorn && !unflushed.empty()) {
-        const size_t pick = rng() % unflushed.size();
-        torn = unflushed[pick];
-        unflushed.erase(unflushed.begin() + static_cast<long>(pick));
+      if (point.mode == CrashMode::kTorn) {
+        std::vector<size_t> tearable;
+        for (size_t k = 0; k < unflushed.size(); ++k) {
+          if (!Atomic(log[unflushed[k]])) tearable.push_back(k);
+        }
+        if (!tearable.empty()) {
+          const size_t pick = tearable[rng() % tearable.size()];
+          torn = unflushed[pick];
+          unflushed.erase(unflushed.begin() + static_cast<long>(pick));
+        }
       }
       for (size_t i : unflushed) {
         if (rng() % 2) chosen.push_back(i);

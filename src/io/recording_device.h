@@ -111,6 +111,7 @@ enum class CrashMode {
   kDropUnflushed,  // only the writes before the last flush among them
   kSubset,         // those, plus a random subset of the later (unflushed) writes in random order
   kTorn,           // as kSubset, plus one more unflushed write of which only random 512-byte sectors landed
+                   // (when every unflushed write is atomic, just kSubset)
 };
 
 const char* CrashModeName(CrashMode mode);
@@ -164,6 +165,12 @@ class CrashReplayer {
 
   Result<std::unique_ptr<CrashImage>> Materialize(const CrashPoint& point);
 
+  // Device ranges written atomically: a write inside one is never torn (it
+  // lands whole or not at all). btrfs assumes this of its 4 KiB superblock
+  // copies -- the kernel and btrfs check refuse a primary superblock whose
+  // checksum fails -- so crash tests of btrfs declare those ranges here.
+  void AddAtomicRange(uint64_t offset, uint64_t len) { atomic_.emplace_back(offset, len); }
+
   // Number of log entries before the last flush among the first `entries`
   // (0 when there is none): what a power cut after them cannot lose.
   size_t DurablePrefix(size_t entries) const;
@@ -175,7 +182,10 @@ class CrashReplayer {
  private:
   void AdvanceDurable(size_t prefix);
 
+  bool Atomic(const LogEntry& e) const;
+
   const RecordingDevice* rec_;
+  std::vector<std::pair<uint64_t, uint64_t>> atomic_;
   std::vector<size_t> flush_before_;  // flush_before_[n]: DurablePrefix(n)
   SparseImage durable_;
   size_t durable_pos_ = 0;

@@ -175,6 +175,24 @@ TEST(CrashReplayerTest, SubsetsAndTornWritesOnlyTouchUnflushedWrites) {
   EXPECT_EQ(rep.restarts(), 0u) << "points at one prefix reuse the durable image";
 }
 
+TEST(CrashReplayerTest, AtomicRangesAreNeverTorn) {
+  RecordingDevice dev("rec", 256 * 1024);
+  ASSERT_TRUE(dev.Flush().ok());
+  ASSERT_TRUE(dev.WriteAt(65536, Fill(4096, 1)).ok());
+  ASSERT_TRUE(dev.WriteAt(131072, Fill(4096, 2)).ok());
+  CrashReplayer rep(&dev);
+  rep.AddAtomicRange(65536, 4096);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    auto img = rep.Materialize(CrashPoint{3, CrashMode::kTorn, seed});
+    ASSERT_TRUE(img.ok());
+    EXPECT_EQ((*img)->torn_entry(), 2u) << "only the write outside the atomic range may tear";
+  }
+  rep.AddAtomicRange(131072, 4096);
+  auto img = rep.Materialize(CrashPoint{3, CrashMode::kTorn, 1});
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ((*img)->torn_entry(), SIZE_MAX);
+}
+
 TEST(CrashReplayerTest, CloneAndWriteDoNotChangeTheDurableImage) {
   RecordingDevice dev("rec", 64 * 1024);
   ASSERT_TRUE(dev.WriteAt(0, Fill(4096, 5)).ok());
