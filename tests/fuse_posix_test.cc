@@ -715,6 +715,7 @@ TEST(FusePosixOptions, BadOptionsAreRefusedClearly) {
       {"commit=soon", "bad commit interval"},  {"commit", "needs a value"},
       {"attr_timeout=-1", "bad attr_timeout"}, {"entry_timeout=x", "bad entry_timeout"},
       {"threads=0", "bad thread count"},       {"no_such_option", "no_such_option"},
+      {"allow_other,nodefault_permissions", "every user"},
   };
   for (const auto& [opt, msg] : cases) {
     auto r = ubtrfs_test::RunCommand({UBTRFS_CLI_PATH, "mount", "-f", s.img, s.mnt, "-o", opt});

@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -142,6 +143,14 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
     }
   }
   p->adapter.read_only = p->read_only;
+  if (!p->default_permissions && !p->read_only &&
+      std::find(p->fuse_options.begin(), p->fuse_options.end(), "allow_other") != p->fuse_options.end()) {
+    // The adapter checks no permissions of its own: every user could change
+    // every file.
+    *error = "nodefault_permissions with allow_other would let every user change every file "
+             "(ubtrfs leaves permission checks to the kernel); drop one, or add ro";
+    return false;
+  }
   return true;
 }
 

@@ -15,7 +15,8 @@ struct MountConfig {
   //   attr_timeout= / entry_timeout= / negative_timeout= (seconds, default 1),
   //   threads=N (request threads; 1 = single-threaded loop), noreaddirplus,
   //   writeback_cache, stats (request counters on stderr at unmount),
-  //   nodefault_permissions (no permission checks by the kernel), debug.
+  //   nodefault_permissions (no permission checks by the kernel;
+  //   refused with allow_other on a read-write mount), debug.
   // Anything else goes to libfuse (allow_other, auto_unmount, max_read=, ...).
   std::vector<std::string> options;
   bool foreground = false;
