@@ -317,9 +317,12 @@ class BulkImporter {
   BulkImporter(fsimpl::FilesystemImpl& fs, const ImportOptions& options, ImportStats* stats)
       : fs_(fs), options_(options), stats_(stats) {}
 
-  Status Run(const std::string& src, InodeId dest) {
+  // False (nothing done) when `dest` is not empty: the caller imports item by item.
+  Result<bool> Run(const std::string& src, InodeId dest) {
     dest_ = dest;
-    UB_ASSIGN_OR_RETURN(t_, fs_.BulkBegin(dest));
+    auto t = fs_.BulkBegin(dest);
+    if (!t.ok() && t.status().code() == ENOTEMPTY) return false;
+    UB_ASSIGN_OR_RETURN(t_, std::move(t));
     next_ino_ = t_.first_ino;
     {
       int fd = ::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -347,7 +350,7 @@ class BulkImporter {
       UB_RETURN_IF_ERROR(data.CopyData(path, id, st).WithContext(path));
       UB_RETURN_IF_ERROR(data.SetAttrs(id, st).WithContext(path));
     }
-    return Status::Ok();
+    return true;
   }
 
  private:
@@ -395,13 +398,20 @@ class BulkImporter {
     // on two threads; the nodes are then added in name order.
     std::vector<Probe> probes(names.size());
     {
-      constexpr size_t kParallelFrom = 512;
-      const size_t half = names.size() >= kParallelFrom ? names.size() / 2 : names.size();
+      // Work in slices taken in turn, so that a thread the scheduler holds
+      // back does not hold up the other.
+      constexpr size_t kParallelFrom = 512, kSlice = 256;
+      std::atomic<size_t> next{0};
+      auto work = [&] {
+        for (;;) {
+          const size_t from = next.fetch_add(kSlice);
+          if (from >= names.size()) return;
+          ProbeRange(::dirfd(d), path, names, from, std::min(names.size(), from + kSlice), &probes);
+        }
+      };
       std::thread helper;
-      if (half < names.size()) {
-        helper = std::thread([&] { ProbeRange(::dirfd(d), path, names, half, names.size(), &probes); });
-      }
-      ProbeRange(::dirfd(d), path, names, 0, half, &probes);
+      if (names.size() >= kParallelFrom) helper = std::thread(work);
+      work();
       if (helper.joinable()) helper.join();
     }
     Status result;
@@ -771,7 +781,8 @@ Status ImportContents(Filesystem& fs, const std::string& src, InodeId dest_dir, 
   auto* impl = dynamic_cast<fsimpl::FilesystemImpl*>(&fs);
   if (options.bulk && impl) {
     BulkImporter bulk(*impl, options, stats);
-    UB_RETURN_IF_ERROR(bulk.Run(src, dest_dir));
+    UB_ASSIGN_OR_RETURN(bool done, bulk.Run(src, dest_dir));
+    if (!done) UB_RETURN_IF_ERROR(imp.CopyEntries(src, dest_dir));
   } else {
     UB_RETURN_IF_ERROR(imp.CopyEntries(src, dest_dir));
   }
