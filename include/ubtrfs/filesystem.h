@@ -107,6 +107,10 @@ struct OpenOptions {
   bool verify_data_csums = true;
   // Bytes of tree blocks kept in the node cache.
   size_t node_cache_bytes = 64ull << 20;
+  // Benchmark baseline only: batch delayed dir-index items by the free space
+  // of the leaf they land in (the kernel's behaviour before leaf-sized
+  // batches) instead of by what a whole leaf holds.
+  bool legacy_dir_index_batching = false;
 };
 
 class Filesystem {

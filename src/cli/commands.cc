@@ -17,6 +17,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterMkfs(app);
   RegisterCheck(app);
   RegisterMount(app);
+  RegisterStats(app);
 }
 
 }  // namespace ubtrfs::cli

@@ -19,6 +19,7 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
   vo.verify_data_csums = options.verify_data_csums;
   UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(dev), vo));
   auto impl = std::make_unique<FilesystemImpl>(std::move(vol));
+  impl->set_legacy_dir_index_batching(options.legacy_dir_index_batching);
   UB_RETURN_IF_ERROR(impl->Init());
   if (options.writable) UB_RETURN_IF_ERROR(impl->InitWrite());
   return std::unique_ptr<Filesystem>(std::move(impl));

@@ -22,6 +22,8 @@
 #include "format/superblock.h"
 #include "fs/compress.h"
 #include "inode/delayed_index.h"
+#include "inode/inode_cache.h"
+#include "stats/stats.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
 
@@ -90,6 +92,7 @@ class FilesystemImpl final : public Filesystem {
 
   // Makes the view writable: starts the transaction machinery.
   Status InitWrite();
+  void set_legacy_dir_index_batching(bool on) { legacy_batching_ = on; }
 
   // ---- Write side (write_ops.cc) ----
   Result<InodeId> Create(InodeId dir, std::string_view name, const NewInode& attrs) override;
@@ -594,8 +597,17 @@ class FilesystemImpl final : public Filesystem {
   }
   Status MaybeAutoCommit();
   void CacheInode(InodeId id, const format::InodeItem& ii);
+  // The operation lock of a writable view. Waits are recorded (lock.wait.op,
+  // ns) so benchmarks show what serializing operations costs.
   std::unique_lock<std::recursive_mutex> Guard() {
-    return txn_ ? std::unique_lock<std::recursive_mutex>(op_mu_) : std::unique_lock<std::recursive_mutex>();
+    if (!txn_) return std::unique_lock<std::recursive_mutex>();
+    std::unique_lock<std::recursive_mutex> l(op_mu_, std::try_to_lock);
+    if (l.owns_lock()) return l;
+    static stats::Histogram& wait = stats::GetHistogram("lock.wait.op", "ns");
+    const uint64_t t0 = stats::NowNs();
+    l.lock();
+    wait.Record(stats::NowNs() - t0);
+    return l;
   }
   Status CheckWritable();
   Result<tree::TreeWriter*> FsWriter(uint64_t root);
@@ -630,17 +642,13 @@ class FilesystemImpl final : public Filesystem {
   std::string abort_reason_;
   std::unique_ptr<txn::TxnManager> txn_;
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
+  bool legacy_batching_ = false;  // OpenOptions::legacy_dir_index_batching
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume
-  // Delayed inode updates: inode items read or changed since the last
-  // commit, written back (if dirty) by FlushInodes at commit.
-  struct CachedInode {
-    format::InodeItem item;
-    bool dirty = false;
-  };
-  struct InodeIdHash {
-    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const { return k.first * 0x9e3779b97f4a7c15ull ^ k.second; }
-  };
-  std::unordered_map<std::pair<uint64_t, uint64_t>, CachedInode, InodeIdHash> inodes_;
+  // The open-inode cache (a radix tree per subvolume, inode/inode_cache.h):
+  // inode items read or changed recently. Changed ones are dirty until
+  // FlushInodes writes them at commit (delayed inode updates); clean ones
+  // stay cached across commits until evicted.
+  inode::InodeCache icache_{inode::InodeCacheOptions{.capacity = size_t{1} << 16}};
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> next_index_;  // per directory
 
   // The kernel's inode number for a subvolume stub directory.

@@ -1,15 +1,40 @@
 #include "inode/delayed_index.h"
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
+
+#include "stats/stats.h"
+#include "tree/cursor.h"
 
 namespace ubtrfs::inode {
 
 using format::Key;
 
+namespace {
+constexpr uint32_t kItemHeader = sizeof(format::Item);
+
+struct Recorders {
+  stats::Counter& queued = stats::GetCounter("delayed_index.queued");
+  stats::Counter& cancelled = stats::GetCounter("delayed_index.cancelled");
+  stats::Counter& batches = stats::GetCounter("delayed_index.batches");
+  stats::Counter& full_batches = stats::GetCounter("delayed_index.full_leaf_batches");
+  stats::Counter& items = stats::GetCounter("delayed_index.items_inserted");
+  stats::Counter& early = stats::GetCounter("delayed_index.early_dir_flushes");
+  stats::Histogram& batch_items = stats::GetHistogram("delayed_index.batch_items", "items");
+  stats::Histogram& flush_time = stats::GetHistogram("delayed_index.flush_time", "ns");
+};
+Recorders& R() {
+  static Recorders r;
+  return r;
+}
+}  // namespace
+
 void DelayedDirIndex::Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item) {
   auto& q = pending_[{root, dir}];
   if (q.emplace(index, std::move(item)).second) ++pending_count_;
   ++stats_.queued;
+  R().queued.Add();
 }
 
 bool DelayedDirIndex::Cancel(uint64_t root, uint64_t dir, uint64_t index) {
@@ -18,6 +43,7 @@ bool DelayedDirIndex::Cancel(uint64_t root, uint64_t dir, uint64_t index) {
   if (it->second.empty()) pending_.erase(it);
   --pending_count_;
   ++stats_.cancelled;
+  R().cancelled.Add();
   return true;
 }
 
@@ -26,36 +52,83 @@ const std::map<uint64_t, std::vector<uint8_t>>* DelayedDirIndex::Pending(uint64_
   return it == pending_.end() ? nullptr : &it->second;
 }
 
-Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& writer) {
+void DelayedDirIndex::RecordBatch(size_t items, bool full) {
+  ++stats_.batches;
+  stats_.items += items;
+  ++stats_.batch_size_log2[std::min<size_t>(std::bit_width(items) - 1, 15)];
+  if (full) ++stats_.full_batches;
+  R().batches.Add();
+  R().items.Add(items);
+  if (full) R().full_batches.Add();
+  R().batch_items.Record(items);
+}
+
+// One run of successors that fits an empty leaf: one search, one
+// insert_empty_items (InsertBatch), the data copied in, the path released
+// when InsertBatch returns; the caller frees the items after that.
+Status DelayedDirIndex::InsertRun(tree::TreeWriter* w, uint64_t /*dir*/, std::vector<Key>& keys,
+                                  std::vector<std::vector<uint8_t>>& data, bool full) {
+  if (keys.empty()) return Status::Ok();
+  if (policy_ == BatchPolicy::kLeafFreeSpace) return InsertRunLegacy(w, keys, data);
+  UB_RETURN_IF_ERROR(w->InsertBatch(keys, data));
+  RecordBatch(keys.size(), full);
+  return Status::Ok();
+}
+
+// The old behaviour: find the leaf for the first item, then take items while
+// they fit in that leaf's free space; what is left starts a new search.
+Status DelayedDirIndex::InsertRunLegacy(tree::TreeWriter* w, std::vector<Key>& keys,
+                                        std::vector<std::vector<uint8_t>>& data) {
+  size_t done = 0;
+  while (done < keys.size()) {
+    UB_ASSIGN_OR_RETURN(size_t n, w->InsertPrefixInLeaf(std::span<const Key>(keys).subspan(done),
+                                                        std::span<const std::vector<uint8_t>>(data).subspan(done)));
+    RecordBatch(n, done + n < keys.size());
+    done += n;
+  }
+  return Status::Ok();
+}
+
+Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& writer, bool full_batches_only) {
   auto it = pending_.find({root, dir});
   if (it == pending_.end()) return Status::Ok();
+  stats::ScopedTimer timer(R().flush_time);
+  if (full_batches_only) R().early.Add();
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, writer(root));
   auto& q = it->second;
   std::vector<Key> keys;
   std::vector<std::vector<uint8_t>> data;
   uint32_t bytes = 0;
-  auto emit = [&]() -> Status {
-    if (keys.empty()) return Status::Ok();
-    UB_RETURN_IF_ERROR(w->InsertBatch(keys, data));
-    ++stats_.batches;
-    stats_.items += keys.size();
-    ++stats_.batch_size_log2[std::min<size_t>(std::bit_width(keys.size()) - 1, 15)];
-    keys.clear();
-    data.clear();
-    bytes = 0;
-    return Status::Ok();
-  };
-  for (auto& [index, item] : q) {
-    const uint32_t need = static_cast<uint32_t>(item.size() + sizeof(format::Item));
+  auto flushed_end = q.begin();  // items before this are in the tree
+  for (auto e = q.begin(); e != q.end(); ++e) {
+    const uint64_t index = e->first;
+    const uint32_t need = static_cast<uint32_t>(e->second.size() + kItemHeader);
     // A batch is a run of immediate successors that fits in one leaf.
-    if (!keys.empty() && (keys.back().offset + 1 != index || bytes + need > leaf_space_)) UB_RETURN_IF_ERROR(emit());
+    const bool gap = !keys.empty() && keys.back().offset + 1 != index;
+    const bool full = !keys.empty() && bytes + need > leaf_space_;
+    if (gap || full) {
+      UB_RETURN_IF_ERROR(InsertRun(w, dir, keys, data, full));
+      flushed_end = e;
+      keys.clear();
+      data.clear();
+      bytes = 0;
+    }
     keys.push_back(Key{dir, format::kDirIndexKey, index});
-    data.push_back(std::move(item));
+    data.push_back(std::move(e->second));
     bytes += need;
   }
-  UB_RETURN_IF_ERROR(emit());
-  pending_count_ -= q.size();
-  pending_.erase(it);
+  if (!full_batches_only) {
+    UB_RETURN_IF_ERROR(InsertRun(w, dir, keys, data, false));
+    flushed_end = q.end();
+  } else {
+    for (size_t i = 0; i < keys.size(); ++i) q[keys[i].offset] = std::move(data[i]);  // the tail stays queued
+  }
+  // Only now, with every batch in the tree and its path released, are the
+  // queued items freed.
+  const size_t n = static_cast<size_t>(std::distance(q.begin(), flushed_end));
+  q.erase(q.begin(), flushed_end);
+  pending_count_ -= n;
+  if (q.empty()) pending_.erase(it);
   return Status::Ok();
 }
 

@@ -5,6 +5,8 @@
 // insert_empty_items. Entries removed before a flush never reach the tree.
 //
 // Not thread-safe by itself: the file system's operation lock guards it.
+// Batches are recorded in the stats as delayed_index.batch_items (a log2
+// histogram of items per batch) and the delayed_index.* counters.
 #ifndef UBTRFS_INODE_DELAYED_INDEX_H_
 #define UBTRFS_INODE_DELAYED_INDEX_H_
 
@@ -21,14 +23,27 @@ namespace ubtrfs::inode {
 struct DelayedIndexStats {
   uint64_t queued = 0;
   uint64_t cancelled = 0;   // removed while pending: never written
-  uint64_t batches = 0;     // InsertBatch calls
+  uint64_t batches = 0;     // insert_empty_items calls
+  uint64_t full_batches = 0;  // batches that ended because the next item would not fit the leaf
   uint64_t items = 0;       // items inserted by flushes
   std::array<uint64_t, 16> batch_size_log2{};  // batches of [2^i, 2^(i+1)) items
 };
 
+// How a flush sizes its batches.
+enum class BatchPolicy {
+  // Each batch is a run of successors up to what an empty leaf holds
+  // (node size minus the leaf header); the tree makes the room.
+  kFullLeaf,
+  // The kernel's behaviour before the batching fix, kept as the benchmark
+  // baseline: a batch stops at the free space of the leaf the first item
+  // lands in.
+  kLeafFreeSpace,
+};
+
 class DelayedDirIndex {
  public:
-  explicit DelayedDirIndex(uint32_t nodesize) : leaf_space_(nodesize - sizeof(format::Header)) {}
+  explicit DelayedDirIndex(uint32_t nodesize, BatchPolicy policy = BatchPolicy::kFullLeaf)
+      : leaf_space_(nodesize - sizeof(format::Header)), policy_(policy) {}
 
   void Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item);
   // True if the item was still pending (and is now gone without a trace).
@@ -39,13 +54,22 @@ class DelayedDirIndex {
 
   using WriterFn = std::function<Result<tree::TreeWriter*>(uint64_t root)>;
   Status Flush(const WriterFn& writer);
-  // Flushes one directory (when its queue grows past a threshold).
-  Status FlushDir(uint64_t root, uint64_t dir, const WriterFn& writer);
+  // Flushes one directory. With full_batches_only (the early flush of a
+  // directory whose queue grew past a threshold) a trailing run too short to
+  // fill a leaf stays queued, so early flushes never write a partial batch
+  // that later items could have filled.
+  Status FlushDir(uint64_t root, uint64_t dir, const WriterFn& writer, bool full_batches_only = false);
 
   const DelayedIndexStats& stats() const { return stats_; }
 
  private:
+  Status InsertRun(tree::TreeWriter* w, uint64_t dir, std::vector<format::Key>& keys,
+                   std::vector<std::vector<uint8_t>>& data, bool full);
+  Status InsertRunLegacy(tree::TreeWriter* w, std::vector<format::Key>& keys, std::vector<std::vector<uint8_t>>& data);
+  void RecordBatch(size_t items, bool full);
+
   uint32_t leaf_space_;
+  BatchPolicy policy_;
   std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, std::vector<uint8_t>>> pending_;
   size_t pending_count_ = 0;
   DelayedIndexStats stats_;

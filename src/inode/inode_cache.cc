@@ -1,5 +1,7 @@
 #include "inode/inode_cache.h"
 
+#include "stats/stats.h"
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -164,7 +166,15 @@ InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
       }
     }
   }
-  if (time_ops_) lookup_hist_.Add(NowNs() - t0);
+  if (time_ops_) {
+    const uint64_t ns = NowNs() - t0;
+    lookup_hist_.Add(ns);
+    static stats::Histogram& h = stats::GetHistogram("inode_cache.lookup_time", "ns");
+    h.Record(ns);
+  }
+  static stats::Counter& hits = stats::GetCounter("inode_cache.hits");
+  static stats::Counter& misses = stats::GetCounter("inode_cache.misses");
+  (found ? hits : misses).Add();
   return InodeRef(found);
 }
 
@@ -217,7 +227,12 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
   DropDetached(doomed);
   fresh.reset();
   if (inserted != nullptr) *inserted = stored;
-  if (time_ops_) insert_hist_.Add(NowNs() - t0);
+  if (time_ops_) {
+    const uint64_t ns = NowNs() - t0;
+    insert_hist_.Add(ns);
+    static stats::Histogram& h = stats::GetHistogram("inode_cache.insert_time", "ns");
+    h.Record(ns);
+  }
   return InodeRef(result);
 }
 

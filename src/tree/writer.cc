@@ -25,20 +25,37 @@ std::vector<LeafItem> ExtractItems(const TreeBlock& leaf, int from, int to) {
   return out;
 }
 
-void WriteLeafItems(TreeBlock& leaf, std::span<const LeafItem> items) {
+void RefItems(const TreeBlock& leaf, int from, int to, std::vector<ItemRef>* out) {
+  out->reserve(out->size() + (to - from));
+  for (int i = from; i < to; ++i) {
+    auto d = leaf.item_data(i);
+    out->push_back(ItemRef{leaf.key(i), d.data(), static_cast<uint32_t>(d.size())});
+  }
+}
+
+void WriteLeafRefs(TreeBlock& leaf, std::span<const ItemRef> items) {
   uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
   const uint32_t space = leaf.LeafSpace();
-  std::memset(body, 0, space);
   uint32_t end = space;
   for (size_t i = 0; i < items.size(); ++i) {
     Item* it = reinterpret_cast<Item*>(body) + i;
     items[i].key.To(&it->key);
-    end -= static_cast<uint32_t>(items[i].data.size());
+    end -= items[i].size;
     it->offset = end;
-    it->size = static_cast<uint32_t>(items[i].data.size());
-    if (!items[i].data.empty()) std::memcpy(body + end, items[i].data.data(), items[i].data.size());
+    it->size = items[i].size;
+    if (items[i].size) std::memcpy(body + end, items[i].data, items[i].size);
   }
+  // Zero the gap between the item headers and the data.
+  const size_t headers = items.size() * sizeof(Item);
+  std::memset(body + headers, 0, end - headers);
   leaf.set_nritems(static_cast<int>(items.size()));
+}
+
+void WriteLeafItems(TreeBlock& leaf, std::span<const LeafItem> items) {
+  std::vector<ItemRef> refs;
+  refs.reserve(items.size());
+  for (const auto& it : items) refs.push_back(ItemRef{it.key, it.data.data(), static_cast<uint32_t>(it.data.size())});
+  WriteLeafRefs(leaf, refs);
 }
 
 uint32_t TreeWriter::MaxItemSize() const {
@@ -76,7 +93,10 @@ Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WriteP
       const bool found = slot < n.nritems() && n.key(slot) == key;
       // No room is made for a key that exists: the caller will not insert
       // it, and a split for nothing could leave an empty leaf behind.
-      if (!found && ins_len > 0 && n.LeafFreeSpace() < ins_len) UB_RETURN_IF_ERROR(SplitLeaf(path, key, ins_len));
+      if (!found && ins_len > 0 && n.LeafFreeSpace() < ins_len) {
+        UB_ASSIGN_OR_RETURN(bool pushed, PushLeaf(path, ins_len));
+        if (!pushed) UB_RETURN_IF_ERROR(SplitLeaf(path, key, ins_len));
+      }
       return found;
     }
     int slot = n.LastSlotAtOrBefore(key);
@@ -139,6 +159,85 @@ Status TreeWriter::SplitNode(WritePath* path, int level) {
   return Status::Ok();
 }
 
+// Makes room for ins_len bytes at the path's slot by moving items to the
+// neighbouring leaves (the kernel's push_leaf_right/left) instead of a
+// split: items after the slot go to the right sibling, items before it to
+// the left one, as few as make the room. Nothing moves unless the plan makes
+// the room and leaves this leaf non-empty. Returns whether it did.
+Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
+  if (IsRootLevel(0) || path->nodes[1] == nullptr) return false;
+  TreeBlock& leaf = *path->nodes[0];
+  TreeBlock& parent = *path->nodes[1];
+  const int n = leaf.nritems(), slot = path->slots[0], pslot = path->slots[1];
+  if (ins_len > leaf.LeafSpace()) return false;
+  const uint32_t need = ins_len - leaf.LeafFreeSpace();
+  auto item_bytes = [&](int i) { return leaf.item_size(i) + kItemHeader; };
+  auto sibling_free = [&](int s) -> Result<uint32_t> {
+    UB_ASSIGN_OR_RETURN(BlockRef b, blocks_->Read(BlockCheck{parent.child_bytenr(s), 0, parent.child_generation(s), parent.key(s)}));
+    return b->LeafFreeSpace();
+  };
+  // A push rewrites two or three leaves; it pays only when the sibling can
+  // take enough for several more inserts here.
+  const uint32_t min_room = std::max(need, leaf.LeafSpace() / 8);
+  // Plan: items [kr, n) to the right sibling, [0, kl) to the left one.
+  int kr = n, kl = 0;
+  uint32_t moved = 0;
+  if (pslot + 1 < parent.nritems()) {
+    UB_ASSIGN_OR_RETURN(uint32_t rfree, sibling_free(pslot + 1));
+    if (rfree < min_room) rfree = 0;  // not worth rewriting two leaves for
+    // As much as evens out the free space of the two, and at least the need,
+    // so that the next inserts here find room without another push.
+    const uint32_t target = std::max(need, rfree > leaf.LeafFreeSpace() ? (rfree - leaf.LeafFreeSpace()) / 2 : 0u);
+    uint32_t to_right = 0;
+    while (kr > slot && moved < target && to_right + item_bytes(kr - 1) <= rfree) {
+      to_right += item_bytes(kr - 1);
+      moved += item_bytes(kr - 1);
+      --kr;
+    }
+  }
+  if (moved < need && pslot > 0) {
+    UB_ASSIGN_OR_RETURN(uint32_t lfree, sibling_free(pslot - 1));
+    if (lfree < min_room) lfree = 0;
+    const uint32_t have = leaf.LeafFreeSpace() + moved;
+    const uint32_t target = std::max(need, lfree > have ? moved + (lfree - have) / 2 : 0u);
+    uint32_t to_left = 0;
+    while (kl < slot && moved < target && to_left + item_bytes(kl) <= lfree) {
+      to_left += item_bytes(kl);
+      moved += item_bytes(kl);
+      ++kl;
+    }
+  }
+  if (moved < need || kl >= kr) return false;
+  const auto snap = leaf.Clone();  // the items' bytes while the leaves are rewritten
+  std::vector<ItemRef> items;
+  RefItems(*snap, 0, n, &items);
+  if (kr < n) {
+    WritePath side = *path;
+    UB_RETURN_IF_ERROR(CowChild(&side, 1, pslot + 1));
+    TreeBlock& right = *side.nodes[0];
+    const auto rsnap = right.Clone();
+    std::vector<ItemRef> merged(items.begin() + kr, items.end());
+    RefItems(*rsnap, 0, rsnap->nritems(), &merged);
+    WriteLeafRefs(right, merged);
+    parent.SetKey(pslot + 1, right.key(0));
+  }
+  if (kl > 0) {
+    WritePath side = *path;
+    UB_RETURN_IF_ERROR(CowChild(&side, 1, pslot - 1));
+    TreeBlock& left = *side.nodes[0];
+    const auto lsnap = left.Clone();
+    std::vector<ItemRef> merged;
+    RefItems(*lsnap, 0, lsnap->nritems(), &merged);
+    merged.insert(merged.end(), items.begin(), items.begin() + kl);
+    WriteLeafRefs(left, merged);
+  }
+  WriteLeafRefs(leaf, std::span(items).subspan(kl, kr - kl));
+  if (kl > 0) parent.SetKey(pslot, leaf.key(0));
+  path->slots[0] = slot - kl;
+  ++stats_.leaf_pushes;
+  return true;
+}
+
 Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) {
   if (ins_len > blocks_->params().nodesize - sizeof(Header)) {
     return Status::Invalid("item of " + std::to_string(ins_len) + " bytes does not fit in a leaf");
@@ -164,16 +263,25 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
       if (diff < best_diff) best_diff = diff, best_mid = mid, best_right = right;
     }
   }
+  if (slot == n && n > 0 && prefix[n] <= space && ins_len <= space) {
+    // Appending after the leaf's last item (ascending inode numbers, dir
+    // index runs): the new item starts a new leaf and this one stays full,
+    // as the kernel splits for appends, instead of two half-empty leaves.
+    best_mid = n;
+    best_right = true;
+  }
   TreeBlock& parent = *path->nodes[1];
   const int pslot = path->slots[1];
-  auto items = ExtractItems(leaf, 0, n);
+  const auto snap = leaf.Clone();
+  std::vector<ItemRef> items;
+  RefItems(*snap, 0, n, &items);
   if (best_mid < 0) {
     // Neither side can take the new item with its neighbours: a double split,
     // the item alone in a new leaf between [0, slot) and [slot, n).
     UB_ASSIGN_OR_RETURN(auto middle, blocks_->New(owner_, 0));
     UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
-    WriteLeafItems(leaf, std::span(items).subspan(0, slot));
-    WriteLeafItems(*right, std::span(items).subspan(slot));
+    WriteLeafRefs(leaf, std::span(items).subspan(0, slot));
+    WriteLeafRefs(*right, std::span(items).subspan(slot));
     UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, key, middle->bytenr(), blocks_->transid()));
     UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 2, right->key(0), right->bytenr(), blocks_->transid()));
     path->nodes[0] = middle;
@@ -183,8 +291,8 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
     return Status::Ok();
   }
   UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
-  WriteLeafItems(leaf, std::span(items).subspan(0, best_mid));
-  WriteLeafItems(*right, std::span(items).subspan(best_mid));
+  WriteLeafRefs(leaf, std::span(items).subspan(0, best_mid));
+  WriteLeafRefs(*right, std::span(items).subspan(best_mid));
   const Key right_key = right->nritems() > 0 ? right->key(0) : key;
   UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right_key, right->bytenr(), blocks_->transid()));
   if (best_right) {
@@ -279,6 +387,34 @@ Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::v
   }
   for (size_t i = 0; i < keys.size(); ++i) UB_RETURN_IF_ERROR(Insert(keys[i], data[i]));
   return Status::Ok();
+}
+
+Result<size_t> TreeWriter::InsertPrefixInLeaf(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data) {
+  if (keys.empty()) return size_t{0};
+  // Every inserted key must stay below the next existing key.
+  Cursor c(blocks_, *root_);
+  UB_RETURN_IF_ERROR(c.Seek(keys[0]));
+  if (c.Valid() && c.key() == keys[0]) return Status::Error(EEXIST, "item " + KeyToString(keys[0]) + " exists");
+  const bool bounded = c.Valid();
+  const Key bound = bounded ? c.key() : Key{};
+  WritePath path;
+  UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(keys[0], static_cast<uint32_t>(data[0].size()) + kItemHeader, &path));
+  if (found) return Status::Error(EIO, "internal: batch key appeared");
+  const uint32_t room = path.leaf().LeafFreeSpace();
+  std::vector<uint32_t> sizes;
+  uint32_t used = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t need = static_cast<uint32_t>(data[i].size()) + kItemHeader;
+    if (used + need > room || (bounded && !(keys[i] < bound)) || (i > 0 && !(keys[i - 1] < keys[i]))) break;
+    used += need;
+    sizes.push_back(static_cast<uint32_t>(data[i].size()));
+  }
+  const size_t n = sizes.size();
+  UB_RETURN_IF_ERROR(InsertEmptyItems(&path, keys.first(n), sizes));
+  for (size_t i = 0; i < n; ++i) {
+    if (sizes[i]) std::memcpy(path.leaf().mutable_item_data(path.slot() + static_cast<int>(i)), data[i].data(), sizes[i]);
+  }
+  return n;
 }
 
 // ---- Resize and update -------------------------------------------------------------------
@@ -418,10 +554,11 @@ Status TreeWriter::MaybeMerge(WritePath* path, int level) {
     TreeBlock& left = *left_ref;
     const TreeBlock& right = side < 0 ? self : *sib_ref;
     if (leaf) {
-      auto items = ExtractItems(left, 0, left.nritems());
-      auto more = ExtractItems(right, 0, right.nritems());
-      items.insert(items.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
-      WriteLeafItems(left, items);
+      const auto lsnap = left.Clone();
+      std::vector<ItemRef> items;
+      RefItems(*lsnap, 0, lsnap->nritems(), &items);
+      RefItems(right, 0, right.nritems(), &items);  // right is not the block rewritten
+      WriteLeafRefs(left, items);
     } else {
       const int ln = left.nritems(), rn = right.nritems();
       for (int i = 0; i < rn; ++i) {

@@ -27,6 +27,7 @@ struct WritePath {
 
 struct WriterStats {
   uint64_t leaf_splits = 0;
+  uint64_t leaf_pushes = 0;  // room made by moving items to sibling leaves
   uint64_t node_splits = 0;
   uint64_t merges = 0;
   uint64_t root_grows = 0;
@@ -54,6 +55,11 @@ class TreeWriter {
   // Inserts ascending keys that fit in one leaf with one search and one
   // InsertEmptyItems; falls back to single inserts if they would not.
   Status InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data);
+  // The old kernel's delayed-item insertion, kept as a benchmark baseline:
+  // inserts the longest prefix of ascending `keys` that fits in the free
+  // space of the leaf where keys[0] lands (at least one item; a split makes
+  // room for that one if needed). Returns how many were inserted.
+  Result<size_t> InsertPrefixInLeaf(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data);
   // Replaces an item's data (resizing it as needed).
   Status Update(const Key& key, std::span<const uint8_t> data);
   Status Delete(const Key& key);
@@ -71,6 +77,7 @@ class TreeWriter {
   Status CowChild(WritePath* path, int level, int slot);
   Status InsertNewRoot(WritePath* path, int level);
   Status SplitNode(WritePath* path, int level);
+  Result<bool> PushLeaf(WritePath* path, uint32_t ins_len);
   Status SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len);
   Status InsertPtr(TreeBlock& node, int slot, const Key& key, uint64_t bytenr, uint64_t generation);
   Status DelPtr(WritePath* path, int level, int slot);
@@ -92,6 +99,15 @@ struct LeafItem {
 std::vector<LeafItem> ExtractItems(const TreeBlock& leaf, int from, int to);
 // Rewrites a leaf to hold exactly `items` (which must fit).
 void WriteLeafItems(TreeBlock& leaf, std::span<const LeafItem> items);
+// The same without a copy per item: views into a block that stays unchanged
+// while they are used (the hot paths view a snapshot Clone() of the leaf).
+struct ItemRef {
+  Key key;
+  const uint8_t* data;
+  uint32_t size;
+};
+void RefItems(const TreeBlock& leaf, int from, int to, std::vector<ItemRef>* out);
+void WriteLeafRefs(TreeBlock& leaf, std::span<const ItemRef> items);
 uint32_t LeafUsed(const TreeBlock& leaf);
 
 }  // namespace ubtrfs::tree

@@ -1,0 +1,205 @@
+// Eight threads changing one writable Filesystem at once -- namespace and
+// data operations in private and shared directories, xattrs, renames, and a
+// ninth thread committing now and then -- then the image is compared with
+// each thread's own model, through the same view, after a reopen, and by
+// btrfs check. ./test runs it under TSan (the Concurrent* filter).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/mkfs_util.h"
+#include "ubtrfs/filesystem.h"
+#include "ubtrfs/stats.h"
+
+namespace {
+
+namespace stdfs = std::filesystem;
+using ubtrfs::Filesystem;
+using ubtrfs::InodeId;
+using ubtrfs::NewInode;
+
+struct FileModel {
+  std::string data;
+  std::map<std::string, std::string> xattrs;
+};
+
+// What one thread believes it made: paths relative to the root.
+struct ThreadModel {
+  std::map<std::string, FileModel> files;
+  std::vector<std::string> dirs;
+};
+
+std::string Bytes(std::mt19937& rng, size_t n) {
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>('a' + rng() % 26);
+  return s;
+}
+
+// Splits "a/b" into the parent's id and the leaf name.
+std::pair<InodeId, std::string> Parent(Filesystem& fs, const std::string& rel) {
+  const auto slash = rel.rfind('/');
+  auto dir = fs.Lookup("/" + rel.substr(0, slash));
+  EXPECT_TRUE(dir.ok()) << rel << ": " << dir.status().ToString();
+  return {dir.ok() ? *dir : InodeId{}, rel.substr(slash + 1)};
+}
+
+void Worker(Filesystem& fs, int t, int ops, ThreadModel* m, std::atomic<int>* failures) {
+  std::mt19937 rng(static_cast<unsigned>(1000 + t));
+  const std::string own = "t" + std::to_string(t);
+  auto fail = [&](const std::string& what, const ubtrfs::Status& st) {
+    ADD_FAILURE() << "thread " << t << ": " << what << ": " << st.ToString();
+    failures->fetch_add(1);
+  };
+  {
+    auto d = fs.Mkdir(fs.Root(), own, NewInode{.mode = 0755});
+    if (!d.ok()) return fail("mkdir " + own, d.status());
+    m->dirs.push_back(own);
+  }
+  int serial = 0;
+  for (int i = 0; i < ops && failures->load() == 0; ++i) {
+    const int op = static_cast<int>(rng() % 100);
+    // Private directory or the shared one (names carry the thread's prefix,
+    // so threads never touch each other's entries but do share the directory
+    // and its leaves).
+    const std::string dir = rng() % 3 == 0 ? std::string("shared") : own;
+    if (op < 35 || m->files.empty()) {  // create + write
+      const std::string rel = dir + "/" + own + "-f" + std::to_string(serial++);
+      auto [pid, name] = Parent(fs, rel);
+      auto f = fs.Create(pid, name, NewInode{.mode = 0644});
+      if (!f.ok()) return fail("create " + rel, f.status());
+      const std::string data = Bytes(rng, rng() % 3 == 0 ? rng() % 9000 : rng() % 600);
+      auto n = fs.Write(*f, 0, std::span(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+      if (!n.ok()) return fail("write " + rel, n.status());
+      m->files[rel].data = data;
+      continue;
+    }
+    auto it = m->files.begin();
+    std::advance(it, rng() % m->files.size());
+    const std::string rel = it->first;
+    auto id = fs.Lookup("/" + rel);
+    if (!id.ok()) return fail("lookup " + rel, id.status());
+    if (op < 50) {  // append
+      const std::string more = Bytes(rng, rng() % 5000);
+      auto n = fs.Write(*id, it->second.data.size(), std::span(reinterpret_cast<const uint8_t*>(more.data()), more.size()));
+      if (!n.ok()) return fail("append " + rel, n.status());
+      it->second.data += more;
+    } else if (op < 60) {  // truncate
+      const uint64_t size = it->second.data.empty() ? 0 : rng() % it->second.data.size();
+      ubtrfs::AttrChange c;
+      c.size = size;
+      if (auto st = fs.SetAttr(*id, c); !st.ok()) return fail("truncate " + rel, st);
+      it->second.data.resize(size);
+    } else if (op < 70) {  // xattr
+      const std::string name = "user.k" + std::to_string(rng() % 3), value = Bytes(rng, rng() % 40);
+      if (auto st = fs.SetXattr(*id, name, value); !st.ok()) return fail("setxattr " + rel, st);
+      it->second.xattrs[name] = value;
+    } else if (op < 85) {  // rename between the thread's own dir and shared
+      const std::string to_dir = rel.rfind("shared/", 0) == 0 ? own : std::string("shared");
+      const std::string to = to_dir + "/" + own + "-r" + std::to_string(serial++);
+      auto [from_id, from_name] = Parent(fs, rel);
+      auto [to_id, to_name] = Parent(fs, to);
+      if (auto st = fs.Rename(from_id, from_name, to_id, to_name); !st.ok()) return fail("rename " + rel, st);
+      FileModel fm = std::move(it->second);
+      m->files.erase(it);
+      m->files[to] = std::move(fm);
+    } else {  // unlink
+      auto [pid, name] = Parent(fs, rel);
+      if (auto st = fs.Unlink(pid, name); !st.ok()) return fail("unlink " + rel, st);
+      m->files.erase(it);
+    }
+  }
+}
+
+void Compare(Filesystem& fs, const std::vector<ThreadModel>& models, const char* when) {
+  size_t expected_shared = 0;
+  for (const auto& m : models) {
+    for (const auto& [rel, fm] : m.files) {
+      if (rel.rfind("shared/", 0) == 0) ++expected_shared;
+      auto id = fs.Lookup("/" + rel);
+      ASSERT_TRUE(id.ok()) << when << ": " << rel << ": " << id.status().ToString();
+      auto st = fs.GetStat(*id);
+      ASSERT_TRUE(st.ok());
+      ASSERT_EQ(st->size, fm.data.size()) << when << ": " << rel;
+      std::string got(fm.data.size(), '\0');
+      auto n = fs.Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(got.data()), got.size()));
+      ASSERT_TRUE(n.ok());
+      ASSERT_EQ(got, fm.data) << when << ": " << rel;
+      for (const auto& [k, v] : fm.xattrs) {
+        auto x = fs.GetXattr(*id, k);
+        ASSERT_TRUE(x.ok()) << when << ": " << rel << " " << k;
+        EXPECT_EQ(*x, v);
+      }
+    }
+    // Nothing more than the model in the thread's own directory.
+    auto own = fs.Lookup("/" + m.dirs.at(0));
+    ASSERT_TRUE(own.ok());
+    auto entries = fs.ReadDir(*own);
+    ASSERT_TRUE(entries.ok());
+    size_t want = 0;
+    for (const auto& [rel, fm] : m.files) want += rel.rfind(m.dirs[0] + "/", 0) == 0;
+    EXPECT_EQ(entries->size(), want) << when << ": " << m.dirs[0];
+  }
+  auto shared = fs.Lookup("/shared");
+  ASSERT_TRUE(shared.ok());
+  auto entries = fs.ReadDir(*shared);
+  ASSERT_TRUE(entries.ok());
+  EXPECT_EQ(entries->size(), expected_shared) << when;
+}
+
+TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) {
+  char tmpl[] = "/tmp/ubtrfs-cwrite.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const stdfs::path dir = tmpl;
+  const std::string img = (dir / "img").string();
+  const std::string mkfs = std::string(UBTRFS_CLI_PATH) + " mkfs --size 256M " + img + " >/dev/null";
+  ASSERT_EQ(std::system(mkfs.c_str()), 0) << mkfs;
+
+  constexpr int kThreads = 8;
+  const int ops = std::getenv("UBTRFS_SOAK") ? 4000 : 300;
+  std::vector<ThreadModel> models(kThreads);
+  {
+    auto fs = Filesystem::Open(img, ubtrfs::OpenOptions{.writable = true});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ASSERT_TRUE((*fs)->Mkdir((*fs)->Root(), "shared", NewInode{.mode = 0777}).ok());
+    std::atomic<int> failures{0};
+    std::atomic<bool> done{false};
+    std::thread committer([&] {
+      // Commits while the others work: each waits for operations in flight.
+      while (!done.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(15));
+        if (auto st = (*fs)->Commit(); !st.ok()) {
+          ADD_FAILURE() << "commit: " << st.ToString();
+          failures.fetch_add(1);
+          return;
+        }
+      }
+    });
+    std::vector<std::thread> workers;
+    for (int t = 0; t < kThreads; ++t) workers.emplace_back(Worker, std::ref(**fs), t, ops, &models[t], &failures);
+    for (auto& w : workers) w.join();
+    done = true;
+    committer.join();
+    ASSERT_EQ(failures.load(), 0);
+    Compare(**fs, models, "before the last commit");
+    ASSERT_TRUE((*fs)->Commit().ok());
+    EXPECT_GT(ubtrfs::CollectStats().Counter("commit.count"), 1u);
+  }
+  {
+    auto fs = Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    Compare(**fs, models, "after reopening");
+  }
+  EXPECT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+  std::error_code ec;
+  stdfs::remove_all(dir, ec);
+}
+
+}  // namespace
