@@ -33,6 +33,7 @@
 #include "fs/compress.h"
 #include "fs/volume.h"
 #include "io/block_device.h"
+#include "support/damage_util.h"
 #include "support/test_util.h"
 #include "tree/cursor.h"
 #include "ubtrfs/filesystem.h"
@@ -49,168 +50,29 @@ namespace fmtd = ubtrfs::format;
 namespace tree = ubtrfs::tree;
 namespace ufs = ubtrfs::fs;
 
-constexpr uint64_t kImageSize = 160ull << 20;  // > 64 MiB + 4 KiB: mkfs writes the first mirror
+// The images, the patching and the layout analysis live in
+// tests/support/damage_util.h (checker_agreement_test uses them too).
+using ubtrfs_test::Block;
+using ubtrfs_test::CopyPrefix;
+using ubtrfs_test::DamageSuper;
+using ubtrfs_test::FixTreeCsum;
+using ubtrfs_test::Hdr;
+using ubtrfs_test::ItemAs;
+using ubtrfs_test::ItemAt;
+using ubtrfs_test::ItemData;
+using ubtrfs_test::KeyAt;
+using ubtrfs_test::kWideEntries;
+using ubtrfs_test::Layout;
+using ubtrfs_test::Mutator;
+using ubtrfs_test::Patcher;
+using ubtrfs_test::PtrAt;
+using ubtrfs_test::ResizeItem;
+using ubtrfs_test::SetKey;
+using ubtrfs_test::TreeBlockName;
+
+constexpr uint64_t kImageSize = ubtrfs_test::kDamageImageSize;
 constexpr uint64_t kFsTree = fmtd::kFsTreeObjectid;
 constexpr uint64_t kMiB = 1ull << 20;
-constexpr size_t kWideEntries = 500;
-
-// ---------------------------------------------------------------- host tree
-
-uint64_t SplitMix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-std::string PseudoRandom(uint64_t seed, size_t n) {
-  std::string out(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = SplitMix(seed);
-    std::memcpy(out.data() + i, &v, std::min<size_t>(8, n - i));
-  }
-  return out;
-}
-
-std::string WideName(size_t i) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "e%03zu", i);
-  return buf;
-}
-
-bool WriteHostFile(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
-  return ::close(fd) == 0 && ok;
-}
-
-// Copies the first n bytes of src to dst, skipping holes (images are sparse).
-bool CopyPrefix(const std::string& src, const std::string& dst, uint64_t n, std::string* err) {
-  int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
-  int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  auto fail = [&](const std::string& what) {
-    *err = what + ": " + std::strerror(errno);
-    if (in >= 0) ::close(in);
-    if (out >= 0) ::close(out);
-    return false;
-  };
-  if (in < 0 || out < 0) return fail("open " + src + " / " + dst);
-  if (::ftruncate(out, static_cast<off_t>(n)) != 0) return fail("ftruncate " + dst);
-  std::vector<char> buf(kMiB);
-  off_t pos = 0;
-  while (static_cast<uint64_t>(pos) < n) {
-    off_t data = ::lseek(in, pos, SEEK_DATA);
-    if (data < 0 || static_cast<uint64_t>(data) >= n) break;
-    off_t hole = ::lseek(in, data, SEEK_HOLE);
-    uint64_t end = hole < 0 ? n : std::min<uint64_t>(n, static_cast<uint64_t>(hole));
-    for (uint64_t at = static_cast<uint64_t>(data); at < end;) {
-      size_t len = static_cast<size_t>(std::min<uint64_t>(buf.size(), end - at));
-      ssize_t r = ::pread(in, buf.data(), len, static_cast<off_t>(at));
-      if (r <= 0) return fail("pread " + src);
-      if (::pwrite(out, buf.data(), static_cast<size_t>(r), static_cast<off_t>(at)) != r) return fail("pwrite " + dst);
-      at += static_cast<uint64_t>(r);
-    }
-    pos = static_cast<off_t>(end);
-  }
-  ::close(in);
-  return ::close(out) == 0 || fail("close " + dst);
-}
-
-// ---------------------------------------------------------------- patching
-
-// Writes bytes into an image file and puts the original bytes back when it
-// goes out of scope, so each case starts from the clean image.
-class Patcher {
- public:
-  explicit Patcher(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CLOEXEC)) {
-    if (fd_ < 0) ADD_FAILURE() << "open " << path << ": " << std::strerror(errno);
-  }
-  ~Patcher() {
-    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) PWrite(it->first, it->second);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Patcher(const Patcher&) = delete;
-  Patcher& operator=(const Patcher&) = delete;
-
-  std::vector<uint8_t> Read(uint64_t off, size_t n) {
-    std::vector<uint8_t> b(n);
-    if (::pread(fd_, b.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
-      ADD_FAILURE() << "pread " << n << " bytes at " << off << ": " << std::strerror(errno);
-    }
-    return b;
-  }
-  void Write(uint64_t off, const std::vector<uint8_t>& bytes) {
-    undo_.emplace_back(off, Read(off, bytes.size()));
-    PWrite(off, bytes);
-  }
-  void FlipBit(uint64_t off, int bit = 3) {
-    auto b = Read(off, 1);
-    b[0] ^= static_cast<uint8_t>(1u << bit);
-    Write(off, b);
-  }
-
- private:
-  void PWrite(uint64_t off, const std::vector<uint8_t>& b) {
-    if (::pwrite(fd_, b.data(), b.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(b.size())) {
-      ADD_FAILURE() << "pwrite " << b.size() << " bytes at " << off << ": " << std::strerror(errno);
-    }
-  }
-  int fd_;
-  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> undo_;
-};
-
-using Block = std::vector<uint8_t>;
-using Mutator = std::function<void(Block&)>;
-
-fmtd::Header& Hdr(Block& b) { return *reinterpret_cast<fmtd::Header*>(b.data()); }
-fmtd::Item& ItemAt(Block& b, int slot) {
-  return reinterpret_cast<fmtd::Item*>(b.data() + sizeof(fmtd::Header))[slot];
-}
-fmtd::KeyPtr& PtrAt(Block& b, int slot) {
-  return reinterpret_cast<fmtd::KeyPtr*>(b.data() + sizeof(fmtd::Header))[slot];
-}
-uint8_t* ItemData(Block& b, int slot) { return b.data() + sizeof(fmtd::Header) + ItemAt(b, slot).offset.get(); }
-template <typename T>
-T& ItemAs(Block& b, int slot) {
-  return *reinterpret_cast<T*>(ItemData(b, slot));
-}
-Key KeyAt(Block& b, int slot) {
-  return Key::From(Hdr(b).level == 0 ? ItemAt(b, slot).key : PtrAt(b, slot).key);
-}
-void SetKey(Block& b, int slot, const Key& k) { k.To(Hdr(b).level == 0 ? &ItemAt(b, slot).key : &PtrAt(b, slot).key); }
-
-void FixTreeCsum(Block& b, uint16_t csum_type) {
-  auto c = fmtd::ComputeCsum(csum_type, std::span<const uint8_t>(b).subspan(fmtd::kCsumSize));
-  std::memcpy(b.data(), c.data(), fmtd::kCsumSize);
-}
-
-// Changes the size of one leaf item, repacking the data of all items as btrfs
-// lays it out (data packed from the end of the block, in slot order).
-void ResizeItem(Block& b, int slot, size_t new_size) {
-  struct Raw {
-    fmtd::DiskKey key;
-    std::vector<uint8_t> data;
-  };
-  std::vector<Raw> items;
-  const int n = static_cast<int>(Hdr(b).nritems.get());
-  for (int i = 0; i < n; ++i) {
-    const uint8_t* d = ItemData(b, i);
-    items.push_back(Raw{ItemAt(b, i).key, std::vector<uint8_t>(d, d + ItemAt(b, i).size.get())});
-  }
-  items[slot].data.resize(new_size, 0);
-  uint8_t* body = b.data() + sizeof(fmtd::Header);
-  const size_t space = b.size() - sizeof(fmtd::Header);
-  std::memset(body, 0, space);
-  size_t end = space;
-  for (int i = 0; i < n; ++i) {
-    end -= items[i].data.size();
-    ItemAt(b, i).key = items[i].key;
-    ItemAt(b, i).offset.set(static_cast<uint32_t>(end));
-    ItemAt(b, i).size.set(static_cast<uint32_t>(items[i].data.size()));
-    std::memcpy(body + end, items[i].data.data(), items[i].data.size());
-  }
-}
 
 // ---------------------------------------------------------------- assertions
 
@@ -296,80 +158,6 @@ Result<std::string> DescribeImage(const std::string& image, const OpenOptions& o
   return out;
 }
 
-// ---------------------------------------------------------------- image layout
-
-// Where things are in one clean image, found through the library internals.
-struct Layout {
-  std::string path;
-  std::unique_ptr<ufs::Volume> vol;  // on the clean image; used for address mapping only
-  uint32_t nodesize = 0;
-  uint16_t csum_type = 0;
-  uint64_t root_tree = 0, chunk_root = 0;
-  tree::RootPtr fs_root, csum_root;
-  uint64_t wide_ino = 0, big_ino = 0, link_ino = 0;
-  // A /wide entry whose INODE_ITEM sits well inside its leaf, whose leaf sits
-  // well inside its parent node.
-  std::string target_name;
-  uint64_t target_ino = 0;
-  uint64_t leaf = 0;       // the leaf holding the target's INODE_ITEM
-  int leaf_slot = 0, leaf_items = 0;
-  uint64_t leaf_gen = 0;
-  uint64_t node = 0;       // the leaf's parent
-  int node_slot = 0, node_items = 0, node_level = 0;
-  uint64_t sibling = 0;    // the next leaf under the same parent
-  // big.bin's first two extents (the first one twice if it has only one):
-  // logical disk_bytenr, and the file offset of the second.
-  uint64_t big_ext0 = 0, big_ext1 = 0, big_ext1_off = 0;
-  uint64_t big_ext0_len = 0, big_ext0_ram = 0, big_ext0_num = 0;  // disk_num_bytes, ram_bytes, num_bytes
-  uint64_t csum_leaf = 0;  // the csum tree leaf covering big_ext1
-  // A small file stored in an inline extent.
-  std::string inline_path;
-
-  std::vector<uint64_t> Copies(uint64_t logical, uint64_t len) const {
-    auto m = vol->chunks().Map(logical, len);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    return m.ok() ? *m : std::vector<uint64_t>{};
-  }
-  tree::BlockRef ReadBlock(uint64_t bytenr) const {
-    auto b = vol->reader()->Read(tree::BlockCheck{bytenr, -1, 0, {}});
-    EXPECT_TRUE(b.ok()) << b.status().ToString();
-    return b.ok() ? *b : nullptr;
-  }
-  // Leaf and slot of the item with exactly key k in tree `root`.
-  std::pair<uint64_t, int> Locate(const tree::RootPtr& root, const Key& k) const {
-    tree::Cursor c(vol->reader(), root);
-    Status st = c.Seek(k);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    if (!st.ok() || !c.Valid() || c.key() != k) {
-      ADD_FAILURE() << "no item " << fmtd::KeyToString(k) << " in tree " << root.id;
-      return {0, -1};
-    }
-    return {c.leaf().bytenr(), c.slot()};
-  }
-
-  // Rewrites tree block `logical` in the copies picked by `copy_mask` (bit i
-  // = copy i): applies `m`, then recomputes the checksum if `fix_csum`.
-  void Damage(Patcher& p, uint64_t logical, const Mutator& m, bool fix_csum, unsigned copy_mask = ~0u) const {
-    auto copies = Copies(logical, nodesize);
-    ASSERT_FALSE(copies.empty());
-    for (size_t i = 0; i < copies.size(); ++i) {
-      if (!(copy_mask & (1u << i))) continue;
-      Block b = p.Read(copies[i], nodesize);
-      m(b);
-      if (fix_csum) FixTreeCsum(b, csum_type);
-      p.Write(copies[i], b);
-    }
-  }
-  void DamageItem(Patcher& p, const tree::RootPtr& root, const Key& k, const std::function<void(Block&, int)>& m,
-                  unsigned copy_mask = ~0u) const {
-    auto [leaf, slot] = Locate(root, k);
-    ASSERT_NE(leaf, 0u);
-    Damage(p, leaf, [&, slot = slot](Block& b) { m(b, slot); }, true, copy_mask);
-  }
-};
-
-std::string TreeBlockName(uint64_t bytenr) { return "tree block " + std::to_string(bytenr); }
-
 // ---------------------------------------------------------------- fixture
 
 class DamagedImageTest : public ::testing::Test {
@@ -401,45 +189,12 @@ class DamagedImageTest : public ::testing::Test {
 
   // Files of the host tree (path inside the image -> contents).
   static std::string BuildHostTree(const std::string& root) {
-    for (const char* d : {"", "/small", "/files", "/wide", "/dir", "/dir/sub"}) {
-      if (::mkdir((root + d).c_str(), 0755) != 0) return "mkdir " + root + d + ": " + std::strerror(errno);
-    }
-    auto add = [&](const std::string& p, std::string data) -> std::string {
-      if (!WriteHostFile(root + p, data)) return "write " + root + p + ": " + std::strerror(errno);
-      contents_[p] = std::move(data);
-      return "";
-    };
-    std::string err;
-    for (int i = 0; i < 10 && err.empty(); ++i) err = add("/small/s" + std::to_string(i), PseudoRandom(i, 1 + i * 150));
-    for (int i = 0; i < 20 && err.empty(); ++i) {
-      err = add("/files/f" + std::to_string(i), PseudoRandom(100 + i, 3000 + i * 9000));
-    }
-    if (err.empty()) err = add("/big.bin", PseudoRandom(7, 6 * kMiB + 1234));
-    if (err.empty()) err = add("/dir/sub/deep.txt", "deep\n");
-    for (size_t i = 0; i < kWideEntries && err.empty(); ++i) {
-      err = add("/wide/" + WideName(i), "wide entry " + std::to_string(i) + "\n");
-    }
-    if (err.empty() && ::symlink("files/f0", (root + "/link").c_str()) != 0) err = "symlink: " + std::string(std::strerror(errno));
-    return err;
+    return ubtrfs_test::BuildDamageHostTree(root, &contents_);
   }
 
   // mkfs.btrfs -q -f -n 4096 EXTRA --rootdir SRC IMG over a sparse file of kImageSize.
   static std::string MakeImage(const std::string& name, const std::vector<std::string>& extra) {
-    const std::string img = scratch_ + "/" + name;
-    std::string err;
-    if (!ubtrfs_test::MakeSparseFile(img, kImageSize, &err)) {
-      ADD_FAILURE() << err;
-      return "";
-    }
-    std::vector<std::string> argv{"mkfs.btrfs", "-q", "-f", "-n", "4096"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    argv.insert(argv.end(), {"--rootdir", scratch_ + "/src", img});
-    auto r = ubtrfs_test::RunCommand(argv);
-    if (!r.ok()) {
-      ADD_FAILURE() << ubtrfs_test::ShellJoin(argv) << ": " << r.Describe();
-      return "";
-    }
-    return img;
+    return ubtrfs_test::MakeDamageImage(scratch_, name, extra);
   }
 
   static const Layout* Single() { return GetLayout("single.img", {"-m", "single"}); }
@@ -455,134 +210,7 @@ class DamagedImageTest : public ::testing::Test {
     return (layouts_[name] = std::move(l)).get();
   }
 
-  static bool Analyze(Layout* l) {
-    auto dev = ubtrfs::io::OpenFileDevice(l->path);
-    if (!dev.ok()) {
-      ADD_FAILURE() << dev.status().ToString();
-      return false;
-    }
-    auto vol = ufs::Volume::Open(std::move(*dev), ufs::VolumeOptions{});
-    if (!vol.ok()) {
-      ADD_FAILURE() << "clean image does not open: " << vol.status().ToString();
-      return false;
-    }
-    l->vol = std::move(*vol);
-    l->nodesize = l->vol->nodesize();
-    l->csum_type = l->vol->csum_type();
-    l->root_tree = l->vol->super().root.get();
-    l->chunk_root = l->vol->super().chunk_root.get();
-    auto fsr = l->vol->FindRoot(kFsTree);
-    auto csr = l->vol->FindRoot(fmtd::kCsumTreeObjectid);
-    if (!fsr.ok() || !csr.ok()) {
-      ADD_FAILURE() << "FindRoot: " << fsr.status().ToString() << " / " << csr.status().ToString();
-      return false;
-    }
-    l->fs_root = fsr->ref;
-    l->csum_root = csr->ref;
-    if (l->fs_root.level < 1) {
-      ADD_FAILURE() << "fs tree has no internal nodes (level " << l->fs_root.level << ")";
-      return false;
-    }
-
-    auto fs = Filesystem::Open(l->path);
-    if (!fs.ok()) {
-      ADD_FAILURE() << "clean image does not open: " << fs.status().ToString();
-      return false;
-    }
-    auto ino = [&](const std::string& p) -> uint64_t {
-      auto id = (*fs)->Lookup(p);
-      EXPECT_TRUE(id.ok()) << p << ": " << id.status().ToString();
-      return id.ok() ? id->ino : 0;
-    };
-    l->wide_ino = ino("/wide");
-    l->big_ino = ino("/big.bin");
-    l->link_ino = ino("/link");
-
-    // Pick the target: its INODE_ITEM in slot [3, n-4] of a leaf that is in
-    // slot [1, n-2] of its parent.
-    for (size_t i = kWideEntries / 2; i < kWideEntries + kWideEntries / 2 && l->target_ino == 0; ++i) {
-      const std::string name = WideName(i % kWideEntries);
-      const uint64_t t = ino("/wide/" + name);
-      const Key k{t, fmtd::kInodeItemKey, 0};
-      // Walk down from the root, remembering the parent of the leaf.
-      tree::BlockRef n = l->ReadBlock(l->fs_root.bytenr);
-      tree::BlockRef parent;
-      int pslot = -1;
-      while (n && !n->is_leaf()) {
-        parent = n;
-        pslot = n->LastSlotAtOrBefore(k);
-        if (pslot < 0) break;
-        n = l->ReadBlock(n->child_bytenr(pslot));
-      }
-      if (!n || !parent || pslot < 1 || pslot > parent->nritems() - 2) continue;
-      const int slot = n->FirstSlotAtOrAfter(k);
-      if (slot < 3 || slot > n->nritems() - 4 || n->key(slot) != k) continue;
-      l->target_name = "/wide/" + name;
-      l->target_ino = t;
-      l->leaf = n->bytenr();
-      l->leaf_slot = slot;
-      l->leaf_items = n->nritems();
-      l->leaf_gen = n->generation();
-      l->node = parent->bytenr();
-      l->node_slot = pslot;
-      l->node_items = parent->nritems();
-      l->node_level = parent->level();
-      l->sibling = parent->child_bytenr(pslot + 1);
-    }
-    if (l->target_ino == 0) {
-      ADD_FAILURE() << "no /wide entry sits inside a leaf and node as the cases need";
-      return false;
-    }
-
-    {
-      tree::Cursor c(l->vol->reader(), l->fs_root);
-      Status st = c.Seek(Key{l->big_ino, fmtd::kExtentDataKey, 0});
-      for (int i = 0; i < 2 && st.ok() && c.Valid() && c.key().objectid == l->big_ino &&
-                      c.key().type == fmtd::kExtentDataKey;
-           ++i, st = c.Next()) {
-        const auto* fe = reinterpret_cast<const fmtd::FileExtentItem*>(c.data().data());
-        if (c.data().size() < sizeof(fmtd::FileExtentItem) || fe->type != fmtd::kFileExtentReg ||
-            fe->compression != 0 || fe->offset.get() != 0 || fe->disk_num_bytes.get() < 128 * 1024) {
-          ADD_FAILURE() << "big.bin extent " << fmtd::KeyToString(c.key()) << " is not a plain regular extent";
-          return false;
-        }
-        if (i == 0) {
-          l->big_ext0_len = fe->disk_num_bytes.get();
-          l->big_ext0_ram = fe->ram_bytes.get();
-          l->big_ext0_num = fe->num_bytes.get();
-          l->big_ext0 = fe->disk_bytenr.get();
-        }
-        l->big_ext1 = fe->disk_bytenr.get();
-        l->big_ext1_off = c.key().offset;
-      }
-      if (!st.ok() || l->big_ext0 == 0) {
-        ADD_FAILURE() << "no extents found for big.bin: " << st.ToString();
-        return false;
-      }
-    }
-    for (int i = 9; i >= 0 && l->inline_path.empty(); --i) {
-      const std::string path = "/small/s" + std::to_string(i);
-      const uint64_t id = ino(path);
-      tree::Cursor c(l->vol->reader(), l->fs_root);
-      const Key k{id, fmtd::kExtentDataKey, 0};
-      if (!c.Seek(k).ok() || !c.Valid() || c.key() != k || c.data().size() < 100) continue;
-      if (reinterpret_cast<const fmtd::FileExtentItem*>(c.data().data())->type == fmtd::kFileExtentInline) {
-        l->inline_path = path;
-      }
-    }
-    if (l->inline_path.empty()) {
-      ADD_FAILURE() << "none of /small/s* is stored inline";
-      return false;
-    }
-    tree::Cursor c(l->vol->reader(), l->csum_root);
-    Status st = c.SeekAtOrBefore(Key{fmtd::kExtentCsumObjectid, fmtd::kExtentCsumKey, l->big_ext1});
-    if (!st.ok() || !c.Valid()) {
-      ADD_FAILURE() << "no csum item covers " << l->big_ext1 << ": " << st.ToString();
-      return false;
-    }
-    l->csum_leaf = c.leaf().bytenr();
-    return true;
-  }
+  static bool Analyze(Layout* l) { return ubtrfs_test::AnalyzeDamageLayout(l); }
 
   static std::string scratch_;
   static std::string setup_error_;
@@ -892,17 +520,6 @@ TEST_F(DamagedImageTest, CsumTreeItemDamage) {
 }
 
 // ---- superblocks
-
-void DamageSuper(Patcher& p, uint64_t off, const std::function<void(fmtd::SuperBlock&)>& m, bool fix) {
-  Block b = p.Read(off, fmtd::kSuperInfoSize);
-  auto& sb = *reinterpret_cast<fmtd::SuperBlock*>(b.data());
-  m(sb);
-  if (fix) {
-    auto c = fmtd::ComputeCsum(sb.csum_type.get(), std::span<const uint8_t>(b).subspan(fmtd::kCsumSize));
-    std::memcpy(sb.csum, c.data(), fmtd::kCsumSize);
-  }
-  p.Write(off, b);
-}
 
 constexpr uint64_t kPrimary = fmtd::kSuperInfoOffset;
 const uint64_t kMirror1 = fmtd::SuperblockOffset(1);
