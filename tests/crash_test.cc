@@ -742,7 +742,6 @@ class CrashVerifier {
     const auto& log = run.rec().log();
     gen_issued_.resize(log.size() + 1);
     uint64_t g = run.states().begin()->first;  // mkfs
-    initial_gen_ = g;
     for (size_t i = 0; i < log.size(); ++i) {
       gen_issued_[i] = g;
       if (uint64_t sg = SuperGeneration(log[i])) {
@@ -945,7 +944,6 @@ class CrashVerifier {
   std::string scratch_, name_;
   std::vector<uint64_t> gen_issued_;
   std::set<size_t> super_writes_;
-  uint64_t initial_gen_ = 0;
   bool have_btrfs_ = false;
 };
 
