@@ -12,6 +12,11 @@
 #   FUZZ_JOBS          parallel fuzzing workers per target (default 1)
 #   FUZZ_ARGS          extra libFuzzer flags (e.g. "-max_len=20000")
 #
+# Targets: superblock_fuzz, tree_block_fuzz (single structures) and
+# image_open_fuzz, image_read_fuzz, image_write_fuzz (whole images in the
+# encoding of tests/fuzz/fuzz_image.h; tests/fuzz/make_corpus.sh rebuilds their
+# seeds). With 20 s per target (./test) the five take about 2 minutes.
+#
 # The seed corpora in tests/fuzz/corpus/<target>/ are only read; new inputs go
 # to $UBTRFS_FUZZ_BUILD/corpus/<target>/ and crashes to
 # $UBTRFS_FUZZ_BUILD/artifacts/<target>/. Reproduce one with
