@@ -270,9 +270,15 @@ void Churn(Filesystem& fs) {
     const size_t len = (i % 4 == 0) ? 100 : (i % 4 == 1) ? 5000 : (i % 4 == 2) ? 70000 : buf.size();
     auto n = fs.Write(*f, static_cast<uint64_t>(i % 3) * 8192, std::span<const uint8_t>(buf).first(len));
     ASSERT_TRUE(n.ok()) << n.status().ToString();
-    if (i % 5 == 0) ASSERT_TRUE(fs.SetXattr(*f, "user.tag", std::string(50 + i, 'x')).ok());
-    if (i % 7 == 0) ASSERT_TRUE(fs.Link(*f, root, "link" + std::to_string(i)).ok());
-    if (i % 10 == 9) ASSERT_TRUE(fs.Commit().ok());
+    if (i % 5 == 0) {
+      ASSERT_TRUE(fs.SetXattr(*f, "user.tag", std::string(50 + i, 'x')).ok());
+    }
+    if (i % 7 == 0) {
+      ASSERT_TRUE(fs.Link(*f, root, "link" + std::to_string(i)).ok());
+    }
+    if (i % 10 == 9) {
+      ASSERT_TRUE(fs.Commit().ok());
+    }
   }
   for (int i = 0; i < 40; i += 3) ASSERT_TRUE(fs.Unlink(*dir, "f" + std::to_string(i)).ok());
   for (int i = 1; i < 40; i += 6) {
