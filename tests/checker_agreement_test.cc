@@ -657,8 +657,8 @@ TEST_F(DamagedAgreementTest, FsTreeItemDamage) {
                [fe, leaf](Block& b, int s) { fe(b, s).disk_bytenr.set(leaf); }),
       ItemCase("file extent type 7", fs_tree, ext0, [fe](Block& b, int s) { fe(b, s).type = 7; }),
       ItemCase("file extent item 30 bytes", fs_tree, ext0, [](Block& b, int s) { ResizeItem(b, s, 30); }),
-      ReadTimeOnly(ItemCase("file extent encrypted", fs_tree, ext0, [fe](Block& b, int s) { fe(b, s).encryption = 1; })),
-      ReadTimeOnly(ItemCase("file extent compression 9", fs_tree, ext0, [fe](Block& b, int s) { fe(b, s).compression = 9; })),
+      ItemCase("file extent encrypted", fs_tree, ext0, [fe](Block& b, int s) { fe(b, s).encryption = 1; }),
+      ItemCase("file extent compression 9", fs_tree, ext0, [fe](Block& b, int s) { fe(b, s).compression = 9; }),
       ItemCase("file extent zstd with ram_bytes 2^40", fs_tree, ext0,
                [fe](Block& b, int s) {
                  fe(b, s).compression = fmtd::kCompressZstd;

@@ -217,6 +217,10 @@ void FsTreeChecker::OnFileExtent(InodeRec& rec, const Key& key, std::span<const 
   const bool nodatasum = rec.flags & kInodeNodatasum;
   uint64_t num = 0, disk = 0, off = 0, disk_num = 0;
   const std::string where = Where(key);
+  // As the kernel's tree checker, which refuses the whole leaf for these
+  // (btrfs check 6.2 does not look).
+  if (fe->compression > kCompressZstd) Error(where + ": unknown compression type " + std::to_string(fe->compression));
+  if (fe->encryption != 0) Error(where + ": encryption " + std::to_string(fe->encryption) + ", expected 0");
   if (fe->type == kFileExtentInline) {
     num = fe->ram_bytes.get();
     const uint64_t inline_len = d.size() - kFileExtentInlineDataStart;
