@@ -653,7 +653,7 @@ class Bench:
         script = f"""
 set terminal pngcairo size 900,480 noenhanced font ",10"
 set output '{png}'
-set title "{result['title']}\\nmedian of {result['reps']}, bars: min..max; {better}; {result['machine']['date']}"
+set title "{result['title']}\\nmedian of up to {result['reps']} runs, bars: min..max; {better}; {result['machine']['date']}"
 set ylabel "{result['unit']}"
 set style fill solid 0.6 border -1
 set boxwidth 0.6
