@@ -211,6 +211,7 @@ void CmdMkfs(const MkfsArgs& a) {
     OpenOptions oo;
     oo.writable = true;
     oo.node_cache_bytes = 16ull << 20;  // an import writes through the transaction, not the read cache
+    oo.max_dirty_bytes = 32ull << 20;    // peak memory below mkfs.btrfs's on large trees
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
     fs::ImportOptions io;

@@ -1,4 +1,6 @@
 // Opening a Filesystem: the device, the Volume, the view.
+#include <algorithm>
+
 #include "fs/fs_impl.h"
 #include "fs/open_device.h"
 #include "io/block_device.h"
@@ -20,6 +22,7 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
   UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(dev), vo));
   auto impl = std::make_unique<FilesystemImpl>(std::move(vol));
   impl->set_legacy_dir_index_batching(options.legacy_dir_index_batching);
+  impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));
   UB_RETURN_IF_ERROR(impl->Init());
   if (options.writable) UB_RETURN_IF_ERROR(impl->InitWrite());
   return std::unique_ptr<Filesystem>(std::move(impl));

@@ -93,6 +93,7 @@ class FilesystemImpl final : public Filesystem {
   // Makes the view writable: starts the transaction machinery.
   Status InitWrite();
   void set_legacy_dir_index_batching(bool on) { legacy_batching_ = on; }
+  void set_max_dirty_bytes(uint64_t n) { max_dirty_bytes_ = n; }
 
   // ---- Write side (write_ops.cc) ----
   Result<InodeId> Create(InodeId dir, std::string_view name, const NewInode& attrs) override;
@@ -643,6 +644,7 @@ class FilesystemImpl final : public Filesystem {
   std::unique_ptr<txn::TxnManager> txn_;
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
   bool legacy_batching_ = false;  // OpenOptions::legacy_dir_index_batching
+  uint64_t max_dirty_bytes_ = 64ull << 20;  // OpenOptions::max_dirty_bytes
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume
   // The open-inode cache (a radix tree per subvolume, inode/inode_cache.h):
   // inode items read or changed recently. Changed ones are dirty until

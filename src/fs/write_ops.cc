@@ -931,11 +931,10 @@ Status FilesystemImpl::CommitImpl() {
 constexpr uint64_t kItemsPerOp = 8;
 
 // Bounds the memory of a running transaction (dirty tree blocks and cached
-// inodes): past this much, commit, as the kernel does every 30 seconds
-// whatever its callers do.
+// inodes): past OpenOptions::max_dirty_bytes, commit, as the kernel does
+// every 30 seconds whatever its callers do.
 Status FilesystemImpl::MaybeAutoCommit() {
-  constexpr uint64_t kDirtyLimit = 32ull << 20;
-  if (txn_->dirty_bytes() < kDirtyLimit) return Status::Ok();
+  if (txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();
   Status st = CommitImpl();
   NoteFailure(st);
   return st;
