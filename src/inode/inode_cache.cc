@@ -121,6 +121,7 @@ InodeRecord* InodeCache::EvictLocked(size_t target, size_t budget) {
   InodeRecord* doomed = nullptr;
   while (size_ > target && budget > 0 && tail_ != nullptr) {
     --budget;
+    ++evict_scans_;
     InodeRecord* r = tail_;
     // refs_ == 1: only the cache holds it, and only the cache (under mu_)
     // could hand out another reference, so dirty/open_count cannot change
@@ -214,7 +215,12 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
       ++size_;
       ++inserts_;
       stored = true;
-      if (size_ > capacity_) doomed = EvictLocked(capacity_, 16 + 2 * (size_ - capacity_));
+      // A bounded look at the cold end per insert: when most records are
+      // pinned (dirty until the next commit, or open) the cache may grow past
+      // its capacity, but an insert never walks the whole list (an unbounded
+      // budget made inserts linear in the pinned count, and a run of
+      // creates without a commit quadratic).
+      if (size_ > capacity_) doomed = EvictLocked(capacity_, std::min<size_t>(16 + 2 * (size_ - capacity_), kMaxEvictScan));
     } else {
       result->refs_.fetch_add(1, std::memory_order_relaxed);
       result->referenced_ = true;
@@ -344,6 +350,7 @@ InodeCacheStats InodeCache::stats() const {
     s.lookups = lookups_;
     s.hits = hits_;
     s.evictions = evictions_;
+    s.evict_scans = evict_scans_;
     s.removals = removals_;
     s.cached = size_;
     s.subvolumes = roots_.size();

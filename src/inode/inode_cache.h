@@ -125,6 +125,7 @@ struct InodeCacheStats {
   uint64_t lookups = 0;
   uint64_t hits = 0;
   uint64_t evictions = 0;
+  uint64_t evict_scans = 0;   // records looked at by eviction (at most kMaxEvictScan per insert)
   uint64_t removals = 0;      // Remove() calls that found the inode
   size_t cached = 0;          // records in the cache now
   size_t subvolumes = 0;      // subvolume trees
@@ -147,6 +148,9 @@ class InodeCache {
   // Lets go of every record; records that InodeRefs still point to live on
   // until the last of those goes.
   ~InodeCache();
+
+  // Records one Insert looks at, at most, to evict idle ones.
+  static constexpr size_t kMaxEvictScanForTests() { return kMaxEvictScan; }
 
   // The cached record, or an empty ref.
   InodeRef Lookup(uint64_t root, uint64_t ino);
@@ -197,6 +201,7 @@ class InodeCache {
   InodeRecord* EvictLocked(size_t target, size_t budget);
 
   static void DropDetached(InodeRecord* chain);  // after unlocking
+  static constexpr size_t kMaxEvictScan = 64;  // records an Insert looks at to evict
   static uint64_t NowNs();
 
   const bool time_ops_;
@@ -220,6 +225,7 @@ class InodeCache {
   uint64_t lookups_ = 0;
   uint64_t hits_ = 0;
   uint64_t evictions_ = 0;
+  uint64_t evict_scans_ = 0;
   uint64_t removals_ = 0;
 };
 

@@ -268,3 +268,34 @@ TEST(InodeCacheTest, ConcurrentMixedOperations) {
 
 }  // namespace
 }  // namespace ubtrfs::inode
+
+namespace ubtrfs::inode {
+namespace {
+
+// A run of changes without a commit pins every record (dirty): the cache
+// grows past its capacity, and each insert still looks at no more than a
+// bounded number of records for eviction (it once walked them all, making
+// long runs of creates quadratic).
+TEST(InodeCacheTest, PinnedRecordsBoundTheEvictionScan) {
+  InodeCacheOptions o;
+  o.capacity = 100;
+  InodeCache cache(o);
+  constexpr uint64_t kInodes = 20000;
+  for (uint64_t ino = 256; ino < 256 + kInodes; ++ino) {
+    InodeRef r = cache.Insert(5, ino, Item(5, ino));
+    r->dirty.store(true);
+  }
+  InodeCacheStats s = cache.stats();
+  EXPECT_EQ(s.cached, kInodes);  // nothing could go
+  EXPECT_EQ(s.evictions, 0u);
+  EXPECT_LE(s.evict_scans, kInodes * InodeCache::kMaxEvictScanForTests());
+  // Once clean, the next inserts evict back towards the capacity.
+  for (InodeRef& r : cache.CollectDirty()) r->dirty.store(false);
+  for (uint64_t ino = 256 + kInodes; ino < 256 + kInodes + 2000; ++ino) cache.Insert(5, ino, Item(5, ino));
+  s = cache.stats();
+  EXPECT_GT(s.evictions, 2000u);
+  EXPECT_LT(s.cached, kInodes);
+}
+
+}  // namespace
+}  // namespace ubtrfs::inode
