@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "fs/open_device.h"
 #include "format/checksum.h"
 #include "format/ondisk.h"
 #include "format/superblock.h"
@@ -231,6 +232,17 @@ inline ubtrfs::OpenOptions Options(const Decoded& d, bool writable) {
   o.verify_data_csums = !(d.flags & kNoDataCsums);
   o.node_cache_bytes = 4ull << 20;
   return o;
+}
+
+// Opens the decoded image (a device over its pages), or checks that the
+// refusal is a Status with a message and returns null.
+inline std::unique_ptr<ubtrfs::Filesystem> OpenDecoded(const Decoded& d, bool writable) {
+  auto fs = ubtrfs::OpenOnDevice(std::make_unique<SparseDevice>(d.pages), Options(d, writable));
+  if (!fs.ok()) {
+    CheckError(fs.status());
+    return nullptr;
+  }
+  return std::move(*fs);
 }
 
 // Bounds for one walk, so that a hostile image cannot make a run slow.

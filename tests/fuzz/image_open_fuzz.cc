@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fs/open_device.h"
 #include "fuzz_image.h"
 
 namespace {
@@ -17,30 +16,26 @@ volatile uint64_t g_sink;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ubtrfs_fuzz::Decoded img;
   if (!ubtrfs_fuzz::Decode(data, size, &img)) return 0;
-  auto fs = ubtrfs::OpenOnDevice(std::make_unique<ubtrfs_fuzz::SparseDevice>(img.pages),
-                                 ubtrfs_fuzz::Options(img, /*writable=*/false));
-  if (!fs.ok()) {
-    ubtrfs_fuzz::CheckError(fs.status());
-    return 0;
-  }
+  auto fs = ubtrfs_fuzz::OpenDecoded(img, /*writable=*/false);
+  if (!fs) return 0;
   uint64_t acc = 0;
-  const ubtrfs::FsInfo info = (*fs)->Info();
+  const ubtrfs::FsInfo info = fs->Info();
   FUZZ_CHECK(info.nodesize >= 4096 && info.sectorsize >= 4096);
   acc += info.generation + info.label.size() + info.fsid.size() + info.csum_type.size();
-  for (const auto& w : (*fs)->Warnings()) FUZZ_CHECK(!w.empty());
-  auto st = (*fs)->GetStat((*fs)->Root());
+  for (const auto& w : fs->Warnings()) FUZZ_CHECK(!w.empty());
+  auto st = fs->GetStat(fs->Root());
   if (st.ok()) {
     acc += st->mode;
   } else {
     ubtrfs_fuzz::CheckError(st.status());
   }
-  auto entries = (*fs)->ReadDir((*fs)->Root());
+  auto entries = fs->ReadDir(fs->Root());
   if (entries.ok()) {
     acc += entries->size();
   } else {
     ubtrfs_fuzz::CheckError(entries.status());
   }
-  auto sf = (*fs)->StatFs();
+  auto sf = fs->StatFs();
   if (sf.ok()) {
     acc += sf->free_bytes;
   } else {

@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fs/open_device.h"
 #include "fuzz_image.h"
 
 namespace {
@@ -16,13 +15,9 @@ volatile uint64_t g_sink;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ubtrfs_fuzz::Decoded img;
   if (!ubtrfs_fuzz::Decode(data, size, &img)) return 0;
-  auto fs = ubtrfs::OpenOnDevice(std::make_unique<ubtrfs_fuzz::SparseDevice>(img.pages),
-                                 ubtrfs_fuzz::Options(img, /*writable=*/false));
-  if (!fs.ok()) {
-    ubtrfs_fuzz::CheckError(fs.status());
-    return 0;
-  }
-  const ubtrfs_fuzz::WalkStats stats = ubtrfs_fuzz::WalkAll(**fs);
+  auto fs = ubtrfs_fuzz::OpenDecoded(img, /*writable=*/false);
+  if (!fs) return 0;
+  const ubtrfs_fuzz::WalkStats stats = ubtrfs_fuzz::WalkAll(*fs);
   g_sink = stats.checksum + stats.entries + stats.bytes + stats.errors;
   return 0;
 }

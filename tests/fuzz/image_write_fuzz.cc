@@ -15,7 +15,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "fs/open_device.h"
 #include "fuzz_image.h"
 
 namespace {
@@ -180,17 +179,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!ubtrfs_fuzz::Decode(data, size, &img)) return 0;
   uint64_t acc = 0;
   {
-    auto fs = ubtrfs::OpenOnDevice(std::make_unique<ubtrfs_fuzz::SparseDevice>(img.pages),
-                                   ubtrfs_fuzz::Options(img, /*writable=*/true));
-    if (!fs.ok()) {
-      ubtrfs_fuzz::CheckError(fs.status());
-      return 0;
-    }
+    auto fs = ubtrfs_fuzz::OpenDecoded(img, /*writable=*/true);
+    if (!fs) return 0;
     State s;
-    s.dirs.push_back((*fs)->Root());
-    s.nodes.push_back((*fs)->Root());
+    s.dirs.push_back(fs->Root());
+    s.nodes.push_back(fs->Root());
     // The existing entries of the root directory are targets too.
-    auto entries = (*fs)->ReadDir((*fs)->Root());
+    auto entries = fs->ReadDir(fs->Root());
     if (entries.ok()) {
       for (size_t i = 0; i < entries->size() && i < 16; ++i) {
         const auto& e = (*entries)[i];
@@ -202,18 +197,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ubtrfs_fuzz::CheckError(entries.status());
     }
     Script sc(img.ops);
-    RunScript(**fs, sc, &s);
-    Note((*fs)->Commit());
+    RunScript(*fs, sc, &s);
+    Note(fs->Commit());
     acc += s.nodes.size();
   }  // the destructor commits whatever is left (or does nothing after an abort)
 
-  auto again = ubtrfs::OpenOnDevice(std::make_unique<ubtrfs_fuzz::SparseDevice>(img.pages),
-                                    ubtrfs_fuzz::Options(img, /*writable=*/false));
-  if (!again.ok()) {
-    ubtrfs_fuzz::CheckError(again.status());
-    return 0;
-  }
-  const ubtrfs_fuzz::WalkStats stats = ubtrfs_fuzz::WalkAll(**again);
+  auto again = ubtrfs_fuzz::OpenDecoded(img, /*writable=*/false);
+  if (!again) return 0;
+  const ubtrfs_fuzz::WalkStats stats = ubtrfs_fuzz::WalkAll(*again);
   g_sink = acc + stats.checksum + stats.entries;
   return 0;
 }
