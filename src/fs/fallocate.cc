@@ -171,15 +171,7 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
         }
       }
       for (const Piece& p : pieces) {
-        FileExtentItem fe{};
-        fe.generation = txn_->transid();
-        fe.ram_bytes = p.len;
-        fe.compression = kCompressNone;
-        fe.type = kFileExtentPrealloc;
-        fe.disk_bytenr = p.bytenr;
-        fe.disk_num_bytes = p.len;
-        fe.offset = 0;
-        fe.num_bytes = p.len;
+        const FileExtentItem fe = WholeExtentItem(txn_->transid(), kFileExtentPrealloc, p.bytenr, p.len);
         const auto* fb = reinterpret_cast<const uint8_t*>(&fe);
         UB_RETURN_IF_ERROR(w->Insert(Key{file.ino, kExtentDataKey, p.file_off}, std::span(fb, sizeof fe)));
         UB_RETURN_IF_ERROR(txn_->AddDataRef(p.bytenr, p.len, file.root, file.ino, p.file_off));

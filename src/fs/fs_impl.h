@@ -38,6 +38,21 @@ using tree::Cursor;
 // btrfs never writes a compressed extent larger than 128 KiB of data.
 constexpr uint64_t kMaxCompressedExtent = 128 * 1024;
 
+// A file extent item that covers the whole of an uncompressed disk extent
+// (regular or prealloc) of `len` bytes at `bytenr`.
+inline FileExtentItem WholeExtentItem(uint64_t transid, uint8_t type, uint64_t bytenr, uint64_t len) {
+  FileExtentItem fe{};
+  fe.generation = transid;
+  fe.ram_bytes = len;
+  fe.compression = kCompressNone;
+  fe.type = type;
+  fe.disk_bytenr = bytenr;
+  fe.disk_num_bytes = len;
+  fe.offset = 0;
+  fe.num_bytes = len;
+  return fe;
+}
+
 inline std::string InodeName(InodeId id) {
   return "inode " + std::to_string(id.ino) + " in tree " + std::to_string(id.root);
 }

@@ -695,15 +695,7 @@ Status FilesystemImpl::WritePieces(InodeId id, const std::vector<DataPiece>& pie
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
   for (const DataPiece& p : pieces) {
     UB_RETURN_IF_ERROR(txn_->WriteData(p.bytenr, data.subspan(p.data_pos, p.len), csum));
-    FileExtentItem fe{};
-    fe.generation = txn_->transid();
-    fe.ram_bytes = p.len;
-    fe.compression = kCompressNone;
-    fe.type = kFileExtentReg;
-    fe.disk_bytenr = p.bytenr;
-    fe.disk_num_bytes = p.len;
-    fe.offset = 0;
-    fe.num_bytes = p.len;
+    const FileExtentItem fe = WholeExtentItem(txn_->transid(), kFileExtentReg, p.bytenr, p.len);
     UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, p.file_off}, AsBytes(fe)));
     UB_RETURN_IF_ERROR(txn_->AddDataRef(p.bytenr, p.len, id.root, id.ino, p.file_off));
     *nbytes_delta += static_cast<int64_t>(p.len);
