@@ -66,7 +66,7 @@ void DelayedDirIndex::RecordBatch(size_t items, bool full) {
 // One run of successors that fits an empty leaf: one search, one
 // insert_empty_items (InsertBatch), the data copied in, the path released
 // when InsertBatch returns; the caller frees the items after that.
-Status DelayedDirIndex::InsertRun(tree::TreeWriter* w, uint64_t /*dir*/, std::vector<Key>& keys,
+Status DelayedDirIndex::InsertRun(tree::TreeWriter* w, std::vector<Key>& keys,
                                   std::vector<std::vector<uint8_t>>& data, bool full) {
   if (keys.empty()) return Status::Ok();
   if (policy_ == BatchPolicy::kLeafFreeSpace) return InsertRunLegacy(w, keys, data);
@@ -107,7 +107,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
     const bool gap = !keys.empty() && keys.back().offset + 1 != index;
     const bool full = !keys.empty() && bytes + need > leaf_space_;
     if (gap || full) {
-      UB_RETURN_IF_ERROR(InsertRun(w, dir, keys, data, full));
+      UB_RETURN_IF_ERROR(InsertRun(w, keys, data, full));
       flushed_end = e;
       keys.clear();
       data.clear();
@@ -118,7 +118,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
     bytes += need;
   }
   if (!full_batches_only) {
-    UB_RETURN_IF_ERROR(InsertRun(w, dir, keys, data, false));
+    UB_RETURN_IF_ERROR(InsertRun(w, keys, data, false));
     flushed_end = q.end();
   } else {
     for (size_t i = 0; i < keys.size(); ++i) q[keys[i].offset] = std::move(data[i]);  // the tail stays queued

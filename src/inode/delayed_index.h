@@ -63,7 +63,7 @@ class DelayedDirIndex {
   const DelayedIndexStats& stats() const { return stats_; }
 
  private:
-  Status InsertRun(tree::TreeWriter* w, uint64_t dir, std::vector<format::Key>& keys,
+  Status InsertRun(tree::TreeWriter* w, std::vector<format::Key>& keys,
                    std::vector<std::vector<uint8_t>>& data, bool full);
   Status InsertRunLegacy(tree::TreeWriter* w, std::vector<format::Key>& keys, std::vector<std::vector<uint8_t>>& data);
   void RecordBatch(size_t items, bool full);
