@@ -43,6 +43,10 @@ class BlockSource {
  public:
   virtual ~BlockSource() = default;
   virtual Result<BlockRef> Read(const BlockCheck& check) = 0;
+  // Whether readers must take node locks (shared) on the blocks they read:
+  // only blocks of a running transaction while several threads use it.
+  virtual bool Locking() const { return false; }
+  virtual bool NeedsLock(const TreeBlock&) const { return false; }
 };
 
 class BlockReader final : public BlockSource {

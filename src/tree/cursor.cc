@@ -2,25 +2,67 @@
 
 namespace ubtrfs::tree {
 
+void Cursor::Hold(int level, BlockRef b) {
+  if (locked_[level]) {
+    nodes_[level]->lock.UnlockShared();
+    locked_[level] = false;
+  }
+  if (b != nullptr && reader_->NeedsLock(*b)) {
+    b->lock.LockShared();
+    locked_[level] = true;
+  }
+  nodes_[level] = std::move(b);
+}
+
+void Cursor::ReleaseAll() {
+  // Leaf first: a block is let go of only while its parent is still held.
+  for (int l = 0; l < format::kMaxLevel; ++l) Hold(l, nullptr);
+}
+
 Status Cursor::LoadRoot() {
   valid_ = false;
-  for (auto& n : nodes_) n.reset();
-  if (root_.level < 0 || root_.level >= format::kMaxLevel) {
-    return Status::Corrupt("tree " + std::to_string(root_.id) + ": root level " + std::to_string(root_.level));
+  ReleaseAll();
+  NodeLock* live_lock = nullptr;
+  if (root_.live != nullptr) {
+    // The root may move (copy on write, growth, shrink) while we look: hold
+    // the root pointer's lock until the root block itself is held.
+    if (reader_->Locking()) {
+      live_lock = root_.live->lock;
+      live_lock->LockShared();
+    }
+    const RootPtr& cur = *root_.live->ptr;
+    root_.bytenr = cur.bytenr;
+    root_.level = cur.level;
+    root_.generation = cur.generation;
   }
-  UB_ASSIGN_OR_RETURN(nodes_[root_.level], reader_->Read(BlockCheck{root_.bytenr, root_.level, root_.generation, {}}));
-  return Status::Ok();
+  Status st = Status::Ok();
+  if (root_.level < 0 || root_.level >= format::kMaxLevel) {
+    st = Status::Corrupt("tree " + std::to_string(root_.id) + ": root level " + std::to_string(root_.level));
+  } else {
+    auto b = reader_->Read(BlockCheck{root_.bytenr, root_.level, root_.generation, {}});
+    if (b.ok()) {
+      Hold(root_.level, std::move(*b));
+    } else {
+      st = b.status();
+    }
+  }
+  if (live_lock != nullptr) live_lock->UnlockShared();
+  return st;
 }
 
 Status Cursor::LoadChild(int level) {
   const TreeBlock& n = *nodes_[level];
   const int s = slot_[level];
-  UB_ASSIGN_OR_RETURN(nodes_[level - 1],
+  UB_ASSIGN_OR_RETURN(BlockRef child,
                       reader_->Read(BlockCheck{n.child_bytenr(s), level - 1, n.child_generation(s), n.key(s)}));
+  Hold(level - 1, std::move(child));
   return Status::Ok();
 }
 
 Status Cursor::Descend(int level, bool leftmost) {
+  // Let go of the old blocks below first: the path held is always one chain
+  // from the root, so a reader only ever waits for a child of what it holds.
+  for (int l = 0; l < level; ++l) Hold(l, nullptr);
   for (int l = level; l > 0; --l) {
     UB_RETURN_IF_ERROR(LoadChild(l));
     slot_[l - 1] = leftmost ? 0 : nodes_[l - 1]->nritems() - 1;

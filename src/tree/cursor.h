@@ -1,5 +1,12 @@
 // A path from a tree root to one leaf item: search by key, then step forward
 // or backward across leaves. One cursor serves one thread.
+//
+// Over a running transaction's blocks in concurrent mode (BlockSource::
+// Locking()) a cursor holds a shared node lock on each block of its path
+// that the transaction may change, taken parent before child, and lets go of
+// a block only to move to another child of a block it still holds. Writers
+// therefore never change a block under a reader. A thread must not change a
+// tree while it holds a cursor on it.
 #ifndef UBTRFS_TREE_CURSOR_H_
 #define UBTRFS_TREE_CURSOR_H_
 
@@ -7,19 +14,36 @@
 #include <optional>
 
 #include "tree/block_reader.h"
+#include "tree/node_lock.h"
 
 namespace ubtrfs::tree {
+
+struct RootPtr;
+
+// A tree's root pointer as a running transaction changes it, with the lock
+// that guards it: writers hold it in intent mode while they may move the
+// root and in write mode while they do; readers take it shared just long
+// enough to lock the root block (tree/writer.h).
+struct LiveRoot {
+  const RootPtr* ptr = nullptr;
+  NodeLock* lock = nullptr;
+};
 
 struct RootPtr {
   uint64_t bytenr = 0;
   int level = 0;
   uint64_t generation = 0;  // 0: not known
   uint64_t id = 0;          // tree objectid, for messages
+  // When set, cursors read the root from here instead of the fields above.
+  const LiveRoot* live = nullptr;
 };
 
 class Cursor {
  public:
   Cursor(BlockSource* reader, const RootPtr& root) : reader_(reader), root_(root) {}
+  ~Cursor() { ReleaseAll(); }
+  Cursor(const Cursor&) = delete;
+  Cursor& operator=(const Cursor&) = delete;
 
   // Positions at the first item whose key is >= k. Valid() is false when no
   // such item exists.
@@ -43,11 +67,15 @@ class Cursor {
   Status Descend(int level, bool leftmost);
   Status LoadChild(int level);
   Status LoadRoot();
+  // Puts b at `level` of the path, locking it if it must be.
+  void Hold(int level, BlockRef b);
+  void ReleaseAll();
 
   BlockSource* reader_;
   RootPtr root_;
   std::array<BlockRef, format::kMaxLevel> nodes_{};
   std::array<int, format::kMaxLevel> slot_{};
+  std::array<bool, format::kMaxLevel> locked_{};
   bool valid_ = false;
 };
 

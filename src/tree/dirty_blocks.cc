@@ -7,18 +7,19 @@ namespace ubtrfs::tree {
 using namespace ubtrfs::format;
 
 Result<BlockRef> DirtyBlocks::Read(const BlockCheck& check) {
-  auto it = blocks_.find(check.bytenr);
-  if (it == blocks_.end()) return clean_->Read(check);
-  const TreeBlock& b = *it->second;
+  std::shared_ptr<TreeBlock> mine = Get(check.bytenr);
+  if (mine == nullptr) return clean_->Read(check);
+  const TreeBlock& b = *mine;
   // Our own blocks are trusted, but a pointer that disagrees with them is a bug.
   if ((check.level >= 0 && b.level() != check.level) ||
       (check.generation != 0 && b.generation() != check.generation)) {
     return Status::Corrupt("dirty tree block " + std::to_string(check.bytenr) + ": level/generation mismatch");
   }
-  return BlockRef(it->second);
+  return BlockRef(std::move(mine));
 }
 
 std::shared_ptr<TreeBlock> DirtyBlocks::Get(uint64_t bytenr) const {
+  std::shared_lock lock(mu_);
   auto it = blocks_.find(bytenr);
   return it == blocks_.end() ? nullptr : it->second;
 }
@@ -35,6 +36,7 @@ Result<std::shared_ptr<TreeBlock>> DirtyBlocks::New(uint64_t owner, int level) {
   h.owner = owner;
   h.nritems = 0;
   h.level = static_cast<uint8_t>(level);
+  std::unique_lock lock(mu_);
   blocks_[bytenr] = b;
   return b;
 }
@@ -49,12 +51,17 @@ Result<std::shared_ptr<TreeBlock>> DirtyBlocks::Cow(const BlockRef& b, uint64_t 
   h.owner = owner;
   h.flags = kMixedBackrefRev << kBackrefRevShift;
   UB_RETURN_IF_ERROR(alloc_->FreeTreeBlock(b->bytenr(), owner, b->level(), false));
+  std::unique_lock lock(mu_);
   blocks_[bytenr] = copy;
   return copy;
 }
 
 Status DirtyBlocks::Free(const TreeBlock& b, uint64_t owner) {
-  const bool created_here = blocks_.erase(b.bytenr()) != 0;
+  bool created_here;
+  {
+    std::unique_lock lock(mu_);
+    created_here = blocks_.erase(b.bytenr()) != 0;
+  }
   return alloc_->FreeTreeBlock(b.bytenr(), owner, b.level(), created_here);
 }
 

@@ -3,7 +3,9 @@
 #ifndef UBTRFS_TREE_DIRTY_BLOCKS_H_
 #define UBTRFS_TREE_DIRTY_BLOCKS_H_
 
+#include <atomic>
 #include <map>
+#include <shared_mutex>
 #include <unordered_map>
 #include <memory>
 
@@ -35,10 +37,23 @@ class DirtyBlocks final : public BlockSource {
       : clean_(clean), params_(params), tmpl_(tmpl), alloc_(alloc), transid_(transid) {}
 
   Result<BlockRef> Read(const BlockCheck& check) override;
+  bool Locking() const override { return concurrent_.load(std::memory_order_relaxed); }
+  bool NeedsLock(const TreeBlock& b) const override { return Locking() && b.generation() == transid_; }
+  // Concurrent mode: several threads read and change the trees at once, so
+  // readers and writers take node locks on this transaction's blocks. Off
+  // while one thread has the trees to itself (commit, exclusive operations).
+  void set_concurrent(bool on) { concurrent_.store(on, std::memory_order_relaxed); }
 
   uint64_t transid() const { return transid_; }
   const TreeParams& params() const { return params_; }
-  bool IsDirty(uint64_t bytenr) const { return blocks_.count(bytenr) != 0; }
+  bool IsDirty(uint64_t bytenr) const {
+    std::shared_lock lock(mu_);
+    return blocks_.count(bytenr) != 0;
+  }
+  size_t count() const {
+    std::shared_lock lock(mu_);
+    return blocks_.size();
+  }
   // The writable block at bytenr, if this transaction created it.
   std::shared_ptr<TreeBlock> Get(uint64_t bytenr) const;
 
@@ -50,10 +65,12 @@ class DirtyBlocks final : public BlockSource {
   // Drops a block from the tree (the caller has unlinked it).
   Status Free(const TreeBlock& b, uint64_t owner);
 
-  // Every block to write at commit (in no particular order).
+  // Every block to write at commit (in no particular order). Only while no
+  // other thread changes the trees.
   const std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>>& blocks() const { return blocks_; }
   // Starts the next transaction: nothing is dirty.
   void Reset(uint64_t transid) {
+    std::unique_lock lock(mu_);
     blocks_.clear();
     transid_ = transid;
   }
@@ -64,6 +81,8 @@ class DirtyBlocks final : public BlockSource {
   HeaderTemplate tmpl_;
   BlockAllocator* alloc_;
   uint64_t transid_;
+  std::atomic<bool> concurrent_{false};
+  mutable std::shared_mutex mu_;  // guards blocks_
   std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>> blocks_;
 };
 

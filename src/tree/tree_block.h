@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "format/key.h"
+#include "tree/node_lock.h"
 #include "format/ondisk.h"
 #include "ubtrfs/status.h"
 
@@ -94,6 +95,11 @@ class TreeBlock {
   int LastSlotAtOrBefore(const Key& k) const;
   // Slot of the first key >= k (leaves); nritems() if none.
   int FirstSlotAtOrAfter(const Key& k) const;
+
+  // The node lock of a block a running transaction changes while other
+  // threads read it (tree/node_lock.h). Committed blocks are immutable and
+  // are never locked.
+  mutable NodeLock lock;
 
  private:
   explicit TreeBlock(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}

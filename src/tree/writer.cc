@@ -62,6 +62,70 @@ uint32_t TreeWriter::MaxItemSize() const {
   return blocks_->params().nodesize - static_cast<uint32_t>(sizeof(Header)) - kItemHeader;
 }
 
+// ---- Locks ----------------------------------------------------------------------------
+
+void WritePath::Set(int level, std::shared_ptr<TreeBlock> b) {
+  if (locking) {
+    if (held & (1u << level)) {
+      nodes[level]->lock.UnlockIntent();
+      held &= ~(1u << level);
+    }
+    if (b != nullptr) {
+      b->lock.LockIntent();
+      held |= 1u << level;
+    }
+  }
+  nodes[level] = std::move(b);
+}
+
+void WritePath::ReleaseAbove(int level) {
+  if (!locking) return;
+  for (int l = level + 1; l < kMaxLevel; ++l) {
+    if (held & (1u << l)) {
+      nodes[l]->lock.UnlockIntent();
+      held &= ~(1u << l);
+      nodes[l] = nullptr;  // no longer ours to change
+    }
+  }
+  if (root_lock != nullptr) {
+    root_lock->UnlockIntent();
+    root_lock = nullptr;
+  }
+}
+
+void WritePath::Release() {
+  ReleaseAbove(-1);
+  held = 0;
+}
+
+RootPtr TreeWriter::CurrentRoot() const {
+  if (!blocks_->Locking()) return *root_;
+  root_lock_.LockShared();
+  RootPtr r = *root_;
+  root_lock_.UnlockShared();
+  return r;
+}
+
+void TreeWriter::SetRoot(WritePath* path, const RootPtr& r) {
+  WriteLocks w(path->locking);
+  if (path->locking) w.Add(*path->root_lock);
+  *root_ = RootPtr{r.bytenr, r.level, r.generation, root_->id};
+}
+
+bool TreeWriter::Safe(const TreeBlock& b, int slot, bool found, uint32_t ins_len) {
+  if (b.is_leaf()) {
+    if (ins_len > 0) return found || (slot > 0 && b.LeafFreeSpace() >= ins_len);
+    if (!found) return true;  // nothing to change
+    // A delete (or an update, which may delete and reinsert) that leaves the
+    // leaf's first key and keeps it from a merge.
+    const uint32_t after = LeafUsed(b) - b.item_size(slot) - kItemHeader;
+    return slot > 0 && b.nritems() > 1 && after >= b.LeafSpace() / 4;
+  }
+  if (slot < 1) return false;  // a change of the first key would reach the parent
+  if (ins_len > 0) return b.nritems() < b.MaxPtrs() - 5;  // no split, even after a double split below
+  return b.nritems() > 2 && static_cast<uint32_t>(b.nritems() - 1) >= static_cast<uint32_t>(b.MaxPtrs()) / 4;
+}
+
 // ---- Search ------------------------------------------------------------------------
 
 Status TreeWriter::CowChild(WritePath* path, int level, int slot) {
@@ -69,28 +133,75 @@ Status TreeWriter::CowChild(WritePath* path, int level, int slot) {
   UB_ASSIGN_OR_RETURN(BlockRef child, blocks_->Read(BlockCheck{parent.child_bytenr(slot), level - 1,
                                                                parent.child_generation(slot), parent.key(slot)}));
   UB_ASSIGN_OR_RETURN(auto c, blocks_->Cow(child, owner_));
+  // A fresh copy is reachable by nobody until the parent points at it, so
+  // its intent lock is free; a block already ours may be held by another.
+  path->Set(level - 1, c);
   if (c->bytenr() != parent.child_bytenr(slot) || parent.child_generation(slot) != blocks_->transid()) {
+    WriteLocks w(path->locking);
+    w.Add(parent.lock);
     parent.mutable_ptr(slot)->blockptr = c->bytenr();
     parent.mutable_ptr(slot)->generation = blocks_->transid();
   }
-  path->nodes[level - 1] = std::move(c);
+  return Status::Ok();
+}
+
+Status TreeWriter::OpenSibling(WritePath* path, int level, int slot, Sibling* sib) {
+  TreeBlock& parent = *path->nodes[level + 1];
+  if (auto m = blocks_->Get(parent.child_bytenr(slot))) {
+    if (path->locking) {
+      m->lock.LockIntent();
+      sib->locked = true;
+    }
+    sib->mine = std::move(m);
+    return Status::Ok();
+  }
+  UB_ASSIGN_OR_RETURN(sib->clean, blocks_->Read(BlockCheck{parent.child_bytenr(slot), level,
+                                                           parent.child_generation(slot), parent.key(slot)}));
+  return Status::Ok();
+}
+
+Status TreeWriter::MakeWritable(WritePath* path, int level, int slot, Sibling* sib) {
+  if (sib->mine) return Status::Ok();
+  TreeBlock& parent = *path->nodes[level + 1];
+  UB_ASSIGN_OR_RETURN(sib->mine, blocks_->Cow(sib->clean, owner_));
+  if (path->locking) {
+    sib->mine->lock.LockIntent();  // a fresh copy: free
+    sib->locked = true;
+  }
+  WriteLocks w(path->locking);
+  w.Add(parent.lock);
+  parent.mutable_ptr(slot)->blockptr = sib->mine->bytenr();
+  parent.mutable_ptr(slot)->generation = blocks_->transid();
   return Status::Ok();
 }
 
 Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WritePath* path) {
-  *path = WritePath{};
+  path->Release();
+  path->nodes = {};
+  path->slots = {};
+  path->locking = blocks_->Locking();
+  if (path->locking) {
+    root_lock_.LockIntent();
+    path->root_lock = &root_lock_;
+  }
+  path->root_level = root_->level;
   UB_ASSIGN_OR_RETURN(BlockRef r, blocks_->Read(BlockCheck{root_->bytenr, root_->level, root_->generation, {}}));
   UB_ASSIGN_OR_RETURN(auto b, blocks_->Cow(r, owner_));
-  root_->bytenr = b->bytenr();
-  root_->generation = blocks_->transid();
-  int level = root_->level;
-  path->nodes[level] = b;
+  path->Set(root_->level, b);
+  if (root_->bytenr != b->bytenr() || root_->generation != blocks_->transid()) {
+    SetRoot(path, RootPtr{b->bytenr(), root_->level, blocks_->transid(), root_->id});
+  }
+  int level = path->root_level;
   for (;;) {
     TreeBlock& n = *path->nodes[level];
     if (level == 0) {
       int slot = n.FirstSlotAtOrAfter(key);
       path->slots[0] = slot;
       const bool found = slot < n.nritems() && n.key(slot) == key;
+      if (path->locking && Safe(n, slot, found, ins_len)) {
+        if (path->root_lock != nullptr) ++stats_.early_unlocks;
+        path->ReleaseAbove(0);
+      }
       // No room is made for a key that exists: the caller will not insert
       // it, and a split for nothing could leave an empty leaf behind.
       if (!found && ins_len > 0 && n.LeafFreeSpace() < ins_len) {
@@ -101,6 +212,10 @@ Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WriteP
     }
     int slot = n.LastSlotAtOrBefore(key);
     path->slots[level] = slot < 0 ? 0 : slot;
+    if (path->locking && Safe(n, slot, false, ins_len)) {
+      if (path->root_lock != nullptr) ++stats_.early_unlocks;
+      path->ReleaseAbove(level);
+    }
     if (ins_len > 0 && n.nritems() >= n.MaxPtrs() - 3) UB_RETURN_IF_ERROR(SplitNode(path, level));
     UB_RETURN_IF_ERROR(CowChild(path, level, path->slots[level]));
     --level;
@@ -117,11 +232,10 @@ Status TreeWriter::InsertNewRoot(WritePath* path, int level) {
   (old.nritems() > 0 ? old.key(0) : Key{}).To(&p->key);
   p->blockptr = old.bytenr();
   p->generation = old.generation();
-  path->nodes[level + 1] = root;
+  path->Set(level + 1, root);
   path->slots[level + 1] = 0;
-  root_->bytenr = root->bytenr();
-  root_->level = level + 1;
-  root_->generation = blocks_->transid();
+  path->root_level = level + 1;
+  SetRoot(path, RootPtr{root->bytenr(), level + 1, blocks_->transid(), root_->id});
   ++stats_.root_grows;
   return Status::Ok();
 }
@@ -139,19 +253,24 @@ Status TreeWriter::InsertPtr(TreeBlock& node, int slot, const Key& key, uint64_t
 }
 
 Status TreeWriter::SplitNode(WritePath* path, int level) {
-  if (IsRootLevel(level)) UB_RETURN_IF_ERROR(InsertNewRoot(path, level));
+  if (IsRootLevel(path, level)) UB_RETURN_IF_ERROR(InsertNewRoot(path, level));
   TreeBlock& node = *path->nodes[level];
   TreeBlock& parent = *path->nodes[level + 1];
   const int pslot = path->slots[level + 1];
   const int n = node.nritems(), mid = (n + 1) / 2;
   UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, level));
-  std::memcpy(right->mutable_ptr(0), node.mutable_ptr(mid), (n - mid) * sizeof(KeyPtr));
-  right->set_nritems(n - mid);
-  std::memset(node.mutable_ptr(mid), 0, (n - mid) * sizeof(KeyPtr));
-  node.set_nritems(mid);
-  UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right->key(0), right->bytenr(), blocks_->transid()));
+  {
+    WriteLocks w(path->locking);
+    w.Add(parent.lock);
+    w.Add(node.lock);
+    std::memcpy(right->mutable_ptr(0), node.mutable_ptr(mid), (n - mid) * sizeof(KeyPtr));
+    right->set_nritems(n - mid);
+    std::memset(node.mutable_ptr(mid), 0, (n - mid) * sizeof(KeyPtr));
+    node.set_nritems(mid);
+    UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right->key(0), right->bytenr(), blocks_->transid()));
+  }
   if (path->slots[level] >= mid) {
-    path->nodes[level] = right;
+    path->Set(level, right);
     path->slots[level] -= mid;
     path->slots[level + 1] = pslot + 1;
   }
@@ -165,17 +284,15 @@ Status TreeWriter::SplitNode(WritePath* path, int level) {
 // the left one, as few as make the room. Nothing moves unless the plan makes
 // the room and leaves this leaf non-empty. Returns whether it did.
 Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
-  if (IsRootLevel(0) || path->nodes[1] == nullptr) return false;
+  if (IsRootLevel(path, 0) || path->nodes[1] == nullptr) return false;
   TreeBlock& leaf = *path->nodes[0];
   TreeBlock& parent = *path->nodes[1];
   const int n = leaf.nritems(), slot = path->slots[0], pslot = path->slots[1];
   if (ins_len > leaf.LeafSpace()) return false;
   const uint32_t need = ins_len - leaf.LeafFreeSpace();
   auto item_bytes = [&](int i) { return leaf.item_size(i) + kItemHeader; };
-  auto sibling_free = [&](int s) -> Result<uint32_t> {
-    UB_ASSIGN_OR_RETURN(BlockRef b, blocks_->Read(BlockCheck{parent.child_bytenr(s), 0, parent.child_generation(s), parent.key(s)}));
-    return b->LeafFreeSpace();
-  };
+  const bool locking = path->locking;
+  Sibling right_sib, left_sib;
   // A push rewrites two or three leaves; it pays only when the sibling can
   // take enough for several more inserts here.
   const uint32_t min_room = std::max(need, leaf.LeafSpace() / 8);
@@ -183,7 +300,8 @@ Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
   int kr = n, kl = 0;
   uint32_t moved = 0;
   if (pslot + 1 < parent.nritems()) {
-    UB_ASSIGN_OR_RETURN(uint32_t rfree, sibling_free(pslot + 1));
+    UB_RETURN_IF_ERROR(OpenSibling(path, 0, pslot + 1, &right_sib));
+    uint32_t rfree = right_sib.block().LeafFreeSpace();
     if (rfree < min_room) rfree = 0;  // not worth rewriting two leaves for
     // As much as evens out the free space of the two, and at least the need,
     // so that the next inserts here find room without another push.
@@ -196,7 +314,8 @@ Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
     }
   }
   if (moved < need && pslot > 0) {
-    UB_ASSIGN_OR_RETURN(uint32_t lfree, sibling_free(pslot - 1));
+    UB_RETURN_IF_ERROR(OpenSibling(path, 0, pslot - 1, &left_sib));
+    uint32_t lfree = left_sib.block().LeafFreeSpace();
     if (lfree < min_room) lfree = 0;
     const uint32_t have = leaf.LeafFreeSpace() + moved;
     const uint32_t target = std::max(need, lfree > have ? moved + (lfree - have) / 2 : 0u);
@@ -208,13 +327,19 @@ Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
     }
   }
   if (moved < need || kl >= kr) return false;
+  // Copy committed siblings that take items.
+  if (kr < n) UB_RETURN_IF_ERROR(MakeWritable(path, 0, pslot + 1, &right_sib));
+  if (kl > 0) UB_RETURN_IF_ERROR(MakeWritable(path, 0, pslot - 1, &left_sib));
+  WriteLocks w(locking);
+  w.Add(parent.lock);
+  if (kl > 0) w.Add(left_sib.mine->lock);
+  w.Add(leaf.lock);
+  if (kr < n) w.Add(right_sib.mine->lock);
   const auto snap = leaf.Clone();  // the items' bytes while the leaves are rewritten
   std::vector<ItemRef> items;
   RefItems(*snap, 0, n, &items);
   if (kr < n) {
-    WritePath side = *path;
-    UB_RETURN_IF_ERROR(CowChild(&side, 1, pslot + 1));
-    TreeBlock& right = *side.nodes[0];
+    TreeBlock& right = *right_sib.mine;
     const auto rsnap = right.Clone();
     std::vector<ItemRef> merged(items.begin() + kr, items.end());
     RefItems(*rsnap, 0, rsnap->nritems(), &merged);
@@ -222,9 +347,7 @@ Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
     parent.SetKey(pslot + 1, right.key(0));
   }
   if (kl > 0) {
-    WritePath side = *path;
-    UB_RETURN_IF_ERROR(CowChild(&side, 1, pslot - 1));
-    TreeBlock& left = *side.nodes[0];
+    TreeBlock& left = *left_sib.mine;
     const auto lsnap = left.Clone();
     std::vector<ItemRef> merged;
     RefItems(*lsnap, 0, lsnap->nritems(), &merged);
@@ -242,7 +365,7 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
   if (ins_len > blocks_->params().nodesize - sizeof(Header)) {
     return Status::Invalid("item of " + std::to_string(ins_len) + " bytes does not fit in a leaf");
   }
-  if (IsRootLevel(0)) UB_RETURN_IF_ERROR(InsertNewRoot(path, 0));
+  if (IsRootLevel(path, 0)) UB_RETURN_IF_ERROR(InsertNewRoot(path, 0));
   TreeBlock& leaf = *path->nodes[0];
   const int n = leaf.nritems(), slot = path->slots[0];
   const uint32_t space = leaf.LeafSpace();
@@ -272,31 +395,44 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
   }
   TreeBlock& parent = *path->nodes[1];
   const int pslot = path->slots[1];
-  const auto snap = leaf.Clone();
-  std::vector<ItemRef> items;
-  RefItems(*snap, 0, n, &items);
   if (best_mid < 0) {
     // Neither side can take the new item with its neighbours: a double split,
     // the item alone in a new leaf between [0, slot) and [slot, n).
     UB_ASSIGN_OR_RETURN(auto middle, blocks_->New(owner_, 0));
     UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
-    WriteLeafRefs(leaf, std::span(items).subspan(0, slot));
-    WriteLeafRefs(*right, std::span(items).subspan(slot));
-    UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, key, middle->bytenr(), blocks_->transid()));
-    UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 2, right->key(0), right->bytenr(), blocks_->transid()));
-    path->nodes[0] = middle;
+    {
+      WriteLocks w(path->locking);
+      w.Add(parent.lock);
+      w.Add(leaf.lock);
+      const auto snap = leaf.Clone();
+      std::vector<ItemRef> items;
+      RefItems(*snap, 0, n, &items);
+      WriteLeafRefs(leaf, std::span(items).subspan(0, slot));
+      WriteLeafRefs(*right, std::span(items).subspan(slot));
+      UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, key, middle->bytenr(), blocks_->transid()));
+      UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 2, right->key(0), right->bytenr(), blocks_->transid()));
+    }
+    path->Set(0, middle);
     path->slots[0] = 0;
     path->slots[1] = pslot + 1;
     stats_.leaf_splits += 2;
     return Status::Ok();
   }
   UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
-  WriteLeafRefs(leaf, std::span(items).subspan(0, best_mid));
-  WriteLeafRefs(*right, std::span(items).subspan(best_mid));
-  const Key right_key = right->nritems() > 0 ? right->key(0) : key;
-  UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right_key, right->bytenr(), blocks_->transid()));
+  {
+    WriteLocks w(path->locking);
+    w.Add(parent.lock);
+    w.Add(leaf.lock);
+    const auto snap = leaf.Clone();
+    std::vector<ItemRef> items;
+    RefItems(*snap, 0, n, &items);
+    WriteLeafRefs(leaf, std::span(items).subspan(0, best_mid));
+    WriteLeafRefs(*right, std::span(items).subspan(best_mid));
+    const Key right_key = right->nritems() > 0 ? right->key(0) : key;
+    UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right_key, right->bytenr(), blocks_->transid()));
+  }
   if (best_right) {
-    path->nodes[0] = right;
+    path->Set(0, right);
     path->slots[0] = slot - best_mid;
     path->slots[1] = pslot + 1;
   }
@@ -306,7 +442,8 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
 
 // ---- Insertion ---------------------------------------------------------------------------
 
-Status TreeWriter::InsertEmptyItems(WritePath* path, std::span<const Key> keys, std::span<const uint32_t> sizes) {
+Status TreeWriter::InsertEmptyItems(WritePath* path, std::span<const Key> keys, std::span<const uint32_t> sizes,
+                                    std::span<const std::span<const uint8_t>> data) {
   TreeBlock& leaf = *path->nodes[0];
   const int slot = path->slots[0], n = leaf.nritems(), nr = static_cast<int>(keys.size());
   uint32_t total = 0;
@@ -314,26 +451,35 @@ Status TreeWriter::InsertEmptyItems(WritePath* path, std::span<const Key> keys, 
   if (leaf.LeafFreeSpace() < total + nr * kItemHeader) {
     return Status::Error(EIO, "internal: leaf " + std::to_string(leaf.bytenr()) + " has no room for the batch");
   }
-  uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
-  const uint32_t data_end = n == 0 ? leaf.LeafSpace() : leaf.item_offset(n - 1);
-  // Where the new items' data ends: right below the data of item slot - 1.
-  const uint32_t new_end = slot == 0 ? leaf.LeafSpace() : leaf.item_offset(slot - 1);
-  if (slot < n) {
-    // Items [slot, n) keep their order; their data moves down by `total`.
-    std::memmove(body + data_end - total, body + data_end, new_end - data_end);
-    for (int i = slot; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) - total;
-    std::memmove(leaf.mutable_item(slot + nr), leaf.mutable_item(slot), (n - slot) * sizeof(Item));
+  {
+    WriteLocks w(path->locking);
+    w.Add(leaf.lock);
+    uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
+    const uint32_t data_end = n == 0 ? leaf.LeafSpace() : leaf.item_offset(n - 1);
+    // Where the new items' data ends: right below the data of item slot - 1.
+    const uint32_t new_end = slot == 0 ? leaf.LeafSpace() : leaf.item_offset(slot - 1);
+    if (slot < n) {
+      // Items [slot, n) keep their order; their data moves down by `total`.
+      std::memmove(body + data_end - total, body + data_end, new_end - data_end);
+      for (int i = slot; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) - total;
+      std::memmove(leaf.mutable_item(slot + nr), leaf.mutable_item(slot), (n - slot) * sizeof(Item));
+    }
+    uint32_t end = new_end;
+    for (int i = 0; i < nr; ++i) {
+      Item* it = leaf.mutable_item(slot + i);
+      keys[i].To(&it->key);
+      end -= sizes[i];
+      it->offset = end;
+      it->size = sizes[i];
+      if (i < static_cast<int>(data.size()) && sizes[i] > 0) {
+        std::memcpy(body + end, data[i].data(), sizes[i]);
+      } else {
+        std::memset(body + end, 0, sizes[i]);
+      }
+    }
+    leaf.set_nritems(n + nr);
   }
-  uint32_t end = new_end;
-  for (int i = 0; i < nr; ++i) {
-    Item* it = leaf.mutable_item(slot + i);
-    keys[i].To(&it->key);
-    end -= sizes[i];
-    it->offset = end;
-    it->size = sizes[i];
-    std::memset(body + end, 0, sizes[i]);
-  }
-  leaf.set_nritems(n + nr);
+  // The leaf is unlocked; only the parents' low keys are left.
   if (slot == 0) FixupLowKeys(path, keys[0], 1);
   ++stats_.batch_inserts;
   stats_.items_inserted += nr;
@@ -342,7 +488,11 @@ Status TreeWriter::InsertEmptyItems(WritePath* path, std::span<const Key> keys, 
 
 void TreeWriter::FixupLowKeys(WritePath* path, const Key& key, int level) {
   for (int l = level; l < kMaxLevel && path->nodes[l]; ++l) {
-    path->nodes[l]->SetKey(path->slots[l], key);
+    {
+      WriteLocks w(path->locking);
+      w.Add(path->nodes[l]->lock);
+      path->nodes[l]->SetKey(path->slots[l], key);
+    }
     if (path->slots[l] != 0) break;
   }
 }
@@ -353,36 +503,37 @@ Status TreeWriter::Insert(const Key& key, std::span<const uint8_t> data) {
   UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(key, static_cast<uint32_t>(data.size()) + kItemHeader, &path));
   if (found) return Status::Error(EEXIST, "item " + KeyToString(key) + " exists");
   const uint32_t size = static_cast<uint32_t>(data.size());
-  UB_RETURN_IF_ERROR(InsertEmptyItems(&path, std::span(&key, 1), std::span(&size, 1)));
-  if (size) std::memcpy(path.leaf().mutable_item_data(path.slot()), data.data(), size);
-  return Status::Ok();
+  return InsertEmptyItems(&path, std::span(&key, 1), std::span(&size, 1), std::span(&data, 1));
 }
 
 Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data) {
   if (keys.empty()) return Status::Ok();
   uint32_t total = 0;
   std::vector<uint32_t> sizes;
+  std::vector<std::span<const uint8_t>> spans;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i > 0 && !(keys[i - 1] < keys[i])) return Status::Invalid("batch keys are not ascending");
     sizes.push_back(static_cast<uint32_t>(data[i].size()));
+    spans.emplace_back(data[i]);
     total += sizes.back() + kItemHeader;
   }
   if (total <= blocks_->params().nodesize - sizeof(Header)) {
     // The batch goes in one leaf only if no existing key falls inside it.
     // Checked before searching for write: a split made for a batch that
-    // then is not inserted would leave an empty leaf behind.
-    Cursor c(blocks_, *root_);
-    UB_RETURN_IF_ERROR(c.Seek(keys[0]));
-    if (c.Valid() && c.key() == keys[0]) return Status::Error(EEXIST, "item " + KeyToString(keys[0]) + " exists");
-    if (!c.Valid() || keys.back() < c.key()) {
+    // then is not inserted would leave an empty leaf behind. (The caller
+    // keeps other writers out of this key range.)
+    bool fits;
+    {
+      Cursor c(blocks_, LiveRef());  // let go of before the search below locks
+      UB_RETURN_IF_ERROR(c.Seek(keys[0]));
+      if (c.Valid() && c.key() == keys[0]) return Status::Error(EEXIST, "item " + KeyToString(keys[0]) + " exists");
+      fits = !c.Valid() || keys.back() < c.key();
+    }
+    if (fits) {
       WritePath path;
       UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(keys[0], total, &path));
       if (found) return Status::Error(EIO, "internal: batch key appeared");
-      UB_RETURN_IF_ERROR(InsertEmptyItems(&path, keys, sizes));
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (sizes[i]) std::memcpy(path.leaf().mutable_item_data(path.slot() + static_cast<int>(i)), data[i].data(), sizes[i]);
-      }
-      return Status::Ok();
+      return InsertEmptyItems(&path, keys, sizes, spans);
     }
   }
   for (size_t i = 0; i < keys.size(); ++i) UB_RETURN_IF_ERROR(Insert(keys[i], data[i]));
@@ -392,28 +543,31 @@ Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::v
 Result<size_t> TreeWriter::InsertPrefixInLeaf(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data) {
   if (keys.empty()) return size_t{0};
   // Every inserted key must stay below the next existing key.
-  Cursor c(blocks_, *root_);
-  UB_RETURN_IF_ERROR(c.Seek(keys[0]));
-  if (c.Valid() && c.key() == keys[0]) return Status::Error(EEXIST, "item " + KeyToString(keys[0]) + " exists");
-  const bool bounded = c.Valid();
-  const Key bound = bounded ? c.key() : Key{};
+  bool bounded;
+  Key bound{};
+  {
+    Cursor c(blocks_, LiveRef());
+    UB_RETURN_IF_ERROR(c.Seek(keys[0]));
+    if (c.Valid() && c.key() == keys[0]) return Status::Error(EEXIST, "item " + KeyToString(keys[0]) + " exists");
+    bounded = c.Valid();
+    if (bounded) bound = c.key();
+  }
   WritePath path;
   UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(keys[0], static_cast<uint32_t>(data[0].size()) + kItemHeader, &path));
   if (found) return Status::Error(EIO, "internal: batch key appeared");
   const uint32_t room = path.leaf().LeafFreeSpace();
   std::vector<uint32_t> sizes;
+  std::vector<std::span<const uint8_t>> spans;
   uint32_t used = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint32_t need = static_cast<uint32_t>(data[i].size()) + kItemHeader;
     if (used + need > room || (bounded && !(keys[i] < bound)) || (i > 0 && !(keys[i - 1] < keys[i]))) break;
     used += need;
     sizes.push_back(static_cast<uint32_t>(data[i].size()));
+    spans.emplace_back(data[i]);
   }
   const size_t n = sizes.size();
-  UB_RETURN_IF_ERROR(InsertEmptyItems(&path, keys.first(n), sizes));
-  for (size_t i = 0; i < n; ++i) {
-    if (sizes[i]) std::memcpy(path.leaf().mutable_item_data(path.slot() + static_cast<int>(i)), data[i].data(), sizes[i]);
-  }
+  UB_RETURN_IF_ERROR(InsertEmptyItems(&path, keys.first(n), sizes, spans));
   return n;
 }
 
@@ -453,8 +607,11 @@ Status TreeWriter::Update(const Key& key, std::span<const uint8_t> data) {
   const uint32_t old = path.leaf().item_size(path.slot());
   if (size > old && path.leaf().LeafFreeSpace() < size - old) {
     UB_RETURN_IF_ERROR(DeleteItems(&path, path.slot(), 1));
+    path.Release();  // the insert searches again
     return Insert(key, data);
   }
+  WriteLocks w(path.locking);
+  w.Add(path.leaf().lock);
   UB_RETURN_IF_ERROR(ResizeItem(&path, size));
   if (size) std::memcpy(path.leaf().mutable_item_data(path.slot()), data.data(), size);
   return Status::Ok();
@@ -474,19 +631,23 @@ Status TreeWriter::DeleteItems(WritePath* path, int slot, int nr) {
   const int n = leaf.nritems();
   if (nr <= 0) return Status::Ok();
   if (slot < 0 || slot + nr > n) return Status::Invalid("delete range outside the leaf");
-  uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
-  const uint32_t data_end = leaf.item_offset(n - 1);
-  const uint32_t gone_start = leaf.item_offset(slot + nr - 1);
-  const uint32_t gone_end = leaf.item_offset(slot) + leaf.item_size(slot);
-  const uint32_t d = gone_end - gone_start;
-  std::memmove(body + data_end + d, body + data_end, gone_start - data_end);
-  std::memset(body + data_end, 0, d);
-  for (int i = slot + nr; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) + d;
-  std::memmove(leaf.mutable_item(slot), leaf.mutable_item(slot + nr), (n - slot - nr) * sizeof(Item));
-  std::memset(leaf.mutable_item(n - nr), 0, nr * sizeof(Item));
-  leaf.set_nritems(n - nr);
-
-  if (IsRootLevel(0)) return Status::Ok();  // a root leaf may be empty
+  {
+    WriteLocks w(path->locking);
+    w.Add(leaf.lock);
+    uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
+    const uint32_t data_end = leaf.item_offset(n - 1);
+    const uint32_t gone_start = leaf.item_offset(slot + nr - 1);
+    const uint32_t gone_end = leaf.item_offset(slot) + leaf.item_size(slot);
+    const uint32_t d = gone_end - gone_start;
+    std::memmove(body + data_end + d, body + data_end, gone_start - data_end);
+    std::memset(body + data_end, 0, d);
+    for (int i = slot + nr; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) + d;
+    std::memmove(leaf.mutable_item(slot), leaf.mutable_item(slot + nr), (n - slot - nr) * sizeof(Item));
+    std::memset(leaf.mutable_item(n - nr), 0, nr * sizeof(Item));
+    leaf.set_nritems(n - nr);
+  }
+  // The leaf is unlocked; what follows changes the blocks above it.
+  if (IsRootLevel(path, 0)) return Status::Ok();  // a root leaf may be empty
   if (leaf.nritems() == 0) {
     UB_RETURN_IF_ERROR(DelPtr(path, 1, path->slots[1]));
     return blocks_->Free(leaf, owner_);
@@ -495,23 +656,40 @@ Status TreeWriter::DeleteItems(WritePath* path, int slot, int nr) {
   return MaybeMerge(path, 0);
 }
 
-Status TreeWriter::DelPtr(WritePath* path, int level, int slot) {
-  TreeBlock& node = *path->nodes[level];
+namespace {
+void RemovePtr(TreeBlock& node, int slot) {
   const int n = node.nritems();
   std::memmove(node.mutable_ptr(slot), node.mutable_ptr(slot + 1), (n - slot - 1) * sizeof(KeyPtr));
   std::memset(node.mutable_ptr(n - 1), 0, sizeof(KeyPtr));
   node.set_nritems(n - 1);
-  if (IsRootLevel(level)) {
+}
+}  // namespace
+
+Status TreeWriter::DelPtr(WritePath* path, int level, int slot) {
+  TreeBlock& node = *path->nodes[level];
+  {
+    WriteLocks w(path->locking);
+    w.Add(node.lock);
+    RemovePtr(node, slot);
+  }
+  return AfterPtrRemoved(path, level, slot);
+}
+
+// What a node that lost the pointer at `slot` needs: a root shrinks, an
+// empty node goes, a new first key goes up, an underfull node merges.
+Status TreeWriter::AfterPtrRemoved(WritePath* path, int level, int slot) {
+  TreeBlock& node = *path->nodes[level];
+  if (IsRootLevel(path, level)) {
     if (node.nritems() == 0) {
       // Every item is gone: the tree becomes one empty leaf.
       UB_ASSIGN_OR_RETURN(auto leaf, blocks_->New(owner_, 0));
-      *root_ = RootPtr{leaf->bytenr(), 0, blocks_->transid(), root_->id};
+      SetRoot(path, RootPtr{leaf->bytenr(), 0, blocks_->transid(), root_->id});
       ++stats_.root_shrinks;
       return blocks_->Free(node, owner_);
     }
     if (node.nritems() == 1) {
       // A root with one child is one level too tall.
-      *root_ = RootPtr{node.child_bytenr(0), level - 1, node.child_generation(0), root_->id};
+      SetRoot(path, RootPtr{node.child_bytenr(0), level - 1, node.child_generation(0), root_->id});
       ++stats_.root_shrinks;
       return blocks_->Free(node, owner_);
     }
@@ -527,7 +705,7 @@ Status TreeWriter::DelPtr(WritePath* path, int level, int slot) {
 
 // Folds an underfull block into a sibling when the two fit in one block.
 Status TreeWriter::MaybeMerge(WritePath* path, int level) {
-  if (IsRootLevel(level)) return Status::Ok();
+  if (IsRootLevel(path, level)) return Status::Ok();
   TreeBlock& self = *path->nodes[level];
   const bool leaf = level == 0;
   const uint32_t cap = leaf ? self.LeafSpace() : static_cast<uint32_t>(self.MaxPtrs());
@@ -540,41 +718,55 @@ Status TreeWriter::MaybeMerge(WritePath* path, int level) {
   for (int side : {-1, 1}) {
     const int sib_slot = pslot + side;
     if (sib_slot < 0 || sib_slot >= parent.nritems()) continue;
-    UB_ASSIGN_OR_RETURN(BlockRef sib_ref, blocks_->Read(BlockCheck{parent.child_bytenr(sib_slot), level,
-                                                                   parent.child_generation(sib_slot), parent.key(sib_slot)}));
-    if (used(*sib_ref) + used(self) > limit) continue;
-    // Merge the right block of the pair into the left one; only a left
-    // sibling needs to be writable, a right one is read and dropped.
-    std::shared_ptr<TreeBlock> left_ref = path->nodes[level];
-    if (side < 0) {
-      UB_ASSIGN_OR_RETURN(left_ref, blocks_->Cow(sib_ref, owner_));
-      parent.mutable_ptr(sib_slot)->blockptr = left_ref->bytenr();
-      parent.mutable_ptr(sib_slot)->generation = blocks_->transid();
-    }
-    TreeBlock& left = *left_ref;
-    const TreeBlock& right = side < 0 ? self : *sib_ref;
-    if (leaf) {
-      const auto lsnap = left.Clone();
-      std::vector<ItemRef> items;
-      RefItems(*lsnap, 0, lsnap->nritems(), &items);
-      RefItems(right, 0, right.nritems(), &items);  // right is not the block rewritten
-      WriteLeafRefs(left, items);
-    } else {
-      const int ln = left.nritems(), rn = right.nritems();
-      for (int i = 0; i < rn; ++i) {
-        KeyPtr* p = left.mutable_ptr(ln + i);
-        right.key(i).To(&p->key);
-        p->blockptr = right.child_bytenr(i);
-        p->generation = right.child_generation(i);
+    Sibling sib;
+    UB_RETURN_IF_ERROR(OpenSibling(path, level, sib_slot, &sib));
+    if (used(sib.block()) + used(self) > limit) continue;
+    // Only a left sibling needs to be writable; a right one is read and dropped.
+    if (side < 0) UB_RETURN_IF_ERROR(MakeWritable(path, level, sib_slot, &sib));
+    TreeBlock& left = side < 0 ? *sib.mine : self;
+    const TreeBlock& right = side < 0 ? self : sib.block();
+    const int right_slot = side < 0 ? pslot : sib_slot;
+    {
+      // The merge and the parent's loss of the right block's pointer are one
+      // change to readers: no reader sees the items twice.
+      WriteLocks w(path->locking);
+      w.Add(parent.lock);
+      w.Add(left.lock);
+      if (side < 0 || sib.mine) w.Add(right.lock);  // a committed block has no readers to wait for
+      if (leaf) {
+        const auto lsnap = left.Clone();
+        std::vector<ItemRef> items;
+        RefItems(*lsnap, 0, lsnap->nritems(), &items);
+        RefItems(right, 0, right.nritems(), &items);  // right is not the block rewritten
+        WriteLeafRefs(left, items);
+      } else {
+        const int ln = left.nritems(), rn = right.nritems();
+        for (int i = 0; i < rn; ++i) {
+          KeyPtr* p = left.mutable_ptr(ln + i);
+          right.key(i).To(&p->key);
+          p->blockptr = right.child_bytenr(i);
+          p->generation = right.child_generation(i);
+        }
+        left.set_nritems(ln + rn);
       }
-      left.set_nritems(ln + rn);
+      RemovePtr(parent, right_slot);
     }
     ++stats_.merges;
-    // Keep the right block alive until its pointer is gone, then drop it.
-    BlockRef gone = side < 0 ? BlockRef(path->nodes[level]) : sib_ref;
-    path->nodes[level] = left_ref;
-    UB_RETURN_IF_ERROR(DelPtr(path, level + 1, side < 0 ? pslot : sib_slot));
-    return blocks_->Free(*gone, owner_);
+    // The path continues through the left block; the right one is dropped
+    // (kept alive until its pointer is gone, which it is).
+    BlockRef gone = side < 0 ? BlockRef(path->nodes[level]) : (sib.mine ? BlockRef(sib.mine) : sib.clean);
+    if (side < 0) {
+      // The path takes over the sibling's intent lock; its own block's is let go.
+      std::shared_ptr<TreeBlock> old = path->nodes[level];
+      path->nodes[level] = sib.mine;
+      if (sib.locked) {
+        sib.locked = false;
+        old->lock.UnlockIntent();
+      }
+      path->slots[level + 1] = pslot - 1;
+    }
+    UB_RETURN_IF_ERROR(blocks_->Free(*gone, owner_));
+    return AfterPtrRemoved(path, level + 1, right_slot);
   }
   return Status::Ok();
 }

@@ -3,12 +3,26 @@
 // merges of underfull blocks, and root growth and shrink.
 //
 // Every block on a write path is made writable (copied on write) on the way
-// down, so a change never touches a block of the last committed tree. One
-// writer per tree at a time; the caller serializes writers.
+// down, so a change never touches a block of the last committed tree.
+//
+// Concurrency (when DirtyBlocks is in concurrent mode; otherwise no lock is
+// taken and the caller serializes everything): an operation takes intent
+// locks top-down along its path, starting with the tree's root pointer, and
+// lets go of every ancestor as soon as it holds a block the operation cannot
+// propagate a change out of ("safe": already copied, room for the insert or
+// no underflow after the delete, not changing its first key). So updaters of
+// different parts of one tree run in parallel, and an updater excludes
+// others only from the blocks it may still change. A block's bytes change
+// only under its write lock, held just for the change; write locks are taken
+// parent before child and left sibling before right, and never while a write
+// lock on a lower block is held. Readers (Cursor) continue under intent.
+// The leaf is unlocked as soon as its change is made, before the low-key
+// fix-ups, merges and frees that follow.
 #ifndef UBTRFS_TREE_WRITER_H_
 #define UBTRFS_TREE_WRITER_H_
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <span>
 #include <vector>
@@ -18,28 +32,53 @@
 
 namespace ubtrfs::tree {
 
+// One operation's path from the root to a leaf slot, and the intent locks it
+// holds on it.
 struct WritePath {
   std::array<std::shared_ptr<TreeBlock>, format::kMaxLevel> nodes{};
   std::array<int, format::kMaxLevel> slots{};
+  int root_level = -1;             // the root's level when the search began
+  bool locking = false;            // concurrent mode: the locks below are taken
+  uint32_t held = 0;               // bit l: intent held on nodes[l]
+  NodeLock* root_lock = nullptr;   // intent held on the tree's root pointer
+
+  WritePath() = default;
+  WritePath(const WritePath&) = delete;
+  WritePath& operator=(const WritePath&) = delete;
+  ~WritePath() { Release(); }
+
   TreeBlock& leaf() { return *nodes[0]; }
   int slot() const { return slots[0]; }
+  // Puts b at `level`, moving this path's intent lock from the old block.
+  void Set(int level, std::shared_ptr<TreeBlock> b);
+  // Lets go of the intent locks above `level` (and of the root pointer).
+  void ReleaseAbove(int level);
+  void Release();
 };
 
 struct WriterStats {
-  uint64_t leaf_splits = 0;
-  uint64_t leaf_pushes = 0;  // room made by moving items to sibling leaves
-  uint64_t node_splits = 0;
-  uint64_t merges = 0;
-  uint64_t root_grows = 0;
-  uint64_t root_shrinks = 0;
-  uint64_t batch_inserts = 0;  // InsertEmptyItems calls
-  uint64_t items_inserted = 0;
+  std::atomic<uint64_t> leaf_splits{0};
+  std::atomic<uint64_t> leaf_pushes{0};  // room made by moving items to sibling leaves
+  std::atomic<uint64_t> node_splits{0};
+  std::atomic<uint64_t> merges{0};
+  std::atomic<uint64_t> root_grows{0};
+  std::atomic<uint64_t> root_shrinks{0};
+  std::atomic<uint64_t> batch_inserts{0};  // InsertEmptyItems calls
+  std::atomic<uint64_t> items_inserted{0};
+  std::atomic<uint64_t> early_unlocks{0};  // searches that let go of the root pointer before the leaf
 };
 
 class TreeWriter {
  public:
   // `root` is updated in place when the root moves (COW, growth, shrink).
-  TreeWriter(DirtyBlocks* blocks, RootPtr* root, uint64_t owner) : blocks_(blocks), root_(root), owner_(owner) {}
+  TreeWriter(DirtyBlocks* blocks, RootPtr* root, uint64_t owner)
+      : blocks_(blocks), root_(root), owner_(owner), live_{root, &root_lock_} {}
+
+  // The root for readers: cursors made with it follow the root as this
+  // writer moves it, under its lock.
+  RootPtr LiveRef() const { return RootPtr{0, 0, 0, owner_, &live_}; }
+  // A copy of the root pointer, read under its lock.
+  RootPtr CurrentRoot() const;
 
   // COWs the path to the leaf slot where `key` is or would go. With
   // ins_len > 0 the leaf is guaranteed ins_len free bytes (item headers
@@ -48,8 +87,10 @@ class TreeWriter {
 
   // Makes room for items at path->slot(): keys ascending and all between the
   // slot's neighbours; the leaf must have the room (SearchForWrite with the
-  // total). Item data is left zeroed for the caller to fill.
-  Status InsertEmptyItems(WritePath* path, std::span<const Key> keys, std::span<const uint32_t> sizes);
+  // total). Item data is copied from `data` (one span per item) if given,
+  // else left zeroed for the caller to fill (single-threaded use only).
+  Status InsertEmptyItems(WritePath* path, std::span<const Key> keys, std::span<const uint32_t> sizes,
+                          std::span<const std::span<const uint8_t>> data = {});
 
   Status Insert(const Key& key, std::span<const uint8_t> data);
   // Inserts ascending keys that fit in one leaf with one search and one
@@ -74,6 +115,52 @@ class TreeWriter {
   uint64_t owner() const { return owner_; }
 
  private:
+  // Write locks on path blocks for one change, taken in the order added
+  // (parent before child, left before right), released together.
+  class WriteLocks {
+   public:
+    explicit WriteLocks(bool on) : on_(on) {}
+    ~WriteLocks() { Unlock(); }
+    WriteLocks(const WriteLocks&) = delete;
+    WriteLocks& operator=(const WriteLocks&) = delete;
+    void Add(NodeLock& l) {
+      if (!on_) return;
+      l.LockWrite();
+      held_[n_++] = &l;
+    }
+    void Unlock() {
+      while (n_ > 0) held_[--n_]->UnlockWrite();
+    }
+
+   private:
+    bool on_;
+    int n_ = 0;
+    std::array<NodeLock*, 6> held_{};
+  };
+  // The leaf slot's change needs no block above the leaf (see the class
+  // comment); `ins_len` as in SearchForWrite.
+  static bool Safe(const TreeBlock& b, int slot, bool found, uint32_t ins_len);
+  // Sets the root pointer (under its write lock when locking).
+  void SetRoot(WritePath* path, const RootPtr& r);
+  // A sibling of a path block at `level`, as it is now: a committed block is
+  // read as is (copied only if it is to change); one of this transaction is
+  // locked (intent) first, as another thread may be changing it. Unlocks on
+  // destruction.
+  struct Sibling {
+    BlockRef clean;
+    std::shared_ptr<TreeBlock> mine;
+    bool locked = false;
+    const TreeBlock& block() const { return mine ? *mine : *clean; }
+    Sibling() = default;
+    Sibling(const Sibling&) = delete;
+    Sibling& operator=(const Sibling&) = delete;
+    ~Sibling() {
+      if (locked) mine->lock.UnlockIntent();
+    }
+  };
+  Status OpenSibling(WritePath* path, int level, int slot, Sibling* sib);
+  // Copies a committed sibling on write and points the parent at the copy.
+  Status MakeWritable(WritePath* path, int level, int slot, Sibling* sib);
   Status CowChild(WritePath* path, int level, int slot);
   Status InsertNewRoot(WritePath* path, int level);
   Status SplitNode(WritePath* path, int level);
@@ -81,13 +168,17 @@ class TreeWriter {
   Status SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len);
   Status InsertPtr(TreeBlock& node, int slot, const Key& key, uint64_t bytenr, uint64_t generation);
   Status DelPtr(WritePath* path, int level, int slot);
+  Status AfterPtrRemoved(WritePath* path, int level, int slot);
   Status MaybeMerge(WritePath* path, int level);
   void FixupLowKeys(WritePath* path, const Key& key, int level);
-  bool IsRootLevel(int level) const { return level == root_->level; }
+  // Whether `level` is the root's: valid for the levels the path holds.
+  static bool IsRootLevel(const WritePath* path, int level) { return level == path->root_level; }
 
   DirtyBlocks* blocks_;
   RootPtr* root_;
   uint64_t owner_;
+  mutable NodeLock root_lock_;  // guards *root_ (see LiveRoot)
+  LiveRoot live_;
   WriterStats stats_;
 };
 
