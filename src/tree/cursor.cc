@@ -59,89 +59,104 @@ Status Cursor::LoadChild(int level) {
   return Status::Ok();
 }
 
-Status Cursor::Descend(int level, bool leftmost) {
-  // Let go of the old blocks below first: the path held is always one chain
-  // from the root, so a reader only ever waits for a child of what it holds.
-  for (int l = 0; l < level; ++l) Hold(l, nullptr);
-  for (int l = level; l > 0; --l) {
-    UB_RETURN_IF_ERROR(LoadChild(l));
-    slot_[l - 1] = leftmost ? 0 : nodes_[l - 1]->nritems() - 1;
+// Steps from the position at `level` (slot_[level] and the path above it)
+// to the next (forward) or previous item. Blocks with no items are stepped
+// over: a tree has them only for a moment, while a concurrent writer fills a
+// new leaf of a split or removes an emptied block, and a reader may see them.
+Status Cursor::Step(int level, bool forward) {
+  for (int l = level;;) {
+    if (forward) {
+      while (l <= root_.level && slot_[l] + 1 >= nodes_[l]->nritems()) ++l;
+    } else {
+      while (l <= root_.level && slot_[l] <= 0) ++l;
+    }
+    if (l > root_.level) {
+      valid_ = false;
+      return Status::Ok();
+    }
+    slot_[l] += forward ? 1 : -1;
+    // Let go of the old blocks below first: the path held is always one chain
+    // from the root, so a reader only ever waits for a child of what it holds.
+    for (int m = 0; m < l; ++m) Hold(m, nullptr);
+    int m = l;
+    for (; m > 0; --m) {
+      Status st = LoadChild(m);
+      if (!st.ok()) {
+        valid_ = false;
+        return st;
+      }
+      const int n = nodes_[m - 1]->nritems();
+      if (n == 0) break;
+      slot_[m - 1] = forward ? 0 : n - 1;
+    }
+    if (m == 0) {
+      valid_ = true;
+      return Status::Ok();
+    }
+    l = m;  // an empty block at m - 1: go on from its parent
   }
-  return Status::Ok();
 }
 
 Status Cursor::Seek(const Key& k) {
   UB_RETURN_IF_ERROR(LoadRoot());
-  for (int l = root_.level; l > 0; --l) {
-    int s = nodes_[l]->LastSlotAtOrBefore(k);
+  for (int l = root_.level; l >= 0; --l) {
+    const TreeBlock& b = *nodes_[l];
+    if (b.nritems() == 0) {
+      slot_[l] = -1;  // nothing here: the first item after it
+      return Step(l, true);
+    }
+    if (l == 0) {
+      int s = b.FirstSlotAtOrAfter(k);
+      if (s < b.nritems()) {
+        slot_[0] = s;
+        valid_ = true;
+        return Status::Ok();
+      }
+      slot_[0] = b.nritems() - 1;
+      return Step(0, true);
+    }
+    int s = b.LastSlotAtOrBefore(k);
     slot_[l] = s < 0 ? 0 : s;
     UB_RETURN_IF_ERROR(LoadChild(l));
   }
-  const TreeBlock& lf = *nodes_[0];
-  int s = lf.FirstSlotAtOrAfter(k);
-  if (s < lf.nritems()) {
-    slot_[0] = s;
-    valid_ = true;
-    return Status::Ok();
-  }
-  if (lf.nritems() == 0) return Status::Ok();  // empty tree
-  slot_[0] = lf.nritems() - 1;
-  valid_ = true;
-  return Next();
+  return Status::Ok();
 }
 
 Status Cursor::SeekAtOrBefore(const Key& k) {
   UB_RETURN_IF_ERROR(LoadRoot());
-  for (int l = root_.level; l > 0; --l) {
-    int s = nodes_[l]->LastSlotAtOrBefore(k);
+  for (int l = root_.level; l >= 0; --l) {
+    const TreeBlock& b = *nodes_[l];
+    if (b.nritems() == 0) {
+      slot_[l] = 0;  // nothing here: the last item before it
+      return Step(l, false);
+    }
+    int s = b.LastSlotAtOrBefore(k);
     if (s < 0) {
-      valid_ = false;  // every key in the tree is above k
-      return Status::Ok();
+      if (l == root_.level) {
+        valid_ = false;  // every key in the tree is above k
+        return Status::Ok();
+      }
+      slot_[l] = 0;
+      return Step(l, false);
     }
     slot_[l] = s;
+    if (l == 0) {
+      valid_ = true;
+      return Status::Ok();
+    }
     UB_RETURN_IF_ERROR(LoadChild(l));
   }
-  int s = nodes_[0]->LastSlotAtOrBefore(k);
-  if (s < 0) return Status::Ok();  // only possible in a root leaf
-  slot_[0] = s;
-  valid_ = true;
   return Status::Ok();
 }
 
 Status Cursor::Next() {
   if (!valid_) return Status::Ok();
-  if (slot_[0] + 1 < nodes_[0]->nritems()) {
-    ++slot_[0];
-    return Status::Ok();
-  }
-  for (int l = 1; l <= root_.level; ++l) {
-    if (slot_[l] + 1 < nodes_[l]->nritems()) {
-      ++slot_[l];
-      Status st = Descend(l, true);
-      if (!st.ok()) valid_ = false;
-      return st;
-    }
-  }
-  valid_ = false;
-  return Status::Ok();
+  return Step(0, true);
 }
 
 Status Cursor::Prev() {
   if (!valid_) return Status::Ok();
-  if (slot_[0] > 0) {
-    --slot_[0];
-    return Status::Ok();
-  }
-  for (int l = 1; l <= root_.level; ++l) {
-    if (slot_[l] > 0) {
-      --slot_[l];
-      Status st = Descend(l, false);
-      if (!st.ok()) valid_ = false;
-      return st;
-    }
-  }
-  valid_ = false;
-  return Status::Ok();
+  return Step(0, false);
 }
 
 Result<std::optional<std::vector<uint8_t>>> LookupItem(BlockSource* reader, const RootPtr& root, const Key& k) {

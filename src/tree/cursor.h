@@ -62,9 +62,7 @@ class Cursor {
   int slot() const { return slot_[0]; }
 
  private:
-  // Loads the child at slot_[level] of nodes_[level] into nodes_[level - 1],
-  // then follows the first (leftmost) or last (rightmost) pointers down.
-  Status Descend(int level, bool leftmost);
+  Status Step(int level, bool forward);
   Status LoadChild(int level);
   Status LoadRoot();
   // Puts b at `level` of the path, locking it if it must be.
