@@ -1,6 +1,6 @@
 // In-process workloads of bench/run.py through the library API, no mount:
 //
-//   lib_bench create IMAGE --threads T --files N --loops L [--size BYTES]
+//   lib_bench create IMAGE --threads T --files N --loops L [--size BYTES] [--max-dirty-mib M]
 //       fs_mark's pattern (-S 0 -n N*T -t T -L L -k): thread i creates N new
 //       files in its own directory t<i> per loop (fs_mark-style 40-byte
 //       names; BYTES written to each), and each loop ends with Commit(), which
@@ -46,7 +46,7 @@ using ubtrfs::Status;
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "lib_bench: %s\n"
-               "usage: lib_bench create IMAGE --threads T --files N --loops L [--size BYTES]\n"
+               "usage: lib_bench create IMAGE --threads T --files N --loops L [--size BYTES] [--max-dirty-mib M]\n"
                "       lib_bench delete IMAGE --threads T [--list-first|--interleave] DIR...\n",
                why);
   std::exit(2);
@@ -71,9 +71,10 @@ uint64_t ParseCount(const char* flag, const char* text, uint64_t min, uint64_t m
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::unique_ptr<Filesystem> OpenWritable(const std::string& image) {
+std::unique_ptr<Filesystem> OpenWritable(const std::string& image, uint64_t max_dirty_mib = 0) {
   ubtrfs::OpenOptions oo;
   oo.writable = true;
+  if (max_dirty_mib) oo.max_dirty_bytes = max_dirty_mib << 20;
   auto fs = Filesystem::Open(image, oo);
   if (!fs.ok()) Fail("open " + image, fs.status());
   return std::move(*fs);
@@ -100,7 +101,7 @@ struct NameGen {
 };
 
 int Create(const std::string& image, int argc, char** argv) {
-  uint64_t threads = 1, files = 0, loops = 1, size = 0;
+  uint64_t threads = 1, files = 0, loops = 1, size = 0, max_dirty_mib = 0;
   for (int i = 0; i < argc; ++i) {
     std::string_view a = argv[i];
     if (i + 1 >= argc) Usage(("missing value for " + std::string(a)).c_str());
@@ -112,12 +113,14 @@ int Create(const std::string& image, int argc, char** argv) {
       loops = ParseCount("--loops", argv[++i], 1, 1000);
     } else if (a == "--size") {
       size = ParseCount("--size", argv[++i], 0, 1 << 30);
+    } else if (a == "--max-dirty-mib") {
+      max_dirty_mib = ParseCount("--max-dirty-mib", argv[++i], 1, 1 << 20);
     } else {
       Usage(("unknown argument '" + std::string(a) + "'").c_str());
     }
   }
   if (!files) Usage("create needs --files");
-  auto fs = OpenWritable(image);
+  auto fs = OpenWritable(image, max_dirty_mib);
   std::vector<InodeId> dirs;
   for (uint64_t t = 0; t < threads; ++t) {
     std::string name = "t" + std::to_string(t);

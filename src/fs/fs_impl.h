@@ -16,6 +16,10 @@
 #include <type_traits>
 #include <unordered_map>
 #include <mutex>
+#include <shared_mutex>
+#include <array>
+#include <atomic>
+#include <utility>
 #include <optional>
 
 #include "format/checksum.h"
@@ -102,6 +106,7 @@ inline Result<std::vector<DirItemView>> ParseDirItems(std::span<const uint8_t> d
 
 class FilesystemImpl final : public Filesystem {
  public:
+  enum class OpMode : uint8_t { kNone, kShared, kExclusive };  // of the operation lock (OpGuard)
   explicit FilesystemImpl(std::unique_ptr<Volume> vol) : vol_(std::move(vol)) {}
   ~FilesystemImpl() override;
 
@@ -273,6 +278,8 @@ class FilesystemImpl final : public Filesystem {
 
   Result<std::vector<DirEntry>> ReadDir(InodeId dir) override {
     auto guard = Guard();
+    std::unique_lock<std::mutex> dir_lock;
+    if (txn_ && !HoldsExclusive()) dir_lock = std::unique_lock(DirLock(dir));
     if (StubParent(dir)) return std::vector<DirEntry>();
     UB_ASSIGN_OR_RETURN(Stat st, GetStat(dir));
     if (!S_ISDIR(st.mode)) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
@@ -505,6 +512,11 @@ class FilesystemImpl final : public Filesystem {
       return Status::Invalid("tree " + std::to_string(root) + " is not a subvolume");
     }
     UB_ASSIGN_OR_RETURN(Volume::TreeRoot * r, vol_->MutableRoot(root));
+    if (txn_) {
+      // The root a running transaction moves: cursors follow it under its lock.
+      UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(root));
+      return w->LiveRef();
+    }
     std::lock_guard<std::mutex> lock(vol_->roots_mutex());
     return r->ref;
   }
@@ -594,12 +606,42 @@ class FilesystemImpl final : public Filesystem {
   Status RemoveXattrImpl(InodeId id, std::string_view name);
   Status CommitImpl();
   void NoteFailure(const Status& st);
+  // The operation lock of a writable view: shared for the operations that
+  // run in parallel (reads, and creates under their directory's lock),
+  // exclusive for every other change and for commit. A thread that already
+  // holds it (an operation calling another) takes nothing more. Waits are
+  // recorded (lock.wait.op, ns).
+  class OpGuard {
+   public:
+    OpGuard() = default;
+    OpGuard(FilesystemImpl* fs, OpMode mode);
+    ~OpGuard() { Release(); }
+    OpGuard(OpGuard&& o) noexcept : fs_(std::exchange(o.fs_, nullptr)), mode_(o.mode_) {}
+    OpGuard(const OpGuard&) = delete;
+    OpGuard& operator=(const OpGuard&) = delete;
+    void Release();
+
+   private:
+    FilesystemImpl* fs_ = nullptr;
+    OpMode mode_ = OpMode::kNone;
+  };
+  OpGuard Guard() { return txn_ ? OpGuard(this, OpMode::kShared) : OpGuard(); }
+  OpGuard ExclusiveGuard() { return txn_ ? OpGuard(this, OpMode::kExclusive) : OpGuard(); }
+  // The lock of one directory's entries (striped): held by a create in it
+  // and by ReadDir, so a directory's delayed items and its entries in the
+  // tree change together.
+  std::mutex& DirLock(InodeId dir) { return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58]; }
+  std::mutex& RecordLock(InodeId id) { return rec_mu_[(id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58]; }
+  bool HoldsExclusive() const;
+
   // Runs one public change: the operation lock, the writable and
   // metadata-reservation checks (ENOSPC before anything changes), abort on a
   // half-done failure, and the auto-commit that bounds a transaction.
+  // Changes run exclusive, except ChangeIn's (creates), which run in parallel
+  // with each other and with reads, each holding its directory.
   template <typename F>
   auto Change(uint64_t reserve_items, F&& op) -> decltype(op()) {
-    auto guard = Guard();
+    auto guard = ExclusiveGuard();
     UB_RETURN_IF_ERROR(CheckWritable());
     UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
     auto r = op();
@@ -611,20 +653,31 @@ class FilesystemImpl final : public Filesystem {
     if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
     return r;
   }
+  template <typename F>
+  auto ChangeIn(InodeId dir, uint64_t reserve_items, F&& op) -> decltype(op()) {
+    if (!txn_) return Status::Error(EROFS, "the image is open read-only");
+    std::optional<decltype(op())> r;
+    {
+      auto guard = Guard();
+      UB_RETURN_IF_ERROR(CheckWritable());
+      {
+        auto lock = txn_->AllocLock();
+        UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
+      }
+      std::lock_guard dir_lock(DirLock(dir));
+      r.emplace(op());
+      if constexpr (std::is_same_v<decltype(op()), Status>) {
+        NoteFailure(*r);
+      } else {
+        NoteFailure(r->status());
+      }
+    }
+    // The commit needs the operation lock exclusive: after letting go of it.
+    if (r->ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+    return std::move(*r);
+  }
   Status MaybeAutoCommit();
   void CacheInode(InodeId id, const format::InodeItem& ii);
-  // The operation lock of a writable view. Waits are recorded (lock.wait.op,
-  // ns) so benchmarks show what serializing operations costs.
-  std::unique_lock<std::recursive_mutex> Guard() {
-    if (!txn_) return std::unique_lock<std::recursive_mutex>();
-    std::unique_lock<std::recursive_mutex> l(op_mu_, std::try_to_lock);
-    if (l.owns_lock()) return l;
-    static stats::Histogram& wait = stats::GetHistogram("lock.wait.op", "ns");
-    const uint64_t t0 = stats::NowNs();
-    l.lock();
-    wait.Record(stats::NowNs() - t0);
-    return l;
-  }
   Status CheckWritable();
   Result<tree::TreeWriter*> FsWriter(uint64_t root);
   Result<format::InodeItem> LoadInode(InodeId id);
@@ -652,9 +705,13 @@ class FilesystemImpl final : public Filesystem {
   Result<bool> IsAncestor(InodeId maybe_ancestor, InodeId dir);
   Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
 
-  std::recursive_mutex op_mu_;  // serializes every operation of a writable view
-  bool aborted_ = false;        // a failed change: no more writes, no commit
-  bool clean_failure_ = false;  // the failing operation had changed nothing yet
+  std::shared_mutex op_rw_;  // the operation lock (OpGuard)
+  std::array<std::mutex, 64> dir_mu_;  // DirLock
+  std::array<std::mutex, 64> rec_mu_;  // RecordLock: a cached inode item's bytes
+  std::mutex ino_mu_;        // guards next_ino_ and next_index_
+  std::atomic<bool> aborted_{false};        // a failed change: no more writes, no commit
+  std::atomic<bool> clean_failure_{false};  // the failing operation had changed nothing yet
+  std::mutex abort_mu_;                     // guards abort_reason_
   std::string abort_reason_;
   std::unique_ptr<txn::TxnManager> txn_;
   std::unique_ptr<inode::DelayedDirIndex> delayed_;

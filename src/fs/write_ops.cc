@@ -4,6 +4,8 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <optional>
 #include <type_traits>
@@ -132,14 +134,83 @@ Status FilesystemImpl::InitWrite() {
     return Status::Unsupported("writing needs the no-holes feature (the mkfs.btrfs default since 5.15)");
   }
   UB_ASSIGN_OR_RETURN(txn_, txn::TxnManager::Open(vol_.get()));
+  txn_->set_concurrent(true);  // until an operation takes the trees to itself
   delayed_ = std::make_unique<inode::DelayedDirIndex>(
       vol_->nodesize(), legacy_batching_ ? inode::BatchPolicy::kLeafFreeSpace : inode::BatchPolicy::kFullLeaf);
   return Status::Ok();
 }
 
+// ---- The operation lock -----------------------------------------------------------------------
+
+namespace {
+// What this thread holds of which view's operation lock.
+struct HeldOpLock {
+  const void* fs;
+  FilesystemImpl::OpMode mode;
+};
+thread_local std::vector<HeldOpLock> t_held;
+
+FilesystemImpl::OpMode HeldMode(const void* fs) {
+  for (auto it = t_held.rbegin(); it != t_held.rend(); ++it) {
+    if (it->fs == fs) return it->mode;
+  }
+  return FilesystemImpl::OpMode::kNone;
+}
+}  // namespace
+
+bool FilesystemImpl::HoldsExclusive() const { return HeldMode(this) == OpMode::kExclusive; }
+
+FilesystemImpl::OpGuard::OpGuard(FilesystemImpl* fs, OpMode mode) {
+  const OpMode held = HeldMode(fs);
+  if (held == OpMode::kExclusive || (held == OpMode::kShared && mode == OpMode::kShared)) return;  // re-entry
+  if (held == OpMode::kShared) {
+    // Nothing run under the shared lock calls an exclusive operation; doing
+    // so would wait for itself.
+    std::fprintf(stderr, "ubtrfs: internal error: exclusive operation inside a shared one\n");
+    std::abort();
+  }
+  static stats::Histogram& wait = stats::GetHistogram("lock.wait.op", "ns");
+  if (mode == OpMode::kShared) {
+    if (!fs->op_rw_.try_lock_shared()) {
+      const uint64_t t0 = stats::NowNs();
+      fs->op_rw_.lock_shared();
+      wait.Record(stats::NowNs() - t0);
+    }
+  } else {
+    if (!fs->op_rw_.try_lock()) {
+      const uint64_t t0 = stats::NowNs();
+      fs->op_rw_.lock();
+      wait.Record(stats::NowNs() - t0);
+    }
+    // Alone with the trees: no node locks needed until the lock is let go of.
+    fs->txn_->set_concurrent(false);
+  }
+  fs_ = fs;
+  mode_ = mode;
+  t_held.push_back(HeldOpLock{fs, mode});
+}
+
+void FilesystemImpl::OpGuard::Release() {
+  if (fs_ == nullptr) return;
+  for (auto it = t_held.rbegin(); it != t_held.rend(); ++it) {
+    if (it->fs == fs_) {
+      t_held.erase(std::next(it).base());
+      break;
+    }
+  }
+  if (mode_ == OpMode::kExclusive) {
+    fs_->txn_->set_concurrent(true);
+    fs_->op_rw_.unlock();
+  } else {
+    fs_->op_rw_.unlock_shared();
+  }
+  fs_ = nullptr;
+}
+
 Status FilesystemImpl::CheckWritable() {
   if (!txn_) return Status::Error(EROFS, "the image is open read-only");
   if (aborted_) {
+    std::lock_guard lock(abort_mu_);
     return Status::Error(EROFS, "the transaction was aborted (" + abort_reason_ +
                                     "); the image keeps its last committed state");
   }
@@ -153,7 +224,10 @@ Result<tree::TreeWriter*> FilesystemImpl::FsWriter(uint64_t root) {
 
 Result<InodeItem> FilesystemImpl::LoadInode(InodeId id) {
   if (StubParent(id)) return Status::Error(EPERM, "an empty subvolume stub cannot be changed");
-  if (inode::InodeRef r = icache_.Lookup(id.root, id.ino)) return r->item;
+  if (inode::InodeRef r = icache_.Lookup(id.root, id.ino)) {
+    std::lock_guard lock(RecordLock(id));
+    return r->item;
+  }
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
   UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, Key{id.ino, kInodeItemKey, 0}));
   if (!item) return Status::NotFound(InodeName(id) + " does not exist");
@@ -173,6 +247,7 @@ void FilesystemImpl::CacheInode(InodeId id, const InodeItem& ii) {
 Status FilesystemImpl::StoreInode(InodeId id, const InodeItem& ii_in) {
   inode::InodeRef r = icache_.Lookup(id.root, id.ino);
   if (!r) r = icache_.Insert(id.root, id.ino, ii_in);
+  std::lock_guard lock(RecordLock(id));
   r->item = ii_in;
   r->item.transid = txn_->transid();
   r->item.sequence = r->item.sequence.get() + 1;
@@ -192,6 +267,7 @@ Status FilesystemImpl::FlushInodes() {
 }
 
 Result<uint64_t> FilesystemImpl::NextIno(uint64_t root) {
+  std::lock_guard lock(ino_mu_);
   auto it = next_ino_.find(root);
   if (it == next_ino_.end()) {
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(root));
@@ -205,6 +281,7 @@ Result<uint64_t> FilesystemImpl::NextIno(uint64_t root) {
 }
 
 Result<uint64_t> FilesystemImpl::NextDirIndex(InodeId dir) {
+  std::lock_guard lock(ino_mu_);
   auto it = next_index_.find({dir.root, dir.ino});
   if (it == next_index_.end()) {
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
@@ -365,7 +442,10 @@ Status FilesystemImpl::DropInode(InodeId id) {
     UB_RETURN_IF_ERROR(c.Next());
   }
   for (const Key& k : keys) UB_RETURN_IF_ERROR(w->Delete(k));
-  next_index_.erase({id.root, id.ino});
+  {
+    std::lock_guard lock(ino_mu_);
+    next_index_.erase({id.root, id.ino});
+  }
   icache_.Remove(id.root, id.ino);
   return Status::Ok();
 }
@@ -892,7 +972,7 @@ Status FilesystemImpl::RemoveXattrImpl(InodeId id, std::string_view name) {
 }
 
 Status FilesystemImpl::CommitImpl() {
-  auto guard = Guard();
+  auto guard = ExclusiveGuard();
   UB_RETURN_IF_ERROR(CheckWritable());
   static stats::Histogram& commit_time = stats::GetHistogram("commit.time", "ns");
   static stats::Histogram& commit_blocks = stats::GetHistogram("commit.blocks_written", "blocks");
@@ -927,19 +1007,23 @@ constexpr uint64_t kItemsPerOp = 8;
 // every 30 seconds whatever its callers do.
 Status FilesystemImpl::MaybeAutoCommit() {
   if (txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();
+  auto guard = ExclusiveGuard();
+  if (txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();  // another thread committed meanwhile
   Status st = CommitImpl();
   NoteFailure(st);
   return st;
 }
 
 void FilesystemImpl::NoteFailure(const Status& st) {
-  const bool clean = clean_failure_;
-  clean_failure_ = false;
+  const bool clean = clean_failure_.exchange(false);
   if (st.ok() || aborted_ || clean) return;
   switch (st.code()) {
-    case ENOSPC: case EIO: case EUCLEAN: case ENOMEM: case EOVERFLOW:
-      aborted_ = true;
+    case ENOSPC: case EIO: case EUCLEAN: case ENOMEM: case EOVERFLOW: {
+      std::lock_guard lock(abort_mu_);
+      if (aborted_) break;
       abort_reason_ = st.ToString();
+      aborted_ = true;
+    }
       break;
     default:
       break;  // argument and namespace errors are found before anything changes
@@ -949,19 +1033,19 @@ void FilesystemImpl::NoteFailure(const Status& st) {
 Result<InodeId> FilesystemImpl::Create(InodeId dir, std::string_view name, const NewInode& attrs) {
   static stats::Histogram& latency = stats::GetHistogram("op.create", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return CreateImpl(dir, name, attrs); });
+  return ChangeIn(dir, kItemsPerOp, [&] { return CreateImpl(dir, name, attrs); });
 }
 
 Result<InodeId> FilesystemImpl::Mkdir(InodeId dir, std::string_view name, const NewInode& attrs) {
   static stats::Histogram& latency = stats::GetHistogram("op.mkdir", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return MkdirImpl(dir, name, attrs); });
+  return ChangeIn(dir, kItemsPerOp, [&] { return MkdirImpl(dir, name, attrs); });
 }
 
 Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const NewInode& attrs) {
   static stats::Histogram& latency = stats::GetHistogram("op.mknod", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return MknodImpl(dir, name, attrs); });
+  return ChangeIn(dir, kItemsPerOp, [&] { return MknodImpl(dir, name, attrs); });
 }
 
 Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std::string_view target, const NewInode& attrs) {
@@ -1019,7 +1103,7 @@ Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
 }
 
 Status FilesystemImpl::Commit() {
-  auto guard = Guard();
+  auto guard = ExclusiveGuard();
   UB_RETURN_IF_ERROR(CheckWritable());
   auto r = CommitImpl();
   NoteFailure(r);

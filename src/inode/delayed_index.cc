@@ -31,6 +31,7 @@ Recorders& R() {
 }  // namespace
 
 void DelayedDirIndex::Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item) {
+  std::lock_guard lock(mu_);
   auto& q = pending_[{root, dir}];
   if (q.emplace(index, std::move(item)).second) ++pending_count_;
   ++stats_.queued;
@@ -38,6 +39,7 @@ void DelayedDirIndex::Add(uint64_t root, uint64_t dir, uint64_t index, std::vect
 }
 
 bool DelayedDirIndex::Cancel(uint64_t root, uint64_t dir, uint64_t index) {
+  std::lock_guard lock(mu_);
   auto it = pending_.find({root, dir});
   if (it == pending_.end() || !it->second.erase(index)) return false;
   if (it->second.empty()) pending_.erase(it);
@@ -48,11 +50,13 @@ bool DelayedDirIndex::Cancel(uint64_t root, uint64_t dir, uint64_t index) {
 }
 
 const std::map<uint64_t, std::vector<uint8_t>>* DelayedDirIndex::Pending(uint64_t root, uint64_t dir) const {
+  std::lock_guard lock(mu_);
   auto it = pending_.find({root, dir});
   return it == pending_.end() ? nullptr : &it->second;
 }
 
 void DelayedDirIndex::RecordBatch(size_t items, bool full) {
+  std::lock_guard lock(mu_);
   ++stats_.batches;
   stats_.items += items;
   ++stats_.batch_size_log2[std::min<size_t>(std::bit_width(items) - 1, 15)];
@@ -90,8 +94,14 @@ Status DelayedDirIndex::InsertRunLegacy(tree::TreeWriter* w, std::vector<Key>& k
 }
 
 Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& writer, bool full_batches_only) {
-  auto it = pending_.find({root, dir});
-  if (it == pending_.end()) return Status::Ok();
+  std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, std::vector<uint8_t>>>::iterator it;
+  {
+    std::lock_guard lock(mu_);
+    it = pending_.find({root, dir});
+    if (it == pending_.end()) return Status::Ok();
+  }
+  // The queue itself belongs to the caller, which holds the directory; only
+  // the map of queues is shared (its nodes stay put while others change it).
   stats::ScopedTimer timer(R().flush_time);
   if (full_batches_only) R().early.Add();
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, writer(root));
@@ -127,6 +137,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
   // queued items freed.
   const size_t n = static_cast<size_t>(std::distance(q.begin(), flushed_end));
   q.erase(q.begin(), flushed_end);
+  std::lock_guard lock(mu_);
   pending_count_ -= n;
   if (q.empty()) pending_.erase(it);
   return Status::Ok();

@@ -4,16 +4,21 @@
 // successor, up to what one leaf holds, and inserts that batch with one
 // insert_empty_items. Entries removed before a flush never reach the tree.
 //
-// Not thread-safe by itself: the file system's operation lock guards it.
+// Thread safety: the map of queues is guarded inside; one directory's queue
+// (Add, Cancel, Pending, FlushDir for that directory) belongs to whoever holds
+// the directory (the file system's per-directory lock), and Flush() needs
+// the whole thing to itself (commit).
 // Batches are recorded in the stats as delayed_index.batch_items (a log2
 // histogram of items per batch) and the delayed_index.* counters.
 #ifndef UBTRFS_INODE_DELAYED_INDEX_H_
 #define UBTRFS_INODE_DELAYED_INDEX_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "tree/writer.h"
@@ -70,8 +75,9 @@ class DelayedDirIndex {
 
   uint32_t leaf_space_;
   BatchPolicy policy_;
+  mutable std::mutex mu_;  // guards pending_'s map of queues, pending_count_ and stats_
   std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, std::vector<uint8_t>>> pending_;
-  size_t pending_count_ = 0;
+  std::atomic<size_t> pending_count_{0};
   DelayedIndexStats stats_;
 };
 

@@ -224,6 +224,7 @@ Status TxnManager::CheckFreeSpaceTree() {
 }
 
 Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {
+  auto lock = AllocLock();
   auto it = writers_.find(objectid);
   if (it != writers_.end()) return it->second.get();
   tree::RootPtr* root;
@@ -246,6 +247,7 @@ void TxnManager::MarkGroupDirty(uint64_t logical) {
 }
 
 Result<uint64_t> TxnManager::AllocTreeBlock(uint64_t owner, int level) {
+  auto lock = AllocLock();
   const uint64_t kind = owner == kChunkTreeObjectid ? kBlockGroupSystem : kBlockGroupMetadata;
   if (kind == kBlockGroupMetadata) UB_RETURN_IF_ERROR(chunk_alloc_->BeforeMetadataBlock());  // commit reserve
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kind, vol_->nodesize(), vol_->nodesize()));
@@ -258,6 +260,7 @@ Result<uint64_t> TxnManager::AllocTreeBlock(uint64_t owner, int level) {
 }
 
 Status TxnManager::FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool) {
+  auto lock = AllocLock();
   UB_RETURN_IF_ERROR(space_->Free(bytenr, vol_->nodesize()));
   MarkGroupDirty(bytenr);
   TreeRef& r = tree_refs_[bytenr];
@@ -269,6 +272,7 @@ Status TxnManager::FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, boo
 }
 
 Result<uint64_t> TxnManager::AllocData(uint64_t len) {
+  auto lock = AllocLock();
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize()));
   MarkGroupDirty(bytenr);
   new_data_[bytenr] = len;

@@ -11,6 +11,7 @@
 #define UBTRFS_TXN_TRANSACTION_H_
 
 #include <map>
+#include <mutex>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -58,7 +59,13 @@ class TxnManager final : public tree::BlockAllocator {
 
   const TxnStats& stats() const { return stats_; }
   // Bytes of tree blocks the running transaction holds in memory.
-  uint64_t dirty_bytes() const { return dirty_->blocks().size() * uint64_t{vol_->nodesize()}; }
+  uint64_t dirty_bytes() const { return dirty_->count() * uint64_t{vol_->nodesize()}; }
+  // Several threads change the trees at once (tree::DirtyBlocks concurrent
+  // mode): readers and writers take node locks. Commit turns it off.
+  void set_concurrent(bool on) { dirty_->set_concurrent(on); }
+  // Serializes the allocation calls of threads that change trees at once
+  // (tree blocks, data, writers, the metadata reservation).
+  std::unique_lock<std::recursive_mutex> AllocLock() { return std::unique_lock(alloc_mu_); }
   alloc::SpaceManager& space() { return *space_; }
   // New chunks when space runs out, ENOSPC, the metadata reserve (chunk_alloc.h).
   ChunkAllocator& chunk_alloc() { return *chunk_alloc_; }
@@ -81,6 +88,7 @@ class TxnManager final : public tree::BlockAllocator {
   void MarkGroupDirty(uint64_t logical);
 
   Volume* vol_;
+  std::recursive_mutex alloc_mu_;  // see AllocLock()
   std::unique_ptr<alloc::SpaceManager> space_;
   std::unique_ptr<tree::DirtyBlocks> dirty_;
   std::map<uint64_t, std::unique_ptr<tree::TreeWriter>> writers_;
