@@ -685,6 +685,9 @@ class FilesystemImpl final : public Filesystem {
   // Writes every changed cached inode item into its tree.
   Status FlushInodes();
   Result<uint64_t> NextIno(uint64_t root);
+  Result<uint64_t> NextInoLocked(uint64_t root, uint64_t n);
+  Result<uint64_t> NewIno(InodeId dir);
+  static constexpr uint64_t kInoChunk = 1024;
   Result<uint64_t> NextDirIndex(InodeId dir);
   Result<InodeId> NewEntry(InodeId dir, std::string_view name, uint32_t mode, const NewInode& attrs,
                            std::string_view symlink_target);
@@ -724,6 +727,8 @@ class FilesystemImpl final : public Filesystem {
   // stay cached across commits until evicted.
   inode::InodeCache icache_{inode::InodeCacheOptions{.capacity = size_t{1} << 16}};
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> next_index_;  // per directory
+  // Per directory: the inode numbers [first, second) reserved for its new entries (NewIno).
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> ino_runs_;
 
   // The kernel's inode number for a subvolume stub directory.
   static constexpr uint64_t kEmptySubvolDirObjectid = 2;

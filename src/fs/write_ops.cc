@@ -268,6 +268,11 @@ Status FilesystemImpl::FlushInodes() {
 
 Result<uint64_t> FilesystemImpl::NextIno(uint64_t root) {
   std::lock_guard lock(ino_mu_);
+  return NextInoLocked(root, 1);
+}
+
+// The next `n` inode numbers of a subvolume (ino_mu_ held).
+Result<uint64_t> FilesystemImpl::NextInoLocked(uint64_t root, uint64_t n) {
   auto it = next_ino_.find(root);
   if (it == next_ino_.end()) {
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(root));
@@ -276,8 +281,25 @@ Result<uint64_t> FilesystemImpl::NextIno(uint64_t root) {
     uint64_t last = c.Valid() ? c.key().objectid : 0;
     it = next_ino_.emplace(root, std::max<uint64_t>(last, kFirstFreeObjectid) + 1).first;
   }
-  if (it->second > kLastFreeObjectid) return Status::Error(EOVERFLOW, "inode numbers exhausted");
-  return it->second++;
+  if (it->second > kLastFreeObjectid - n) return Status::Error(EOVERFLOW, "inode numbers exhausted");
+  const uint64_t first = it->second;
+  it->second += n;
+  return first;
+}
+
+// A new inode's number: from a run of kInoChunk numbers reserved for its
+// directory. Creates in different directories then put their inode items
+// and back references in different leaves, so threads creating in their own
+// directories do not queue on the tree's last leaf. Unused numbers of a run
+// are simply never used (btrfs does not require dense numbers).
+Result<uint64_t> FilesystemImpl::NewIno(InodeId dir) {
+  std::lock_guard lock(ino_mu_);
+  auto& run = ino_runs_[{dir.root, dir.ino}];
+  if (run.first == run.second) {
+    UB_ASSIGN_OR_RETURN(run.first, NextInoLocked(dir.root, kInoChunk));
+    run.second = run.first + kInoChunk;
+  }
+  return run.first++;
 }
 
 Result<uint64_t> FilesystemImpl::NextDirIndex(InodeId dir) {
@@ -445,6 +467,7 @@ Status FilesystemImpl::DropInode(InodeId id) {
   {
     std::lock_guard lock(ino_mu_);
     next_index_.erase({id.root, id.ino});
+    ino_runs_.erase({id.root, id.ino});
   }
   icache_.Remove(id.root, id.ino);
   return Status::Ok();
@@ -457,7 +480,7 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   UB_ASSIGN_OR_RETURN(InodeItem parent, LoadInode(dir));
   if (!S_ISDIR(parent.mode.get())) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
   if (parent.nlink.get() == 0) return Status::NotFound(InodeName(dir) + " was removed");
-  UB_ASSIGN_OR_RETURN(uint64_t ino, NextIno(dir.root));
+  UB_ASSIGN_OR_RETURN(uint64_t ino, NewIno(dir));
   const InodeId id{dir.root, ino};
   const Time now = Now();
   InodeItem ii{};

@@ -316,7 +316,7 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
 // ---- Reserve --------------------------------------------------------------------------------
 
 uint64_t ChunkAllocator::CommitReserve() const {
-  return uint64_t{txn_->vol_->nodesize()} * (kCommitReserveBlocks + txn_->dirty_->blocks().size());
+  return uint64_t{txn_->vol_->nodesize()} * (kCommitReserveBlocks + txn_->dirty_->count());
 }
 
 Status ChunkAllocator::EnsureMetadataFree(uint64_t need, const std::string& why) {
