@@ -78,6 +78,14 @@ void WritePath::Set(int level, std::shared_ptr<TreeBlock> b) {
   nodes[level] = std::move(b);
 }
 
+void WritePath::Adopt(int level, std::shared_ptr<TreeBlock> b) {
+  if (locking) {
+    if (held & (1u << level)) nodes[level]->lock.UnlockIntent();
+    held |= 1u << level;
+  }
+  nodes[level] = std::move(b);
+}
+
 void WritePath::ReleaseAbove(int level) {
   if (!locking) return;
   for (int l = level + 1; l < kMaxLevel; ++l) {
@@ -175,12 +183,82 @@ Status TreeWriter::MakeWritable(WritePath* path, int level, int slot, Sibling* s
   return Status::Ok();
 }
 
+// The common case first: every block on the path is already this
+// transaction's and the leaf can take the change by itself. Shared locks down
+// to the leaf's parent (coupling), intent on the leaf alone, so updaters of
+// different leaves never wait for each other at the top of the tree. When
+// that does not hold (a block to copy, a leaf to split or merge, a first key
+// to change) or the leaf is busy, everything is let go of and the caller
+// searches again the pessimistic way. Nothing is ever converted between
+// modes: a failed attempt releases its locks and takes fresh ones.
+Result<TreeWriter::Optimistic> TreeWriter::TryLeafOnly(const Key& key, uint32_t ins_len, WritePath* path) {
+  root_lock_.LockShared();
+  const RootPtr root = *root_;
+  std::shared_ptr<TreeBlock> n = root.generation == blocks_->transid() ? blocks_->Get(root.bytenr) : nullptr;
+  if (n == nullptr || root.level == 0) {
+    root_lock_.UnlockShared();
+    return Optimistic::kNo;
+  }
+  n->lock.LockShared();
+  root_lock_.UnlockShared();
+  for (int level = root.level; level > 0; --level) {
+    int slot = n->LastSlotAtOrBefore(key);
+    if (slot < 1 && level == 1) {  // a new first key would reach this node
+      n->lock.UnlockShared();
+      return Optimistic::kNo;
+    }
+    if (slot < 0) slot = 0;
+    std::shared_ptr<TreeBlock> child =
+        n->child_generation(slot) == blocks_->transid() ? blocks_->Get(n->child_bytenr(slot)) : nullptr;
+    if (child == nullptr) {  // committed: to be copied, which changes this node
+      n->lock.UnlockShared();
+      return Optimistic::kNo;
+    }
+    if (level > 1) {
+      child->lock.LockShared();
+      n->lock.UnlockShared();
+      n = std::move(child);
+      continue;
+    }
+    // The leaf: never wait for it while holding its parent (a pessimistic
+    // updater may hold the leaf and wait for the parent's readers).
+    if (!child->lock.TryLockIntent()) {
+      n->lock.UnlockShared();
+      child->lock.LockIntent();  // wait until it is free, holding nothing else
+      child->lock.UnlockIntent();
+      return Optimistic::kRetry;
+    }
+    n->lock.UnlockShared();
+    const int lslot = child->FirstSlotAtOrAfter(key);
+    const bool found = lslot < child->nritems() && child->key(lslot) == key;
+    if (!Safe(*child, lslot, found, ins_len)) {
+      child->lock.UnlockIntent();
+      return Optimistic::kNo;
+    }
+    path->nodes[0] = std::move(child);
+    path->slots[0] = lslot;
+    path->held = 1;
+    path->root_level = root.level;
+    return found ? Optimistic::kFound : Optimistic::kNotFound;
+  }
+  return Optimistic::kNo;
+}
+
 Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WritePath* path) {
   path->Release();
   path->nodes = {};
   path->slots = {};
   path->locking = blocks_->Locking();
   if (path->locking) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      UB_ASSIGN_OR_RETURN(Optimistic o, TryLeafOnly(key, ins_len, path));
+      if (o == Optimistic::kFound || o == Optimistic::kNotFound) {
+        ++stats_.leaf_only;
+        return o == Optimistic::kFound;
+      }
+      if (o == Optimistic::kNo) break;
+    }
+    ++stats_.full_path;
     root_lock_.LockIntent();
     path->root_lock = &root_lock_;
   }
@@ -259,6 +337,10 @@ Status TreeWriter::SplitNode(WritePath* path, int level) {
   const int pslot = path->slots[level + 1];
   const int n = node.nritems(), mid = (n + 1) / 2;
   UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, level));
+  const bool go_right = path->slots[level] >= mid;
+  // The path's next block is locked before the parent points at it: no other
+  // updater may slip in between.
+  if (go_right && path->locking) right->lock.LockIntent();
   {
     WriteLocks w(path->locking);
     w.Add(parent.lock);
@@ -269,8 +351,8 @@ Status TreeWriter::SplitNode(WritePath* path, int level) {
     node.set_nritems(mid);
     UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right->key(0), right->bytenr(), blocks_->transid()));
   }
-  if (path->slots[level] >= mid) {
-    path->Set(level, right);
+  if (go_right) {
+    path->Adopt(level, right);
     path->slots[level] -= mid;
     path->slots[level + 1] = pslot + 1;
   }
@@ -400,6 +482,7 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
     // the item alone in a new leaf between [0, slot) and [slot, n).
     UB_ASSIGN_OR_RETURN(auto middle, blocks_->New(owner_, 0));
     UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
+    if (path->locking) middle->lock.LockIntent();  // before the parent points at it
     {
       WriteLocks w(path->locking);
       w.Add(parent.lock);
@@ -412,13 +495,14 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
       UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, key, middle->bytenr(), blocks_->transid()));
       UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 2, right->key(0), right->bytenr(), blocks_->transid()));
     }
-    path->Set(0, middle);
+    path->Adopt(0, middle);
     path->slots[0] = 0;
     path->slots[1] = pslot + 1;
     stats_.leaf_splits += 2;
     return Status::Ok();
   }
   UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
+  if (best_right && path->locking) right->lock.LockIntent();  // before the parent points at it
   {
     WriteLocks w(path->locking);
     w.Add(parent.lock);
@@ -432,7 +516,7 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
     UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right_key, right->bytenr(), blocks_->transid()));
   }
   if (best_right) {
-    path->Set(0, right);
+    path->Adopt(0, right);
     path->slots[0] = slot - best_mid;
     path->slots[1] = pslot + 1;
   }

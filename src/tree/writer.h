@@ -51,6 +51,9 @@ struct WritePath {
   int slot() const { return slots[0]; }
   // Puts b at `level`, moving this path's intent lock from the old block.
   void Set(int level, std::shared_ptr<TreeBlock> b);
+  // The same for a new block whose intent lock the caller took before any
+  // other thread could reach it (before its parent pointed at it).
+  void Adopt(int level, std::shared_ptr<TreeBlock> b);
   // Lets go of the intent locks above `level` (and of the root pointer).
   void ReleaseAbove(int level);
   void Release();
@@ -66,6 +69,8 @@ struct WriterStats {
   std::atomic<uint64_t> batch_inserts{0};  // InsertEmptyItems calls
   std::atomic<uint64_t> items_inserted{0};
   std::atomic<uint64_t> early_unlocks{0};  // searches that let go of the root pointer before the leaf
+  std::atomic<uint64_t> leaf_only{0};      // concurrent searches that locked the leaf alone (shared above)
+  std::atomic<uint64_t> full_path{0};      // concurrent searches that took intent from the root
 };
 
 class TreeWriter {
@@ -140,6 +145,8 @@ class TreeWriter {
   // The leaf slot's change needs no block above the leaf (see the class
   // comment); `ins_len` as in SearchForWrite.
   static bool Safe(const TreeBlock& b, int slot, bool found, uint32_t ins_len);
+  enum class Optimistic { kFound, kNotFound, kNo, kRetry };
+  Result<Optimistic> TryLeafOnly(const Key& key, uint32_t ins_len, WritePath* path);
   // Sets the root pointer (under its write lock when locking).
   void SetRoot(WritePath* path, const RootPtr& r);
   // A sibling of a path block at `level`, as it is now: a committed block is
