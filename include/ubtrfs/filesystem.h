@@ -111,7 +111,10 @@ struct OpenOptions {
   // many bytes, bounding its memory. Larger means fewer commits (each
   // rewrites the leaves changed since the last: 64 MiB made 100,000-file
   // directories about a third faster to fill than 32 MiB) and more memory.
-  uint64_t max_dirty_bytes = 64ull << 20;
+  // 256 MiB: two 300,000-entry directories filled at once (their name-hash
+  // leaves alone are about 70 MiB, rewritten by every commit) stop
+  // committing every few thousand files, which 64 MiB did.
+  uint64_t max_dirty_bytes = 256ull << 20;
   // Benchmark baseline only: batch delayed dir-index items by the free space
   // of the leaf they land in (the kernel's behaviour before leaf-sized
   // batches) instead of by what a whole leaf holds.

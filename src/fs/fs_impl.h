@@ -508,6 +508,7 @@ class FilesystemImpl final : public Filesystem {
 
   // The tree of a subvolume, refusing ids that are not subvolumes.
   Result<tree::RootPtr> FsTree(uint64_t root) {
+    if (tree::TreeWriter* w = CachedWriter(root)) return w->LiveRef();
     if (root != kFsTreeObjectid && (root < kFirstFreeObjectid || root > kLastFreeObjectid)) {
       return Status::Invalid("tree " + std::to_string(root) + " is not a subvolume");
     }
@@ -515,6 +516,7 @@ class FilesystemImpl final : public Filesystem {
     if (txn_) {
       // The root a running transaction moves: cursors follow it under its lock.
       UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(root));
+      RememberWriter(root, w);
       return w->LiveRef();
     }
     std::lock_guard<std::mutex> lock(vol_->roots_mutex());
@@ -630,8 +632,8 @@ class FilesystemImpl final : public Filesystem {
   // The lock of one directory's entries (striped): held by a create in it
   // and by ReadDir, so a directory's delayed items and its entries in the
   // tree change together.
-  std::mutex& DirLock(InodeId dir) { return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58]; }
-  std::mutex& RecordLock(InodeId id) { return rec_mu_[(id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58]; }
+  std::mutex& DirLock(InodeId dir) { return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58].mu; }
+  std::mutex& RecordLock(InodeId id) { return rec_mu_[(id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58].mu; }
   bool HoldsExclusive() const;
 
   // Runs one public change: the operation lock, the writable and
@@ -680,6 +682,20 @@ class FilesystemImpl final : public Filesystem {
   void CacheInode(InodeId id, const format::InodeItem& ii);
   Status CheckWritable();
   Result<tree::TreeWriter*> FsWriter(uint64_t root);
+  // The writer of the last subvolume used, without the map lookups and
+  // their locks (a writer lives as long as the transaction manager).
+  tree::TreeWriter* CachedWriter(uint64_t root) const {
+    const CachedWriterEntry* e = cached_writer_.load(std::memory_order_acquire);
+    return e != nullptr && e->root == root ? e->writer : nullptr;
+  }
+  void RememberWriter(uint64_t root, tree::TreeWriter* w) {
+    std::lock_guard lock(writer_entries_mu_);
+    for (const auto& e : writer_entries_) {
+      if (e->root == root) return cached_writer_.store(e.get(), std::memory_order_release);
+    }
+    writer_entries_.push_back(std::make_unique<CachedWriterEntry>(CachedWriterEntry{root, w}));
+    cached_writer_.store(writer_entries_.back().get(), std::memory_order_release);
+  }
   Result<format::InodeItem> LoadInode(InodeId id);
   Status StoreInode(InodeId id, const format::InodeItem& ii);
   // Writes every changed cached inode item into its tree.
@@ -709,9 +725,21 @@ class FilesystemImpl final : public Filesystem {
   Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
 
   std::shared_mutex op_rw_;  // the operation lock (OpGuard)
-  std::array<std::mutex, 64> dir_mu_;  // DirLock
-  std::array<std::mutex, 64> rec_mu_;  // RecordLock: a cached inode item's bytes
-  std::mutex ino_mu_;        // guards next_ino_ and next_index_
+  // Locks that threads take at once sit on cache lines of their own.
+  struct alignas(64) PaddedMutex {
+    std::mutex mu;
+  };
+  std::array<PaddedMutex, 64> dir_mu_;  // DirLock
+  std::array<PaddedMutex, 64> rec_mu_;  // RecordLock: a cached inode item's bytes
+  alignas(64) std::mutex ino_mu_;        // guards next_ino_, next_index_, ino_runs_ and writer_entries_
+  struct CachedWriterEntry {
+    uint64_t root;
+    tree::TreeWriter* writer;
+  };
+  std::mutex writer_entries_mu_;  // guards writer_entries_ (taken inside ino_mu_ too)
+  std::vector<std::unique_ptr<CachedWriterEntry>> writer_entries_;  // never shrinks while the view lives
+  alignas(64) std::atomic<const CachedWriterEntry*> cached_writer_{nullptr};
+  alignas(64) char after_cached_writer_ = 0;  // keeps what follows off its cache line
   std::atomic<bool> aborted_{false};        // a failed change: no more writes, no commit
   std::atomic<bool> clean_failure_{false};  // the failing operation had changed nothing yet
   std::mutex abort_mu_;                     // guards abort_reason_
@@ -719,13 +747,15 @@ class FilesystemImpl final : public Filesystem {
   std::unique_ptr<txn::TxnManager> txn_;
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
   bool legacy_batching_ = false;  // OpenOptions::legacy_dir_index_batching
-  uint64_t max_dirty_bytes_ = 64ull << 20;  // OpenOptions::max_dirty_bytes
+  uint64_t max_dirty_bytes_ = 256ull << 20;  // OpenOptions::max_dirty_bytes
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume
   // The open-inode cache (a radix tree per subvolume, inode/inode_cache.h):
   // inode items read or changed recently. Changed ones are dirty until
   // FlushInodes writes them at commit (delayed inode updates); clean ones
   // stay cached across commits until evicted.
-  inode::InodeCache icache_{inode::InodeCacheOptions{.capacity = size_t{1} << 16}};
+  // Its insert and lookup times are sampled (one call in 16) to keep clock
+  // reads off the create path.
+  inode::InodeCache icache_{inode::InodeCacheOptions{.capacity = size_t{1} << 16, .time_every = 16}};
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> next_index_;  // per directory
   // Per directory: the inode numbers [first, second) reserved for its new entries (NewIno).
   std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> ino_runs_;

@@ -218,6 +218,7 @@ Status FilesystemImpl::CheckWritable() {
 }
 
 Result<tree::TreeWriter*> FilesystemImpl::FsWriter(uint64_t root) {
+  if (tree::TreeWriter* w = CachedWriter(root)) return w;
   UB_RETURN_IF_ERROR(FsTree(root).status());
   return txn_->Writer(root);
 }

@@ -71,7 +71,15 @@ LatencyHistogram InodeCache::AtomicHistogram::Snapshot() const {
 
 // ---- InodeCache -------------------------------------------------------------
 
-InodeCache::InodeCache(InodeCacheOptions options) : time_ops_(options.time_ops), capacity_(options.capacity) {}
+InodeCache::InodeCache(InodeCacheOptions options)
+    : time_ops_(options.time_ops), time_every_(std::max<uint32_t>(options.time_every, 1)), capacity_(options.capacity) {}
+
+bool InodeCache::TimeThisCall() const {
+  if (!time_ops_) return false;
+  if (time_every_ == 1) return true;
+  thread_local uint32_t n = 0;
+  return ++n % time_every_ == 0;
+}
 
 InodeCache::~InodeCache() {
   // No other thread may use the cache now; InodeRefs may still exist.
@@ -153,7 +161,8 @@ void InodeCache::DropDetached(InodeRecord* chain) {
 }
 
 InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
-  uint64_t t0 = time_ops_ ? NowNs() : 0;
+  const bool timed = TimeThisCall();
+  uint64_t t0 = timed ? NowNs() : 0;
   InodeRecord* found = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -167,7 +176,7 @@ InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
       }
     }
   }
-  if (time_ops_) {
+  if (timed) {
     const uint64_t ns = NowNs() - t0;
     lookup_hist_.Add(ns);
     static stats::Histogram& h = stats::GetHistogram("inode_cache.lookup_time", "ns");
@@ -180,7 +189,8 @@ InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
 }
 
 InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem& item, bool* inserted) {
-  uint64_t t0 = time_ops_ ? NowNs() : 0;
+  const bool timed = TimeThisCall();
+  uint64_t t0 = timed ? NowNs() : 0;
   // Everything that may need memory, made before locking.
   std::unique_ptr<InodeRecord> fresh(new InodeRecord(root, ino, item));
   InodeTree::Reservation nodes = InodeTree::Reserve(ino);
@@ -233,7 +243,7 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
   DropDetached(doomed);
   fresh.reset();
   if (inserted != nullptr) *inserted = stored;
-  if (time_ops_) {
+  if (timed) {
     const uint64_t ns = NowNs() - t0;
     insert_hist_.Add(ns);
     static stats::Histogram& h = stats::GetHistogram("inode_cache.insert_time", "ns");

@@ -138,6 +138,7 @@ struct InodeCacheStats {
 struct InodeCacheOptions {
   size_t capacity = size_t{1} << 18;  // records kept when idle ones can be evicted
   bool time_ops = true;               // fill the latency histograms (two clock reads per call)
+  uint32_t time_every = 1;            // time one call in this many (per thread); 1: all
 };
 
 class InodeCache {
@@ -205,6 +206,8 @@ class InodeCache {
   static uint64_t NowNs();
 
   const bool time_ops_;
+  const uint32_t time_every_;
+  bool TimeThisCall() const;
   AtomicHistogram insert_hist_;
   AtomicHistogram lookup_hist_;
 
