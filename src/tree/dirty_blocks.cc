@@ -1,5 +1,6 @@
 #include "tree/dirty_blocks.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ubtrfs::tree {
@@ -19,9 +20,27 @@ Result<BlockRef> DirtyBlocks::Read(const BlockCheck& check) {
 }
 
 std::shared_ptr<TreeBlock> DirtyBlocks::Get(uint64_t bytenr) const {
-  std::shared_lock lock(mu_);
-  auto it = blocks_.find(bytenr);
-  return it == blocks_.end() ? nullptr : it->second;
+  const Shard& s = ShardOf(bytenr);
+  std::shared_lock lock(s.mu);
+  auto it = s.blocks.find(bytenr);
+  return it == s.blocks.end() ? nullptr : it->second;
+}
+
+std::vector<std::pair<uint64_t, std::shared_ptr<TreeBlock>>> DirtyBlocks::All() const {
+  std::vector<std::pair<uint64_t, std::shared_ptr<TreeBlock>>> out;
+  out.reserve(count());
+  for (const Shard& s : shards_) {
+    std::shared_lock lock(s.mu);
+    out.insert(out.end(), s.blocks.begin(), s.blocks.end());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+void DirtyBlocks::Put(uint64_t bytenr, std::shared_ptr<TreeBlock> b) {
+  Shard& s = ShardOf(bytenr);
+  std::unique_lock lock(s.mu);
+  if (s.blocks.insert_or_assign(bytenr, std::move(b)).second) count_.fetch_add(1, std::memory_order_relaxed);
 }
 
 Result<std::shared_ptr<TreeBlock>> DirtyBlocks::New(uint64_t owner, int level) {
@@ -36,8 +55,7 @@ Result<std::shared_ptr<TreeBlock>> DirtyBlocks::New(uint64_t owner, int level) {
   h.owner = owner;
   h.nritems = 0;
   h.level = static_cast<uint8_t>(level);
-  std::unique_lock lock(mu_);
-  blocks_[bytenr] = b;
+  Put(bytenr, b);
   return b;
 }
 
@@ -51,17 +69,18 @@ Result<std::shared_ptr<TreeBlock>> DirtyBlocks::Cow(const BlockRef& b, uint64_t 
   h.owner = owner;
   h.flags = kMixedBackrefRev << kBackrefRevShift;
   UB_RETURN_IF_ERROR(alloc_->FreeTreeBlock(b->bytenr(), owner, b->level(), false));
-  std::unique_lock lock(mu_);
-  blocks_[bytenr] = copy;
+  Put(bytenr, copy);
   return copy;
 }
 
 Status DirtyBlocks::Free(const TreeBlock& b, uint64_t owner) {
   bool created_here;
   {
-    std::unique_lock lock(mu_);
-    created_here = blocks_.erase(b.bytenr()) != 0;
+    Shard& s = ShardOf(b.bytenr());
+    std::unique_lock lock(s.mu);
+    created_here = s.blocks.erase(b.bytenr()) != 0;
   }
+  if (created_here) count_.fetch_sub(1, std::memory_order_relaxed);
   return alloc_->FreeTreeBlock(b.bytenr(), owner, b.level(), created_here);
 }
 

@@ -3,10 +3,13 @@
 #ifndef UBTRFS_TREE_DIRTY_BLOCKS_H_
 #define UBTRFS_TREE_DIRTY_BLOCKS_H_
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <shared_mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 #include <memory>
 
 #include "tree/block_reader.h"
@@ -46,14 +49,8 @@ class DirtyBlocks final : public BlockSource {
 
   uint64_t transid() const { return transid_; }
   const TreeParams& params() const { return params_; }
-  bool IsDirty(uint64_t bytenr) const {
-    std::shared_lock lock(mu_);
-    return blocks_.count(bytenr) != 0;
-  }
-  size_t count() const {
-    std::shared_lock lock(mu_);
-    return blocks_.size();
-  }
+  bool IsDirty(uint64_t bytenr) const { return Get(bytenr) != nullptr; }
+  size_t count() const { return count_.load(std::memory_order_relaxed); }
   // The writable block at bytenr, if this transaction created it.
   std::shared_ptr<TreeBlock> Get(uint64_t bytenr) const;
 
@@ -65,13 +62,16 @@ class DirtyBlocks final : public BlockSource {
   // Drops a block from the tree (the caller has unlinked it).
   Status Free(const TreeBlock& b, uint64_t owner);
 
-  // Every block to write at commit (in no particular order). Only while no
-  // other thread changes the trees.
-  const std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>>& blocks() const { return blocks_; }
+  // Every block to write at commit, by address. Only while no other thread
+  // changes the trees.
+  std::vector<std::pair<uint64_t, std::shared_ptr<TreeBlock>>> All() const;
   // Starts the next transaction: nothing is dirty.
   void Reset(uint64_t transid) {
-    std::unique_lock lock(mu_);
-    blocks_.clear();
+    for (Shard& s : shards_) {
+      std::unique_lock lock(s.mu);
+      s.blocks.clear();
+    }
+    count_.store(0, std::memory_order_relaxed);
     transid_ = transid;
   }
 
@@ -82,8 +82,18 @@ class DirtyBlocks final : public BlockSource {
   BlockAllocator* alloc_;
   uint64_t transid_;
   std::atomic<bool> concurrent_{false};
-  mutable std::shared_mutex mu_;  // guards blocks_
-  std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>> blocks_;
+  // The blocks by address, in shards with their own locks (on cache lines of
+  // their own) so that threads looking up different blocks do not contend.
+  struct alignas(64) Shard {
+    mutable std::shared_mutex mu;
+    std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>> blocks;
+  };
+  static constexpr size_t kShards = 64;
+  Shard& ShardOf(uint64_t bytenr) { return shards_[(bytenr / params_.nodesize) % kShards]; }
+  const Shard& ShardOf(uint64_t bytenr) const { return shards_[(bytenr / params_.nodesize) % kShards]; }
+  void Put(uint64_t bytenr, std::shared_ptr<TreeBlock> b);
+  std::array<Shard, kShards> shards_;
+  alignas(64) std::atomic<size_t> count_{0};
 };
 
 }  // namespace ubtrfs::tree

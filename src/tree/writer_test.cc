@@ -88,7 +88,7 @@ class WriterHarness {
 
   // Seals every dirty block as commit would, moves it to the clean store.
   void Commit() {
-    for (auto& [bytenr, b] : dirty_->blocks()) {
+    for (auto& [bytenr, b] : dirty_->All()) {
       CsumBytes c = ComputeCsum(0, b->bytes().subspan(kCsumSize));
       std::memcpy(b->mutable_bytes(), c.data(), kCsumSize);
       clean_.blocks_[bytenr] = b;
