@@ -15,7 +15,9 @@
 //       entry of each directory in turn (the workers' order, no concurrency).
 //
 // Both print the library's statistics snapshot (CollectStats(), reset just
-// before the timed part) in the JSON under "stats". IMAGE must be a btrfs
+// before the timed part) in the JSON under "stats"; with LIB_BENCH_STATS_TEXT
+// set in the environment also as text (funclatency-style histograms) on
+// stderr. IMAGE must be a btrfs
 // image (ubtrfs mkfs makes one).
 #include <atomic>
 #include <cerrno>
@@ -176,7 +178,9 @@ int Create(const std::string& image, int argc, char** argv) {
                   static_cast<double>(files * threads) / sec);
     loops_json += row;
   }
-  const std::string stats = ubtrfs::CollectStats().ToJson();
+  const ubtrfs::StatsSnapshot snap = ubtrfs::CollectStats();
+  if (std::getenv("LIB_BENCH_STATS_TEXT") != nullptr) std::fputs(snap.ToText().c_str(), stderr);
+  const std::string stats = snap.ToJson();
   fs.reset();  // closes (nothing left to commit)
   std::printf(
       "{\"workload\": \"create\", \"threads\": %llu, \"files_per_thread_per_loop\": %llu, \"size\": %llu, "
@@ -308,7 +312,9 @@ int Delete(const std::string& image, int argc, char** argv) {
   }
   if (Status s = fs->Commit(); !s.ok()) Fail("commit", s);
   const double sec = Seconds(Clock::now() - t0);
-  const std::string stats = ubtrfs::CollectStats().ToJson();
+  const ubtrfs::StatsSnapshot snap = ubtrfs::CollectStats();
+  if (std::getenv("LIB_BENCH_STATS_TEXT") != nullptr) std::fputs(snap.ToText().c_str(), stderr);
+  const std::string stats = snap.ToJson();
   fs.reset();
   std::printf(
       "{\"workload\": \"delete\", \"list_first\": %s, \"threads\": %llu, \"dirs\": %zu, \"removed\": %llu, \"seconds\": %.6f, "

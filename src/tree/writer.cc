@@ -1,5 +1,7 @@
 #include "tree/writer.h"
 
+#include "stats/stats.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -9,6 +11,31 @@ using namespace ubtrfs::format;
 
 namespace {
 constexpr uint32_t kItemHeader = sizeof(Item);
+
+// A process-wide counter fed from a per-thread tally, 256 at a time (and the
+// rest when the thread ends), so that threads changing one tree do not write
+// one shared cache line on every search.
+struct Tally {
+  stats::Counter& counter;
+  uint64_t n = 0;
+  ~Tally() {
+    if (n) counter.Add(n);
+  }
+  void Add() {
+    if (++n == 256) {
+      counter.Add(n);
+      n = 0;
+    }
+  }
+};
+Tally& LeafOnlySearches() {
+  thread_local Tally t{stats::GetCounter("tree.search.leaf_only")};
+  return t;
+}
+Tally& FullPathSearches() {
+  thread_local Tally t{stats::GetCounter("tree.search.full_path")};
+  return t;
+}
 }  // namespace
 
 // ---- Leaf surgery --------------------------------------------------------------
@@ -253,12 +280,12 @@ Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WriteP
     for (int attempt = 0; attempt < 4; ++attempt) {
       UB_ASSIGN_OR_RETURN(Optimistic o, TryLeafOnly(key, ins_len, path));
       if (o == Optimistic::kFound || o == Optimistic::kNotFound) {
-        ++stats_.leaf_only;
+        LeafOnlySearches().Add();
         return o == Optimistic::kFound;
       }
       if (o == Optimistic::kNo) break;
     }
-    ++stats_.full_path;
+    FullPathSearches().Add();
     root_lock_.LockIntent();
     path->root_lock = &root_lock_;
   }
@@ -276,10 +303,7 @@ Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WriteP
       int slot = n.FirstSlotAtOrAfter(key);
       path->slots[0] = slot;
       const bool found = slot < n.nritems() && n.key(slot) == key;
-      if (path->locking && Safe(n, slot, found, ins_len)) {
-        if (path->root_lock != nullptr) ++stats_.early_unlocks;
-        path->ReleaseAbove(0);
-      }
+      if (path->locking && Safe(n, slot, found, ins_len)) path->ReleaseAbove(0);
       // No room is made for a key that exists: the caller will not insert
       // it, and a split for nothing could leave an empty leaf behind.
       if (!found && ins_len > 0 && n.LeafFreeSpace() < ins_len) {
@@ -290,10 +314,7 @@ Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WriteP
     }
     int slot = n.LastSlotAtOrBefore(key);
     path->slots[level] = slot < 0 ? 0 : slot;
-    if (path->locking && Safe(n, slot, false, ins_len)) {
-      if (path->root_lock != nullptr) ++stats_.early_unlocks;
-      path->ReleaseAbove(level);
-    }
+    if (path->locking && Safe(n, slot, false, ins_len)) path->ReleaseAbove(level);
     if (ins_len > 0 && n.nritems() >= n.MaxPtrs() - 3) UB_RETURN_IF_ERROR(SplitNode(path, level));
     UB_RETURN_IF_ERROR(CowChild(path, level, path->slots[level]));
     --level;
@@ -477,32 +498,19 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
   }
   TreeBlock& parent = *path->nodes[1];
   const int pslot = path->slots[1];
-  if (best_mid < 0) {
-    // Neither side can take the new item with its neighbours: a double split,
-    // the item alone in a new leaf between [0, slot) and [slot, n).
-    UB_ASSIGN_OR_RETURN(auto middle, blocks_->New(owner_, 0));
-    UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
-    if (path->locking) middle->lock.LockIntent();  // before the parent points at it
-    {
-      WriteLocks w(path->locking);
-      w.Add(parent.lock);
-      w.Add(leaf.lock);
-      const auto snap = leaf.Clone();
-      std::vector<ItemRef> items;
-      RefItems(*snap, 0, n, &items);
-      WriteLeafRefs(leaf, std::span(items).subspan(0, slot));
-      WriteLeafRefs(*right, std::span(items).subspan(slot));
-      UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, key, middle->bytenr(), blocks_->transid()));
-      UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 2, right->key(0), right->bytenr(), blocks_->transid()));
-    }
-    path->Adopt(0, middle);
-    path->slots[0] = 0;
-    path->slots[1] = pslot + 1;
-    stats_.leaf_splits += 2;
-    return Status::Ok();
+  // Neither side can take the new item with its neighbours (best_mid < 0): a
+  // double split, the item alone in a new middle leaf between [0, slot) and
+  // [slot, n).
+  const bool double_split = best_mid < 0;
+  const int cut = double_split ? slot : best_mid;
+  std::shared_ptr<TreeBlock> middle;
+  if (double_split) {
+    UB_ASSIGN_OR_RETURN(middle, blocks_->New(owner_, 0));
   }
   UB_ASSIGN_OR_RETURN(auto right, blocks_->New(owner_, 0));
-  if (best_right && path->locking) right->lock.LockIntent();  // before the parent points at it
+  // The leaf the path moves to is locked before the parent points at it.
+  std::shared_ptr<TreeBlock> next = double_split ? middle : best_right ? right : nullptr;
+  if (next && path->locking) next->lock.LockIntent();
   {
     WriteLocks w(path->locking);
     w.Add(parent.lock);
@@ -510,17 +518,21 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
     const auto snap = leaf.Clone();
     std::vector<ItemRef> items;
     RefItems(*snap, 0, n, &items);
-    WriteLeafRefs(leaf, std::span(items).subspan(0, best_mid));
-    WriteLeafRefs(*right, std::span(items).subspan(best_mid));
+    WriteLeafRefs(leaf, std::span(items).subspan(0, cut));
+    WriteLeafRefs(*right, std::span(items).subspan(cut));
+    int at = pslot + 1;
+    if (double_split) {
+      UB_RETURN_IF_ERROR(InsertPtr(parent, at++, key, middle->bytenr(), blocks_->transid()));
+    }
     const Key right_key = right->nritems() > 0 ? right->key(0) : key;
-    UB_RETURN_IF_ERROR(InsertPtr(parent, pslot + 1, right_key, right->bytenr(), blocks_->transid()));
+    UB_RETURN_IF_ERROR(InsertPtr(parent, at, right_key, right->bytenr(), blocks_->transid()));
   }
-  if (best_right) {
-    path->Adopt(0, right);
-    path->slots[0] = slot - best_mid;
+  if (next) {
+    path->Adopt(0, next);
+    path->slots[0] = double_split ? 0 : slot - best_mid;
     path->slots[1] = pslot + 1;
   }
-  ++stats_.leaf_splits;
+  stats_.leaf_splits += double_split ? 2 : 1;
   return Status::Ok();
 }
 
@@ -565,8 +577,10 @@ Status TreeWriter::InsertEmptyItems(WritePath* path, std::span<const Key> keys, 
   }
   // The leaf is unlocked; only the parents' low keys are left.
   if (slot == 0) FixupLowKeys(path, keys[0], 1);
-  ++stats_.batch_inserts;
-  stats_.items_inserted += nr;
+  if (!path->locking) {  // per-call counters on a line threads would share: single-threaded only
+    stats_.batch_inserts.fetch_add(1, std::memory_order_relaxed);
+    stats_.items_inserted.fetch_add(nr, std::memory_order_relaxed);
+  }
   return Status::Ok();
 }
 

@@ -66,11 +66,13 @@ struct WriterStats {
   std::atomic<uint64_t> merges{0};
   std::atomic<uint64_t> root_grows{0};
   std::atomic<uint64_t> root_shrinks{0};
+  // Counted only while one thread changes the trees (not in concurrent
+  // mode, where every insert would write this shared line):
   std::atomic<uint64_t> batch_inserts{0};  // InsertEmptyItems calls
   std::atomic<uint64_t> items_inserted{0};
-  std::atomic<uint64_t> early_unlocks{0};  // searches that let go of the root pointer before the leaf
-  std::atomic<uint64_t> leaf_only{0};      // concurrent searches that locked the leaf alone (shared above)
-  std::atomic<uint64_t> full_path{0};      // concurrent searches that took intent from the root
+  // Concurrent searches are counted in the process stats instead:
+  // tree.search.leaf_only (shared locks above an intent-locked leaf) and
+  // tree.search.full_path (intent from the root pointer down).
 };
 
 class TreeWriter {
