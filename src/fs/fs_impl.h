@@ -707,7 +707,11 @@ class FilesystemImpl final : public Filesystem {
   Result<uint64_t> NextDirIndex(InodeId dir);
   Result<InodeId> NewEntry(InodeId dir, std::string_view name, uint32_t mode, const NewInode& attrs,
                            std::string_view symlink_target);
-  Status AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, bool new_inode);
+  // Adds a directory entry for `target`; with new_inode, target is a new
+  // inode whose item is inserted with its first back reference.
+  Status AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, const format::InodeItem* new_inode);
+  Status AddBackRef(tree::TreeWriter* w, const tree::RootPtr& tree, InodeId dir, std::string_view name, InodeId target,
+                    uint64_t index, const std::vector<uint8_t>& ref);
   Status RemoveLink(InodeId dir, std::string_view name, InodeId target, bool* was_dir_entry);
   Status DropInode(InodeId id);
   Status TouchDir(InodeId dir, int64_t size_delta);

@@ -328,7 +328,32 @@ Status FilesystemImpl::TouchDir(InodeId dir, int64_t size_delta) {
 
 // ---- Links ------------------------------------------------------------------------------------
 
-Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, bool new_inode) {
+// Another back reference of an existing inode: appended to its INODE_REF
+// item for this directory, or, when that item is full, an INODE_EXTREF.
+Status FilesystemImpl::AddBackRef(tree::TreeWriter* w, const tree::RootPtr& tree, InodeId dir, std::string_view name,
+                                  InodeId target, uint64_t index, const std::vector<uint8_t>& ref) {
+  const Key rkey{target.ino, kInodeRefKey, dir.ino};
+  UB_ASSIGN_OR_RETURN(auto refs, tree::LookupItem(vol_->source(), tree, rkey));
+  if (!refs) return w->Insert(rkey, ref);
+  if (refs->size() + ref.size() <= w->MaxItemSize()) {
+    refs->insert(refs->end(), ref.begin(), ref.end());
+    return w->Update(rkey, *refs);
+  }
+  std::vector<uint8_t> ext(sizeof(InodeExtref) + name.size());
+  auto* er = reinterpret_cast<InodeExtref*>(ext.data());
+  er->parent_objectid = dir.ino;
+  er->index = index;
+  er->name_len = static_cast<uint16_t>(name.size());
+  std::memcpy(ext.data() + sizeof(InodeExtref), name.data(), name.size());
+  const Key ekey{target.ino, kInodeExtrefKey, ExtrefHash(dir.ino, name)};
+  UB_ASSIGN_OR_RETURN(auto exts, tree::LookupItem(vol_->source(), tree, ekey));
+  if (!exts) return w->Insert(ekey, ext);
+  exts->insert(exts->end(), ext.begin(), ext.end());
+  return w->Update(ekey, *exts);
+}
+
+Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype,
+                               const InodeItem* new_inode) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
   const uint64_t transid = txn_->transid();
@@ -336,10 +361,13 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   if (entry.size() > w->MaxItemSize()) return Status::Error(ENAMETOOLONG, "entry too large");
 
   // DIR_ITEM by name hash; names whose hashes collide share one item. The
-  // same lookup tells whether the name exists.
+  // insert itself tells whether the hash is taken (it changes nothing then);
+  // only then is the item read to see whether the name exists.
   const Key dkey{dir.ino, kDirItemKey, NameHash(name)};
-  UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, dkey));
-  if (existing) {
+  Status inserted = w->Insert(dkey, entry);
+  if (inserted.code() == EEXIST) {
+    UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, dkey));
+    if (!existing) return Status::Error(EIO, "internal: dir item " + KeyToString(dkey) + " vanished");
     UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*existing, dkey));
     for (const auto& e : entries) {
       if (e.name == name) return Status::Error(EEXIST, std::string(name) + ": exists");
@@ -348,7 +376,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
     existing->insert(existing->end(), entry.begin(), entry.end());
     UB_RETURN_IF_ERROR(w->Update(dkey, *existing));
   } else {
-    UB_RETURN_IF_ERROR(w->Insert(dkey, entry));
+    UB_RETURN_IF_ERROR(inserted);
   }
   UB_ASSIGN_OR_RETURN(uint64_t index, NextDirIndex(dir));
 
@@ -359,31 +387,15 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   ir->name_len = static_cast<uint16_t>(name.size());
   std::memcpy(ref.data() + sizeof(InodeRef), name.data(), name.size());
   const Key rkey{target.ino, kInodeRefKey, dir.ino};
-  std::optional<std::vector<uint8_t>> refs;
   UB_ASSIGN_OR_RETURN(tree, FsTree(dir.root));  // the DIR_ITEM change may have moved the root
-  if (!new_inode) {
-    UB_ASSIGN_OR_RETURN(refs, tree::LookupItem(vol_->source(), tree, rkey));
-  }
-  if (!refs) {
-    UB_RETURN_IF_ERROR(w->Insert(rkey, ref));
-  } else if (refs->size() + ref.size() <= w->MaxItemSize()) {
-    refs->insert(refs->end(), ref.begin(), ref.end());
-    UB_RETURN_IF_ERROR(w->Update(rkey, *refs));
+  if (new_inode != nullptr) {
+    // A new inode has no items yet: its inode item and this first back
+    // reference are neighbours, inserted as one batch with one search.
+    const Key keys[2] = {Key{target.ino, kInodeItemKey, 0}, rkey};
+    const std::vector<uint8_t> data[2] = {AsBytes(*new_inode), ref};
+    UB_RETURN_IF_ERROR(w->InsertBatch(keys, data, /*nothing_between=*/true));
   } else {
-    std::vector<uint8_t> ext(sizeof(InodeExtref) + name.size());
-    auto* er = reinterpret_cast<InodeExtref*>(ext.data());
-    er->parent_objectid = dir.ino;
-    er->index = index;
-    er->name_len = static_cast<uint16_t>(name.size());
-    std::memcpy(ext.data() + sizeof(InodeExtref), name.data(), name.size());
-    const Key ekey{target.ino, kInodeExtrefKey, ExtrefHash(dir.ino, name)};
-    UB_ASSIGN_OR_RETURN(auto exts, tree::LookupItem(vol_->source(), tree, ekey));
-    if (exts) {
-      exts->insert(exts->end(), ext.begin(), ext.end());
-      UB_RETURN_IF_ERROR(w->Update(ekey, *exts));
-    } else {
-      UB_RETURN_IF_ERROR(w->Insert(ekey, ext));
-    }
+    UB_RETURN_IF_ERROR(AddBackRef(w, tree, dir, name, target, index, ref));
   }
 
   // DIR_INDEX goes through the delayed queue.
@@ -499,10 +511,9 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   SetTime(ii.mtime, attrs.mtime.value_or(now));
   SetTime(ii.ctime, attrs.ctime.value_or(now));
   SetTime(ii.otime, now);
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
-  // The link first: it fails cleanly (EEXIST) before anything else changed.
-  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), /*new_inode=*/true));
-  UB_RETURN_IF_ERROR(w->Insert(Key{ino, kInodeItemKey, 0}, AsBytes(ii)));
+  // The link (with the inode item) first: it fails cleanly (EEXIST) before
+  // anything else changed.
+  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), &ii));
   CacheInode(id, ii);
   if (S_ISLNK(mode)) {
     UB_RETURN_IF_ERROR(WriteInline(id, std::span(reinterpret_cast<const uint8_t*>(symlink_target.data()), symlink_target.size())));
@@ -556,7 +567,7 @@ Status FilesystemImpl::LinkImpl(InodeId inode, InodeId dir, std::string_view nam
   if (existing.ok()) return Status::Error(EEXIST, std::string(name) + ": exists");
   if (existing.status().code() != ENOENT) return existing.status();
   if (ii.nlink.get() >= 65535) return Status::Error(EMLINK, "too many links");
-  UB_RETURN_IF_ERROR(AddLink(dir, name, inode, FtFromMode(ii.mode.get()), false));
+  UB_RETURN_IF_ERROR(AddLink(dir, name, inode, FtFromMode(ii.mode.get()), nullptr));
   UB_ASSIGN_OR_RETURN(ii, LoadInode(inode));
   ii.nlink = ii.nlink.get() + 1;
   SetTime(ii.ctime, Now());
@@ -646,8 +657,8 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
     }
     UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
     UB_RETURN_IF_ERROR(RemoveLink(new_dir, new_name, *dst, nullptr));
-    UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), false));
-    UB_RETURN_IF_ERROR(AddLink(old_dir, old_name, *dst, FtFromMode(dst_ii.mode.get()), false));
+    UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), nullptr));
+    UB_RETURN_IF_ERROR(AddLink(old_dir, old_name, *dst, FtFromMode(dst_ii.mode.get()), nullptr));
     for (InodeId id : {src, *dst}) {
       UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
       SetTime(ii.ctime, now);
@@ -675,7 +686,7 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
     }
   }
   UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
-  UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), false));
+  UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), nullptr));
   UB_ASSIGN_OR_RETURN(src_ii, LoadInode(src));
   SetTime(src_ii.ctime, now);
   return StoreInode(src, src_ii);

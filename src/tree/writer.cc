@@ -604,7 +604,8 @@ Status TreeWriter::Insert(const Key& key, std::span<const uint8_t> data) {
   return InsertEmptyItems(&path, std::span(&key, 1), std::span(&size, 1), std::span(&data, 1));
 }
 
-Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data) {
+Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data,
+                               bool nothing_between) {
   if (keys.empty()) return Status::Ok();
   uint32_t total = 0;
   std::vector<uint32_t> sizes;
@@ -620,8 +621,8 @@ Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::v
     // Checked before searching for write: a split made for a batch that
     // then is not inserted would leave an empty leaf behind. (The caller
     // keeps other writers out of this key range.)
-    bool fits;
-    {
+    bool fits = true;
+    if (!nothing_between) {
       Cursor c(blocks_, LiveRef());  // let go of before the search below locks
       UB_RETURN_IF_ERROR(c.Seek(keys[0]));
       if (c.Valid() && c.key() == keys[0]) return Status::Error(EEXIST, "item " + KeyToString(keys[0]) + " exists");

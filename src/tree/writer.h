@@ -102,7 +102,10 @@ class TreeWriter {
   Status Insert(const Key& key, std::span<const uint8_t> data);
   // Inserts ascending keys that fit in one leaf with one search and one
   // InsertEmptyItems; falls back to single inserts if they would not.
-  Status InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data);
+  // nothing_between: the caller knows no key lies between the first and the
+  // last (a new inode's items), which spares the check.
+  Status InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data,
+                     bool nothing_between = false);
   // The old kernel's delayed-item insertion, kept as a benchmark baseline:
   // inserts the longest prefix of ascending `keys` that fits in the free
   // space of the leaf where keys[0] lands (at least one item; a split makes
