@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include "format/checksum.h"
 #include "format/superblock.h"
@@ -596,19 +597,41 @@ Status TxnManager::UpdateRootItems(bool* changed) {
 
 Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
   const tree::TreeParams& params = vol_->reader()->params();
-  for (const auto& [bytenr, block] : dirty_->All()) {
-    Header& h = block->mutable_header();
-    h.flags = h.flags.get() | kHeaderFlagWritten;
-    auto bytes = block->bytes();
-    CsumBytes c = ComputeCsum(params.csum_type, bytes.subspan(kCsumSize));
-    std::memcpy(block->mutable_bytes(), c.data(), kCsumSize);
-    // Never write a block our own reader would refuse.
-    UB_RETURN_IF_ERROR(tree::VerifyTreeBlock(bytes, params, tree::BlockCheck{bytenr, -1, transid(), {}})
-                           .WithContext("refusing to write"));
-    UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
-    for (uint64_t phys : copies) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys, bytes));
-    written->push_back(bytenr);
+  const auto blocks = dirty_->All();
+  // Seal, verify and write blocks [from, to) of `blocks`.
+  auto write_range = [&](size_t from, size_t to) -> Status {
+    for (size_t i = from; i < to; ++i) {
+      const auto& [bytenr, block] = blocks[i];
+      Header& h = block->mutable_header();
+      h.flags = h.flags.get() | kHeaderFlagWritten;
+      auto bytes = block->bytes();
+      CsumBytes c = ComputeCsum(params.csum_type, bytes.subspan(kCsumSize));
+      std::memcpy(block->mutable_bytes(), c.data(), kCsumSize);
+      // Never write a block our own reader would refuse.
+      UB_RETURN_IF_ERROR(tree::VerifyTreeBlock(bytes, params, tree::BlockCheck{bytenr, -1, transid(), {}})
+                             .WithContext("refusing to write"));
+      UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
+      for (uint64_t phys : copies) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys, bytes));
+    }
+    return Status::Ok();
+  };
+  // A large commit seals and writes its two halves on two threads (the
+  // checksums and checks are most of the work); the device is thread-safe
+  // and the superblock is written only after both, and a flush.
+  constexpr size_t kParallelFrom = 1024;
+  Status first, second;
+  if (blocks.size() >= kParallelFrom && std::thread::hardware_concurrency() > 1) {
+    const size_t mid = blocks.size() / 2;
+    std::thread helper([&] { second = write_range(mid, blocks.size()); });
+    first = write_range(0, mid);
+    helper.join();
+  } else {
+    first = write_range(0, blocks.size());
   }
+  UB_RETURN_IF_ERROR(first);
+  UB_RETURN_IF_ERROR(second);
+  written->reserve(blocks.size());
+  for (const auto& [bytenr, block] : blocks) written->push_back(bytenr);
   return Status::Ok();
 }
 
