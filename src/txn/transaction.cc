@@ -597,9 +597,11 @@ Status TxnManager::UpdateRootItems(bool* changed) {
 
 Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
   const tree::TreeParams& params = vol_->reader()->params();
-  const auto blocks = dirty_->All();
-  // Seal, verify and write blocks [from, to) of `blocks`.
-  auto write_range = [&](size_t from, size_t to) -> Status {
+  const auto blocks = dirty_->All();  // by address
+  std::vector<std::vector<uint64_t>> phys(blocks.size());  // each block's device copies
+  // Seal and verify blocks [from, to): checksum, and never write a block our
+  // own reader would refuse.
+  auto seal_range = [&](size_t from, size_t to) -> Status {
     for (size_t i = from; i < to; ++i) {
       const auto& [bytenr, block] = blocks[i];
       Header& h = block->mutable_header();
@@ -607,29 +609,31 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
       auto bytes = block->bytes();
       CsumBytes c = ComputeCsum(params.csum_type, bytes.subspan(kCsumSize));
       std::memcpy(block->mutable_bytes(), c.data(), kCsumSize);
-      // Never write a block our own reader would refuse.
       UB_RETURN_IF_ERROR(tree::VerifyTreeBlock(bytes, params, tree::BlockCheck{bytenr, -1, transid(), {}})
                              .WithContext("refusing to write"));
-      UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
-      for (uint64_t phys : copies) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys, bytes));
+      UB_ASSIGN_OR_RETURN(phys[i], vol_->chunks().Map(bytenr, bytes.size()));
     }
     return Status::Ok();
   };
-  // A large commit seals and writes its two halves on two threads (the
-  // checksums and checks are most of the work); the device is thread-safe
-  // and the superblock is written only after both, and a flush.
+  // A large commit seals its two halves on two threads (checksums and checks
+  // are the CPU work of writing).
   constexpr size_t kParallelFrom = 1024;
   Status first, second;
   if (blocks.size() >= kParallelFrom && std::thread::hardware_concurrency() > 1) {
     const size_t mid = blocks.size() / 2;
-    std::thread helper([&] { second = write_range(mid, blocks.size()); });
-    first = write_range(0, mid);
+    std::thread helper([&] { second = seal_range(mid, blocks.size()); });
+    first = seal_range(0, mid);
     helper.join();
   } else {
-    first = write_range(0, blocks.size());
+    first = seal_range(0, blocks.size());
   }
   UB_RETURN_IF_ERROR(first);
   UB_RETURN_IF_ERROR(second);
+  // Writes from one thread, block by block (parallel writes to one file only
+  // queue on its lock).
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    for (uint64_t p : phys[i]) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(p, blocks[i].second->bytes()));
+  }
   written->reserve(blocks.size());
   for (const auto& [bytenr, block] : blocks) written->push_back(bytenr);
   return Status::Ok();
