@@ -203,3 +203,56 @@ TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) {
 }
 
 }  // namespace
+
+namespace {
+
+// Creators that never pause (a new shared operation always starts before the
+// last one ends) do not starve a commit: the operation lock prefers the
+// waiting commit, which runs between two creates. The creators stop only when
+// the commits have returned, so a starved commit hangs this test (ctest's
+// timeout) instead of passing.
+TEST(ConcurrentWrite, CommitsAreNotStarvedByParallelCreates) {
+  char tmpl[] = "/tmp/ubtrfs-cstarve.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const stdfs::path dir = tmpl;
+  const std::string img = (dir / "img").string();
+  const std::string mkfs = std::string(UBTRFS_CLI_PATH) + " mkfs --size 256M " + img + " >/dev/null";
+  ASSERT_EQ(std::system(mkfs.c_str()), 0) << mkfs;
+  auto fs = Filesystem::Open(img, ubtrfs::OpenOptions{.writable = true});
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  constexpr int kCreators = 4;
+  std::vector<InodeId> dirs;
+  for (int t = 0; t < kCreators; ++t) {
+    auto d = (*fs)->Mkdir((*fs)->Root(), "c" + std::to_string(t), NewInode{.mode = 0755});
+    ASSERT_TRUE(d.ok());
+    dirs.push_back(*d);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> created{0}, failures{0};
+  std::vector<std::thread> creators;
+  for (int t = 0; t < kCreators; ++t) {
+    creators.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        if (!(*fs)->Create(dirs[t], "f" + std::to_string(i), NewInode{.mode = 0644}).ok()) failures.fetch_add(1);
+        created.fetch_add(1);
+      }
+    });
+  }
+  while (created.load() < 200) std::this_thread::yield();
+  const uint64_t before = ubtrfs::CollectStats().Counter("commit.count");
+  for (int c = 0; c < 3; ++c) {
+    ASSERT_TRUE((*fs)->Commit().ok());
+    const int seen = created.load();
+    while (created.load() < seen + 50) std::this_thread::yield();  // the creators go on between commits
+  }
+  stop = true;
+  for (auto& th : creators) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GE(ubtrfs::CollectStats().Counter("commit.count"), before + 3);
+  ASSERT_TRUE((*fs)->Commit().ok());
+  fs->reset();
+  EXPECT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+  stdfs::remove_all(dir);
+}
+
+}  // namespace

@@ -7,6 +7,7 @@
 #include "ubtrfs/filesystem.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -728,7 +729,33 @@ class FilesystemImpl final : public Filesystem {
   Result<bool> IsAncestor(InodeId maybe_ancestor, InodeId dir);
   Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
 
-  std::shared_mutex op_rw_;  // the operation lock (OpGuard)
+  // A reader/writer lock that prefers the writer: once a commit (or another
+  // exclusive change) waits, new operations wait behind it, so a stream of
+  // parallel operations cannot starve it. Never taken shared twice by one
+  // thread (OpGuard's thread-local record), which writer preference requires.
+  class OpLock {
+   public:
+    OpLock() {
+      pthread_rwlockattr_t attr;
+      pthread_rwlockattr_init(&attr);
+      pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+      pthread_rwlock_init(&rw_, &attr);
+      pthread_rwlockattr_destroy(&attr);
+    }
+    ~OpLock() { pthread_rwlock_destroy(&rw_); }
+    OpLock(const OpLock&) = delete;
+    OpLock& operator=(const OpLock&) = delete;
+    bool try_lock_shared() { return pthread_rwlock_tryrdlock(&rw_) == 0; }
+    void lock_shared() { pthread_rwlock_rdlock(&rw_); }
+    void unlock_shared() { pthread_rwlock_unlock(&rw_); }
+    bool try_lock() { return pthread_rwlock_trywrlock(&rw_) == 0; }
+    void lock() { pthread_rwlock_wrlock(&rw_); }
+    void unlock() { pthread_rwlock_unlock(&rw_); }
+
+   private:
+    pthread_rwlock_t rw_;
+  };
+  OpLock op_rw_;  // the operation lock (OpGuard)
   // Locks that threads take at once sit on cache lines of their own.
   struct alignas(64) PaddedMutex {
     std::mutex mu;
