@@ -29,34 +29,43 @@ int BucketOf(uint64_t v) { return v == 0 ? 0 : 64 - std::countl_zero(v); }
 
 }  // namespace
 
+int ThreadSlot() {
+  static std::atomic<int> next{0};
+  thread_local const int slot = next.fetch_add(1, std::memory_order_relaxed) % kSlots;
+  return slot;
+}
+
 void Histogram::Record(uint64_t v) {
-  buckets_[BucketOf(v)].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
-  uint64_t m = max_.load(std::memory_order_relaxed);
-  while (v > m && !max_.compare_exchange_weak(m, v, std::memory_order_relaxed)) {
+  Slot& s = slots_[ThreadSlot()];
+  s.buckets[BucketOf(v)].fetch_add(1, std::memory_order_relaxed);
+  s.sum.fetch_add(v, std::memory_order_relaxed);
+  uint64_t m = s.max.load(std::memory_order_relaxed);
+  while (v > m && !s.max.compare_exchange_weak(m, v, std::memory_order_relaxed)) {
   }
 }
 
 void Histogram::Reset() {
-  for (auto& b : buckets_) b.store(0, std::memory_order_relaxed);
-  count_.store(0, std::memory_order_relaxed);
-  sum_.store(0, std::memory_order_relaxed);
-  max_.store(0, std::memory_order_relaxed);
+  for (Slot& s : slots_) {
+    for (auto& b : s.buckets) b.store(0, std::memory_order_relaxed);
+    s.sum.store(0, std::memory_order_relaxed);
+    s.max.store(0, std::memory_order_relaxed);
+  }
 }
 
 HistogramSnapshot Histogram::Snapshot(const std::string& name, const std::string& unit) const {
   HistogramSnapshot s;
   s.name = name;
   s.unit = unit;
-  s.buckets.resize(kBuckets);
-  for (int i = 0; i < kBuckets; ++i) s.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
+  s.buckets.assign(kBuckets, 0);
+  for (const Slot& slot : slots_) {
+    for (int i = 0; i < kBuckets; ++i) s.buckets[i] += slot.buckets[i].load(std::memory_order_relaxed);
+    s.sum += slot.sum.load(std::memory_order_relaxed);
+    s.max = std::max(s.max, slot.max.load(std::memory_order_relaxed));
+  }
   while (!s.buckets.empty() && s.buckets.back() == 0) s.buckets.pop_back();
   // The count is the sum of the buckets so that a snapshot taken while
   // others record is consistent with itself.
   for (uint64_t b : s.buckets) s.count += b;
-  s.sum = sum_.load(std::memory_order_relaxed);
-  s.max = max_.load(std::memory_order_relaxed);
   return s;
 }
 
