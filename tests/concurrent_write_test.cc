@@ -154,13 +154,25 @@ void Compare(Filesystem& fs, const std::vector<ThreadModel>& models, const char*
   EXPECT_EQ(entries->size(), expected_shared) << when;
 }
 
-TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) {
-  char tmpl[] = "/tmp/ubtrfs-cwrite.XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const stdfs::path dir = tmpl;
-  const std::string img = (dir / "img").string();
-  const std::string mkfs = std::string(UBTRFS_CLI_PATH) + " mkfs --size 256M " + img + " >/dev/null";
+// A scratch directory with a fresh 256 MiB image made by ubtrfs mkfs in it.
+struct ScratchImage {
+  stdfs::path dir;
+  std::string img;
+};
+void MakeScratchImage(const char* name, ScratchImage* out) {
+  std::string tmpl = std::string("/tmp/ubtrfs-") + name + ".XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  out->dir = tmpl;
+  out->img = (out->dir / "img").string();
+  const std::string mkfs = std::string(UBTRFS_CLI_PATH) + " mkfs --size 256M " + out->img + " >/dev/null";
   ASSERT_EQ(std::system(mkfs.c_str()), 0) << mkfs;
+}
+
+TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) {
+  ScratchImage scratch;
+  ASSERT_NO_FATAL_FAILURE(MakeScratchImage("cwrite", &scratch));
+  const stdfs::path& dir = scratch.dir;
+  const std::string& img = scratch.img;
 
   constexpr int kThreads = 8;
   const int ops = std::getenv("UBTRFS_SOAK") ? 4000 : 300;
@@ -212,12 +224,10 @@ namespace {
 // the commits have returned, so a starved commit hangs this test (ctest's
 // timeout) instead of passing.
 TEST(ConcurrentWrite, CommitsAreNotStarvedByParallelCreates) {
-  char tmpl[] = "/tmp/ubtrfs-cstarve.XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const stdfs::path dir = tmpl;
-  const std::string img = (dir / "img").string();
-  const std::string mkfs = std::string(UBTRFS_CLI_PATH) + " mkfs --size 256M " + img + " >/dev/null";
-  ASSERT_EQ(std::system(mkfs.c_str()), 0) << mkfs;
+  ScratchImage scratch;
+  ASSERT_NO_FATAL_FAILURE(MakeScratchImage("cstarve", &scratch));
+  const stdfs::path& dir = scratch.dir;
+  const std::string& img = scratch.img;
   auto fs = Filesystem::Open(img, ubtrfs::OpenOptions{.writable = true});
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
   constexpr int kCreators = 4;
