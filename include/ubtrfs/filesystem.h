@@ -6,7 +6,10 @@
 //   std::vector<uint8_t> buf(4096);
 //   auto n = (*fs)->Read(*ino, 0, buf);
 //
-// Every method is safe to call from several threads at once.
+// Every method is safe to call from several threads at once. Reads, and
+// Create/Mkdir/Mknod in different directories, run in parallel; the other
+// changes, and Commit, run one at a time (Commit waits for the operations in
+// flight and holds new ones while it runs).
 #ifndef UBTRFS_FILESYSTEM_H_
 #define UBTRFS_FILESYSTEM_H_
 
