@@ -162,7 +162,7 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
               break;
             }
             if (r.status().code() != ENOSPC || want <= ss) {
-              if (nbytes_delta == 0 && !inl && holes.empty() && !(punch || zero)) clean_failure_ = true;
+              if (nbytes_delta == 0 && !inl && holes.empty() && !(punch || zero)) t_clean_failure = true;
               return r.status();
             }
             want = std::max<uint64_t>(ss, want / 2 / ss * ss);

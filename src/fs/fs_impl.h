@@ -630,9 +630,9 @@ class FilesystemImpl final : public Filesystem {
   };
   OpGuard Guard() { return txn_ ? OpGuard(this, OpMode::kShared) : OpGuard(); }
   OpGuard ExclusiveGuard() { return txn_ ? OpGuard(this, OpMode::kExclusive) : OpGuard(); }
-  // The lock of one directory's entries (striped): held by a create in it
-  // and by ReadDir, so a directory's delayed items and its entries in the
-  // tree change together.
+  // The lock of one inode (striped): held by a create in it and by ReadDir
+  // for a directory, so a directory's delayed items and its entries in the
+  // tree change together; by a write for a file.
   std::mutex& DirLock(InodeId dir) { return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58].mu; }
   std::mutex& RecordLock(InodeId id) { return rec_mu_[(id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58].mu; }
   bool HoldsExclusive() const;
@@ -640,8 +640,9 @@ class FilesystemImpl final : public Filesystem {
   // Runs one public change: the operation lock, the writable and
   // metadata-reservation checks (ENOSPC before anything changes), abort on a
   // half-done failure, and the auto-commit that bounds a transaction.
-  // Changes run exclusive, except ChangeIn's (creates), which run in parallel
-  // with each other and with reads, each holding its directory.
+  // Changes run exclusive, except ChangeIn's (creates, holding their
+  // directory, and writes, holding their file), which run in parallel with
+  // each other and with reads.
   template <typename F>
   auto Change(uint64_t reserve_items, F&& op) -> decltype(op()) {
     auto guard = ExclusiveGuard();
@@ -772,7 +773,9 @@ class FilesystemImpl final : public Filesystem {
   alignas(64) std::atomic<const CachedWriterEntry*> cached_writer_{nullptr};
   alignas(64) char after_cached_writer_ = 0;  // keeps what follows off its cache line
   std::atomic<bool> aborted_{false};        // a failed change: no more writes, no commit
-  std::atomic<bool> clean_failure_{false};  // the failing operation had changed nothing yet
+  // The failing operation of this thread had changed nothing yet (set by the
+  // operation, read and cleared by NoteFailure).
+  static thread_local bool t_clean_failure;
   std::mutex abort_mu_;                     // guards abort_reason_
   std::string abort_reason_;
   std::unique_ptr<txn::TxnManager> txn_;

@@ -158,6 +158,8 @@ FilesystemImpl::OpMode HeldMode(const void* fs) {
 }
 }  // namespace
 
+thread_local bool FilesystemImpl::t_clean_failure = false;
+
 bool FilesystemImpl::HoldsExclusive() const { return HeldMode(this) == OpMode::kExclusive; }
 
 FilesystemImpl::OpGuard::OpGuard(FilesystemImpl* fs, OpMode mode) {
@@ -701,16 +703,19 @@ Status FilesystemImpl::DropExtents(InodeId id, uint64_t start, uint64_t end, int
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
   std::vector<std::pair<Key, std::vector<uint8_t>>> hits;
-  Cursor c(vol_->source(), tree);
-  UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{id.ino, kExtentDataKey, start}));
-  if (!c.Valid() || c.key().objectid != id.ino || c.key().type != kExtentDataKey) {
-    UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, kExtentDataKey, 0}));
-  }
-  for (; c.Valid();) {
-    const Key k = c.key();
-    if (k.objectid != id.ino || k.type != kExtentDataKey || k.offset >= end) break;
-    hits.push_back({k, std::vector<uint8_t>(c.data().begin(), c.data().end())});
-    UB_RETURN_IF_ERROR(c.Next());
+  {
+    // The cursor (and its node locks) is let go of before the tree changes.
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{id.ino, kExtentDataKey, start}));
+    if (!c.Valid() || c.key().objectid != id.ino || c.key().type != kExtentDataKey) {
+      UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, kExtentDataKey, 0}));
+    }
+    for (; c.Valid();) {
+      const Key k = c.key();
+      if (k.objectid != id.ino || k.type != kExtentDataKey || k.offset >= end) break;
+      hits.push_back({k, std::vector<uint8_t>(c.data().begin(), c.data().end())});
+      UB_RETURN_IF_ERROR(c.Next());
+    }
   }
   for (auto& [k, d] : hits) {
     if (d.size() < kFileExtentInlineDataStart) return Status::Corrupt(InodeName(id) + ": short extent item");
@@ -857,7 +862,7 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
     std::memcpy(buf.data() + (offset - a), data.data(), data.size());
     auto pieces = AllocPieces(a, buf);
     if (!pieces.ok()) {
-      clean_failure_ = true;  // nothing changed yet
+      t_clean_failure = true;  // nothing changed yet
       return pieces.status();
     }
     UB_RETURN_IF_ERROR(DropExtents(file, a, has_inline ? UINT64_MAX : b, &nbytes_delta));
@@ -1050,7 +1055,7 @@ Status FilesystemImpl::MaybeAutoCommit() {
 }
 
 void FilesystemImpl::NoteFailure(const Status& st) {
-  const bool clean = clean_failure_.exchange(false);
+  const bool clean = std::exchange(t_clean_failure, false);
   if (st.ok() || aborted_ || clean) return;
   switch (st.code()) {
     case ENOSPC: case EIO: case EUCLEAN: case ENOMEM: case EOVERFLOW: {
@@ -1116,7 +1121,7 @@ Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeI
 Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
   static stats::Histogram& latency = stats::GetHistogram("op.write", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp + data.size() / (1 << 20), [&] { return WriteImpl(file, offset, data); });
+  return ChangeIn(file, kItemsPerOp + data.size() / (1 << 20), [&] { return WriteImpl(file, offset, data); });
 }
 
 Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {

@@ -287,7 +287,10 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
   if (logical % ss || data.size() % ss) return Status::Invalid("unaligned data write");
   UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(logical, data.size()));
   for (uint64_t phys : copies) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys, data));
-  stats_.data_bytes_written += data.size();
+  {
+    auto lock = AllocLock();
+    stats_.data_bytes_written += data.size();
+  }
   if (!csum) return Status::Ok();
   const size_t csize = CsumSize(vol_->csum_type());
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));
@@ -306,11 +309,13 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
 }
 
 Status TxnManager::AddDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset) {
+  auto lock = AllocLock();
   data_refs_[{bytenr, num_bytes, root, ino, offset}] += 1;
   return Status::Ok();
 }
 
 Status TxnManager::DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset) {
+  auto lock = AllocLock();
   data_refs_[{bytenr, num_bytes, root, ino, offset}] -= 1;
   return Status::Ok();
 }
