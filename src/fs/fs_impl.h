@@ -280,7 +280,7 @@ class FilesystemImpl final : public Filesystem {
   Result<std::vector<DirEntry>> ReadDir(InodeId dir) override {
     auto guard = Guard();
     std::unique_lock<std::mutex> dir_lock;
-    if (txn_ && !HoldsExclusive()) dir_lock = std::unique_lock(DirLock(dir));
+    if (txn_ && !HoldsExclusive()) dir_lock = std::unique_lock(InodeLock(dir));
     if (StubParent(dir)) return std::vector<DirEntry>();
     UB_ASSIGN_OR_RETURN(Stat st, GetStat(dir));
     if (!S_ISDIR(st.mode)) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
@@ -633,7 +633,7 @@ class FilesystemImpl final : public Filesystem {
   // The lock of one inode (striped): held by a create in it and by ReadDir
   // for a directory, so a directory's delayed items and its entries in the
   // tree change together; by a write for a file.
-  std::mutex& DirLock(InodeId dir) { return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58].mu; }
+  std::mutex& InodeLock(InodeId dir) { return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58].mu; }
   std::mutex& RecordLock(InodeId id) { return rec_mu_[(id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58].mu; }
   bool HoldsExclusive() const;
 
@@ -668,7 +668,7 @@ class FilesystemImpl final : public Filesystem {
         auto lock = txn_->AllocLock();
         UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
       }
-      std::lock_guard dir_lock(DirLock(dir));
+      std::lock_guard dir_lock(InodeLock(dir));
       r.emplace(op());
       if constexpr (std::is_same_v<decltype(op()), Status>) {
         NoteFailure(*r);
@@ -761,7 +761,7 @@ class FilesystemImpl final : public Filesystem {
   struct alignas(64) PaddedMutex {
     std::mutex mu;
   };
-  std::array<PaddedMutex, 64> dir_mu_;  // DirLock
+  std::array<PaddedMutex, 64> dir_mu_;  // InodeLock
   std::array<PaddedMutex, 64> rec_mu_;  // RecordLock: a cached inode item's bytes
   alignas(64) std::mutex ino_mu_;        // guards next_ino_, next_index_, ino_runs_ and writer_entries_
   struct CachedWriterEntry {

@@ -74,11 +74,10 @@ LatencyHistogram InodeCache::AtomicHistogram::Snapshot() const {
 InodeCache::InodeCache(InodeCacheOptions options)
     : time_ops_(options.time_ops), time_every_(std::max<uint32_t>(options.time_every, 1)), capacity_(options.capacity) {}
 
-bool InodeCache::TimeThisCall() const {
+bool InodeCache::TimeThisCall(uint32_t& calls) const {
   if (!time_ops_) return false;
   if (time_every_ == 1) return true;
-  thread_local uint32_t n = 0;
-  return ++n % time_every_ == 0;
+  return ++calls % time_every_ == 0;
 }
 
 InodeCache::~InodeCache() {
@@ -161,7 +160,8 @@ void InodeCache::DropDetached(InodeRecord* chain) {
 }
 
 InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
-  const bool timed = TimeThisCall();
+  thread_local uint32_t calls = 0;  // each kind of call sampled on its own
+  const bool timed = TimeThisCall(calls);
   uint64_t t0 = timed ? NowNs() : 0;
   InodeRecord* found = nullptr;
   {
@@ -189,7 +189,8 @@ InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
 }
 
 InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem& item, bool* inserted) {
-  const bool timed = TimeThisCall();
+  thread_local uint32_t calls = 0;
+  const bool timed = TimeThisCall(calls);
   uint64_t t0 = timed ? NowNs() : 0;
   // Everything that may need memory, made before locking.
   std::unique_ptr<InodeRecord> fresh(new InodeRecord(root, ino, item));

@@ -207,7 +207,7 @@ class InodeCache {
 
   const bool time_ops_;
   const uint32_t time_every_;
-  bool TimeThisCall() const;
+  bool TimeThisCall(uint32_t& calls) const;  // calls: the caller's per-thread count
   AtomicHistogram insert_hist_;
   AtomicHistogram lookup_hist_;
 
