@@ -114,10 +114,7 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
       {
         UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
         Cursor c(vol_->source(), tree);
-        UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{file.ino, kExtentDataKey, a}));
-        if (!c.Valid() || c.key().objectid != file.ino || c.key().type != kExtentDataKey) {
-          UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
-        }
+        UB_RETURN_IF_ERROR(SeekFileExtent(c, file, a));
         for (; c.Valid();) {
           const Key k = c.key();
           if (k.objectid != file.ino || k.type != kExtentDataKey || k.offset >= b) break;

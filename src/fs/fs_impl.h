@@ -105,6 +105,16 @@ inline Result<std::vector<DirItemView>> ParseDirItems(std::span<const uint8_t> d
   return out;
 }
 
+// Puts a cursor on a file's extent item that covers `offset` or comes
+// before it, else on the file's first extent item (or past its items).
+inline Status SeekFileExtent(tree::Cursor& c, InodeId file, uint64_t offset) {
+  UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{file.ino, kExtentDataKey, offset}));
+  if (!c.Valid() || c.key().objectid != file.ino || c.key().type != kExtentDataKey) {
+    UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
+  }
+  return Status::Ok();
+}
+
 class FilesystemImpl final : public Filesystem {
  public:
   enum class OpMode : uint8_t { kNone, kShared, kExclusive };  // of the operation lock (OpGuard)
@@ -323,10 +333,7 @@ class FilesystemImpl final : public Filesystem {
     const bool verify = vol_->verify_data_csums() && !(st.flags & kInodeNodatasum);
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
     Cursor c(vol_->source(), tree);
-    UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{file.ino, kExtentDataKey, offset}));
-    if (!c.Valid() || c.key().objectid != file.ino || c.key().type != kExtentDataKey) {
-      UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
-    }
+    UB_RETURN_IF_ERROR(SeekFileExtent(c, file, offset));
     for (; c.Valid(); ) {
       const Key k = c.key();
       if (k.objectid != file.ino || k.type != kExtentDataKey || k.offset >= end) break;
@@ -346,10 +353,7 @@ class FilesystemImpl final : public Filesystem {
     if (offset >= st.size) return Status::Error(ENXIO, "offset at or past the end of the file");
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
     Cursor c(vol_->source(), tree);
-    UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{file.ino, kExtentDataKey, offset}));
-    if (!c.Valid() || c.key().objectid != file.ino || c.key().type != kExtentDataKey) {
-      UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
-    }
+    UB_RETURN_IF_ERROR(SeekFileExtent(c, file, offset));
     uint64_t pos = offset;
     for (bool first = true; pos < st.size; first = false) {
       if (!first) {

@@ -706,10 +706,7 @@ Status FilesystemImpl::DropExtents(InodeId id, uint64_t start, uint64_t end, int
   {
     // The cursor (and its node locks) is let go of before the tree changes.
     Cursor c(vol_->source(), tree);
-    UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{id.ino, kExtentDataKey, start}));
-    if (!c.Valid() || c.key().objectid != id.ino || c.key().type != kExtentDataKey) {
-      UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, kExtentDataKey, 0}));
-    }
+    UB_RETURN_IF_ERROR(SeekFileExtent(c, id, start));
     for (; c.Valid();) {
       const Key k = c.key();
       if (k.objectid != id.ino || k.type != kExtentDataKey || k.offset >= end) break;

@@ -144,6 +144,8 @@ RootPtr TreeWriter::CurrentRoot() const {
 void TreeWriter::SetRoot(WritePath* path, const RootPtr& r) {
   WriteLocks w(path->locking);
   if (path->locking) w.Add(*path->root_lock);
+  std::unique_lock<std::mutex> copy_lock;
+  if (root_copy_mu_ != nullptr) copy_lock = std::unique_lock(*root_copy_mu_);
   *root_ = RootPtr{r.bytenr, r.level, r.generation, root_->id};
 }
 

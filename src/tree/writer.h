@@ -24,6 +24,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -78,8 +79,10 @@ struct WriterStats {
 class TreeWriter {
  public:
   // `root` is updated in place when the root moves (COW, growth, shrink).
-  TreeWriter(DirtyBlocks* blocks, RootPtr* root, uint64_t owner)
-      : blocks_(blocks), root_(root), owner_(owner), live_{root, &root_lock_} {}
+  // root_copy_mu: a mutex under which others copy *root (Volume's root
+  // map); root changes take it too. May be null.
+  TreeWriter(DirtyBlocks* blocks, RootPtr* root, uint64_t owner, std::mutex* root_copy_mu = nullptr)
+      : blocks_(blocks), root_(root), owner_(owner), root_copy_mu_(root_copy_mu), live_{root, &root_lock_} {}
 
   // The root for readers: cursors made with it follow the root as this
   // writer moves it, under its lock.
@@ -189,6 +192,7 @@ class TreeWriter {
   DirtyBlocks* blocks_;
   RootPtr* root_;
   uint64_t owner_;
+  std::mutex* root_copy_mu_;
   mutable NodeLock root_lock_;  // guards *root_ (see LiveRoot)
   LiveRoot live_;
   WriterStats stats_;

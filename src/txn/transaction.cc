@@ -30,6 +30,7 @@ std::vector<uint8_t> Bytes(const void* p, size_t n) {
 
 TxnManager::~TxnManager() {
   if (vol_ && vol_->source() == dirty_.get()) vol_->SetSource(nullptr);
+  if (vol_) vol_->SetLiveRoots(nullptr);
 }
 
 Result<std::unique_ptr<TxnManager>> TxnManager::Open(Volume* vol) {
@@ -74,6 +75,12 @@ Status TxnManager::Load() {
   UB_RETURN_IF_ERROR(chunk_alloc_->Load());
   space_->set_new_chunk_hook([this](uint64_t kind, uint64_t min_len) { return chunk_alloc_->NewChunk(kind, min_len); });
   vol_->SetSource(dirty_.get());
+  // Checksum lookups follow the csum tree's writer (writes add checksums
+  // from other threads).
+  vol_->SetLiveRoots([this](uint64_t objectid) -> Result<tree::RootPtr> {
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(objectid));
+    return w->LiveRef();
+  });
   return Status::Ok();
 }
 
@@ -231,6 +238,7 @@ Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {
   auto it = writers_.find(objectid);
   if (it != writers_.end()) return it->second.get();
   tree::RootPtr* root;
+  std::mutex* copy_mu = nullptr;
   if (objectid == kRootTreeObjectid) {
     root = vol_->mutable_root_tree();
   } else if (objectid == kChunkTreeObjectid) {
@@ -238,8 +246,9 @@ Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {
   } else {
     UB_ASSIGN_OR_RETURN(Volume::TreeRoot * r, vol_->MutableRoot(objectid));
     root = &r->ref;
+    copy_mu = &vol_->roots_mutex();  // FindRoot copies the entry under it
   }
-  auto w = std::make_unique<tree::TreeWriter>(dirty_.get(), root, objectid);
+  auto w = std::make_unique<tree::TreeWriter>(dirty_.get(), root, objectid, copy_mu);
   auto* raw = w.get();
   writers_.emplace(objectid, std::move(w));
   return raw;

@@ -207,10 +207,20 @@ Status Volume::LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_
   const uint32_t ss = sectorsize();
   csums->assign(nsectors * csize, 0);
   present->assign(nsectors, false);
-  auto csum_root = FindRoot(kCsumTreeObjectid);
+  // In a running transaction, writes add checksums from other threads:
+  // follow the csum tree writer's root.
+  Result<tree::RootPtr> csum_root = Status::Ok();
+  if (live_roots_) {
+    csum_root = live_roots_(kCsumTreeObjectid);
+  } else if (auto r = FindRoot(kCsumTreeObjectid); r.ok()) {
+    csum_root = r->ref;
+  } else {
+    csum_root = r.status();
+  }
   if (!csum_root.ok()) return csum_root.status().code() == ENOENT ? Status::Ok() : csum_root.status();
+  const tree::RootPtr root = *csum_root;
   const uint64_t end = logical + uint64_t{nsectors} * ss;
-  tree::Cursor c(source(), csum_root->ref);
+  tree::Cursor c(source(), root);
   UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{kExtentCsumObjectid, kExtentCsumKey, logical}).WithContext("csum tree"));
   if (!c.Valid()) UB_RETURN_IF_ERROR(c.Seek(Key{kExtentCsumObjectid, kExtentCsumKey, logical}).WithContext("csum tree"));
   for (; c.Valid(); ) {

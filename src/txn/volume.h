@@ -4,6 +4,7 @@
 #ifndef UBTRFS_TXN_VOLUME_H_
 #define UBTRFS_TXN_VOLUME_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,11 @@ class Volume {
   // The current view: inside a running transaction its dirty blocks first.
   tree::BlockSource* source() { return source_ ? source_ : reader_.get(); }
   void SetSource(tree::BlockSource* s) { source_ = s; }
+  // Where readers find the root of a tree that a running transaction may be
+  // changing from other threads (a writer's live root, tree::LiveRoot);
+  // trees it does not cover are read from their ROOT_ITEM copy.
+  using LiveRootFn = std::function<Result<tree::RootPtr>(uint64_t objectid)>;
+  void SetLiveRoots(LiveRootFn fn) { live_roots_ = std::move(fn); }
   format::SuperBlock& mutable_super() { return super_; }
   tree::RootPtr* mutable_root_tree() { return &root_tree_; }
   // The chunk tree's root as the running transaction moves it; the
@@ -102,6 +108,7 @@ class Volume {
   tree::RootPtr root_tree_;
   tree::RootPtr chunk_tree_;
   tree::BlockSource* source_ = nullptr;
+  LiveRootFn live_roots_;
 };
 
 }  // namespace ubtrfs::txn
