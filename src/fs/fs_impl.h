@@ -653,11 +653,7 @@ class FilesystemImpl final : public Filesystem {
     UB_RETURN_IF_ERROR(CheckWritable());
     UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
     auto r = op();
-    if constexpr (std::is_same_v<decltype(r), Status>) {
-      NoteFailure(r);
-    } else {
-      NoteFailure(r.status());
-    }
+    NoteResult(r);
     if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
     return r;
   }
@@ -674,15 +670,19 @@ class FilesystemImpl final : public Filesystem {
       }
       std::lock_guard dir_lock(InodeLock(dir));
       r.emplace(op());
-      if constexpr (std::is_same_v<decltype(op()), Status>) {
-        NoteFailure(*r);
-      } else {
-        NoteFailure(r->status());
-      }
+      NoteResult(*r);
     }
     // The commit needs the operation lock exclusive: after letting go of it.
     if (r->ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
     return std::move(*r);
+  }
+  template <typename R>
+  void NoteResult(const R& r) {
+    if constexpr (std::is_same_v<R, Status>) {
+      NoteFailure(r);
+    } else {
+      NoteFailure(r.status());
+    }
   }
   Status MaybeAutoCommit();
   void CacheInode(InodeId id, const format::InodeItem& ii);
@@ -691,16 +691,16 @@ class FilesystemImpl final : public Filesystem {
   // The writer of the last subvolume used, without the map lookups and
   // their locks (a writer lives as long as the transaction manager).
   tree::TreeWriter* CachedWriter(uint64_t root) const {
-    const CachedWriterEntry* e = cached_writer_.load(std::memory_order_acquire);
+    const CachedWriterEntry* e = cached_writer_.entry.load(std::memory_order_acquire);
     return e != nullptr && e->root == root ? e->writer : nullptr;
   }
   void RememberWriter(uint64_t root, tree::TreeWriter* w) {
     std::lock_guard lock(writer_entries_mu_);
     for (const auto& e : writer_entries_) {
-      if (e->root == root) return cached_writer_.store(e.get(), std::memory_order_release);
+      if (e->root == root) return cached_writer_.entry.store(e.get(), std::memory_order_release);
     }
     writer_entries_.push_back(std::make_unique<CachedWriterEntry>(CachedWriterEntry{root, w}));
-    cached_writer_.store(writer_entries_.back().get(), std::memory_order_release);
+    cached_writer_.entry.store(writer_entries_.back().get(), std::memory_order_release);
   }
   Result<format::InodeItem> LoadInode(InodeId id);
   Status StoreInode(InodeId id, const format::InodeItem& ii);
@@ -774,8 +774,10 @@ class FilesystemImpl final : public Filesystem {
   };
   std::mutex writer_entries_mu_;  // guards writer_entries_ (taken inside ino_mu_ too)
   std::vector<std::unique_ptr<CachedWriterEntry>> writer_entries_;  // never shrinks while the view lives
-  alignas(64) std::atomic<const CachedWriterEntry*> cached_writer_{nullptr};
-  alignas(64) char after_cached_writer_ = 0;  // keeps what follows off its cache line
+  struct alignas(64) PaddedWriterCache {  // a cache line of its own
+    std::atomic<const CachedWriterEntry*> entry{nullptr};
+  };
+  PaddedWriterCache cached_writer_;
   std::atomic<bool> aborted_{false};        // a failed change: no more writes, no commit
   // The failing operation of this thread had changed nothing yet (set by the
   // operation, read and cleared by NoteFailure).
