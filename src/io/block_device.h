@@ -19,7 +19,20 @@ class BlockDevice {
   // error (EIO) naming the offset and the device size.
   virtual Status ReadAt(uint64_t offset, std::span<uint8_t> buf) = 0;
   virtual Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) = 0;
+  // Writes the pieces back to back from `offset`, as one write where the
+  // device can (an image file: pwritev); by default one WriteAt per piece,
+  // which is what devices that count or fail single writes see.
+  virtual Status WriteGather(uint64_t offset, std::span<const std::span<const uint8_t>> pieces) {
+    for (const auto& p : pieces) {
+      UB_RETURN_IF_ERROR(WriteAt(offset, p));
+      offset += p.size();
+    }
+    return Status::Ok();
+  }
   virtual Status Flush() = 0;
+  // A hint that the writes so far may go to the device now, so the next
+  // Flush() waits for less; it neither waits nor makes anything durable.
+  virtual void StartWriteback() {}
   virtual uint64_t Size() const = 0;
   virtual std::string Name() const = 0;
 };

@@ -30,6 +30,7 @@ class FaultDevice final : public BlockDevice {
   Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override;
   Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override;
   Status Flush() override;
+  void StartWriteback() override { inner_->StartWriteback(); }
   uint64_t Size() const override { return inner_->Size(); }
   std::string Name() const override { return inner_->Name(); }
 

@@ -2,9 +2,12 @@
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -57,6 +60,43 @@ class FileDevice final : public BlockDevice {
     return Status::Ok();
   }
 
+  Status WriteGather(uint64_t offset, std::span<const std::span<const uint8_t>> pieces) override {
+    std::vector<iovec> iov;
+    iov.reserve(pieces.size());
+    uint64_t total = 0;
+    for (const auto& p : pieces) {
+      iov.push_back(iovec{const_cast<uint8_t*>(p.data()), p.size()});
+      total += p.size();
+    }
+    // pwritev may write less than asked (and takes at most IOV_MAX pieces):
+    // advance past what was written and go on.
+    size_t first = 0;
+    uint64_t done = 0;
+    while (first < iov.size()) {
+      const int cnt = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+      ssize_t n = ::pwritev(fd_, iov.data() + first, cnt, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        return Status::Error(e, path_ + ": write at offset " + std::to_string(offset + done) + ": " + Errno(e));
+      }
+      done += static_cast<uint64_t>(n);
+      for (size_t left = static_cast<size_t>(n); first < iov.size() && left > 0;) {
+        if (left >= iov[first].iov_len) {
+          left -= iov[first].iov_len;
+          ++first;
+        } else {
+          iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + left;
+          iov[first].iov_len -= left;
+          left = 0;
+        }
+      }
+      while (first < iov.size() && iov[first].iov_len == 0) ++first;
+    }
+    if (offset + total > size_) size_ = offset + total;
+    return Status::Ok();
+  }
+
   Status Flush() override {
     if (::fdatasync(fd_) != 0) {
       int e = errno;
@@ -64,6 +104,9 @@ class FileDevice final : public BlockDevice {
     }
     return Status::Ok();
   }
+
+  // Errors are left to the Flush() that follows, which reports them.
+  void StartWriteback() override { (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
 
   uint64_t Size() const override { return size_; }
   std::string Name() const override { return path_; }

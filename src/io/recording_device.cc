@@ -344,6 +344,7 @@ class UnownedDevice final : public BlockDevice {
   Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override { return dev_->ReadAt(offset, buf); }
   Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override { return dev_->WriteAt(offset, buf); }
   Status Flush() override { return dev_->Flush(); }
+  void StartWriteback() override { dev_->StartWriteback(); }
   uint64_t Size() const override { return dev_->Size(); }
   std::string Name() const override { return dev_->Name(); }
 
