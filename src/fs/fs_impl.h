@@ -767,7 +767,17 @@ class FilesystemImpl final : public Filesystem {
   };
   std::array<PaddedMutex, 64> dir_mu_;  // InodeLock
   std::array<PaddedMutex, 64> rec_mu_;  // RecordLock: a cached inode item's bytes
-  alignas(64) std::mutex ino_mu_;        // guards next_ino_, next_index_, ino_runs_ and writer_entries_
+  alignas(64) std::mutex ino_mu_;        // guards next_ino_ (taken inside a DirState's mu)
+  // Per-directory counters, in stripes keyed like InodeLock so that threads
+  // creating in different directories neither wait for nor share a lock.
+  struct alignas(64) DirState {
+    std::mutex mu;  // guards the two maps
+    std::map<std::pair<uint64_t, uint64_t>, uint64_t> next_index;  // the next DIR_INDEX of a directory
+    // The inode numbers [first, second) reserved for a directory's new entries (NewIno).
+    std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> ino_runs;
+  };
+  std::array<DirState, 64> dir_state_;
+  DirState& DirStateOf(InodeId dir) { return dir_state_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58]; }
   struct CachedWriterEntry {
     uint64_t root;
     tree::TreeWriter* writer;
@@ -795,10 +805,7 @@ class FilesystemImpl final : public Filesystem {
   // stay cached across commits until evicted.
   // Its insert and lookup times are sampled (one call in 16) to keep clock
   // reads off the create path.
-  inode::InodeCache icache_{inode::InodeCacheOptions{.capacity = size_t{1} << 16, .time_every = 16}};
-  std::map<std::pair<uint64_t, uint64_t>, uint64_t> next_index_;  // per directory
-  // Per directory: the inode numbers [first, second) reserved for its new entries (NewIno).
-  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> ino_runs_;
+  inode::InodeCache icache_{inode::InodeCacheOptions{.capacity = size_t{1} << 16, .time_every = 16, .shards = 16}};
 
   // The kernel's inode number for a subvolume stub directory.
   static constexpr uint64_t kEmptySubvolDirObjectid = 2;

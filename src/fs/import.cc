@@ -833,7 +833,7 @@ Status FilesystemImpl::BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes
   return Change(1, [&]() -> Status {
     uint64_t& next = next_ino_[dir.root];
     next = std::max(next, t.first_ino + inodes);
-    uint64_t& index = next_index_[{dir.root, dir.ino}];
+    uint64_t& index = DirStateOf(dir).next_index[{dir.root, dir.ino}];  // exclusive: no lock needed
     index = std::max(index, t.first_index + entries);
     UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
     ii.size = ii.size.get() + dir_size_delta;

@@ -296,9 +296,11 @@ Result<uint64_t> FilesystemImpl::NextInoLocked(uint64_t root, uint64_t n) {
 // directories do not queue on the tree's last leaf. Unused numbers of a run
 // are simply never used (btrfs does not require dense numbers).
 Result<uint64_t> FilesystemImpl::NewIno(InodeId dir) {
-  std::lock_guard lock(ino_mu_);
-  auto& run = ino_runs_[{dir.root, dir.ino}];
+  DirState& ds = DirStateOf(dir);
+  std::lock_guard lock(ds.mu);
+  auto& run = ds.ino_runs[{dir.root, dir.ino}];
   if (run.first == run.second) {
+    std::lock_guard ino_lock(ino_mu_);
     UB_ASSIGN_OR_RETURN(run.first, NextInoLocked(dir.root, kInoChunk));
     run.second = run.first + kInoChunk;
   }
@@ -306,15 +308,16 @@ Result<uint64_t> FilesystemImpl::NewIno(InodeId dir) {
 }
 
 Result<uint64_t> FilesystemImpl::NextDirIndex(InodeId dir) {
-  std::lock_guard lock(ino_mu_);
-  auto it = next_index_.find({dir.root, dir.ino});
-  if (it == next_index_.end()) {
+  DirState& ds = DirStateOf(dir);
+  std::lock_guard lock(ds.mu);
+  auto it = ds.next_index.find({dir.root, dir.ino});
+  if (it == ds.next_index.end()) {
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
     Cursor c(vol_->source(), tree);
     UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{dir.ino, kDirIndexKey, UINT64_MAX}));
     uint64_t next = 2;  // 0 and 1 stand for "." and ".."
     if (c.Valid() && c.key().objectid == dir.ino && c.key().type == kDirIndexKey) next = c.key().offset + 1;
-    it = next_index_.emplace(std::make_pair(dir.root, dir.ino), next).first;
+    it = ds.next_index.emplace(std::make_pair(dir.root, dir.ino), next).first;
   }
   return it->second++;
 }
@@ -401,8 +404,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   }
 
   // DIR_INDEX goes through the delayed queue.
-  delayed_->Add(dir.root, dir.ino, index, entry);
-  if (const auto* q = delayed_->Pending(dir.root, dir.ino); q && q->size() >= kDelayedFlushThreshold) {
+  if (delayed_->Add(dir.root, dir.ino, index, entry) >= kDelayedFlushThreshold) {
     UB_RETURN_IF_ERROR(
         delayed_->FlushDir(dir.root, dir.ino, [this](uint64_t r) { return FsWriter(r); }, /*full_batches_only=*/true));
   }
@@ -480,9 +482,10 @@ Status FilesystemImpl::DropInode(InodeId id) {
   }
   for (const Key& k : keys) UB_RETURN_IF_ERROR(w->Delete(k));
   {
-    std::lock_guard lock(ino_mu_);
-    next_index_.erase({id.root, id.ino});
-    ino_runs_.erase({id.root, id.ino});
+    DirState& ds = DirStateOf(id);
+    std::lock_guard lock(ds.mu);
+    ds.next_index.erase({id.root, id.ino});
+    ds.ino_runs.erase({id.root, id.ino});
   }
   icache_.Remove(id.root, id.ino);
   return Status::Ok();

@@ -30,37 +30,64 @@ Recorders& R() {
 }
 }  // namespace
 
-void DelayedDirIndex::Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item) {
-  std::lock_guard lock(mu_);
-  auto& q = pending_[{root, dir}];
-  if (q.emplace(index, std::move(item)).second) ++pending_count_;
-  ++stats_.queued;
+size_t DelayedDirIndex::Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item) {
+  Shard& sh = ShardOf(root, dir);
+  std::lock_guard lock(sh.mu);
+  auto& q = sh.pending[{root, dir}];
+  if (q.emplace(index, std::move(item)).second) ++sh.count;
+  ++sh.stats.queued;
   R().queued.Add();
+  return q.size();
 }
 
 bool DelayedDirIndex::Cancel(uint64_t root, uint64_t dir, uint64_t index) {
-  std::lock_guard lock(mu_);
-  auto it = pending_.find({root, dir});
-  if (it == pending_.end() || !it->second.erase(index)) return false;
-  if (it->second.empty()) pending_.erase(it);
-  --pending_count_;
-  ++stats_.cancelled;
+  Shard& sh = ShardOf(root, dir);
+  std::lock_guard lock(sh.mu);
+  auto it = sh.pending.find({root, dir});
+  if (it == sh.pending.end() || !it->second.erase(index)) return false;
+  if (it->second.empty()) sh.pending.erase(it);
+  --sh.count;
+  ++sh.stats.cancelled;
   R().cancelled.Add();
   return true;
 }
 
 const std::map<uint64_t, std::vector<uint8_t>>* DelayedDirIndex::Pending(uint64_t root, uint64_t dir) const {
-  std::lock_guard lock(mu_);
-  auto it = pending_.find({root, dir});
-  return it == pending_.end() ? nullptr : &it->second;
+  const Shard& sh = ShardOf(root, dir);
+  std::lock_guard lock(sh.mu);
+  auto it = sh.pending.find({root, dir});
+  return it == sh.pending.end() ? nullptr : &it->second;
 }
 
-void DelayedDirIndex::RecordBatch(size_t items, bool full) {
-  std::lock_guard lock(mu_);
-  ++stats_.batches;
-  stats_.items += items;
-  ++stats_.batch_size_log2[std::min<size_t>(std::bit_width(items) - 1, 15)];
-  if (full) ++stats_.full_batches;
+size_t DelayedDirIndex::pending_count() const {
+  size_t n = 0;
+  for (const Shard& sh : shards_) {
+    std::lock_guard lock(sh.mu);
+    n += sh.count;
+  }
+  return n;
+}
+
+DelayedIndexStats DelayedDirIndex::stats() const {
+  DelayedIndexStats out;
+  for (const Shard& sh : shards_) {
+    std::lock_guard lock(sh.mu);
+    out.queued += sh.stats.queued;
+    out.cancelled += sh.stats.cancelled;
+    out.batches += sh.stats.batches;
+    out.full_batches += sh.stats.full_batches;
+    out.items += sh.stats.items;
+    for (size_t i = 0; i < out.batch_size_log2.size(); ++i) out.batch_size_log2[i] += sh.stats.batch_size_log2[i];
+  }
+  return out;
+}
+
+void DelayedDirIndex::RecordBatch(Shard& sh, size_t items, bool full) {
+  std::lock_guard lock(sh.mu);
+  ++sh.stats.batches;
+  sh.stats.items += items;
+  ++sh.stats.batch_size_log2[std::min<size_t>(std::bit_width(items) - 1, 15)];
+  if (full) ++sh.stats.full_batches;
   R().batches.Add();
   R().items.Add(items);
   if (full) R().full_batches.Add();
@@ -70,35 +97,36 @@ void DelayedDirIndex::RecordBatch(size_t items, bool full) {
 // One run of successors that fits an empty leaf: one search, one
 // insert_empty_items (InsertBatch), the data copied in, the path released
 // when InsertBatch returns; the caller frees the items after that.
-Status DelayedDirIndex::InsertRun(tree::TreeWriter* w, std::vector<Key>& keys,
+Status DelayedDirIndex::InsertRun(Shard& sh, tree::TreeWriter* w, std::vector<Key>& keys,
                                   std::vector<std::vector<uint8_t>>& data, bool full) {
   if (keys.empty()) return Status::Ok();
-  if (policy_ == BatchPolicy::kLeafFreeSpace) return InsertRunLegacy(w, keys, data);
+  if (policy_ == BatchPolicy::kLeafFreeSpace) return InsertRunLegacy(sh, w, keys, data);
   UB_RETURN_IF_ERROR(w->InsertBatch(keys, data));
-  RecordBatch(keys.size(), full);
+  RecordBatch(sh, keys.size(), full);
   return Status::Ok();
 }
 
 // The old behaviour: find the leaf for the first item, then take items while
 // they fit in that leaf's free space; what is left starts a new search.
-Status DelayedDirIndex::InsertRunLegacy(tree::TreeWriter* w, std::vector<Key>& keys,
+Status DelayedDirIndex::InsertRunLegacy(Shard& sh, tree::TreeWriter* w, std::vector<Key>& keys,
                                         std::vector<std::vector<uint8_t>>& data) {
   size_t done = 0;
   while (done < keys.size()) {
     UB_ASSIGN_OR_RETURN(size_t n, w->InsertPrefixInLeaf(std::span<const Key>(keys).subspan(done),
                                                         std::span<const std::vector<uint8_t>>(data).subspan(done)));
-    RecordBatch(n, done + n < keys.size());
+    RecordBatch(sh, n, done + n < keys.size());
     done += n;
   }
   return Status::Ok();
 }
 
 Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& writer, bool full_batches_only) {
-  std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, std::vector<uint8_t>>>::iterator it;
+  Shard& sh = ShardOf(root, dir);
+  Queues::iterator it;
   {
-    std::lock_guard lock(mu_);
-    it = pending_.find({root, dir});
-    if (it == pending_.end()) return Status::Ok();
+    std::lock_guard lock(sh.mu);
+    it = sh.pending.find({root, dir});
+    if (it == sh.pending.end()) return Status::Ok();
   }
   // The queue itself belongs to the caller, which holds the directory; only
   // the map of queues is shared (its nodes stay put while others change it).
@@ -117,7 +145,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
     const bool gap = !keys.empty() && keys.back().offset + 1 != index;
     const bool full = !keys.empty() && bytes + need > leaf_space_;
     if (gap || full) {
-      UB_RETURN_IF_ERROR(InsertRun(w, keys, data, full));
+      UB_RETURN_IF_ERROR(InsertRun(sh, w, keys, data, full));
       flushed_end = e;
       keys.clear();
       data.clear();
@@ -128,7 +156,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
     bytes += need;
   }
   if (!full_batches_only) {
-    UB_RETURN_IF_ERROR(InsertRun(w, keys, data, false));
+    UB_RETURN_IF_ERROR(InsertRun(sh, w, keys, data, false));
     flushed_end = q.end();
   } else {
     for (size_t i = 0; i < keys.size(); ++i) q[keys[i].offset] = std::move(data[i]);  // the tail stays queued
@@ -137,16 +165,18 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
   // queued items freed.
   const size_t n = static_cast<size_t>(std::distance(q.begin(), flushed_end));
   q.erase(q.begin(), flushed_end);
-  std::lock_guard lock(mu_);
-  pending_count_ -= n;
-  if (q.empty()) pending_.erase(it);
+  std::lock_guard lock(sh.mu);
+  sh.count -= n;
+  if (q.empty()) sh.pending.erase(it);
   return Status::Ok();
 }
 
 Status DelayedDirIndex::Flush(const WriterFn& writer) {
-  while (!pending_.empty()) {
-    auto [root, dir] = pending_.begin()->first;
-    UB_RETURN_IF_ERROR(FlushDir(root, dir, writer));
+  for (Shard& sh : shards_) {
+    while (!sh.pending.empty()) {
+      auto [root, dir] = sh.pending.begin()->first;
+      UB_RETURN_IF_ERROR(FlushDir(root, dir, writer));
+    }
   }
   return Status::Ok();
 }

@@ -4,7 +4,9 @@
 // successor, up to what one leaf holds, and inserts that batch with one
 // insert_empty_items. Entries removed before a flush never reach the tree.
 //
-// Thread safety: the map of queues is guarded inside; one directory's queue
+// Thread safety: the map of queues is guarded inside, in shards by
+// directory (each with its own lock on its own cache line, so threads adding
+// to different directories do not meet); one directory's queue
 // (Add, Cancel, Pending, FlushDir for that directory) belongs to whoever holds
 // the directory (the file system's per-directory lock), and Flush() needs
 // the whole thing to itself (commit).
@@ -50,12 +52,13 @@ class DelayedDirIndex {
   explicit DelayedDirIndex(uint32_t nodesize, BatchPolicy policy = BatchPolicy::kFullLeaf)
       : leaf_space_(nodesize - sizeof(format::Header)), policy_(policy) {}
 
-  void Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item);
+  // Returns how many items the directory has queued now.
+  size_t Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item);
   // True if the item was still pending (and is now gone without a trace).
   bool Cancel(uint64_t root, uint64_t dir, uint64_t index);
   // Pending items of one directory by index, or nullptr.
   const std::map<uint64_t, std::vector<uint8_t>>* Pending(uint64_t root, uint64_t dir) const;
-  size_t pending_count() const { return pending_count_; }
+  size_t pending_count() const;
 
   using WriterFn = std::function<Result<tree::TreeWriter*>(uint64_t root)>;
   Status Flush(const WriterFn& writer);
@@ -65,20 +68,31 @@ class DelayedDirIndex {
   // that later items could have filled.
   Status FlushDir(uint64_t root, uint64_t dir, const WriterFn& writer, bool full_batches_only = false);
 
-  const DelayedIndexStats& stats() const { return stats_; }
+  DelayedIndexStats stats() const;
 
  private:
-  Status InsertRun(tree::TreeWriter* w, std::vector<format::Key>& keys,
+  struct Shard;
+  Status InsertRun(Shard& sh, tree::TreeWriter* w, std::vector<format::Key>& keys,
                    std::vector<std::vector<uint8_t>>& data, bool full);
-  Status InsertRunLegacy(tree::TreeWriter* w, std::vector<format::Key>& keys, std::vector<std::vector<uint8_t>>& data);
-  void RecordBatch(size_t items, bool full);
+  Status InsertRunLegacy(Shard& sh, tree::TreeWriter* w, std::vector<format::Key>& keys,
+                         std::vector<std::vector<uint8_t>>& data);
+  using Queues = std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, std::vector<uint8_t>>>;
+  struct alignas(64) Shard {
+    mutable std::mutex mu;  // guards the map of queues (not a queue's items), count and stats
+    Queues pending;
+    size_t count = 0;  // queued items
+    DelayedIndexStats stats;
+  };
+  static constexpr size_t kShards = 16;
+  Shard& ShardOf(uint64_t root, uint64_t dir) { return shards_[(dir * 0x9E3779B97F4A7C15ull + root) >> 60]; }
+  const Shard& ShardOf(uint64_t root, uint64_t dir) const {
+    return shards_[(dir * 0x9E3779B97F4A7C15ull + root) >> 60];
+  }
+  void RecordBatch(Shard& sh, size_t items, bool full);
 
   uint32_t leaf_space_;
   BatchPolicy policy_;
-  mutable std::mutex mu_;  // guards pending_'s map of queues, pending_count_ and stats_
-  std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, std::vector<uint8_t>>> pending_;
-  std::atomic<size_t> pending_count_{0};
-  DelayedIndexStats stats_;
+  std::array<Shard, kShards> shards_;
 };
 
 }  // namespace ubtrfs::inode

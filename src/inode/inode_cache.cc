@@ -72,7 +72,12 @@ LatencyHistogram InodeCache::AtomicHistogram::Snapshot() const {
 // ---- InodeCache -------------------------------------------------------------
 
 InodeCache::InodeCache(InodeCacheOptions options)
-    : time_ops_(options.time_ops), time_every_(std::max<uint32_t>(options.time_every, 1)), capacity_(options.capacity) {}
+    : time_ops_(options.time_ops),
+      time_every_(std::max<uint32_t>(options.time_every, 1)),
+      nshards_(std::clamp<uint32_t>(options.shards, 1, kMaxShards)),
+      shards_(new Shard[nshards_]) {
+  set_capacity(options.capacity);
+}
 
 bool InodeCache::TimeThisCall(uint32_t& calls) const {
   if (!time_ops_) return false;
@@ -82,15 +87,18 @@ bool InodeCache::TimeThisCall(uint32_t& calls) const {
 
 InodeCache::~InodeCache() {
   // No other thread may use the cache now; InodeRefs may still exist.
-  InodeRecord* r = head_;
-  while (r != nullptr) {
-    InodeRecord* next = r->next_;
-    r->cached_ = false;
-    r->prev_ = r->next_ = nullptr;
-    if (r->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete r;
-    r = next;
+  for (uint32_t i = 0; i < nshards_; ++i) {
+    Shard& sh = shards_[i];
+    InodeRecord* r = sh.head;
+    while (r != nullptr) {
+      InodeRecord* next = r->next_;
+      r->cached_ = false;
+      r->prev_ = r->next_ = nullptr;
+      if (r->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete r;
+      r = next;
+    }
+    for (auto it = sh.roots.begin(); it != sh.roots.end(); ++it) delete it.value();
   }
-  for (auto it = roots_.begin(); it != roots_.end(); ++it) delete it.value();
 }
 
 uint64_t InodeCache::NowNs() {
@@ -99,38 +107,38 @@ uint64_t InodeCache::NowNs() {
           .count());
 }
 
-void InodeCache::LinkHead(InodeRecord* r) {
+void InodeCache::LinkHead(Shard& sh, InodeRecord* r) {
   r->prev_ = nullptr;
-  r->next_ = head_;
-  if (head_ != nullptr) head_->prev_ = r;
-  head_ = r;
-  if (tail_ == nullptr) tail_ = r;
+  r->next_ = sh.head;
+  if (sh.head != nullptr) sh.head->prev_ = r;
+  sh.head = r;
+  if (sh.tail == nullptr) sh.tail = r;
 }
 
-void InodeCache::Unlink(InodeRecord* r) {
+void InodeCache::Unlink(Shard& sh, InodeRecord* r) {
   if (r->prev_ != nullptr) r->prev_->next_ = r->next_;
-  else head_ = r->next_;
+  else sh.head = r->next_;
   if (r->next_ != nullptr) r->next_->prev_ = r->prev_;
-  else tail_ = r->prev_;
+  else sh.tail = r->prev_;
   r->prev_ = r->next_ = nullptr;
 }
 
-void InodeCache::Detach(InodeRecord* r) {
-  Subvol** sv = roots_.Find(r->root);
-  bool erased = sv != nullptr && (*sv)->inodes.Erase(r->ino);
+void InodeCache::Detach(Shard& sh, InodeRecord* r) {
+  Subvol** sv = sh.roots.Find(r->root);
+  bool erased = sv != nullptr && (*sv)->inodes.Erase(TreeKey(r->ino));
   (void)erased;
-  Unlink(r);
+  Unlink(sh, r);
   r->cached_ = false;
-  --size_;
+  --sh.size;
 }
 
-InodeRecord* InodeCache::EvictLocked(size_t target, size_t budget) {
+InodeRecord* InodeCache::EvictLocked(Shard& sh, size_t target, size_t budget) {
   InodeRecord* doomed = nullptr;
-  while (size_ > target && budget > 0 && tail_ != nullptr) {
+  while (sh.size > target && budget > 0 && sh.tail != nullptr) {
     --budget;
-    ++evict_scans_;
-    InodeRecord* r = tail_;
-    // refs_ == 1: only the cache holds it, and only the cache (under mu_)
+    ++sh.evict_scans;
+    InodeRecord* r = sh.tail;
+    // refs_ == 1: only the cache holds it, and only the cache (under the shard's mu)
     // could hand out another reference, so dirty/open_count cannot change
     // under us. acquire pairs with the release in the last InodeRef's
     // decrement, making that holder's writes to dirty/open_count visible.
@@ -138,14 +146,14 @@ InodeRecord* InodeCache::EvictLocked(size_t target, size_t budget) {
                 r->open_count.load(std::memory_order_relaxed) == 0;
     if (!idle || r->referenced_) {
       r->referenced_ = false;
-      Unlink(r);
-      LinkHead(r);
+      Unlink(sh, r);
+      LinkHead(sh, r);
       continue;
     }
-    Detach(r);
+    Detach(sh, r);
     r->next_ = doomed;
     doomed = r;
-    ++evictions_;
+    ++sh.evictions;
   }
   return doomed;
 }
@@ -165,14 +173,15 @@ InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
   uint64_t t0 = timed ? NowNs() : 0;
   InodeRecord* found = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++lookups_;
-    if (Subvol** sv = roots_.Find(root)) {
-      if (InodeRecord** slot = (*sv)->inodes.Find(ino)) {
+    Shard& sh = ShardOf(ino);
+    std::lock_guard<std::mutex> lock(sh.mu);
+    ++sh.lookups;
+    if (Subvol** sv = sh.roots.Find(root)) {
+      if (InodeRecord** slot = (*sv)->inodes.Find(TreeKey(ino))) {
         found = *slot;
         found->refs_.fetch_add(1, std::memory_order_relaxed);
         found->referenced_ = true;
-        ++hits_;
+        ++sh.hits;
       }
     }
   }
@@ -194,7 +203,8 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
   uint64_t t0 = timed ? NowNs() : 0;
   // Everything that may need memory, made before locking.
   std::unique_ptr<InodeRecord> fresh(new InodeRecord(root, ino, item));
-  InodeTree::Reservation nodes = InodeTree::Reserve(ino);
+  InodeTree::Reservation nodes = InodeTree::Reserve(TreeKey(ino));
+  Shard& sh = ShardOf(ino);
   std::unique_ptr<Subvol> new_subvol;
   RootTree::Reservation root_nodes;
 
@@ -202,8 +212,8 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
   InodeRecord* doomed = nullptr;
   bool stored = false;
   for (;;) {
-    std::unique_lock<std::mutex> lock(mu_);
-    Subvol** sv = roots_.Find(root);
+    std::unique_lock<std::mutex> lock(sh.mu);
+    Subvol** sv = sh.roots.Find(root);
     if (sv == nullptr) {
       if (new_subvol == nullptr) {
         // First inode of this subvolume: allocate its tree outside the lock
@@ -213,29 +223,31 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
         root_nodes = RootTree::Reserve(root);
         continue;
       }
-      roots_.StoreReserved(std::move(root_nodes), root, new_subvol.release());
-      sv = roots_.Find(root);
+      sh.roots.StoreReserved(std::move(root_nodes), root, new_subvol.release());
+      sv = sh.roots.Find(root);
     }
-    auto [slot, added] = (*sv)->inodes.TryStoreReserved(std::move(nodes), ino, fresh.get());
+    auto [slot, added] = (*sv)->inodes.TryStoreReserved(std::move(nodes), TreeKey(ino), fresh.get());
     result = *slot;
     if (added) {
       fresh.release();
       result->refs_.fetch_add(1, std::memory_order_relaxed);  // the caller's, besides the cache's
       result->cached_ = true;
-      LinkHead(result);
-      ++size_;
-      ++inserts_;
+      LinkHead(sh, result);
+      ++sh.size;
+      ++sh.inserts;
       stored = true;
       // A bounded look at the cold end per insert: when most records are
       // pinned (dirty until the next commit, or open) the cache may grow past
       // its capacity, but an insert never walks the whole list (an unbounded
       // budget made inserts linear in the pinned count, and a run of
       // creates without a commit quadratic).
-      if (size_ > capacity_) doomed = EvictLocked(capacity_, std::min<size_t>(16 + 2 * (size_ - capacity_), kMaxEvictScan));
+      if (sh.size > sh.capacity) {
+        doomed = EvictLocked(sh, sh.capacity, std::min<size_t>(16 + 2 * (sh.size - sh.capacity), kMaxEvictScan));
+      }
     } else {
       result->refs_.fetch_add(1, std::memory_order_relaxed);
       result->referenced_ = true;
-      ++insert_races_;
+      ++sh.insert_races;
     }
     break;
   }
@@ -256,13 +268,14 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
 bool InodeCache::Remove(uint64_t root, uint64_t ino) {
   InodeRecord* r = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    Subvol** sv = roots_.Find(root);
-    InodeRecord** slot = sv == nullptr ? nullptr : (*sv)->inodes.Find(ino);
+    Shard& sh = ShardOf(ino);
+    std::lock_guard<std::mutex> lock(sh.mu);
+    Subvol** sv = sh.roots.Find(root);
+    InodeRecord** slot = sv == nullptr ? nullptr : (*sv)->inodes.Find(TreeKey(ino));
     if (slot == nullptr) return false;
     r = *slot;
-    Detach(r);
-    ++removals_;
+    Detach(sh, r);
+    ++sh.removals;
   }
   r->next_ = nullptr;
   DropDetached(r);
@@ -270,30 +283,50 @@ bool InodeCache::Remove(uint64_t root, uint64_t ino) {
 }
 
 InodeRef InodeCache::FindFirstAtOrAfter(uint64_t root, uint64_t min_ino) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Subvol** sv = roots_.Find(root);
-  if (sv == nullptr) return InodeRef();
-  auto hit = (*sv)->inodes.FindFirstAtOrAfter(min_ino);
-  if (!hit) return InodeRef();
-  hit->second->refs_.fetch_add(1, std::memory_order_relaxed);
-  return InodeRef(hit->second);
+  // Each shard's first inode at or after min_ino; the smallest of them.
+  InodeRef best;
+  for (uint32_t i = 0; i < nshards_; ++i) {
+    // The smallest ino >= min_ino that lives in shard i (ino % n == i).
+    const uint64_t r = min_ino % nshards_;
+    const uint64_t delta = i >= r ? i - r : nshards_ - r + i;
+    if (min_ino > ~uint64_t{0} - delta) continue;  // past the last inode number
+    const uint64_t first = min_ino + delta;
+    Shard& sh = shards_[i];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    Subvol** sv = sh.roots.Find(root);
+    if (sv == nullptr) continue;
+    auto hit = (*sv)->inodes.FindFirstAtOrAfter(TreeKey(first));
+    if (!hit || (best && best->ino < hit->second->ino)) continue;
+    hit->second->refs_.fetch_add(1, std::memory_order_relaxed);
+    best = InodeRef(hit->second);
+  }
+  return best;
 }
 
 std::vector<InodeRef> InodeCache::CollectDirty() {
-  // Walks in batches so that mu_ is never held for long and the vector grows
+  std::vector<InodeRef> out;
+  for (uint32_t i = 0; i < nshards_; ++i) CollectDirtyIn(shards_[i], &out);
+  if (nshards_ > 1) {
+    std::sort(out.begin(), out.end(),
+              [](const InodeRef& a, const InodeRef& b) { return std::pair(a->root, a->ino) < std::pair(b->root, b->ino); });
+  }
+  return out;
+}
+
+void InodeCache::CollectDirtyIn(Shard& sh, std::vector<InodeRef>* out) {
+  // Walks in batches so that the shard's mu is never held for long and the vector grows
   // outside it.
   constexpr size_t kMaxFound = 64;
   constexpr size_t kMaxScanned = 1024;
-  std::vector<InodeRef> out;
-  uint64_t root = 0, ino = 0;
+  uint64_t root = 0, ino = 0;  // ino: a key of the shard's trees
   bool done = false;
   while (!done) {
     std::array<InodeRecord*, kMaxFound> found;
     size_t nfound = 0, scanned = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto rit = roots_.lower_bound(root); ; ++rit) {
-        if (rit == roots_.end()) {
+      std::lock_guard<std::mutex> lock(sh.mu);
+      for (auto rit = sh.roots.lower_bound(root); ; ++rit) {
+        if (rit == sh.roots.end()) {
           done = true;
           break;
         }
@@ -318,56 +351,67 @@ std::vector<InodeRef> InodeCache::CollectDirty() {
           done = true;
           break;
         }
-        ino = 0;  // this subvolume is finished; the next key of roots_ is > root
+        ino = 0;  // this subvolume is finished; the next key of roots is > root
         ++root;
         if (nfound == kMaxFound || scanned >= kMaxScanned) break;
       }
     }
-    for (size_t i = 0; i < nfound; ++i) out.push_back(InodeRef(found[i]));
+    for (size_t i = 0; i < nfound; ++i) out->push_back(InodeRef(found[i]));
   }
-  return out;
 }
 
 size_t InodeCache::Shrink(size_t target) {
-  InodeRecord* doomed = nullptr;
-  size_t before = 0, after = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    before = size_;
-    // Two passes over the list at most: the first clears referenced bits.
-    doomed = EvictLocked(target, 2 * size_);
-    after = size_;
+  const size_t per_shard = (target + nshards_ - 1) / nshards_;
+  size_t gone = 0;
+  for (uint32_t i = 0; i < nshards_; ++i) {
+    Shard& sh = shards_[i];
+    InodeRecord* doomed = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(sh.mu);
+      const size_t before = sh.size;
+      // Two passes over the list at most: the first clears referenced bits.
+      doomed = EvictLocked(sh, nshards_ == 1 ? target : per_shard, 2 * sh.size);
+      gone += before - sh.size;
+    }
+    DropDetached(doomed);
   }
-  DropDetached(doomed);
-  return before - after;
+  return gone;
 }
 
 void InodeCache::set_capacity(size_t capacity) {
-  std::lock_guard<std::mutex> lock(mu_);
-  capacity_ = capacity;
+  const size_t per_shard = (capacity + nshards_ - 1) / nshards_;
+  for (uint32_t i = 0; i < nshards_; ++i) {
+    std::lock_guard<std::mutex> lock(shards_[i].mu);
+    shards_[i].capacity = per_shard;
+  }
 }
 
 size_t InodeCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return size_;
+  size_t n = 0;
+  for (uint32_t i = 0; i < nshards_; ++i) {
+    std::lock_guard<std::mutex> lock(shards_[i].mu);
+    n += shards_[i].size;
+  }
+  return n;
 }
 
 InodeCacheStats InodeCache::stats() const {
   InodeCacheStats s;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    s.inserts = inserts_;
-    s.insert_races = insert_races_;
-    s.lookups = lookups_;
-    s.hits = hits_;
-    s.evictions = evictions_;
-    s.evict_scans = evict_scans_;
-    s.removals = removals_;
-    s.cached = size_;
-    s.subvolumes = roots_.size();
-    s.node_bytes = roots_.memory_bytes();
-    for (auto it = roots_.begin(); it != roots_.end(); ++it) s.node_bytes += it.value()->inodes.memory_bytes();
-    s.record_bytes = size_ * sizeof(InodeRecord);
+  for (uint32_t i = 0; i < nshards_; ++i) {
+    const Shard& sh = shards_[i];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    s.inserts += sh.inserts;
+    s.insert_races += sh.insert_races;
+    s.lookups += sh.lookups;
+    s.hits += sh.hits;
+    s.evictions += sh.evictions;
+    s.evict_scans += sh.evict_scans;
+    s.removals += sh.removals;
+    s.cached += sh.size;
+    s.subvolumes = std::max(s.subvolumes, sh.roots.size());
+    s.node_bytes += sh.roots.memory_bytes();
+    for (auto it = sh.roots.begin(); it != sh.roots.end(); ++it) s.node_bytes += it.value()->inodes.memory_bytes();
+    s.record_bytes += sh.size * sizeof(InodeRecord);
   }
   s.insert_ns = insert_hist_.Snapshot();
   s.lookup_ns = lookup_hist_.Snapshot();

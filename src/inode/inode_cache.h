@@ -6,6 +6,14 @@
 // mu_ without calling the allocator, and frees whatever it did not use (a
 // record that lost a race, evicted records, spare nodes) after unlocking.
 //
+// Shards: with options.shards > 1 the inodes are spread over that many
+// independent parts by ino % shards, each with its own lock, radix trees
+// (keyed by ino / shards, so dense numbers stay dense in every part), CLOCK
+// list and capacity / shards. Threads working on different inodes then
+// rarely meet on a lock or its cache line (a file system creating in two
+// directories looks up both directories and inserts new inodes on every
+// create). One shard (the default) is the plain cache.
+//
 // Records are reference counted (InodeRef). A cached record is evicted, when
 // the cache is over capacity, only if it is clean, has open_count 0 and no
 // InodeRef exists: nobody can then be using it, and nobody can get a new
@@ -26,6 +34,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -42,8 +51,8 @@ class InodeRef;
 // One in-memory inode.
 //
 // Guards: root and ino never change. `item` belongs to the file system layer,
-// which serializes changes to one inode (today: the Filesystem operation
-// lock); the cache copies it in at Insert and never touches it again. `dirty`
+// which serializes changes to one inode (today: the record lock of
+// its inode); the cache copies it in at Insert and never touches it again. `dirty`
 // and `open_count` are atomics that holders of an InodeRef set; the cache
 // reads them only to decide eviction, and only for records no InodeRef
 // points to, so it never races with a change.
@@ -64,7 +73,7 @@ class InodeRecord {
   InodeRecord(uint64_t r, uint64_t i, const format::InodeItem& it) : root(r), ino(i), item(it) {}
 
   std::atomic<uint32_t> refs_{1};  // InodeRefs, plus one while the cache holds the record
-  // Guarded by InodeCache::mu_.
+  // Guarded by the mu of the InodeCache shard holding the record.
   bool cached_ = false;
   bool referenced_ = false;  // CLOCK bit: used since the hand last passed
   InodeRecord* prev_ = nullptr;  // toward the warm end (head)
@@ -139,6 +148,7 @@ struct InodeCacheOptions {
   size_t capacity = size_t{1} << 18;  // records kept when idle ones can be evicted
   bool time_ops = true;               // fill the latency histograms (two clock reads per call)
   uint32_t time_every = 1;            // time one call in this many (per thread); 1: all
+  uint32_t shards = 1;                // independent parts, each with its own lock (at most kMaxShards)
 };
 
 class InodeCache {
@@ -175,6 +185,7 @@ class InodeCache {
   InodeCacheStats stats() const;
   // Bytes one cached record costs besides its share of tree nodes.
   static constexpr size_t kRecordBytes = sizeof(InodeRecord);
+  static constexpr uint32_t kMaxShards = 64;
 
  private:
   struct Subvol {
@@ -193,13 +204,40 @@ class InodeCache {
     LatencyHistogram Snapshot() const;
   };
 
-  // All below: called with mu_ held.
-  void LinkHead(InodeRecord* r);
-  void Unlink(InodeRecord* r);
-  void Detach(InodeRecord* r);  // out of the tree and the list; the cache's reference stays with the caller
-  // Detaches idle records from the cold end until size_ <= target or `budget`
+  // mu guards every field of its shard and the cache-private fields of
+  // every InodeRecord cached in it (cached_, referenced_, prev_, next_). It
+  // is a leaf lock: nothing else is locked, and the allocator is not called,
+  // while it is held (nodes come from reservations made before locking;
+  // records are created before and freed after). The one exception: an Erase
+  // that frees a tree node calls operator delete if the thread's spare pool
+  // is full.
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    RootTree roots;                   // subvolume root id -> Subvol (never removed before ~InodeCache)
+    InodeRecord* head = nullptr;      // warm end of the CLOCK list
+    InodeRecord* tail = nullptr;      // cold end
+    size_t size = 0;
+    size_t capacity = 0;
+    uint64_t inserts = 0;
+    uint64_t insert_races = 0;
+    uint64_t lookups = 0;
+    uint64_t hits = 0;
+    uint64_t evictions = 0;
+    uint64_t evict_scans = 0;
+    uint64_t removals = 0;
+  };
+  Shard& ShardOf(uint64_t ino) { return shards_[ino % nshards_]; }
+  uint64_t TreeKey(uint64_t ino) const { return ino / nshards_; }
+
+  // All below: called with the shard's mu held.
+  static void LinkHead(Shard& sh, InodeRecord* r);
+  static void Unlink(Shard& sh, InodeRecord* r);
+  void Detach(Shard& sh, InodeRecord* r);  // out of the tree and the list; the cache's reference stays with the caller
+  // Detaches idle records from the cold end until size <= target or `budget`
   // records were looked at; returns them chained through next_.
-  InodeRecord* EvictLocked(size_t target, size_t budget);
+  InodeRecord* EvictLocked(Shard& sh, size_t target, size_t budget);
+  // CollectDirty for one shard, appended to *out.
+  void CollectDirtyIn(Shard& sh, std::vector<InodeRef>* out);
 
   static void DropDetached(InodeRecord* chain);  // after unlocking
   static constexpr size_t kMaxEvictScan = 64;  // records an Insert looks at to evict
@@ -207,29 +245,11 @@ class InodeCache {
 
   const bool time_ops_;
   const uint32_t time_every_;
+  const uint32_t nshards_;
   bool TimeThisCall(uint32_t& calls) const;  // calls: the caller's per-thread count
   AtomicHistogram insert_hist_;
   AtomicHistogram lookup_hist_;
-
-  // mu_ guards every field below and the cache-private fields of every
-  // cached InodeRecord (cached_, referenced_, prev_, next_). It is a leaf
-  // lock: nothing else is locked, and the allocator is not called, while it
-  // is held (nodes come from reservations made before locking; records are
-  // created before and freed after). The one exception: an Erase that frees
-  // a tree node calls operator delete if the thread's spare pool is full.
-  mutable std::mutex mu_;
-  RootTree roots_;                   // subvolume root id -> Subvol (never removed before ~InodeCache)
-  InodeRecord* head_ = nullptr;      // warm end of the CLOCK list
-  InodeRecord* tail_ = nullptr;      // cold end
-  size_t size_ = 0;
-  size_t capacity_;
-  uint64_t inserts_ = 0;
-  uint64_t insert_races_ = 0;
-  uint64_t lookups_ = 0;
-  uint64_t hits_ = 0;
-  uint64_t evictions_ = 0;
-  uint64_t evict_scans_ = 0;
-  uint64_t removals_ = 0;
+  std::unique_ptr<Shard[]> shards_;
 };
 
 }  // namespace ubtrfs::inode

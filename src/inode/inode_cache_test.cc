@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -135,9 +136,52 @@ TEST(InodeCacheTest, EvictsOnlyIdleRecordsColdFirst) {
   EXPECT_EQ(cache.stats().node_bytes, RadixTree<InodeRecord*>::kNodeBytes);
 }
 
+// With several shards (ino % shards), the answers are the ones one shard
+// gives: checked against a std::set on random and extreme inode numbers.
+TEST(InodeCacheTest, ShardedFindFirstAtOrAfterMatchesASet) {
+  for (uint32_t shards : {1u, 3u, 16u}) {
+    InodeCache cache(InodeCacheOptions{.capacity = 1 << 20, .shards = shards});
+    std::set<uint64_t> inos = {0, 1, 255, ~uint64_t{0}, ~uint64_t{0} - 1, ~uint64_t{0} - 17};
+    std::mt19937_64 rng(shards);
+    for (int i = 0; i < 2000; ++i) inos.insert(256 + rng() % 100000);
+    for (uint64_t ino : inos) cache.Insert(kFsTree, ino, Item(kFsTree, ino));
+    EXPECT_EQ(cache.size(), inos.size());
+    std::vector<uint64_t> probes = {0, 1, 2, 256, 100256, ~uint64_t{0} - 40, ~uint64_t{0} - 16, ~uint64_t{0}};
+    for (int i = 0; i < 3000; ++i) probes.push_back(rng() % 100300);
+    for (uint64_t p : probes) {
+      auto want = inos.lower_bound(p);
+      InodeRef got = cache.FindFirstAtOrAfter(kFsTree, p);
+      ASSERT_EQ(static_cast<bool>(got), want != inos.end()) << "shards " << shards << " from " << p;
+      if (got) {
+        ASSERT_EQ(got->ino, *want) << "shards " << shards << " from " << p;
+        EXPECT_EQ(got->item.size.get(), *want * 10 + kFsTree);
+      }
+    }
+    EXPECT_FALSE(cache.FindFirstAtOrAfter(kFsTree + 1, 0));
+  }
+}
+
+// Capacity is split over the shards; idle records still go, pinned ones stay.
+TEST(InodeCacheTest, ShardedCacheEvictsIdleRecordsToItsCapacity) {
+  InodeCache cache(InodeCacheOptions{.capacity = 160, .shards = 16});
+  std::vector<InodeRef> pinned;
+  for (uint64_t ino = 256; ino < 256 + 5000; ++ino) {
+    InodeRef r = cache.Insert(kFsTree, ino, Item(kFsTree, ino));
+    if (ino % 100 == 0) pinned.push_back(r);
+  }
+  EXPECT_LE(cache.size(), 160u + pinned.size());
+  for (const InodeRef& r : pinned) EXPECT_EQ(cache.Lookup(kFsTree, r->ino).get(), r.get());
+  pinned.clear();
+  cache.Shrink(0);
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.stats().inserts, 5000u);
+}
+
 TEST(InodeCacheTest, CollectDirtyInKeyOrderAcrossBatches) {
+  for (uint32_t shards : {1u, 16u}) {
   InodeCacheOptions opt;
   opt.capacity = 1 << 20;
+  opt.shards = shards;
   InodeCache cache(opt);
   std::vector<std::pair<uint64_t, uint64_t>> want;
   for (uint64_t root : {kFsTree, uint64_t{256}, uint64_t{300}}) {
@@ -153,7 +197,8 @@ TEST(InodeCacheTest, CollectDirtyInKeyOrderAcrossBatches) {
   want.emplace_back(~uint64_t{0}, ~uint64_t{0});
   std::vector<std::pair<uint64_t, uint64_t>> got;
   for (const InodeRef& r : cache.CollectDirty()) got.emplace_back(r->root, r->ino);
-  EXPECT_EQ(got, want);
+  EXPECT_EQ(got, want) << "shards " << shards;
+  }
 }
 
 TEST(InodeCacheTest, DestructorLeavesHeldRecordsAlive) {
@@ -170,9 +215,13 @@ TEST(InodeCacheTest, DestructorLeavesHeldRecordsAlive) {
 // Four threads insert, look up, remove, pin and dirty overlapping inodes of
 // two subvolumes with a small capacity, so eviction runs all the time. Run it
 // under TSan (-DUBTRFS_TSAN=ON).
-TEST(InodeCacheTest, ConcurrentMixedOperations) {
+class InodeCacheShardsTest : public ::testing::TestWithParam<uint32_t> {};
+INSTANTIATE_TEST_SUITE_P(Shards, InodeCacheShardsTest, ::testing::Values(1u, 16u));
+
+TEST_P(InodeCacheShardsTest, ConcurrentMixedOperations) {
   InodeCacheOptions opt;
   opt.capacity = 400;
+  opt.shards = GetParam();
   InodeCache cache(opt);
   constexpr int kThreads = 4;
   constexpr int kOps = 40000;
