@@ -26,6 +26,58 @@ std::shared_ptr<TreeBlock> DirtyBlocks::Get(uint64_t bytenr) const {
   return it == s.blocks.end() ? nullptr : it->second;
 }
 
+namespace {
+size_t SlotOf(uint64_t bytenr, size_t mask) { return static_cast<size_t>((bytenr * 0x9E3779B97F4A7C15ull) >> 20) & mask; }
+}  // namespace
+
+TreeBlock* DirtyBlocks::Peek(uint64_t bytenr) const {
+  const Table* t = ShardOf(bytenr).table.load(std::memory_order_acquire);
+  if (t == nullptr) return nullptr;
+  for (size_t i = SlotOf(bytenr, t->mask);; i = (i + 1) & t->mask) {
+    const uint64_t k = t->slots[i].key.load(std::memory_order_acquire);
+    if (k == bytenr + 1) return t->slots[i].block.load(std::memory_order_acquire);
+    if (k == 0) return nullptr;
+  }
+}
+
+void DirtyBlocks::TableStore(Shard& s, uint64_t bytenr, TreeBlock* b) {
+  Table* t = s.table.load(std::memory_order_relaxed);
+  if (t == nullptr || (s.used + 1) * 2 > t->mask + 1) {
+    // Grow: a new table with every live block (the old one stays for
+    // readers that still probe it). Dropped blocks are left out.
+    auto bigger = std::make_unique<Table>(t == nullptr ? 64 : 2 * (t->mask + 1));
+    s.used = 0;
+    for (const auto& [addr, blk] : s.blocks) {
+      if (addr == bytenr) continue;
+      for (size_t i = SlotOf(addr, bigger->mask);; i = (i + 1) & bigger->mask) {
+        if (bigger->slots[i].key.load(std::memory_order_relaxed) == 0) {
+          bigger->slots[i].block.store(blk.get(), std::memory_order_relaxed);
+          bigger->slots[i].key.store(addr + 1, std::memory_order_relaxed);
+          ++s.used;
+          break;
+        }
+      }
+    }
+    t = bigger.get();
+    s.tables.push_back(std::move(bigger));
+    s.table.store(t, std::memory_order_release);  // publishes the slots filled above
+  }
+  for (size_t i = SlotOf(bytenr, t->mask);; i = (i + 1) & t->mask) {
+    const uint64_t k = t->slots[i].key.load(std::memory_order_relaxed);
+    if (k == bytenr + 1) {
+      t->slots[i].block.store(b, std::memory_order_release);
+      return;
+    }
+    if (k == 0) {
+      if (b == nullptr) return;  // nothing to clear
+      t->slots[i].block.store(b, std::memory_order_relaxed);
+      t->slots[i].key.store(bytenr + 1, std::memory_order_release);  // the block is visible with its key
+      ++s.used;
+      return;
+    }
+  }
+}
+
 std::vector<std::pair<uint64_t, std::shared_ptr<TreeBlock>>> DirtyBlocks::All() const {
   std::vector<std::pair<uint64_t, std::shared_ptr<TreeBlock>>> out;
   out.reserve(count());
@@ -40,7 +92,16 @@ std::vector<std::pair<uint64_t, std::shared_ptr<TreeBlock>>> DirtyBlocks::All() 
 void DirtyBlocks::Put(uint64_t bytenr, std::shared_ptr<TreeBlock> b) {
   Shard& s = ShardOf(bytenr);
   std::unique_lock lock(s.mu);
-  if (s.blocks.insert_or_assign(bytenr, std::move(b)).second) count_.fetch_add(1, std::memory_order_relaxed);
+  TreeBlock* raw = b.get();
+  auto [it, added] = s.blocks.try_emplace(bytenr, nullptr);
+  if (added) {
+    count_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    it->second->dropped.store(true, std::memory_order_release);  // a Peek may still hold it
+    s.dropped.push_back(std::move(it->second));
+  }
+  it->second = std::move(b);
+  TableStore(s, bytenr, raw);
 }
 
 Result<std::shared_ptr<TreeBlock>> DirtyBlocks::New(uint64_t owner, int level) {
@@ -78,7 +139,14 @@ Status DirtyBlocks::Free(const TreeBlock& b, uint64_t owner) {
   {
     Shard& s = ShardOf(b.bytenr());
     std::unique_lock lock(s.mu);
-    created_here = s.blocks.erase(b.bytenr()) != 0;
+    auto it = s.blocks.find(b.bytenr());
+    created_here = it != s.blocks.end();
+    if (created_here) {
+      it->second->dropped.store(true, std::memory_order_release);
+      s.dropped.push_back(std::move(it->second));
+      s.blocks.erase(it);
+      TableStore(s, b.bytenr(), nullptr);
+    }
   }
   if (created_here) count_.fetch_sub(1, std::memory_order_relaxed);
   return alloc_->FreeTreeBlock(b.bytenr(), owner, b.level(), created_here);

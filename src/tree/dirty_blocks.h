@@ -53,6 +53,13 @@ class DirtyBlocks final : public BlockSource {
   size_t count() const { return count_.load(std::memory_order_relaxed); }
   // The writable block at bytenr, if this transaction created it.
   std::shared_ptr<TreeBlock> Get(uint64_t bytenr) const;
+  // The same without a lock or a reference count, for the hot descent of
+  // concurrent writers: lock-free, and the block stays in memory until the
+  // transaction ends (dropped blocks are kept until Reset). May miss a block
+  // added a moment ago, and may return a dropped one (check `dropped` while
+  // holding the parent that points at bytenr): callers treat both as "not
+  // known" and take the slow path.
+  TreeBlock* Peek(uint64_t bytenr) const;
 
   // A new empty block (header filled, no items) for tree `owner`.
   Result<std::shared_ptr<TreeBlock>> New(uint64_t owner, int level);
@@ -70,6 +77,10 @@ class DirtyBlocks final : public BlockSource {
     for (Shard& s : shards_) {
       std::unique_lock lock(s.mu);
       s.blocks.clear();
+      s.table.store(nullptr, std::memory_order_relaxed);
+      s.tables.clear();
+      s.used = 0;
+      s.dropped.clear();
     }
     count_.store(0, std::memory_order_relaxed);
     transid_ = transid;
@@ -84,10 +95,29 @@ class DirtyBlocks final : public BlockSource {
   std::atomic<bool> concurrent_{false};
   // The blocks by address, in shards with their own locks (on cache lines of
   // their own) so that threads looking up different blocks do not contend.
-  struct alignas(64) Shard {
-    mutable std::shared_mutex mu;
-    std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>> blocks;
+  // Next to each shard's map, an open-addressing table of the same blocks
+  // (address -> pointer) that Peek reads without locking: slots are filled
+  // key last and never emptied (a dropped block's slot points nowhere); a
+  // full table is replaced by a bigger one and kept until Reset, so a
+  // reader still probing it stays safe.
+  struct Slot {
+    std::atomic<uint64_t> key{0};  // bytenr + 1; 0: empty
+    std::atomic<TreeBlock*> block{nullptr};
   };
+  struct Table {
+    explicit Table(size_t n) : mask(n - 1), slots(new Slot[n]) {}
+    size_t mask;
+    std::unique_ptr<Slot[]> slots;
+  };
+  struct alignas(64) Shard {
+    mutable std::shared_mutex mu;  // guards all below but `table`'s readers
+    std::unordered_map<uint64_t, std::shared_ptr<TreeBlock>> blocks;
+    std::atomic<Table*> table{nullptr};
+    std::vector<std::unique_ptr<Table>> tables;  // the current one last
+    size_t used = 0;  // slots of the current table with a key
+    std::vector<std::shared_ptr<TreeBlock>> dropped;  // freed blocks, kept for Peek until Reset
+  };
+  static void TableStore(Shard& s, uint64_t bytenr, TreeBlock* b);  // s.mu held
   static constexpr size_t kShards = 64;
   Shard& ShardOf(uint64_t bytenr) { return shards_[(bytenr / params_.nodesize) % kShards]; }
   const Shard& ShardOf(uint64_t bytenr) const { return shards_[(bytenr / params_.nodesize) % kShards]; }

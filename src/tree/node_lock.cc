@@ -1,11 +1,5 @@
 #include "tree/node_lock.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <bit>
-#include <climits>
 #include <thread>
 
 #include "stats/stats.h"
@@ -37,18 +31,6 @@ LockStats& S() {
 }
 
 }  // namespace
-
-static_assert(std::endian::native == std::endian::little, "the futex word is the low half of the lock word");
-static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
-
-static uint32_t* LowHalf(std::atomic<uint64_t>* w) { return reinterpret_cast<uint32_t*>(w); }
-
-void NodeLock::Wait(uint64_t seen) {
-  // Returns at once (EAGAIN) if the low half changed since `seen`.
-  ::syscall(SYS_futex, LowHalf(&state_), FUTEX_WAIT_PRIVATE, static_cast<uint32_t>(seen), nullptr, nullptr, 0);
-}
-
-void NodeLock::Wake() { ::syscall(SYS_futex, LowHalf(&state_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0); }
 
 bool NodeLock::TryLockShared() {
   uint64_t s = state_.load(std::memory_order_relaxed);
@@ -89,18 +71,18 @@ void NodeLock::SlowLock(LockMode mode) {
     s = state_.load(std::memory_order_relaxed);
   }
   S().slept.Add();
-  const uint64_t me = mode == LockMode::kShared ? kSharedWaiterOne : kIntentWaiterOne;
-  s = state_.fetch_add(me, std::memory_order_relaxed) + me;
+  state_.fetch_add(kWaiterOne, std::memory_order_relaxed);
+  s = state_.load(std::memory_order_relaxed);
   for (;;) {
     while (!(s & block)) {
       // Take the lock and drop the waiter registration in one step.
-      const uint64_t next = (mode == LockMode::kShared ? s + 1 : (s | kIntentBit)) - me;
+      const uint64_t next = (mode == LockMode::kShared ? s + 1 : (s | kIntentBit)) - kWaiterOne;
       if (state_.compare_exchange_weak(s, next, std::memory_order_acquire)) {
         (mode == LockMode::kShared ? S().wait_shared : S().wait_intent).Record(stats::NowNs() - t0);
         return;
       }
     }
-    Wait(s);
+    state_.wait(s, std::memory_order_relaxed);
     s = state_.load(std::memory_order_relaxed);
   }
 }
@@ -121,13 +103,13 @@ void NodeLock::LockWrite() {
     }
   }
   S().slept.Add();
-  state_.fetch_or(kDrainWaiter, std::memory_order_relaxed);  // only the intent holder drains: one at a time
+  state_.fetch_add(kWaiterOne, std::memory_order_relaxed);
   for (;;) {
     s = state_.load(std::memory_order_acquire);
     if ((s & kReaderMask) == 0) break;
-    Wait(s);
+    state_.wait(s, std::memory_order_relaxed);
   }
-  state_.fetch_and(~kDrainWaiter, std::memory_order_relaxed);
+  state_.fetch_sub(kWaiterOne, std::memory_order_relaxed);
   S().wait_write.Record(stats::NowNs() - t0);
 }
 

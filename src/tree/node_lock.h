@@ -47,9 +47,8 @@ class NodeLock {
   bool TryLockShared();
   void UnlockShared() {
     const uint64_t prev = state_.fetch_sub(1, std::memory_order_release);
-    // The last reader out wakes a writer waiting for the readers to drain
-    // (and nobody else: intent waiters wait for the intent holder).
-    if ((prev & kReaderMask) == 1 && (prev & kDrainWaiter)) Wake();
+    // The last reader out wakes a writer waiting for the readers to drain.
+    if ((prev & kReaderMask) == 1 && (prev & kWaiterMask)) Wake();
   }
 
   void LockIntent() {
@@ -60,14 +59,14 @@ class NodeLock {
   bool TryLockIntent();
   void UnlockIntent() {
     const uint64_t prev = state_.fetch_and(~kIntentBit, std::memory_order_release);
-    if (prev & kIntentWaiterMask) Wake();
+    if (prev & kWaiterMask) Wake();
   }
 
   // The caller holds intent.
   void LockWrite();
   void UnlockWrite() {
     const uint64_t prev = state_.fetch_and(~kWriteBit, std::memory_order_release);
-    if (prev & kSharedWaiterMask) Wake();
+    if (prev & kWaiterMask) Wake();
   }
 
   // For assertions and tests.
@@ -79,25 +78,13 @@ class NodeLock {
   static constexpr uint64_t kReaderMask = (uint64_t{1} << 30) - 1;
   static constexpr uint64_t kIntentBit = uint64_t{1} << 30;
   static constexpr uint64_t kWriteBit = uint64_t{1} << 31;
-  // Sleepers are counted by what they wait for, so an unlock wakes only when
-  // someone waits for what it let go of.
-  static constexpr uint64_t kSharedWaiterOne = uint64_t{1} << 32;  // for the write bit to clear
-  static constexpr uint64_t kSharedWaiterMask = ((uint64_t{1} << 12) - 1) << 32;
-  static constexpr uint64_t kIntentWaiterOne = uint64_t{1} << 44;  // for the intent bit to clear
-  static constexpr uint64_t kIntentWaiterMask = ((uint64_t{1} << 12) - 1) << 44;
-  static constexpr uint64_t kDrainWaiter = uint64_t{1} << 56;  // the writer, for the readers to leave
-  static constexpr uint64_t kWaiterMask = kSharedWaiterMask | kIntentWaiterMask | kDrainWaiter;
+  static constexpr uint64_t kWaiterOne = uint64_t{1} << 32;
+  static constexpr uint64_t kWaiterMask = ~((uint64_t{1} << 32) - 1);
 
   void SlowLock(LockMode mode);
-  // Sleeping and waking use a futex on the low 32 bits of the word (readers,
-  // intent, write): every unlock changes them, so a sleeper that saw the old
-  // value never misses the wake-up, and waiter-count changes in the high half
-  // do not disturb sleepers.
-  void Wait(uint64_t seen);
-  void Wake();
+  void Wake() { state_.notify_all(); }
 
-  // readers (bits 0-29) | intent (30) | write (31) | shared waiters (32-43) |
-  // intent waiters (44-55) | drain waiter (56)
+  // readers (bits 0-29) | intent (30) | write (31) | waiters (32-63)
   std::atomic<uint64_t> state_{0};
 };
 

@@ -5,6 +5,7 @@
 #define UBTRFS_TREE_TREE_BLOCK_H_
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <span>
@@ -100,6 +101,10 @@ class TreeBlock {
   // threads read it (tree/node_lock.h). Committed blocks are immutable and
   // are never locked.
   mutable NodeLock lock;
+  // Set when a running transaction drops a block it created (DirtyBlocks::
+  // Free): a lock-free lookup that finds it knows it is not the block at that
+  // address any more.
+  std::atomic<bool> dropped{false};
 
  private:
   explicit TreeBlock(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}

@@ -223,8 +223,10 @@ Status TreeWriter::MakeWritable(WritePath* path, int level, int slot, Sibling* s
 Result<TreeWriter::Optimistic> TreeWriter::TryLeafOnly(const Key& key, uint32_t ins_len, WritePath* path) {
   root_lock_.LockShared();
   const RootPtr root = *root_;
-  std::shared_ptr<TreeBlock> n = root.generation == blocks_->transid() ? blocks_->Get(root.bytenr) : nullptr;
-  if (n == nullptr || root.level == 0) {
+  // Inner blocks by lock-free lookup (no reference counts on the blocks all
+  // threads pass through); each is checked while its referrer is held.
+  TreeBlock* n = root.generation == blocks_->transid() ? blocks_->Peek(root.bytenr) : nullptr;
+  if (n == nullptr || n->dropped.load(std::memory_order_acquire) || root.level == 0) {
     root_lock_.UnlockShared();
     return Optimistic::kNo;
   }
@@ -237,17 +239,23 @@ Result<TreeWriter::Optimistic> TreeWriter::TryLeafOnly(const Key& key, uint32_t 
       return Optimistic::kNo;
     }
     if (slot < 0) slot = 0;
+    if (level > 1) {
+      TreeBlock* inner =
+          n->child_generation(slot) == blocks_->transid() ? blocks_->Peek(n->child_bytenr(slot)) : nullptr;
+      if (inner == nullptr || inner->dropped.load(std::memory_order_acquire)) {  // committed, or not known yet
+        n->lock.UnlockShared();
+        return Optimistic::kNo;
+      }
+      inner->lock.LockShared();
+      n->lock.UnlockShared();
+      n = inner;
+      continue;
+    }
     std::shared_ptr<TreeBlock> child =
         n->child_generation(slot) == blocks_->transid() ? blocks_->Get(n->child_bytenr(slot)) : nullptr;
     if (child == nullptr) {  // committed: to be copied, which changes this node
       n->lock.UnlockShared();
       return Optimistic::kNo;
-    }
-    if (level > 1) {
-      child->lock.LockShared();
-      n->lock.UnlockShared();
-      n = std::move(child);
-      continue;
     }
     // The leaf: never wait for it while holding its parent (a pessimistic
     // updater may hold the leaf and wait for the parent's readers).

@@ -257,6 +257,45 @@ void RunRandom(uint32_t nodesize, int steps, uint64_t seed, size_t max_item) {
   EXPECT_EQ(h.root_.level, 0);
 }
 
+// Peek (the lock-free lookup) agrees with Get through table growth, drops
+// and address reuse: a dropped block is either not found or marked dropped,
+// and after Reset nothing is found.
+TEST(DirtyBlocksPeek, AgreesWithGetThroughGrowthDropsAndReuse) {
+  WriterHarness h(4096);
+  DirtyBlocks& d = h.dirty();
+  std::vector<std::shared_ptr<TreeBlock>> live;
+  for (int i = 0; i < 3000; ++i) {
+    auto b = d.New(kOwner, 0);
+    ASSERT_TRUE(b.ok());
+    live.push_back(*b);
+  }
+  for (const auto& b : live) ASSERT_EQ(d.Peek(b->bytenr()), b.get());
+  EXPECT_EQ(d.Peek(live.back()->bytenr() + 4096 * 100), nullptr);
+  // Drop every third block; reuse brings its address back with a new block.
+  std::vector<std::shared_ptr<TreeBlock>> dropped;
+  for (size_t i = 0; i < live.size(); i += 3) {
+    ASSERT_TRUE(d.Free(*live[i], kOwner).ok());
+    TreeBlock* p = d.Peek(live[i]->bytenr());
+    EXPECT_TRUE(p == nullptr || p->dropped.load()) << live[i]->bytenr();
+    EXPECT_TRUE(live[i]->dropped.load());
+    dropped.push_back(live[i]);
+  }
+  for (size_t i = 0; i < dropped.size(); ++i) {
+    auto b = d.New(kOwner, 0);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(d.Peek((*b)->bytenr()), b->get());
+    EXPECT_EQ(d.Get((*b)->bytenr()).get(), b->get());
+    EXPECT_FALSE((*b)->dropped.load());
+  }
+  for (size_t i = 0; i < live.size(); ++i) {
+    if (i % 3 != 0) {
+      EXPECT_EQ(d.Peek(live[i]->bytenr()), d.Get(live[i]->bytenr()).get());
+    }
+  }
+  d.Reset(d.transid() + 1);
+  for (const auto& b : live) EXPECT_EQ(d.Peek(b->bytenr()), nullptr);
+}
+
 TEST(TreeWriter, RandomOpsMatchModel4K) { RunRandom(4096, 6000, 1, 300); }
 TEST(TreeWriter, RandomOpsMatchModel16K) { RunRandom(16384, 6000, 2, 2000); }
 TEST(TreeWriter, RandomOpsMatchModelBigItems) { RunRandom(4096, 3000, 3, 3900); }
