@@ -1,5 +1,8 @@
 #include "tree/tree_block.h"
 
+#include <endian.h>
+
+#include <cstddef>
 #include <cstring>
 
 #include "format/checksum.h"
@@ -103,16 +106,11 @@ Result<std::shared_ptr<const TreeBlock>> TreeBlock::Parse(std::vector<uint8_t> b
   return std::shared_ptr<const TreeBlock>(new TreeBlock(std::move(bytes)));
 }
 
-Key TreeBlock::key(int slot) const { return Key::From(is_leaf() ? item(slot)->key : ptr(slot)->key); }
 
 std::span<const uint8_t> TreeBlock::item_data(int slot) const {
   const auto* it = item(slot);
   return std::span<const uint8_t>(bytes_).subspan(sizeof(Header) + it->offset.get(), it->size.get());
 }
-uint32_t TreeBlock::item_size(int slot) const { return item(slot)->size.get(); }
-uint32_t TreeBlock::item_offset(int slot) const { return item(slot)->offset.get(); }
-uint64_t TreeBlock::child_bytenr(int slot) const { return ptr(slot)->blockptr.get(); }
-uint64_t TreeBlock::child_generation(int slot) const { return ptr(slot)->generation.get(); }
 
 uint32_t TreeBlock::LeafFreeSpace() const {
   const int n = nritems();
@@ -120,22 +118,47 @@ uint32_t TreeBlock::LeafFreeSpace() const {
   return data_start - static_cast<uint32_t>(n * sizeof(Item));
 }
 
-int TreeBlock::LastSlotAtOrBefore(const Key& k) const {
-  int lo = 0, hi = nritems();  // first slot with key > k
+namespace {
+// -1, 0 or 1 as the on-disk key at p is below, equal to or above k: the
+// fields compared in place, the objectid (which mostly decides) first.
+inline int CompareAt(const uint8_t* p, const Key& k) {
+  uint64_t v;
+  std::memcpy(&v, p + offsetof(DiskKey, objectid), sizeof v);
+  v = le64toh(v);
+  if (v != k.objectid) return v < k.objectid ? -1 : 1;
+  const uint8_t t = p[offsetof(DiskKey, type)];
+  if (t != k.type) return t < k.type ? -1 : 1;
+  std::memcpy(&v, p + offsetof(DiskKey, offset), sizeof v);
+  v = le64toh(v);
+  if (v != k.offset) return v < k.offset ? -1 : 1;
+  return 0;
+}
+
+// The first slot whose key is above k (or at/above it with `or_equal`), in a
+// block whose keys start every `stride` bytes after the header.
+template <size_t Stride>
+int Partition(const uint8_t* first, int n, const Key& k, bool or_equal) {
+  int lo = 0, hi = n;
   while (lo < hi) {
-    int mid = lo + (hi - lo) / 2;
-    if (key(mid) <= k) lo = mid + 1; else hi = mid;
+    const int mid = lo + (hi - lo) / 2;
+    const int c = CompareAt(first + static_cast<size_t>(mid) * Stride, k);
+    if (c < 0 || (c == 0 && !or_equal)) lo = mid + 1; else hi = mid;
   }
-  return lo - 1;
+  return lo;
+}
+}  // namespace
+
+int TreeBlock::LastSlotAtOrBefore(const Key& k) const {
+  const uint8_t* first = bytes_.data() + sizeof(Header);
+  const int above = is_leaf() ? Partition<sizeof(Item)>(first, nritems(), k, false)
+                              : Partition<sizeof(KeyPtr)>(first, nritems(), k, false);
+  return above - 1;
 }
 
 int TreeBlock::FirstSlotAtOrAfter(const Key& k) const {
-  int lo = 0, hi = nritems();
-  while (lo < hi) {
-    int mid = lo + (hi - lo) / 2;
-    if (key(mid) < k) lo = mid + 1; else hi = mid;
-  }
-  return lo;
+  const uint8_t* first = bytes_.data() + sizeof(Header);
+  return is_leaf() ? Partition<sizeof(Item)>(first, nritems(), k, true)
+                   : Partition<sizeof(KeyPtr)>(first, nritems(), k, true);
 }
 
 }  // namespace ubtrfs::tree

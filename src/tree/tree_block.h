@@ -56,14 +56,14 @@ class TreeBlock {
   int nritems() const { return static_cast<int>(header().nritems.get()); }
   std::span<const uint8_t> bytes() const { return bytes_; }
 
-  Key key(int slot) const;
+  Key key(int slot) const { return Key::From(is_leaf() ? item(slot)->key : ptr(slot)->key); }
   // Leaf items.
   std::span<const uint8_t> item_data(int slot) const;
-  uint32_t item_size(int slot) const;
-  uint32_t item_offset(int slot) const;
+  uint32_t item_size(int slot) const { return item(slot)->size.get(); }
+  uint32_t item_offset(int slot) const { return item(slot)->offset.get(); }
   // Node pointers.
-  uint64_t child_bytenr(int slot) const;
-  uint64_t child_generation(int slot) const;
+  uint64_t child_bytenr(int slot) const { return ptr(slot)->blockptr.get(); }
+  uint64_t child_generation(int slot) const { return ptr(slot)->generation.get(); }
 
   // Bytes of a leaf not taken by item headers and data.
   uint32_t LeafFreeSpace() const;

@@ -3,6 +3,7 @@
 #include "stats/stats.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace ubtrfs::tree {
@@ -50,6 +51,18 @@ std::vector<LeafItem> ExtractItems(const TreeBlock& leaf, int from, int to) {
     out.push_back(LeafItem{leaf.key(i), std::vector<uint8_t>(d.begin(), d.end())});
   }
   return out;
+}
+
+// A copy of a block's bytes to read items from while the block itself is
+// rewritten: one of a few per-thread buffers reused from call to call, so a
+// split or push costs a copy and not an allocation (fresh 16 KiB blocks
+// fault their pages in) and a free.
+const TreeBlock& Snapshot(int which, const TreeBlock& b) {
+  thread_local std::array<std::shared_ptr<TreeBlock>, 3> scratch;
+  auto& s = scratch[static_cast<size_t>(which)];
+  if (s == nullptr || s->bytes().size() != b.bytes().size()) s = TreeBlock::NewBlank(static_cast<uint32_t>(b.bytes().size()));
+  std::memcpy(s->mutable_bytes(), b.bytes().data(), b.bytes().size());
+  return *s;
 }
 
 void RefItems(const TreeBlock& leaf, int from, int to, std::vector<ItemRef>* out) {
@@ -448,22 +461,22 @@ Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
   if (kl > 0) w.Add(left_sib.mine->lock);
   w.Add(leaf.lock);
   if (kr < n) w.Add(right_sib.mine->lock);
-  const auto snap = leaf.Clone();  // the items' bytes while the leaves are rewritten
+  const TreeBlock& snap = Snapshot(0, leaf);  // the items' bytes while the leaves are rewritten
   std::vector<ItemRef> items;
-  RefItems(*snap, 0, n, &items);
+  RefItems(snap, 0, n, &items);
   if (kr < n) {
     TreeBlock& right = *right_sib.mine;
-    const auto rsnap = right.Clone();
+    const TreeBlock& rsnap = Snapshot(1, right);
     std::vector<ItemRef> merged(items.begin() + kr, items.end());
-    RefItems(*rsnap, 0, rsnap->nritems(), &merged);
+    RefItems(rsnap, 0, rsnap.nritems(), &merged);
     WriteLeafRefs(right, merged);
     parent.SetKey(pslot + 1, right.key(0));
   }
   if (kl > 0) {
     TreeBlock& left = *left_sib.mine;
-    const auto lsnap = left.Clone();
+    const TreeBlock& lsnap = Snapshot(2, left);
     std::vector<ItemRef> merged;
-    RefItems(*lsnap, 0, lsnap->nritems(), &merged);
+    RefItems(lsnap, 0, lsnap.nritems(), &merged);
     merged.insert(merged.end(), items.begin(), items.begin() + kl);
     WriteLeafRefs(left, merged);
   }
@@ -525,9 +538,9 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
     WriteLocks w(path->locking);
     w.Add(parent.lock);
     w.Add(leaf.lock);
-    const auto snap = leaf.Clone();
+    const TreeBlock& snap = Snapshot(0, leaf);
     std::vector<ItemRef> items;
-    RefItems(*snap, 0, n, &items);
+    RefItems(snap, 0, n, &items);
     WriteLeafRefs(leaf, std::span(items).subspan(0, cut));
     WriteLeafRefs(*right, std::span(items).subspan(cut));
     int at = pslot + 1;
@@ -843,9 +856,9 @@ Status TreeWriter::MaybeMerge(WritePath* path, int level) {
       w.Add(left.lock);
       if (side < 0 || sib.mine) w.Add(right.lock);  // a committed block has no readers to wait for
       if (leaf) {
-        const auto lsnap = left.Clone();
+        const TreeBlock& lsnap = Snapshot(0, left);
         std::vector<ItemRef> items;
-        RefItems(*lsnap, 0, lsnap->nritems(), &items);
+        RefItems(lsnap, 0, lsnap.nritems(), &items);
         RefItems(right, 0, right.nritems(), &items);  // right is not the block rewritten
         WriteLeafRefs(left, items);
       } else {
