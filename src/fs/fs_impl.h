@@ -664,7 +664,7 @@ class FilesystemImpl final : public Filesystem {
     {
       auto guard = Guard();
       UB_RETURN_IF_ERROR(CheckWritable());
-      {
+      if (!txn_->chunk_alloc().MetadataSurelyFree(reserve_items)) {
         auto lock = txn_->AllocLock();
         UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
       }

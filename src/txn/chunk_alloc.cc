@@ -323,8 +323,15 @@ Status ChunkAllocator::EnsureMetadataFree(uint64_t need, const std::string& why)
   std::lock_guard lock(mu_);
   alloc::SpaceManager& space = *txn_->space_;
   for (int round = 0;; ++round) {
+    // Allocations hold the transaction's allocation lock, as callers of this
+    // do (or run alone): the count read here goes with the free bytes.
+    const uint64_t allocs = meta_allocs_.load(std::memory_order_relaxed);
     const uint64_t free = space.TotalsFor(kBlockGroupMetadata).free_bytes;
-    if (free >= need) return Status::Ok();
+    if (free >= need) {
+      checked_free_.store(free, std::memory_order_release);
+      checked_allocs_.store(allocs, std::memory_order_release);
+      return Status::Ok();
+    }
     Status s = round < 16 ? NewChunkLocked(kBlockGroupMetadata, txn_->vol_->nodesize())
                           : Status::Error(ENOSPC, "16 new chunks were not enough");
     if (!s.ok()) {
@@ -341,6 +348,17 @@ Status ChunkAllocator::BeforeMetadataBlock() {
   const uint64_t need = CommitReserve() + txn_->vol_->nodesize();
   if (txn_->space_->TotalsFor(kBlockGroupMetadata).free_bytes >= need) return Status::Ok();
   return EnsureMetadataFree(need, "allocating a tree block");
+}
+
+bool ChunkAllocator::MetadataSurelyFree(uint64_t items) const {
+  const uint64_t node = txn_->vol_->nodesize();
+  const uint64_t since = checked_allocs_.load(std::memory_order_acquire);
+  const uint64_t free = checked_free_.load(std::memory_order_acquire);
+  const uint64_t now = meta_allocs_.load(std::memory_order_acquire);
+  const uint64_t used_since = (now - since) * node;
+  // Room to spare: a metadata chunk's worth of blocks is only a few hundred.
+  const uint64_t need = CommitReserve() + items * kBlocksPerItem * node + 256 * node;
+  return free >= used_since && free - used_since >= need;
 }
 
 Status ChunkAllocator::ReserveMetadata(uint64_t items) {

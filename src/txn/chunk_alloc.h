@@ -52,6 +52,7 @@
 #ifndef UBTRFS_TXN_CHUNK_ALLOC_H_
 #define UBTRFS_TXN_CHUNK_ALLOC_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -107,6 +108,13 @@ class ChunkAllocator {
   // Makes sure metadata has `items` insertions' worth of room on top of the
   // commit reserve, adding chunks as needed; ENOSPC when the device is full.
   Status ReserveMetadata(uint64_t items);
+  // ReserveMetadata's common case without a lock: true when the metadata
+  // space free at the last full check, less every metadata block allocated
+  // since, still covers `items` (with the commit reserve and room to spare).
+  // False says nothing: take the locks and call ReserveMetadata.
+  bool MetadataSurelyFree(uint64_t items) const;
+  // TxnManager::AllocTreeBlock counts each metadata block it hands out.
+  void NoteMetadataAlloc() { meta_allocs_.fetch_add(1, std::memory_order_relaxed); }
   // TxnManager::AllocTreeBlock asks this before taking a metadata block.
   Status BeforeMetadataBlock();
 
@@ -158,6 +166,12 @@ class ChunkAllocator {
   std::vector<Pending> pending_;
   bool committing_ = false;
   ChunkAllocStats stats_;
+  // MetadataSurelyFree's figures. Free bytes are stored before the count
+  // they go with, and read after it, so a reader that meets a newer free
+  // figure with an older count only underestimates.
+  alignas(64) std::atomic<uint64_t> meta_allocs_{0};
+  alignas(64) std::atomic<uint64_t> checked_free_{0};
+  std::atomic<uint64_t> checked_allocs_{0};
 };
 
 }  // namespace ubtrfs::txn

@@ -263,6 +263,7 @@ Result<uint64_t> TxnManager::AllocTreeBlock(uint64_t owner, int level) {
   const uint64_t kind = owner == kChunkTreeObjectid ? kBlockGroupSystem : kBlockGroupMetadata;
   if (kind == kBlockGroupMetadata) UB_RETURN_IF_ERROR(chunk_alloc_->BeforeMetadataBlock());  // commit reserve
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kind, vol_->nodesize(), vol_->nodesize()));
+  if (kind == kBlockGroupMetadata) chunk_alloc_->NoteMetadataAlloc();
   MarkGroupDirty(bytenr);
   TreeRef& r = tree_refs_[bytenr];
   r.delta += 1;
