@@ -362,7 +362,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
   const uint64_t transid = txn_->transid();
-  const auto entry = DirItemBytes(Key{target.ino, kInodeItemKey, 0}, transid, ftype, name, {});
+  auto entry = DirItemBytes(Key{target.ino, kInodeItemKey, 0}, transid, ftype, name, {});
   if (entry.size() > w->MaxItemSize()) return Status::Error(ENAMETOOLONG, "entry too large");
 
   // DIR_ITEM by name hash; names whose hashes collide share one item. The
@@ -404,7 +404,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   }
 
   // DIR_INDEX goes through the delayed queue.
-  if (delayed_->Add(dir.root, dir.ino, index, entry) >= kDelayedFlushThreshold) {
+  if (delayed_->Add(dir.root, dir.ino, index, std::move(entry)) >= kDelayedFlushThreshold) {
     UB_RETURN_IF_ERROR(
         delayed_->FlushDir(dir.root, dir.ino, [this](uint64_t r) { return FsWriter(r); }, /*full_batches_only=*/true));
   }

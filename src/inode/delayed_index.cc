@@ -33,8 +33,19 @@ Recorders& R() {
 size_t DelayedDirIndex::Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item) {
   Shard& sh = ShardOf(root, dir);
   std::lock_guard lock(sh.mu);
-  auto& q = sh.pending[{root, dir}];
-  if (q.emplace(index, std::move(item)).second) ++sh.count;
+  Queue& q = sh.pending[{root, dir}];
+  if (q.empty() || q.back().first < index) {
+    q.emplace_back(index, std::move(item));
+    ++sh.count;
+  } else {
+    auto at = std::lower_bound(q.begin(), q.end(), index, [](const auto& e, uint64_t i) { return e.first < i; });
+    if (at != q.end() && at->first == index) {
+      at->second = std::move(item);
+    } else {
+      q.emplace(at, index, std::move(item));
+      ++sh.count;
+    }
+  }
   ++sh.stats.queued;
   R().queued.Add();
   return q.size();
@@ -44,15 +55,19 @@ bool DelayedDirIndex::Cancel(uint64_t root, uint64_t dir, uint64_t index) {
   Shard& sh = ShardOf(root, dir);
   std::lock_guard lock(sh.mu);
   auto it = sh.pending.find({root, dir});
-  if (it == sh.pending.end() || !it->second.erase(index)) return false;
-  if (it->second.empty()) sh.pending.erase(it);
+  if (it == sh.pending.end()) return false;
+  Queue& q = it->second;
+  auto at = std::lower_bound(q.begin(), q.end(), index, [](const auto& e, uint64_t i) { return e.first < i; });
+  if (at == q.end() || at->first != index) return false;
+  q.erase(at);
+  if (q.empty()) sh.pending.erase(it);
   --sh.count;
   ++sh.stats.cancelled;
   R().cancelled.Add();
   return true;
 }
 
-const std::map<uint64_t, std::vector<uint8_t>>* DelayedDirIndex::Pending(uint64_t root, uint64_t dir) const {
+const DelayedDirIndex::Queue* DelayedDirIndex::Pending(uint64_t root, uint64_t dir) const {
   const Shard& sh = ShardOf(root, dir);
   std::lock_guard lock(sh.mu);
   auto it = sh.pending.find({root, dir});
@@ -133,38 +148,38 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
   stats::ScopedTimer timer(R().flush_time);
   if (full_batches_only) R().early.Add();
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, writer(root));
-  auto& q = it->second;
+  Queue& q = it->second;
   std::vector<Key> keys;
   std::vector<std::vector<uint8_t>> data;
   uint32_t bytes = 0;
-  auto flushed_end = q.begin();  // items before this are in the tree
-  for (auto e = q.begin(); e != q.end(); ++e) {
-    const uint64_t index = e->first;
-    const uint32_t need = static_cast<uint32_t>(e->second.size() + kItemHeader);
+  size_t flushed_end = 0;  // items before this are in the tree
+  for (size_t i = 0; i < q.size(); ++i) {
+    const uint64_t index = q[i].first;
+    const uint32_t need = static_cast<uint32_t>(q[i].second.size() + kItemHeader);
     // A batch is a run of immediate successors that fits in one leaf.
     const bool gap = !keys.empty() && keys.back().offset + 1 != index;
     const bool full = !keys.empty() && bytes + need > leaf_space_;
     if (gap || full) {
       UB_RETURN_IF_ERROR(InsertRun(sh, w, keys, data, full));
-      flushed_end = e;
+      flushed_end = i;
       keys.clear();
       data.clear();
       bytes = 0;
     }
     keys.push_back(Key{dir, format::kDirIndexKey, index});
-    data.push_back(std::move(e->second));
+    data.push_back(std::move(q[i].second));
     bytes += need;
   }
   if (!full_batches_only) {
     UB_RETURN_IF_ERROR(InsertRun(sh, w, keys, data, false));
-    flushed_end = q.end();
+    flushed_end = q.size();
   } else {
-    for (size_t i = 0; i < keys.size(); ++i) q[keys[i].offset] = std::move(data[i]);  // the tail stays queued
+    for (size_t j = 0; j < data.size(); ++j) q[flushed_end + j].second = std::move(data[j]);  // the tail stays queued
   }
   // Only now, with every batch in the tree and its path released, are the
   // queued items freed.
-  const size_t n = static_cast<size_t>(std::distance(q.begin(), flushed_end));
-  q.erase(q.begin(), flushed_end);
+  const size_t n = flushed_end;
+  q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(flushed_end));
   std::lock_guard lock(sh.mu);
   sh.count -= n;
   if (q.empty()) sh.pending.erase(it);

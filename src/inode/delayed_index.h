@@ -56,8 +56,12 @@ class DelayedDirIndex {
   size_t Add(uint64_t root, uint64_t dir, uint64_t index, std::vector<uint8_t> item);
   // True if the item was still pending (and is now gone without a trace).
   bool Cancel(uint64_t root, uint64_t dir, uint64_t index);
+  // One directory's queue: (index, item) ascending by index. Creates append
+  // (indexes only grow), so a sorted vector takes them without a tree node
+  // per item.
+  using Queue = std::vector<std::pair<uint64_t, std::vector<uint8_t>>>;
   // Pending items of one directory by index, or nullptr.
-  const std::map<uint64_t, std::vector<uint8_t>>* Pending(uint64_t root, uint64_t dir) const;
+  const Queue* Pending(uint64_t root, uint64_t dir) const;
   size_t pending_count() const;
 
   using WriterFn = std::function<Result<tree::TreeWriter*>(uint64_t root)>;
@@ -76,7 +80,7 @@ class DelayedDirIndex {
                    std::vector<std::vector<uint8_t>>& data, bool full);
   Status InsertRunLegacy(Shard& sh, tree::TreeWriter* w, std::vector<format::Key>& keys,
                          std::vector<std::vector<uint8_t>>& data);
-  using Queues = std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, std::vector<uint8_t>>>;
+  using Queues = std::map<std::pair<uint64_t, uint64_t>, Queue>;
   struct alignas(64) Shard {
     mutable std::mutex mu;  // guards the map of queues (not a queue's items), count and stats
     Queues pending;
