@@ -397,7 +397,8 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
     // A new inode has no items yet: its inode item and this first back
     // reference are neighbours, inserted as one batch with one search.
     const Key keys[2] = {Key{target.ino, kInodeItemKey, 0}, rkey};
-    const std::vector<uint8_t> data[2] = {AsBytes(*new_inode), ref};
+    const std::span<const uint8_t> data[2] = {
+        std::span(reinterpret_cast<const uint8_t*>(new_inode), sizeof(InodeItem)), ref};
     UB_RETURN_IF_ERROR(w->InsertBatch(keys, data, /*nothing_between=*/true));
   } else {
     UB_RETURN_IF_ERROR(AddBackRef(w, tree, dir, name, target, index, ref));

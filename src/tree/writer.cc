@@ -629,15 +629,40 @@ Status TreeWriter::Insert(const Key& key, std::span<const uint8_t> data) {
 
 Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data,
                                bool nothing_between) {
+  constexpr size_t kInline = 8;  // small batches (a new inode's items) without allocating
+  std::array<std::span<const uint8_t>, kInline> inline_spans;
+  std::vector<std::span<const uint8_t>> heap_spans;
+  std::span<std::span<const uint8_t>> spans;
+  if (data.size() <= kInline) {
+    spans = std::span(inline_spans).first(data.size());
+  } else {
+    heap_spans.resize(data.size());
+    spans = heap_spans;
+  }
+  for (size_t i = 0; i < data.size(); ++i) spans[i] = data[i];
+  return InsertBatch(keys, std::span<const std::span<const uint8_t>>(spans), nothing_between);
+}
+
+Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::span<const uint8_t>> spans,
+                               bool nothing_between) {
   if (keys.empty()) return Status::Ok();
+  if (spans.size() != keys.size()) return Status::Invalid("batch of " + std::to_string(keys.size()) + " keys and " +
+                                                          std::to_string(spans.size()) + " items");
+  constexpr size_t kInline = 8;
+  std::array<uint32_t, kInline> inline_sizes;
+  std::vector<uint32_t> heap_sizes;
+  std::span<uint32_t> sizes;
+  if (keys.size() <= kInline) {
+    sizes = std::span(inline_sizes).first(keys.size());
+  } else {
+    heap_sizes.resize(keys.size());
+    sizes = heap_sizes;
+  }
   uint32_t total = 0;
-  std::vector<uint32_t> sizes;
-  std::vector<std::span<const uint8_t>> spans;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i > 0 && !(keys[i - 1] < keys[i])) return Status::Invalid("batch keys are not ascending");
-    sizes.push_back(static_cast<uint32_t>(data[i].size()));
-    spans.emplace_back(data[i]);
-    total += sizes.back() + kItemHeader;
+    sizes[i] = static_cast<uint32_t>(spans[i].size());
+    total += sizes[i] + kItemHeader;
   }
   if (total <= blocks_->params().nodesize - sizeof(Header)) {
     // The batch goes in one leaf only if no existing key falls inside it.
@@ -658,7 +683,7 @@ Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::v
       return InsertEmptyItems(&path, keys, sizes, spans);
     }
   }
-  for (size_t i = 0; i < keys.size(); ++i) UB_RETURN_IF_ERROR(Insert(keys[i], data[i]));
+  for (size_t i = 0; i < keys.size(); ++i) UB_RETURN_IF_ERROR(Insert(keys[i], spans[i]));
   return Status::Ok();
 }
 

@@ -109,6 +109,9 @@ class TreeWriter {
   // last (a new inode's items), which spares the check.
   Status InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data,
                      bool nothing_between = false);
+  // The same with the items' bytes as spans (no copies into vectors).
+  Status InsertBatch(std::span<const Key> keys, std::span<const std::span<const uint8_t>> data,
+                     bool nothing_between = false);
   // The old kernel's delayed-item insertion, kept as a benchmark baseline:
   // inserts the longest prefix of ascending `keys` that fits in the free
   // space of the leaf where keys[0] lands (at least one item; a split makes
