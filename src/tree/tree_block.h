@@ -41,7 +41,7 @@ struct BlockCheck {
 // names the block (logical bytenr) and what is wrong.
 Status VerifyTreeBlock(std::span<const uint8_t> bytes, const TreeParams& params, const BlockCheck& check);
 
-class TreeBlock {
+class TreeBlock : public std::enable_shared_from_this<TreeBlock> {
  public:
   // Verifies `bytes` (see VerifyTreeBlock) and wraps them.
   static Result<std::shared_ptr<const TreeBlock>> Parse(std::vector<uint8_t> bytes, const TreeParams& params,

@@ -264,12 +264,14 @@ Result<TreeWriter::Optimistic> TreeWriter::TryLeafOnly(const Key& key, uint32_t 
       n = inner;
       continue;
     }
-    std::shared_ptr<TreeBlock> child =
-        n->child_generation(slot) == blocks_->transid() ? blocks_->Get(n->child_bytenr(slot)) : nullptr;
-    if (child == nullptr) {  // committed: to be copied, which changes this node
+    TreeBlock* leaf = n->child_generation(slot) == blocks_->transid() ? blocks_->Peek(n->child_bytenr(slot)) : nullptr;
+    if (leaf == nullptr || leaf->dropped.load(std::memory_order_acquire)) {  // committed (to be copied), or not known
       n->lock.UnlockShared();
       return Optimistic::kNo;
     }
+    // A block Peek finds is owned until the transaction ends: the reference
+    // the path keeps comes from the block itself, without the map's lock.
+    std::shared_ptr<TreeBlock> child = leaf->shared_from_this();
     // The leaf: never wait for it while holding its parent (a pessimistic
     // updater may hold the leaf and wait for the parent's readers).
     if (!child->lock.TryLockIntent()) {
