@@ -728,6 +728,44 @@ TEST(ChunkAllocEnospc, ReserveMetadataFailsBeforeTheOperation) {
   EXPECT_EQ(BtrfsCheck(img), "");
 }
 
+// The lock-free reservation check (used by parallel creates and writes)
+// never promises more than a full check would find: whenever it says yes,
+// the metadata space really free covers the request, all the way until the
+// allocations run the device out of room, where it says no.
+TEST(ChunkAllocEnospc, QuickReservationCheckNeverPromisesMoreThanThereIs) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("ubtrfs-chunk");
+  const std::string img = dir.Sub("img");
+  ASSERT_EQ(MakeImage(dir, img, 128 * kMiB, 16384, {}), "");
+  auto o = OpenForWrite(img);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  txn::TxnManager& t = *o->txn;
+  txn::ChunkAllocator& ca = t.chunk_alloc();
+  EXPECT_FALSE(ca.MetadataSurelyFree(1));  // nothing checked yet
+  ASSERT_TRUE(ca.ReserveMetadata(1).ok());
+  const uint64_t node = 16384;
+  auto need = [&](uint64_t items) { return ca.CommitReserve() + items * txn::ChunkAllocator::kBlocksPerItem * node; };
+  int said_yes = 0;
+  bool ran_out = false;
+  for (int i = 0; i < 100000 && !ran_out; ++i) {
+    for (uint64_t items : {1, 10, 100}) {
+      if (ca.MetadataSurelyFree(items)) {
+        ++said_yes;
+        ASSERT_GE(t.space().TotalsFor(kBlockGroupMetadata).free_bytes, need(items)) << "after " << i << " blocks";
+      }
+    }
+    auto b = t.AllocTreeBlock(kFsTreeObjectid, 0);
+    if (!b.ok()) {
+      EXPECT_EQ(b.status().code(), ENOSPC) << b.status().ToString();
+      ran_out = true;
+    }
+    if (i % 500 == 0) (void)ca.ReserveMetadata(1);  // full checks now and then refresh the figures
+  }
+  EXPECT_TRUE(ran_out);
+  EXPECT_GT(said_yes, 100);
+  EXPECT_FALSE(ca.MetadataSurelyFree(1));
+}
+
 // The file system's own write path (include/ubtrfs/filesystem.h) over new
 // chunks, to ENOSPC. Write sizes are whole extents' worth (8 MiB), so the
 // write that fails is the first to find no room.
