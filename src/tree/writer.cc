@@ -37,6 +37,10 @@ Tally& FullPathSearches() {
   thread_local Tally t{stats::GetCounter("tree.search.full_path")};
   return t;
 }
+Tally& CopyLeafSearches() {  // the parent in intent, the leaf copied (TryCopyLeaf)
+  thread_local Tally t{stats::GetCounter("tree.search.copy_leaf")};
+  return t;
+}
 }  // namespace
 
 // ---- Leaf surgery --------------------------------------------------------------
@@ -264,10 +268,11 @@ Result<TreeWriter::Optimistic> TreeWriter::TryLeafOnly(const Key& key, uint32_t 
       n = inner;
       continue;
     }
-    TreeBlock* leaf = n->child_generation(slot) == blocks_->transid() ? blocks_->Peek(n->child_bytenr(slot)) : nullptr;
+    const bool committed = n->child_generation(slot) != blocks_->transid();
+    TreeBlock* leaf = committed ? nullptr : blocks_->Peek(n->child_bytenr(slot));
     if (leaf == nullptr || leaf->dropped.load(std::memory_order_acquire)) {  // committed (to be copied), or not known
       n->lock.UnlockShared();
-      return Optimistic::kNo;
+      return committed && root.level >= 2 ? Optimistic::kLeafCommitted : Optimistic::kNo;
     }
     // A block Peek finds is owned until the transaction ends: the reference
     // the path keeps comes from the block itself, without the map's lock.
@@ -296,6 +301,70 @@ Result<TreeWriter::Optimistic> TreeWriter::TryLeafOnly(const Key& key, uint32_t 
   return Optimistic::kNo;
 }
 
+// The first change of a committed leaf: shared coupling down to the
+// grandparent, a try of the parent's intent lock while the grandparent is
+// held (never a wait there, as for the leaf in TryLeafOnly), the leaf
+// copied and the parent's pointer changed under the parent's write lock,
+// then the parent let go of once the change is known to stay in the leaf.
+// Two threads copying leaves under different parents no longer queue on the
+// root's intent lock.
+Result<TreeWriter::Optimistic> TreeWriter::TryCopyLeaf(const Key& key, uint32_t ins_len, WritePath* path) {
+  root_lock_.LockShared();
+  const RootPtr root = *root_;
+  TreeBlock* n = root.generation == blocks_->transid() ? blocks_->Peek(root.bytenr) : nullptr;
+  if (n == nullptr || n->dropped.load(std::memory_order_acquire) || root.level < 2) {
+    root_lock_.UnlockShared();
+    return Optimistic::kNo;
+  }
+  n->lock.LockShared();
+  root_lock_.UnlockShared();
+  TreeBlock* parent = nullptr;
+  for (int level = root.level; level > 1; --level) {
+    int slot = n->LastSlotAtOrBefore(key);
+    if (slot < 0) slot = 0;
+    TreeBlock* child = n->child_generation(slot) == blocks_->transid() ? blocks_->Peek(n->child_bytenr(slot)) : nullptr;
+    if (child == nullptr || child->dropped.load(std::memory_order_acquire)) {
+      n->lock.UnlockShared();
+      return Optimistic::kNo;
+    }
+    if (level > 2) {
+      child->lock.LockShared();
+      n->lock.UnlockShared();
+      n = child;
+      continue;
+    }
+    if (!child->lock.TryLockIntent()) {
+      n->lock.UnlockShared();
+      child->lock.LockIntent();  // wait until it is free, holding nothing else
+      child->lock.UnlockIntent();
+      return Optimistic::kRetry;
+    }
+    n->lock.UnlockShared();
+    parent = child;
+  }
+  // The parent in intent: nobody else changes it or its pointers now.
+  path->nodes[1] = parent->shared_from_this();
+  path->held = 1u << 1;
+  path->root_level = root.level;
+  const int pslot = parent->LastSlotAtOrBefore(key);
+  if (pslot < 1) {  // a new first key would reach the parent
+    path->Release();
+    return Optimistic::kNo;
+  }
+  path->slots[1] = pslot;
+  UB_RETURN_IF_ERROR(CowChild(path, 1, pslot));  // the leaf, intent-locked
+  TreeBlock& leaf = *path->nodes[0];
+  const int lslot = leaf.FirstSlotAtOrAfter(key);
+  const bool found = lslot < leaf.nritems() && leaf.key(lslot) == key;
+  if (!Safe(leaf, lslot, found, ins_len)) {
+    path->Release();  // the copy stays: a valid change the next search finds
+    return Optimistic::kNo;
+  }
+  path->ReleaseAbove(0);
+  path->slots[0] = lslot;
+  return found ? Optimistic::kFound : Optimistic::kNotFound;
+}
+
 Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WritePath* path) {
   path->Release();
   path->nodes = {};
@@ -304,6 +373,13 @@ Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WriteP
   if (path->locking) {
     for (int attempt = 0; attempt < 4; ++attempt) {
       UB_ASSIGN_OR_RETURN(Optimistic o, TryLeafOnly(key, ins_len, path));
+      if (o == Optimistic::kLeafCommitted) {
+        UB_ASSIGN_OR_RETURN(o, TryCopyLeaf(key, ins_len, path));
+        if (o == Optimistic::kFound || o == Optimistic::kNotFound) {
+          CopyLeafSearches().Add();
+          return o == Optimistic::kFound;
+        }
+      }
       if (o == Optimistic::kFound || o == Optimistic::kNotFound) {
         LeafOnlySearches().Add();
         return o == Optimistic::kFound;

@@ -156,8 +156,14 @@ class TreeWriter {
   // The leaf slot's change needs no block above the leaf (see the class
   // comment); `ins_len` as in SearchForWrite.
   static bool Safe(const TreeBlock& b, int slot, bool found, uint32_t ins_len);
-  enum class Optimistic { kFound, kNotFound, kNo, kRetry };
+  // kLeafCommitted: all that stops the leaf-only path is a leaf still to be
+  // copied under a parent of this transaction (TryCopyLeaf can do it).
+  enum class Optimistic { kFound, kNotFound, kNo, kRetry, kLeafCommitted };
   Result<Optimistic> TryLeafOnly(const Key& key, uint32_t ins_len, WritePath* path);
+  // The leaf's parent alone in intent (shared coupling above it), the leaf
+  // copied, and the change kept to the leaf: for the first change of a
+  // committed leaf, which otherwise takes intent from the root down.
+  Result<Optimistic> TryCopyLeaf(const Key& key, uint32_t ins_len, WritePath* path);
   // Sets the root pointer (under its write lock when locking).
   void SetRoot(WritePath* path, const RootPtr& r);
   // A sibling of a path block at `level`, as it is now: a committed block is

@@ -3,6 +3,7 @@
 // across commits, with every block re-verified by the read side's checker
 // and the committed tree proven untouched while a transaction runs.
 #include "tree/writer.h"
+#include "stats/stats.h"
 
 #include <gtest/gtest.h>
 
@@ -347,8 +348,23 @@ TEST(TreeWriter, RejectsOversizedItems) {
 // threads scan it and look keys up; node locks keep every reader's view
 // ordered and every writer's change whole. The tree ends equal to the union
 // of the writers' models, with every block valid and none lost.
-void RunConcurrent(uint32_t nodesize, int writers, int readers, int steps, uint64_t seed) {
+// prefill: items (of a key type the writers never touch) inserted and
+// committed before the threads start, so that the writers' first change of
+// each leaf copies it (TreeWriter::TryCopyLeaf) under parents already copied.
+void RunConcurrent(uint32_t nodesize, int writers, int readers, int steps, uint64_t seed, int prefill = 0) {
   WriterHarness h(nodesize);
+  std::map<Key, std::vector<uint8_t>> base;
+  if (prefill > 0) {
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < prefill; ++i) {
+      const Key k{256 + static_cast<uint64_t>(i) * 3000 / prefill, 3, static_cast<uint64_t>(i)};
+      auto d = Payload(rng, 200);
+      ASSERT_TRUE(h.writer().Insert(k, d).ok());
+      base[k] = d;
+    }
+    h.Commit();
+  }
+  const uint64_t copies_before = stats::GetCounter("tree.search.copy_leaf").Get();
   h.dirty().set_concurrent(true);
   std::vector<std::map<Key, std::vector<uint8_t>>> models(writers);
   std::atomic<int> running{writers};
@@ -427,11 +443,14 @@ void RunConcurrent(uint32_t nodesize, int writers, int readers, int steps, uint6
   for (auto& th : threads) th.join();
   for (const auto& f : failures) ASSERT_EQ(f, "");
   h.dirty().set_concurrent(false);
-  std::map<Key, std::vector<uint8_t>> want;
+  std::map<Key, std::vector<uint8_t>> want = base;
   for (const auto& m : models) want.insert(m.begin(), m.end());
   ASSERT_EQ(Diff(h.Walk(), want), "") << "seed " << seed;
   EXPECT_GT(scans.load() + lookups.load(), 0u);
   EXPECT_EQ(h.writer().stats().leaf_splits.load() > 0, true);
+  if (prefill > 0) {
+    EXPECT_GT(stats::GetCounter("tree.search.copy_leaf").Get(), copies_before);
+  }
 }
 
 TEST(ConcurrentTreeWriter, WritersAndReadersShareOneTree) {
@@ -441,6 +460,12 @@ TEST(ConcurrentTreeWriter, WritersAndReadersShareOneTree) {
 TEST(ConcurrentTreeWriter, ManyWritersSmallNodes) {
   // 4 KiB nodes with 8 writers: frequent splits, pushes and merges under contention.
   RunConcurrent(4096, 8, 1, 1500, 7);
+}
+
+TEST(ConcurrentTreeWriter, WritersCopyCommittedLeaves) {
+  // A committed tree of 4 KiB nodes: the writers' first change of each leaf
+  // copies it with only its parent in intent.
+  for (uint64_t seed = 3; seed <= 4; ++seed) RunConcurrent(4096, 4, 2, 2000, seed, 3000);
 }
 
 }  // namespace
