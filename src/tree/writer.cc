@@ -229,6 +229,24 @@ Status TreeWriter::MakeWritable(WritePath* path, int level, int slot, Sibling* s
   return Status::Ok();
 }
 
+namespace {
+// Takes `child` in intent while `held` (its parent, shared) is held, then
+// lets go of the parent. A child busy in intent is never waited for with the
+// parent held (a pessimistic updater may hold the child and wait for the
+// parent's readers): the parent goes, the wait happens holding nothing, and
+// false tells the caller to start again.
+bool IntentUnderShared(NodeLock& held, NodeLock& child) {
+  if (!child.TryLockIntent()) {
+    held.UnlockShared();
+    child.LockIntent();
+    child.UnlockIntent();
+    return false;
+  }
+  held.UnlockShared();
+  return true;
+}
+}  // namespace
+
 // The common case first: every block on the path is already this
 // transaction's and the leaf can take the change by itself. Shared locks down
 // to the leaf's parent (coupling), intent on the leaf alone, so updaters of
@@ -277,15 +295,7 @@ Result<TreeWriter::Optimistic> TreeWriter::TryLeafOnly(const Key& key, uint32_t 
     // A block Peek finds is owned until the transaction ends: the reference
     // the path keeps comes from the block itself, without the map's lock.
     std::shared_ptr<TreeBlock> child = leaf->shared_from_this();
-    // The leaf: never wait for it while holding its parent (a pessimistic
-    // updater may hold the leaf and wait for the parent's readers).
-    if (!child->lock.TryLockIntent()) {
-      n->lock.UnlockShared();
-      child->lock.LockIntent();  // wait until it is free, holding nothing else
-      child->lock.UnlockIntent();
-      return Optimistic::kRetry;
-    }
-    n->lock.UnlockShared();
+    if (!IntentUnderShared(n->lock, child->lock)) return Optimistic::kRetry;
     const int lslot = child->FirstSlotAtOrAfter(key);
     const bool found = lslot < child->nritems() && child->key(lslot) == key;
     if (!Safe(*child, lslot, found, ins_len)) {
@@ -333,13 +343,7 @@ Result<TreeWriter::Optimistic> TreeWriter::TryCopyLeaf(const Key& key, uint32_t 
       n = child;
       continue;
     }
-    if (!child->lock.TryLockIntent()) {
-      n->lock.UnlockShared();
-      child->lock.LockIntent();  // wait until it is free, holding nothing else
-      child->lock.UnlockIntent();
-      return Optimistic::kRetry;
-    }
-    n->lock.UnlockShared();
+    if (!IntentUnderShared(n->lock, child->lock)) return Optimistic::kRetry;
     parent = child;
   }
   // The parent in intent: nobody else changes it or its pointers now.
