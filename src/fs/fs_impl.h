@@ -637,8 +637,12 @@ class FilesystemImpl final : public Filesystem {
   // The lock of one inode (striped): held by a create in it and by ReadDir
   // for a directory, so a directory's delayed items and its entries in the
   // tree change together; by a write for a file.
-  std::mutex& InodeLock(InodeId dir) { return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58].mu; }
-  std::mutex& RecordLock(InodeId id) { return rec_mu_[(id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58].mu; }
+  // Which of 64 stripes an inode's per-inode state lives in (InodeLock,
+  // RecordLock, DirStateOf): a multiplicative hash, so neighbouring numbers
+  // spread over the stripes.
+  static size_t Stripe64(InodeId id) { return (id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58; }
+  std::mutex& InodeLock(InodeId dir) { return dir_mu_[Stripe64(dir)].mu; }
+  std::mutex& RecordLock(InodeId id) { return rec_mu_[Stripe64(id)].mu; }
   bool HoldsExclusive() const;
 
   // Runs one public change: the operation lock, the writable and
@@ -777,7 +781,7 @@ class FilesystemImpl final : public Filesystem {
     std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> ino_runs;
   };
   std::array<DirState, 64> dir_state_;
-  DirState& DirStateOf(InodeId dir) { return dir_state_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> 58]; }
+  DirState& DirStateOf(InodeId dir) { return dir_state_[Stripe64(dir)]; }
   struct CachedWriterEntry {
     uint64_t root;
     tree::TreeWriter* writer;

@@ -88,10 +88,9 @@ class DelayedDirIndex {
     DelayedIndexStats stats;
   };
   static constexpr size_t kShards = 16;
-  Shard& ShardOf(uint64_t root, uint64_t dir) { return shards_[(dir * 0x9E3779B97F4A7C15ull + root) >> 60]; }
-  const Shard& ShardOf(uint64_t root, uint64_t dir) const {
-    return shards_[(dir * 0x9E3779B97F4A7C15ull + root) >> 60];
-  }
+  static size_t ShardIndex(uint64_t root, uint64_t dir) { return (dir * 0x9E3779B97F4A7C15ull + root) >> 60; }
+  Shard& ShardOf(uint64_t root, uint64_t dir) { return shards_[ShardIndex(root, dir)]; }
+  const Shard& ShardOf(uint64_t root, uint64_t dir) const { return shards_[ShardIndex(root, dir)]; }
   void RecordBatch(Shard& sh, size_t items, bool full);
 
   uint32_t leaf_space_;
