@@ -708,12 +708,16 @@ class FilesystemImpl final : public Filesystem {
   }
   Result<format::InodeItem> LoadInode(InodeId id);
   Status StoreInode(InodeId id, const format::InodeItem& ii);
+  // A cached record's item changed (its lock held): stamps it with this
+  // transaction and marks it dirty for FlushInodes.
+  void MarkChanged(inode::InodeRecord& r);
   // Writes every changed cached inode item into its tree.
   Status FlushInodes();
   Result<uint64_t> NextIno(uint64_t root);
   Result<uint64_t> NextInoLocked(uint64_t root, uint64_t n);
   Result<uint64_t> NewIno(InodeId dir);
-  static constexpr uint64_t kInoChunk = 1024;
+  static constexpr uint64_t kInoRunFirst = 1024;
+  static constexpr uint64_t kInoRunMax = 65536;
   Result<uint64_t> NextDirIndex(InodeId dir);
   Result<InodeId> NewEntry(InodeId dir, std::string_view name, uint32_t mode, const NewInode& attrs,
                            std::string_view symlink_target);
@@ -774,11 +778,15 @@ class FilesystemImpl final : public Filesystem {
   alignas(64) std::mutex ino_mu_;        // guards next_ino_ (taken inside a DirState's mu)
   // Per-directory counters, in stripes keyed like InodeLock so that threads
   // creating in different directories neither wait for nor share a lock.
+  struct InoRun {
+    uint64_t next = 0, end = 0, size = 0;
+  };
   struct alignas(64) DirState {
     std::mutex mu;  // guards the two maps
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> next_index;  // the next DIR_INDEX of a directory
-    // The inode numbers [first, second) reserved for a directory's new entries (NewIno).
-    std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> ino_runs;
+    // The inode numbers [next, end) reserved for a directory's new entries,
+    // and the size of its last run (NewIno).
+    std::map<std::pair<uint64_t, uint64_t>, InoRun> ino_runs;
   };
   std::array<DirState, 64> dir_state_;
   DirState& DirStateOf(InodeId dir) { return dir_state_[Stripe64(dir)]; }

@@ -28,9 +28,12 @@ constexpr uint64_t kMaxExtent = 128ull << 20;
 // bound costs no batch quality. A commit flushes everything.
 constexpr size_t kDelayedFlushThreshold = 4096;
 
+// Inode timestamps come from the coarse clock, as the kernel's current_time()
+// does (tick resolution): reading it costs no time-stamp-counter read, and
+// every create reads it twice (the inode, its directory).
 Time Now() {
   timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
 }
 
@@ -127,6 +130,8 @@ FilesystemImpl::~FilesystemImpl() {
   }
   delayed_.reset();
   txn_.reset();  // before vol_, which it points into
+  vol_.reset();
+  tree::TrimBlockBuffers();  // the pooled block buffers go back to the system with the blocks
 }
 
 Status FilesystemImpl::InitWrite() {
@@ -252,10 +257,14 @@ Status FilesystemImpl::StoreInode(InodeId id, const InodeItem& ii_in) {
   if (!r) r = icache_.Insert(id.root, id.ino, ii_in);
   std::lock_guard lock(RecordLock(id));
   r->item = ii_in;
-  r->item.transid = txn_->transid();
-  r->item.sequence = r->item.sequence.get() + 1;
-  r->dirty.store(true, std::memory_order_relaxed);
+  MarkChanged(*r);
   return Status::Ok();
+}
+
+void FilesystemImpl::MarkChanged(inode::InodeRecord& r) {
+  r.item.transid = txn_->transid();
+  r.item.sequence = r.item.sequence.get() + 1;
+  r.dirty.store(true, std::memory_order_relaxed);
 }
 
 Status FilesystemImpl::FlushInodes() {
@@ -290,21 +299,33 @@ Result<uint64_t> FilesystemImpl::NextInoLocked(uint64_t root, uint64_t n) {
   return first;
 }
 
-// A new inode's number: from a run of kInoChunk numbers reserved for its
-// directory. Creates in different directories then put their inode items
-// and back references in different leaves, so threads creating in their own
-// directories do not queue on the tree's last leaf. Unused numbers of a run
-// are simply never used (btrfs does not require dense numbers).
+// A new inode's number: from a run of numbers reserved for its directory.
+// Creates in different directories then put their inode items and back
+// references in different leaves, so threads creating in their own
+// directories do not queue on the tree's last leaf. A directory's runs
+// double from kInoRunFirst up to kInoRunMax as it takes more entries: a
+// busy directory's leaves then sit under parent nodes of their own (a node
+// points at ~490 leaves, ~30,000 inodes), where runs of 1024 put two
+// creating threads under the same parent, waiting for each other's splits.
+// Unused numbers of a run are simply never used (btrfs does not require
+// dense numbers).
 Result<uint64_t> FilesystemImpl::NewIno(InodeId dir) {
   DirState& ds = DirStateOf(dir);
   std::lock_guard lock(ds.mu);
-  auto& run = ds.ino_runs[{dir.root, dir.ino}];
-  if (run.first == run.second) {
+  InoRun& run = ds.ino_runs[{dir.root, dir.ino}];
+  if (run.next == run.end) {
+    const uint64_t size = std::clamp<uint64_t>(run.size * 2, kInoRunFirst, kInoRunMax);
     std::lock_guard ino_lock(ino_mu_);
-    UB_ASSIGN_OR_RETURN(run.first, NextInoLocked(dir.root, kInoChunk));
-    run.second = run.first + kInoChunk;
+    auto first = NextInoLocked(dir.root, size);
+    if (!first.ok() && first.status().code() == EOVERFLOW) {
+      first = NextInoLocked(dir.root, 1);  // the last numbers, one at a time
+      if (first.ok()) run = InoRun{*first, *first + 1, run.size};
+    } else if (first.ok()) {
+      run = InoRun{*first, *first + size, size};
+    }
+    UB_RETURN_IF_ERROR(first.status());
   }
-  return run.first++;
+  return run.next++;
 }
 
 Result<uint64_t> FilesystemImpl::NextDirIndex(InodeId dir) {
@@ -323,11 +344,22 @@ Result<uint64_t> FilesystemImpl::NextDirIndex(InodeId dir) {
 }
 
 Status FilesystemImpl::TouchDir(InodeId dir, int64_t size_delta) {
-  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
-  ii.size = static_cast<uint64_t>(static_cast<int64_t>(ii.size.get()) + size_delta);
   const Time now = Now();
-  SetTime(ii.mtime, now);
-  SetTime(ii.ctime, now);
+  auto touch = [&](InodeItem& ii) {
+    ii.size = static_cast<uint64_t>(static_cast<int64_t>(ii.size.get()) + size_delta);
+    SetTime(ii.mtime, now);
+    SetTime(ii.ctime, now);
+  };
+  // The caller has just loaded the directory, so it is normally cached: one
+  // lookup, and the record changes in place under its lock.
+  if (inode::InodeRef r = icache_.Lookup(dir.root, dir.ino)) {
+    std::lock_guard lock(RecordLock(dir));
+    touch(r->item);
+    MarkChanged(*r);
+    return Status::Ok();
+  }
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
+  touch(ii);
   return StoreInode(dir, ii);
 }
 

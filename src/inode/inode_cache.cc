@@ -286,11 +286,19 @@ InodeRef InodeCache::FindFirstAtOrAfter(uint64_t root, uint64_t min_ino) {
   // Each shard's first inode at or after min_ino; the smallest of them.
   InodeRef best;
   for (uint32_t i = 0; i < nshards_; ++i) {
-    // The smallest ino >= min_ino that lives in shard i (ino % n == i).
-    const uint64_t r = min_ino % nshards_;
-    const uint64_t delta = i >= r ? i - r : nshards_ - r + i;
-    if (min_ino > ~uint64_t{0} - delta) continue;  // past the last inode number
-    const uint64_t first = min_ino + delta;
+    // The smallest ino >= min_ino that lives in shard i: its group's member
+    // in shard i, or the next group's.
+    const uint64_t n = nshards_;
+    auto member = [&](uint64_t group) -> uint64_t {
+      const uint64_t off = (i + n - Rotation(group)) % n;
+      return group * n > ~uint64_t{0} - off ? 0 : group * n + off;  // 0: no such number
+    };
+    uint64_t first = member(min_ino / n);
+    if (first < min_ino) {
+      if (min_ino / n == ~uint64_t{0} / n) continue;  // past the last inode number
+      first = member(min_ino / n + 1);
+      if (first < min_ino) continue;  // wrapped around
+    }
     Shard& sh = shards_[i];
     std::lock_guard<std::mutex> lock(sh.mu);
     Subvol** sv = sh.roots.Find(root);

@@ -7,7 +7,8 @@
 // record that lost a race, evicted records, spare nodes) after unlocking.
 //
 // Shards: with options.shards > 1 the inodes are spread over that many
-// independent parts by ino % shards, each with its own lock, radix trees
+// independent parts (each group of `shards` consecutive numbers has one in
+// every part; see ShardIndex), each with its own lock, radix trees
 // (keyed by ino / shards, so dense numbers stay dense in every part), CLOCK
 // list and capacity / shards. Threads working on different inodes then
 // rarely meet on a lock or its cache line (a file system creating in two
@@ -226,7 +227,14 @@ class InodeCache {
     uint64_t evict_scans = 0;
     uint64_t removals = 0;
   };
-  Shard& ShardOf(uint64_t ino) { return shards_[ino % nshards_]; }
+  // Each group of nshards_ consecutive numbers has one in every shard, in an
+  // order rotated by a hash of the group's block of 64 groups: two threads
+  // that take numbers at the same pace from different runs (fs/ gives each
+  // directory runs of 1024 and more) then rarely meet on a shard, where
+  // plain ino % n put both on the same shard at the same moment.
+  uint32_t ShardIndex(uint64_t ino) const { return static_cast<uint32_t>((ino % nshards_ + Rotation(ino / nshards_)) % nshards_); }
+  uint64_t Rotation(uint64_t group) const { return ((group / 64) * 0x9E3779B97F4A7C15ull >> 32) % nshards_; }
+  Shard& ShardOf(uint64_t ino) { return shards_[ShardIndex(ino)]; }
   uint64_t TreeKey(uint64_t ino) const { return ino / nshards_; }
 
   // All below: called with the shard's mu held.

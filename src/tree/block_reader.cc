@@ -68,7 +68,7 @@ Result<BlockRef> BlockReader::Read(const BlockCheck& check) {
   }
   Status first_error;
   for (size_t i = 0; i < copies.size(); ++i) {
-    std::vector<uint8_t> buf(params_.nodesize);
+    std::vector<uint8_t> buf = TakeBlockBuffer(params_.nodesize);
     stats_.reads.fetch_add(1, std::memory_order_relaxed);
     Status st = dev_->ReadAt(copies[i], buf);
     if (st.ok()) {

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "format/checksum.h"
 
@@ -140,6 +142,39 @@ TEST(TreeBlock, RejectsEmptyNodesAndUnalignedPointers) {
   p->blockptr = 8192;
   Seal(b);
   EXPECT_EQ(Verify(b), "ok");
+}
+
+// Released block buffers feed new blocks (zeroed, so nothing of an old block
+// leaks into a new one), the pool keeps no more than its cap, and odd sizes
+// are not pooled.
+TEST(BlockBuffers, ReleasedBlocksFeedNewOnesZeroedUpToTheCap) {
+  TrimBlockBuffers();
+  EXPECT_EQ(PooledBlockBuffers(), 0u);
+  {
+    auto b = TreeBlock::NewBlank(16384);
+    std::memset(b->mutable_bytes(), 0xab, 16384);
+  }
+  EXPECT_EQ(PooledBlockBuffers(), 1u);
+  auto fresh = TreeBlock::NewBlank(16384);
+  EXPECT_EQ(PooledBlockBuffers(), 0u);
+  for (uint8_t byte : fresh->bytes()) ASSERT_EQ(byte, 0);
+  std::memset(fresh->mutable_bytes(), 0x5c, 16384);
+  auto copy = fresh->Clone();
+  EXPECT_TRUE(std::equal(copy->bytes().begin(), copy->bytes().end(), fresh->bytes().begin()));
+  fresh.reset();
+  copy.reset();
+  EXPECT_EQ(PooledBlockBuffers(), 2u);
+
+  const size_t cap = kBufferPoolBytes / 16384;
+  std::vector<std::shared_ptr<TreeBlock>> many;
+  for (size_t i = 0; i < cap + 10; ++i) many.push_back(TreeBlock::NewBlank(16384));
+  EXPECT_EQ(PooledBlockBuffers(), 0u);
+  many.clear();
+  EXPECT_EQ(PooledBlockBuffers(), cap);
+  { auto odd = TreeBlock::NewBlank(5000); }
+  TrimBlockBuffers();
+  { auto odd = TreeBlock::NewBlank(5000); }
+  EXPECT_EQ(PooledBlockBuffers(), 0u);
 }
 
 }  // namespace

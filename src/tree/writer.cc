@@ -69,6 +69,16 @@ const TreeBlock& Snapshot(int which, const TreeBlock& b) {
   return *s;
 }
 
+// A per-thread item list for splits, pushes and merges, emptied and reused
+// from call to call like the snapshots above (a fresh vector of a leaf's
+// ~200 items faulted its pages in too).
+static std::vector<ItemRef>& ItemScratch(int which) {
+  thread_local std::array<std::vector<ItemRef>, 2> scratch;
+  auto& v = scratch[static_cast<size_t>(which)];
+  v.clear();
+  return v;
+}
+
 void RefItems(const TreeBlock& leaf, int from, int to, std::vector<ItemRef>* out) {
   out->reserve(out->size() + (to - from));
   for (int i = from; i < to; ++i) {
@@ -544,12 +554,13 @@ Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
   w.Add(leaf.lock);
   if (kr < n) w.Add(right_sib.mine->lock);
   const TreeBlock& snap = Snapshot(0, leaf);  // the items' bytes while the leaves are rewritten
-  std::vector<ItemRef> items;
+  std::vector<ItemRef>& items = ItemScratch(0);
   RefItems(snap, 0, n, &items);
   if (kr < n) {
     TreeBlock& right = *right_sib.mine;
     const TreeBlock& rsnap = Snapshot(1, right);
-    std::vector<ItemRef> merged(items.begin() + kr, items.end());
+    std::vector<ItemRef>& merged = ItemScratch(1);
+    merged.assign(items.begin() + kr, items.end());
     RefItems(rsnap, 0, rsnap.nritems(), &merged);
     WriteLeafRefs(right, merged);
     parent.SetKey(pslot + 1, right.key(0));
@@ -557,7 +568,7 @@ Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
   if (kl > 0) {
     TreeBlock& left = *left_sib.mine;
     const TreeBlock& lsnap = Snapshot(2, left);
-    std::vector<ItemRef> merged;
+    std::vector<ItemRef>& merged = ItemScratch(1);
     RefItems(lsnap, 0, lsnap.nritems(), &merged);
     merged.insert(merged.end(), items.begin(), items.begin() + kl);
     WriteLeafRefs(left, merged);
@@ -621,7 +632,7 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
     w.Add(parent.lock);
     w.Add(leaf.lock);
     const TreeBlock& snap = Snapshot(0, leaf);
-    std::vector<ItemRef> items;
+    std::vector<ItemRef>& items = ItemScratch(0);
     RefItems(snap, 0, n, &items);
     WriteLeafRefs(leaf, std::span(items).subspan(0, cut));
     WriteLeafRefs(*right, std::span(items).subspan(cut));
@@ -964,7 +975,7 @@ Status TreeWriter::MaybeMerge(WritePath* path, int level) {
       if (side < 0 || sib.mine) w.Add(right.lock);  // a committed block has no readers to wait for
       if (leaf) {
         const TreeBlock& lsnap = Snapshot(0, left);
-        std::vector<ItemRef> items;
+        std::vector<ItemRef>& items = ItemScratch(0);
         RefItems(lsnap, 0, lsnap.nritems(), &items);
         RefItems(right, 0, right.nritems(), &items);  // right is not the block rewritten
         WriteLeafRefs(left, items);
