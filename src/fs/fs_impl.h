@@ -26,6 +26,7 @@
 #include "format/checksum.h"
 #include "format/superblock.h"
 #include "fs/compress.h"
+#include "inode/delayed_dir_items.h"
 #include "inode/delayed_index.h"
 #include "inode/inode_cache.h"
 #include "stats/stats.h"
@@ -222,9 +223,24 @@ class FilesystemImpl final : public Filesystem {
     if (name == ".") return dir;
     if (name == "..") return Parent(dir);
     if (StubParent(dir)) return Status::NotFound(std::string(name) + ": no such entry in an empty subvolume stub");
-    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
     const Key k{dir.ino, kDirItemKey, NameHash(name)};
-    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));
+    std::optional<std::vector<uint8_t>> item;
+    if (dir_items_) {  // an indexed directory knows absent names, and has queued items
+      std::vector<uint8_t> queued;
+      switch (dir_items_->Find(dir.root, dir.ino, static_cast<uint32_t>(k.offset), &queued)) {
+        case inode::DelayedDirItems::Probe::kAbsent:
+          return Status::NotFound(std::string(name) + ": no such entry in directory " + InodeName(dir));
+        case inode::DelayedDirItems::Probe::kPending:
+          item = std::move(queued);
+          break;
+        case inode::DelayedDirItems::Probe::kUnknown:
+          break;
+      }
+    }
+    if (!item) {
+      UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+      UB_ASSIGN_OR_RETURN(item, tree::LookupItem(vol_->source(), tree, k));
+    }
     if (item) {
       UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*item, k));
       for (const auto& e : entries) {
@@ -729,6 +745,10 @@ class FilesystemImpl final : public Filesystem {
   Status RemoveLink(InodeId dir, std::string_view name, InodeId target, bool* was_dir_entry);
   Status DropInode(InodeId id);
   Status TouchDir(InodeId dir, int64_t size_delta);
+  Status InsertDirItem(tree::TreeWriter* w, InodeId dir, uint32_t hash, std::span<const uint8_t> entry);
+  Status InsertQueuedDirItem(uint64_t root, uint64_t dir, uint32_t hash, std::span<const uint8_t> item);
+  Status FlushDirItems(InodeId dir);
+  Status MaybeIndexDir(InodeId dir, uint64_t creates);
   Status DropExtents(InodeId id, uint64_t start, uint64_t end, int64_t* nbytes_delta);
   Status WriteInline(InodeId id, std::span<const uint8_t> content);
   Status WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> aligned, bool csum, int64_t* nbytes_delta);
@@ -808,6 +828,7 @@ class FilesystemImpl final : public Filesystem {
   std::string abort_reason_;
   std::unique_ptr<txn::TxnManager> txn_;
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
+  std::unique_ptr<inode::DelayedDirItems> dir_items_;  // queued DIR_ITEMs of indexed directories
   bool legacy_batching_ = false;  // OpenOptions::legacy_dir_index_batching
   uint64_t max_dirty_bytes_ = 256ull << 20;  // OpenOptions::max_dirty_bytes
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume

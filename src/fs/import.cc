@@ -809,6 +809,7 @@ Result<FilesystemImpl::BulkTarget> FilesystemImpl::BulkBegin(InodeId dir) {
       return Status::Error(ENOTEMPTY, InodeName(dir) + " is not empty");
     }
     UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+    dir_items_->Forget(dir.root, dir.ino);  // bulk items bypass the name-hash index
     BulkTarget t;
     t.transid = txn_->transid();
     UB_ASSIGN_OR_RETURN(t.first_ino, NextIno(dir.root));

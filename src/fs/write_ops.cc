@@ -129,6 +129,7 @@ FilesystemImpl::~FilesystemImpl() {
     (void)st;  // nothing left to report to; the last committed state stays intact
   }
   delayed_.reset();
+  dir_items_.reset();
   txn_.reset();  // before vol_, which it points into
   vol_.reset();
   tree::TrimBlockBuffers();  // the pooled block buffers go back to the system with the blocks
@@ -140,6 +141,7 @@ Status FilesystemImpl::InitWrite() {
   }
   UB_ASSIGN_OR_RETURN(txn_, txn::TxnManager::Open(vol_.get()));
   txn_->set_concurrent(true);  // until an operation takes the trees to itself
+  dir_items_ = std::make_unique<inode::DelayedDirItems>();
   delayed_ = std::make_unique<inode::DelayedDirIndex>(
       vol_->nodesize(), legacy_batching_ ? inode::BatchPolicy::kLeafFreeSpace : inode::BatchPolicy::kFullLeaf);
   return Status::Ok();
@@ -397,23 +399,26 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   auto entry = DirItemBytes(Key{target.ino, kInodeItemKey, 0}, transid, ftype, name, {});
   if (entry.size() > w->MaxItemSize()) return Status::Error(ENAMETOOLONG, "entry too large");
 
-  // DIR_ITEM by name hash; names whose hashes collide share one item. The
-  // insert itself tells whether the hash is taken (it changes nothing then);
-  // only then is the item read to see whether the name exists.
-  const Key dkey{dir.ino, kDirItemKey, NameHash(name)};
-  Status inserted = w->Insert(dkey, entry);
-  if (inserted.code() == EEXIST) {
-    UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, dkey));
-    if (!existing) return Status::Error(EIO, "internal: dir item " + KeyToString(dkey) + " vanished");
-    UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*existing, dkey));
-    for (const auto& e : entries) {
-      if (e.name == name) return Status::Error(EEXIST, std::string(name) + ": exists");
-    }
-    if (existing->size() + entry.size() > w->MaxItemSize()) return Status::Error(ENOSPC, "dir item full of colliding names");
-    existing->insert(existing->end(), entry.begin(), entry.end());
-    UB_RETURN_IF_ERROR(w->Update(dkey, *existing));
-  } else {
-    UB_RETURN_IF_ERROR(inserted);
+  // DIR_ITEM by name hash. A directory with an index of its name hashes
+  // (inode/delayed_dir_items.h) queues it when the hash is new; otherwise
+  // it goes into the tree now, after the directory's queue.
+  const uint32_t hash = static_cast<uint32_t>(NameHash(name));
+  bool queued = false, flush_items = false;
+  uint64_t creates = 0;
+  if (dir_items_->NoteCreate(dir.root, dir.ino, &creates)) UB_RETURN_IF_ERROR(MaybeIndexDir(dir, creates));
+  switch (dir_items_->Add(dir.root, dir.ino, hash, entry, &flush_items)) {
+    case inode::DelayedDirItems::Verdict::kQueued:
+      queued = true;
+      break;
+    case inode::DelayedDirItems::Verdict::kMayExist:
+      UB_RETURN_IF_ERROR(FlushDirItems(dir));
+      break;
+    case inode::DelayedDirItems::Verdict::kNoIndex:
+      break;
+  }
+  if (!queued) {
+    dir_items_->NoteInserted(dir.root, dir.ino, hash);
+    UB_RETURN_IF_ERROR(InsertDirItem(w, dir, hash, entry));
   }
   UB_ASSIGN_OR_RETURN(uint64_t index, NextDirIndex(dir));
 
@@ -441,10 +446,65 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
     UB_RETURN_IF_ERROR(
         delayed_->FlushDir(dir.root, dir.ino, [this](uint64_t r) { return FsWriter(r); }, /*full_batches_only=*/true));
   }
+  if (flush_items) UB_RETURN_IF_ERROR(FlushDirItems(dir));
   return TouchDir(dir, 2 * static_cast<int64_t>(name.size()));
 }
 
+// One DIR_ITEM into the tree; names whose hashes collide share one item. The
+// insert itself tells whether the hash is taken (it changes nothing then);
+// only then is the item read to see whether the name exists.
+Status FilesystemImpl::InsertDirItem(tree::TreeWriter* w, InodeId dir, uint32_t hash, std::span<const uint8_t> entry) {
+  const Key dkey{dir.ino, kDirItemKey, hash};
+  Status inserted = w->Insert(dkey, entry);
+  if (inserted.code() != EEXIST) return inserted;
+  const auto* di = reinterpret_cast<const DirItem*>(entry.data());
+  const std::string_view name(reinterpret_cast<const char*>(entry.data()) + sizeof(DirItem), di->name_len.get());
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+  UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, dkey));
+  if (!existing) return Status::Error(EIO, "internal: dir item " + KeyToString(dkey) + " vanished");
+  UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*existing, dkey));
+  for (const auto& e : entries) {
+    if (e.name == name) return Status::Error(EEXIST, std::string(name) + ": exists");
+  }
+  if (existing->size() + entry.size() > w->MaxItemSize()) return Status::Error(ENOSPC, "dir item full of colliding names");
+  existing->insert(existing->end(), entry.begin(), entry.end());
+  return w->Update(dkey, *existing);
+}
+
+Status FilesystemImpl::InsertQueuedDirItem(uint64_t root, uint64_t dir, uint32_t hash, std::span<const uint8_t> item) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(root));
+  // The index said no item had this hash: an existing one is a bug.
+  Status st = InsertDirItem(w, InodeId{root, dir}, hash, item);
+  if (st.code() == EEXIST) return Status::Error(EIO, "internal: queued dir item already exists: " + st.message());
+  return st;
+}
+
+Status FilesystemImpl::FlushDirItems(InodeId dir) {
+  return dir_items_->FlushDir(dir.root, dir.ino, [this](uint64_t root, uint64_t ino, uint32_t hash,
+                                                         std::span<const uint8_t> item) {
+    return InsertQueuedDirItem(root, ino, hash, item);
+  });
+}
+
+// Indexes a directory's DIR_ITEM hashes once it has taken enough creates for
+// the scan to pay (inode/delayed_dir_items.h).
+Status FilesystemImpl::MaybeIndexDir(InodeId dir, uint64_t creates) {
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
+  if (creates * 128 < ii.size.get()) return Status::Ok();
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
+  std::vector<uint64_t> hashes;
+  Cursor c(vol_->source(), tree);
+  UB_RETURN_IF_ERROR(c.Seek(Key{dir.ino, kDirItemKey, 0}));
+  for (; c.Valid() && c.key().objectid == dir.ino && c.key().type == kDirItemKey;) {
+    hashes.push_back(c.key().offset);
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  dir_items_->SetIndex(dir.root, dir.ino, hashes);
+  return Status::Ok();
+}
+
 Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId target, bool*) {
+  UB_RETURN_IF_ERROR(FlushDirItems(dir));  // the name's DIR_ITEM may still be queued
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
   // DIR_ITEM: drop this name from the item.
@@ -520,6 +580,7 @@ Status FilesystemImpl::DropInode(InodeId id) {
     ds.next_index.erase({id.root, id.ino});
     ds.ino_runs.erase({id.root, id.ino});
   }
+  dir_items_->Forget(id.root, id.ino);
   icache_.Remove(id.root, id.ino);
   return Status::Ok();
 }
@@ -1053,6 +1114,9 @@ Status FilesystemImpl::CommitImpl() {
   static stats::Counter& data_bytes = stats::GetCounter("commit.data_bytes_written");
   const uint64_t t0 = stats::NowNs();
   const txn::TxnStats before = txn_->stats();
+  UB_RETURN_IF_ERROR(dir_items_->FlushAll([this](uint64_t root, uint64_t ino, uint32_t hash, std::span<const uint8_t> item) {
+    return InsertQueuedDirItem(root, ino, hash, item);
+  }));
   UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
   UB_RETURN_IF_ERROR(FlushInodes());
   UB_RETURN_IF_ERROR(txn_->Commit());

@@ -1,0 +1,222 @@
+#include "inode/delayed_dir_items.h"
+
+#include <algorithm>
+
+#include "stats/stats.h"
+
+namespace ubtrfs::inode {
+
+namespace {
+
+stats::Counter& IndexesCounter() {
+  static stats::Counter& c = stats::GetCounter("dir_items.indexes");
+  return c;
+}
+stats::Counter& QueuedCounter() {
+  static stats::Counter& c = stats::GetCounter("dir_items.queued");
+  return c;
+}
+stats::Counter& FlushedCounter() {
+  static stats::Counter& c = stats::GetCounter("dir_items.flushed");
+  return c;
+}
+stats::Counter& FallbacksCounter() {
+  static stats::Counter& c = stats::GetCounter("dir_items.fallbacks");
+  return c;
+}
+stats::Counter& NegativeCounter() {
+  static stats::Counter& c = stats::GetCounter("dir_items.negative");
+  return c;
+}
+
+}  // namespace
+
+// ---- HashSlots ----
+
+size_t HashSlots::SlotOf(uint32_t hash) const {
+  // Name hashes are crc32c values: mix them so that runs do not cluster.
+  return static_cast<size_t>((uint64_t{hash} * 0x9E3779B97F4A7C15ull) >> 20) & (slots_.size() - 1);
+}
+
+bool HashSlots::Find(uint32_t hash, uint32_t* value) const {
+  if (slots_.empty()) return false;
+  for (size_t i = SlotOf(hash);; i = (i + 1) & (slots_.size() - 1)) {
+    const Slot& e = slots_[i];
+    if (e.tag == 0) return false;
+    if (e.hash == hash) {
+      if (value != nullptr) *value = e.tag - 1;
+      return true;
+    }
+  }
+}
+
+void HashSlots::Set(uint32_t hash, uint32_t value) {
+  if ((used_ + 1) * 2 > slots_.size()) Grow();
+  for (size_t i = SlotOf(hash);; i = (i + 1) & (slots_.size() - 1)) {
+    Slot& e = slots_[i];
+    if (e.tag == 0) {
+      e = Slot{hash, value + 1};
+      ++used_;
+      return;
+    }
+    if (e.hash == hash) {
+      e.tag = value + 1;
+      return;
+    }
+  }
+}
+
+void HashSlots::Grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{});
+  for (const Slot& e : old) {
+    if (e.tag == 0) continue;
+    size_t i = SlotOf(e.hash);
+    while (slots_[i].tag != 0) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = e;
+  }
+}
+
+// ---- DelayedDirItems ----
+
+DelayedDirItems::NodeRef DelayedDirItems::Get(uint64_t root, uint64_t dir) const {
+  const Shard& sh = shards_[ShardIndex(root, dir)];
+  std::lock_guard lock(sh.mu);
+  auto it = sh.nodes.find({root, dir});
+  return it == sh.nodes.end() ? nullptr : it->second;
+}
+
+DelayedDirItems::NodeRef DelayedDirItems::GetOrMake(uint64_t root, uint64_t dir) {
+  Shard& sh = shards_[ShardIndex(root, dir)];
+  std::lock_guard lock(sh.mu);
+  NodeRef& n = sh.nodes[{root, dir}];
+  if (!n) n = std::make_shared<Node>();
+  return n;
+}
+
+bool DelayedDirItems::NoteCreate(uint64_t root, uint64_t dir, uint64_t* creates) {
+  NodeRef n = GetOrMake(root, dir);
+  std::lock_guard lock(n->mu);
+  *creates = ++n->creates;
+  return !n->indexed && n->creates % options_.index_after == 0;
+}
+
+bool DelayedDirItems::HasIndex(uint64_t root, uint64_t dir) const {
+  NodeRef n = Get(root, dir);
+  if (!n) return false;
+  std::lock_guard lock(n->mu);
+  return n->indexed;
+}
+
+void DelayedDirItems::SetIndex(uint64_t root, uint64_t dir, std::span<const uint64_t> hashes) {
+  NodeRef n = GetOrMake(root, dir);
+  HashSlots index;
+  for (uint64_t h : hashes) index.Set(static_cast<uint32_t>(h), 0);
+  std::lock_guard lock(n->mu);
+  if (n->indexed) return;
+  n->index = std::move(index);
+  n->indexed = true;
+  IndexesCounter().Add();
+}
+
+DelayedDirItems::Verdict DelayedDirItems::Add(uint64_t root, uint64_t dir, uint32_t hash,
+                                              std::span<const uint8_t> item, bool* flush) {
+  *flush = false;
+  NodeRef n = Get(root, dir);
+  if (!n) return Verdict::kNoIndex;
+  std::lock_guard lock(n->mu);
+  if (!n->indexed) return Verdict::kNoIndex;
+  if (n->index.Find(hash)) {
+    FallbacksCounter().Add();
+    return Verdict::kMayExist;
+  }
+  n->queue.push_back(Pending{hash, std::vector<uint8_t>(item.begin(), item.end())});
+  n->index.Set(hash, static_cast<uint32_t>(n->queue.size()));
+  const size_t total = total_.fetch_add(1, std::memory_order_relaxed) + 1;
+  *flush = n->queue.size() >= options_.dir_batch || total >= options_.total_limit;
+  QueuedCounter().Add();
+  return Verdict::kQueued;
+}
+
+void DelayedDirItems::NoteInserted(uint64_t root, uint64_t dir, uint32_t hash) {
+  NodeRef n = Get(root, dir);
+  if (!n) return;
+  std::lock_guard lock(n->mu);
+  if (n->indexed && !n->index.Find(hash)) n->index.Set(hash, 0);
+}
+
+DelayedDirItems::Probe DelayedDirItems::Find(uint64_t root, uint64_t dir, uint32_t hash,
+                                             std::vector<uint8_t>* item) const {
+  NodeRef n = Get(root, dir);
+  if (!n) return Probe::kUnknown;
+  std::lock_guard lock(n->mu);
+  if (!n->indexed) return Probe::kUnknown;
+  uint32_t v = 0;
+  if (!n->index.Find(hash, &v)) {
+    NegativeCounter().Add();
+    return Probe::kAbsent;
+  }
+  if (v == 0) return Probe::kUnknown;
+  *item = n->queue[v - 1].item;
+  return Probe::kPending;
+}
+
+size_t DelayedDirItems::PendingIn(uint64_t root, uint64_t dir) const {
+  NodeRef n = Get(root, dir);
+  if (!n) return 0;
+  std::lock_guard lock(n->mu);
+  return n->queue.size();
+}
+
+Status DelayedDirItems::FlushNode(uint64_t root, uint64_t dir, Node& n, const InsertFn& insert) {
+  {
+    std::lock_guard lock(n.mu);
+    if (n.queue.empty()) return Status::Ok();
+    std::sort(n.queue.begin(), n.queue.end(), [](const Pending& a, const Pending& b) { return a.hash < b.hash; });
+    for (size_t i = 0; i < n.queue.size(); ++i) n.index.Set(n.queue[i].hash, static_cast<uint32_t>(i + 1));
+  }
+  // Only this thread changes the queue now (the caller holds the
+  // directory); Find reads it beside us, and still finds every item until
+  // it is in the tree.
+  for (const Pending& p : n.queue) UB_RETURN_IF_ERROR(insert(root, dir, p.hash, p.item));
+  std::vector<Pending> done;
+  {
+    std::lock_guard lock(n.mu);
+    for (const Pending& p : n.queue) n.index.Set(p.hash, 0);
+    done.swap(n.queue);
+  }
+  total_.fetch_sub(done.size(), std::memory_order_relaxed);
+  FlushedCounter().Add(done.size());
+  return Status::Ok();  // `done` is freed outside the lock
+}
+
+Status DelayedDirItems::FlushDir(uint64_t root, uint64_t dir, const InsertFn& insert) {
+  NodeRef n = Get(root, dir);
+  return n ? FlushNode(root, dir, *n, insert) : Status::Ok();
+}
+
+Status DelayedDirItems::FlushAll(const InsertFn& insert) {
+  for (Shard& sh : shards_) {
+    std::vector<std::pair<std::pair<uint64_t, uint64_t>, NodeRef>> nodes;
+    {
+      std::lock_guard lock(sh.mu);
+      nodes.assign(sh.nodes.begin(), sh.nodes.end());
+    }
+    for (auto& [key, n] : nodes) UB_RETURN_IF_ERROR(FlushNode(key.first, key.second, *n, insert));
+  }
+  return Status::Ok();
+}
+
+void DelayedDirItems::Forget(uint64_t root, uint64_t dir) {
+  NodeRef gone;
+  Shard& sh = shards_[ShardIndex(root, dir)];
+  std::lock_guard lock(sh.mu);
+  auto it = sh.nodes.find({root, dir});
+  if (it == sh.nodes.end()) return;
+  gone = std::move(it->second);
+  sh.nodes.erase(it);
+  std::lock_guard node_lock(gone->mu);
+  total_.fetch_sub(gone->queue.size(), std::memory_order_relaxed);
+}
+
+}  // namespace ubtrfs::inode
