@@ -168,7 +168,7 @@ void MakeScratchImage(const char* name, ScratchImage* out) {
   ASSERT_EQ(std::system(mkfs.c_str()), 0) << mkfs;
 }
 
-TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) {
+void RunEightThreads(bool queue_dir_items) {
   ScratchImage scratch;
   ASSERT_NO_FATAL_FAILURE(MakeScratchImage("cwrite", &scratch));
   const stdfs::path& dir = scratch.dir;
@@ -178,7 +178,13 @@ TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) {
   const int ops = std::getenv("UBTRFS_SOAK") ? 4000 : 300;
   std::vector<ThreadModel> models(kThreads);
   {
-    auto fs = Filesystem::Open(img, ubtrfs::OpenOptions{.writable = true});
+    ubtrfs::OpenOptions oo{.writable = true};
+    if (queue_dir_items) {  // every directory's DIR_ITEMs through the name-hash index and its queue
+      oo.dir_item_index_after = 1;
+      oo.dir_item_batch = 8;
+      ubtrfs::ResetStats();
+    }
+    auto fs = Filesystem::Open(img, oo);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
     ASSERT_TRUE((*fs)->Mkdir((*fs)->Root(), "shared", NewInode{.mode = 0777}).ok());
     std::atomic<int> failures{0};
@@ -203,6 +209,9 @@ TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) {
     Compare(**fs, models, "before the last commit");
     ASSERT_TRUE((*fs)->Commit().ok());
     EXPECT_GT(ubtrfs::CollectStats().Counter("commit.count"), 1u);
+    if (queue_dir_items) {
+      EXPECT_GT(ubtrfs::CollectStats().Counter("dir_items.queued"), 100u);
+    }
   }
   {
     auto fs = Filesystem::Open(img);
@@ -213,6 +222,9 @@ TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) {
   std::error_code ec;
   stdfs::remove_all(dir, ec);
 }
+
+TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) { RunEightThreads(false); }
+TEST(ConcurrentWrite, EightThreadsQueuedDirItemsMatchTheirModels) { RunEightThreads(true); }
 
 }  // namespace
 

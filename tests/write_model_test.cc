@@ -31,6 +31,7 @@
 #include "txn/mkfs.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
+#include "ubtrfs/stats.h"
 
 namespace {
 
@@ -42,10 +43,14 @@ using ubtrfs_test::TempDir;
 // Opens the image under test for writing.
 using Opener = std::function<Result<std::unique_ptr<Filesystem>>()>;
 
-Opener OpenPath(const std::string& image) {
-  return [image] {
+Opener OpenPath(const std::string& image, bool queue_dir_items = false) {
+  return [image, queue_dir_items] {
     OpenOptions o;
     o.writable = true;
+    if (queue_dir_items) {  // every directory indexed at once, small DIR_ITEM batches
+      o.dir_item_index_after = 1;
+      o.dir_item_batch = 5;
+    }
     return Filesystem::Open(image, o);
   };
 }
@@ -328,7 +333,7 @@ class ModelRun {
 
 using ubtrfs_test::BtrfsCheck;
 
-void RunModel(uint64_t seed, int steps, uint32_t nodesize, bool kernel_round_trip = true) {
+void RunModel(uint64_t seed, int steps, uint32_t nodesize, bool kernel_round_trip = true, bool queue_dir_items = false) {
   if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir("ubtrfs-model");
   const std::string host = dir.Sub("host"), img = dir.Sub("img"), snap = dir.Sub("snap"), crash = dir.Sub("crash");
@@ -342,7 +347,8 @@ void RunModel(uint64_t seed, int steps, uint32_t nodesize, bool kernel_round_tri
   // The top directory's attributes come from mkfs; match them on the host.
   ASSERT_EQ(chmod(host.c_str(), 0755), 0);
 
-  ModelRun run(host, OpenPath(img), seed);
+  if (queue_dir_items) ResetStats();
+  ModelRun run(host, OpenPath(img, queue_dir_items), seed);
   run.Open();
   {
     // Same top-directory times on both sides.
@@ -391,6 +397,19 @@ void RunModel(uint64_t seed, int steps, uint32_t nodesize, bool kernel_round_tri
   }
   EXPECT_GT(crash_checks, 0);
   run.Close();
+  if (queue_dir_items) {  // the run went through the queue, its flushes, fallbacks and negative lookups
+    const StatsSnapshot st = CollectStats();
+    auto count = [&](const std::string& name) {
+      for (const auto& c : st.counters) {
+        if (c.name == name) return c.value;
+      }
+      return uint64_t{0};
+    };
+    EXPECT_GT(count("dir_items.queued"), 100u);
+    EXPECT_EQ(count("dir_items.flushed"), count("dir_items.queued"));
+    EXPECT_GT(count("dir_items.fallbacks"), 0u);
+    EXPECT_GT(count("dir_items.negative"), 0u);
+  }
   const std::string check = BtrfsCheck(img);
   if (!check.empty()) dir.Keep();
   ASSERT_EQ(check, "") << "seed " << seed;
@@ -441,6 +460,9 @@ void RunModel(uint64_t seed, int steps, uint32_t nodesize, bool kernel_round_tri
 
 TEST(WriteModel, RandomOpsSeed1Node16K) { RunModel(1, 1200, 16384); }
 TEST(WriteModel, RandomOpsSeed2Node4K) { RunModel(2, 1200, 4096); }
+// Every directory's DIR_ITEMs through the name-hash index and its queue:
+// lookups, renames, unlinks and links meet queued entries all the time.
+TEST(WriteModel, RandomOpsQueuedDirItems) { RunModel(3, 1200, 16384, /*kernel_round_trip=*/true, /*queue_dir_items=*/true); }
 // Many short sequences, each from a fresh image.
 TEST(WriteModel, ShortSequences) {
   for (uint64_t seed = 10; seed < 22 && !::testing::Test::HasFailure(); ++seed) {

@@ -122,6 +122,13 @@ struct OpenOptions {
   // of the leaf they land in (the kernel's behaviour before leaf-sized
   // batches) instead of by what a whole leaf holds.
   bool legacy_dir_index_batching = false;
+  // Delayed DIR_ITEMs: a directory's name hashes are indexed once it has
+  // taken this many creates (and enough to pay for the scan), and its queued
+  // DIR_ITEMs are inserted in hash order when it holds dir_item_batch of
+  // them (and at commit). 0 keeps the default (1024 and 16384); tests set
+  // them low to run every directory through the queue.
+  uint32_t dir_item_index_after = 0;
+  uint32_t dir_item_batch = 0;
 };
 
 class Filesystem {

@@ -22,6 +22,7 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
   UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(dev), vo));
   auto impl = std::make_unique<FilesystemImpl>(std::move(vol));
   impl->set_legacy_dir_index_batching(options.legacy_dir_index_batching);
+  impl->set_dir_item_options(options.dir_item_index_after, options.dir_item_batch);
   impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));
   UB_RETURN_IF_ERROR(impl->Init());
   if (options.writable) UB_RETURN_IF_ERROR(impl->InitWrite());

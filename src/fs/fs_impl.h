@@ -125,6 +125,10 @@ class FilesystemImpl final : public Filesystem {
   // Makes the view writable: starts the transaction machinery.
   Status InitWrite();
   void set_legacy_dir_index_batching(bool on) { legacy_batching_ = on; }
+  void set_dir_item_options(uint32_t index_after, uint32_t batch) {
+    if (index_after) dir_item_options_.index_after = index_after;
+    if (batch) dir_item_options_.dir_batch = batch;
+  }
   void set_max_dirty_bytes(uint64_t n) { max_dirty_bytes_ = n; }
 
   // ---- Write side (write_ops.cc) ----
@@ -830,6 +834,7 @@ class FilesystemImpl final : public Filesystem {
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
   std::unique_ptr<inode::DelayedDirItems> dir_items_;  // queued DIR_ITEMs of indexed directories
   bool legacy_batching_ = false;  // OpenOptions::legacy_dir_index_batching
+  inode::DelayedDirItems::Options dir_item_options_;  // OpenOptions::dir_item_*
   uint64_t max_dirty_bytes_ = 256ull << 20;  // OpenOptions::max_dirty_bytes
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume
   // The open-inode cache (a radix tree per subvolume, inode/inode_cache.h):

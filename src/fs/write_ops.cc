@@ -141,7 +141,7 @@ Status FilesystemImpl::InitWrite() {
   }
   UB_ASSIGN_OR_RETURN(txn_, txn::TxnManager::Open(vol_.get()));
   txn_->set_concurrent(true);  // until an operation takes the trees to itself
-  dir_items_ = std::make_unique<inode::DelayedDirItems>();
+  dir_items_ = std::make_unique<inode::DelayedDirItems>(dir_item_options_);
   delayed_ = std::make_unique<inode::DelayedDirIndex>(
       vol_->nodesize(), legacy_batching_ ? inode::BatchPolicy::kLeafFreeSpace : inode::BatchPolicy::kFullLeaf);
   return Status::Ok();
