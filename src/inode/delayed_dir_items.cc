@@ -8,24 +8,15 @@ namespace ubtrfs::inode {
 
 namespace {
 
-stats::Counter& IndexesCounter() {
-  static stats::Counter& c = stats::GetCounter("dir_items.indexes");
-  return c;
-}
-stats::Counter& QueuedCounter() {
-  static stats::Counter& c = stats::GetCounter("dir_items.queued");
-  return c;
-}
-stats::Counter& FlushedCounter() {
-  static stats::Counter& c = stats::GetCounter("dir_items.flushed");
-  return c;
-}
-stats::Counter& FallbacksCounter() {
-  static stats::Counter& c = stats::GetCounter("dir_items.fallbacks");
-  return c;
-}
-stats::Counter& NegativeCounter() {
-  static stats::Counter& c = stats::GetCounter("dir_items.negative");
+struct Counters {
+  stats::Counter& indexes = stats::GetCounter("dir_items.indexes");
+  stats::Counter& queued = stats::GetCounter("dir_items.queued");
+  stats::Counter& flushed = stats::GetCounter("dir_items.flushed");
+  stats::Counter& fallbacks = stats::GetCounter("dir_items.fallbacks");
+  stats::Counter& negative = stats::GetCounter("dir_items.negative");
+};
+Counters& Count() {
+  static Counters c;
   return c;
 }
 
@@ -116,7 +107,7 @@ void DelayedDirItems::SetIndex(uint64_t root, uint64_t dir, std::span<const uint
   if (n->indexed) return;
   n->index = std::move(index);
   n->indexed = true;
-  IndexesCounter().Add();
+  Count().indexes.Add();
 }
 
 DelayedDirItems::Verdict DelayedDirItems::Add(uint64_t root, uint64_t dir, uint32_t hash,
@@ -127,14 +118,14 @@ DelayedDirItems::Verdict DelayedDirItems::Add(uint64_t root, uint64_t dir, uint3
   std::lock_guard lock(n->mu);
   if (!n->indexed) return Verdict::kNoIndex;
   if (n->index.Find(hash)) {
-    FallbacksCounter().Add();
+    Count().fallbacks.Add();
     return Verdict::kMayExist;
   }
   n->queue.push_back(Pending{hash, std::vector<uint8_t>(item.begin(), item.end())});
   n->index.Set(hash, static_cast<uint32_t>(n->queue.size()));
   const size_t total = total_.fetch_add(1, std::memory_order_relaxed) + 1;
   *flush = n->queue.size() >= options_.dir_batch || total >= options_.total_limit;
-  QueuedCounter().Add();
+  Count().queued.Add();
   return Verdict::kQueued;
 }
 
@@ -153,7 +144,7 @@ DelayedDirItems::Probe DelayedDirItems::Find(uint64_t root, uint64_t dir, uint32
   if (!n->indexed) return Probe::kUnknown;
   uint32_t v = 0;
   if (!n->index.Find(hash, &v)) {
-    NegativeCounter().Add();
+    Count().negative.Add();
     return Probe::kAbsent;
   }
   if (v == 0) return Probe::kUnknown;
@@ -186,7 +177,7 @@ Status DelayedDirItems::FlushNode(uint64_t root, uint64_t dir, Node& n, const In
     done.swap(n.queue);
   }
   total_.fetch_sub(done.size(), std::memory_order_relaxed);
-  FlushedCounter().Add(done.size());
+  Count().flushed.Add(done.size());
   return Status::Ok();  // `done` is freed outside the lock
 }
 
