@@ -750,7 +750,9 @@ class FilesystemImpl final : public Filesystem {
   Status DropInode(InodeId id);
   Status TouchDir(InodeId dir, int64_t size_delta);
   Status InsertDirItem(tree::TreeWriter* w, InodeId dir, uint32_t hash, std::span<const uint8_t> entry);
-  Status InsertQueuedDirItem(uint64_t root, uint64_t dir, uint32_t hash, std::span<const uint8_t> item);
+  // One directory's queued DIR_ITEMs (ascending hashes) into its tree.
+  Status InsertQueuedDirItems(uint64_t root, uint64_t dir, std::span<const uint32_t> hashes,
+                              std::span<const std::span<const uint8_t>> items);
   Status FlushDirItems(InodeId dir);
   Status MaybeIndexDir(InodeId dir, uint64_t creates);
   Status DropExtents(InodeId id, uint64_t start, uint64_t end, int64_t* nbytes_delta);
@@ -833,6 +835,9 @@ class FilesystemImpl final : public Filesystem {
   std::unique_ptr<txn::TxnManager> txn_;
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
   std::unique_ptr<inode::DelayedDirItems> dir_items_;  // queued DIR_ITEMs of indexed directories
+  const inode::DelayedDirItems::InsertFn queued_dir_items_inserter_ =
+      [this](uint64_t root, uint64_t dir, std::span<const uint32_t> hashes,
+             std::span<const std::span<const uint8_t>> items) { return InsertQueuedDirItems(root, dir, hashes, items); };
   bool legacy_batching_ = false;  // OpenOptions::legacy_dir_index_batching
   inode::DelayedDirItems::Options dir_item_options_;  // OpenOptions::dir_item_*
   uint64_t max_dirty_bytes_ = 256ull << 20;  // OpenOptions::max_dirty_bytes

@@ -471,19 +471,20 @@ Status FilesystemImpl::InsertDirItem(tree::TreeWriter* w, InodeId dir, uint32_t 
   return w->Update(dkey, *existing);
 }
 
-Status FilesystemImpl::InsertQueuedDirItem(uint64_t root, uint64_t dir, uint32_t hash, std::span<const uint8_t> item) {
+Status FilesystemImpl::InsertQueuedDirItems(uint64_t root, uint64_t dir, std::span<const uint32_t> hashes,
+                                            std::span<const std::span<const uint8_t>> items) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(root));
-  // The index said no item had this hash: an existing one is a bug.
-  Status st = InsertDirItem(w, InodeId{root, dir}, hash, item);
+  thread_local std::vector<Key> keys;
+  keys.clear();
+  for (uint32_t h : hashes) keys.push_back(Key{dir, kDirItemKey, h});
+  // The index said no item had these hashes: an existing one is a bug.
+  Status st = w->InsertSorted(keys, items);
   if (st.code() == EEXIST) return Status::Error(EIO, "internal: queued dir item already exists: " + st.message());
   return st;
 }
 
 Status FilesystemImpl::FlushDirItems(InodeId dir) {
-  return dir_items_->FlushDir(dir.root, dir.ino, [this](uint64_t root, uint64_t ino, uint32_t hash,
-                                                         std::span<const uint8_t> item) {
-    return InsertQueuedDirItem(root, ino, hash, item);
-  });
+  return dir_items_->FlushDir(dir.root, dir.ino, queued_dir_items_inserter_);
 }
 
 // Indexes a directory's DIR_ITEM hashes once it has taken enough creates for
@@ -1114,9 +1115,7 @@ Status FilesystemImpl::CommitImpl() {
   static stats::Counter& data_bytes = stats::GetCounter("commit.data_bytes_written");
   const uint64_t t0 = stats::NowNs();
   const txn::TxnStats before = txn_->stats();
-  UB_RETURN_IF_ERROR(dir_items_->FlushAll([this](uint64_t root, uint64_t ino, uint32_t hash, std::span<const uint8_t> item) {
-    return InsertQueuedDirItem(root, ino, hash, item);
-  }));
+  UB_RETURN_IF_ERROR(dir_items_->FlushAll(queued_dir_items_inserter_));
   UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
   UB_RETURN_IF_ERROR(FlushInodes());
   UB_RETURN_IF_ERROR(txn_->Commit());

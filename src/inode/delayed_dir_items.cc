@@ -169,7 +169,19 @@ Status DelayedDirItems::FlushNode(uint64_t root, uint64_t dir, Node& n, const In
   // Only this thread changes the queue now (the caller holds the
   // directory); Find reads it beside us, and still finds every item until
   // it is in the tree.
-  for (const Pending& p : n.queue) UB_RETURN_IF_ERROR(insert(root, dir, p.hash, p.item));
+  {
+    thread_local std::vector<uint32_t> hashes;
+    thread_local std::vector<std::span<const uint8_t>> items;
+    hashes.clear();
+    items.clear();
+    for (const Pending& p : n.queue) {
+      hashes.push_back(p.hash);
+      items.emplace_back(p.item);
+    }
+    Status st = insert(root, dir, hashes, items);
+    items.clear();  // no views left behind into the queue
+    UB_RETURN_IF_ERROR(st);
+  }
   std::vector<Pending> done;
   {
     std::lock_guard lock(n.mu);

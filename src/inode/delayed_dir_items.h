@@ -105,8 +105,11 @@ class DelayedDirItems {
   Probe Find(uint64_t root, uint64_t dir, uint32_t hash, std::vector<uint8_t>* item) const;
 
   size_t PendingIn(uint64_t root, uint64_t dir) const;
-  using InsertFn = std::function<Status(uint64_t root, uint64_t dir, uint32_t hash, std::span<const uint8_t> item)>;
-  // Inserts dir's queue in hash order, then empties it.
+  // Inserts one directory's queued items, ascending hashes (all new to the
+  // tree), items[i] the DIR_ITEM of hashes[i].
+  using InsertFn = std::function<Status(uint64_t root, uint64_t dir, std::span<const uint32_t> hashes,
+                                        std::span<const std::span<const uint8_t>> items)>;
+  // Hands dir's queue to `insert` in hash order, then empties it.
   Status FlushDir(uint64_t root, uint64_t dir, const InsertFn& insert);
   // Every directory's queue (commit).
   Status FlushAll(const InsertFn& insert);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -82,14 +83,18 @@ TEST(DelayedDirItems, IndexQueueFindAndFlushInHashOrder) {
   EXPECT_EQ(d.Find(kRoot, 300, 30, &got), DelayedDirItems::Probe::kUnknown);
 
   std::vector<uint32_t> inserted;
-  ASSERT_TRUE(d.FlushDir(kRoot, 300, [&](uint64_t root, uint64_t dir, uint32_t hash, std::span<const uint8_t> item) {
+  ASSERT_TRUE(d.FlushDir(kRoot, 300, [&](uint64_t root, uint64_t dir, std::span<const uint32_t> hashes,
+                                         std::span<const std::span<const uint8_t>> items) {
                  EXPECT_EQ(root, kRoot);
                  EXPECT_EQ(dir, 300u);
-                 EXPECT_TRUE(std::equal(item.begin(), item.end(), Item(hash).begin()));
-                 std::vector<uint8_t> seen;
-                 // Still visible while the flush runs.
-                 EXPECT_EQ(d.Find(kRoot, 300, hash, &seen), DelayedDirItems::Probe::kPending);
-                 inserted.push_back(hash);
+                 EXPECT_EQ(hashes.size(), items.size());
+                 for (size_t i = 0; i < hashes.size(); ++i) {
+                   EXPECT_TRUE(std::ranges::equal(items[i], Item(hashes[i])));
+                   std::vector<uint8_t> seen;
+                   // Still visible while the flush runs.
+                   EXPECT_EQ(d.Find(kRoot, 300, hashes[i], &seen), DelayedDirItems::Probe::kPending);
+                   inserted.push_back(hashes[i]);
+                 }
                  return Status::Ok();
                }).ok());
   EXPECT_EQ(inserted, (std::vector<uint32_t>{40, 50, 60, 70, 80, 90}));
@@ -120,14 +125,16 @@ TEST(DelayedDirItems, TotalLimitAndFlushAllAndFailures) {
   EXPECT_TRUE(flush);  // five queued in all
   // A failing insert stops the flush and keeps the queue (the file system
   // aborts the transaction then).
-  Status st = d.FlushDir(kRoot, 402, [](uint64_t, uint64_t, uint32_t, std::span<const uint8_t>) {
+  Status st = d.FlushDir(kRoot, 402, [](uint64_t, uint64_t, std::span<const uint32_t>,
+                                        std::span<const std::span<const uint8_t>>) {
     return Status::Error(ENOSPC, "full");
   });
   EXPECT_EQ(st.code(), ENOSPC);
   EXPECT_EQ(d.PendingIn(kRoot, 402), 1u);
   std::set<std::pair<uint64_t, uint32_t>> tree;
-  ASSERT_TRUE(d.FlushAll([&](uint64_t, uint64_t dir, uint32_t hash, std::span<const uint8_t>) {
-                 EXPECT_TRUE(tree.insert({dir, hash}).second);
+  ASSERT_TRUE(d.FlushAll([&](uint64_t, uint64_t dir, std::span<const uint32_t> hashes,
+                             std::span<const std::span<const uint8_t>>) {
+                 for (uint32_t hash : hashes) EXPECT_TRUE(tree.insert({dir, hash}).second);
                  return Status::Ok();
                }).ok());
   EXPECT_EQ(tree.size(), 5u);
@@ -153,9 +160,11 @@ TEST(DelayedDirItems, ConcurrentFindNeverMissesAPublishedName) {
     do h = rng(); while (!distinct.insert(h).second);
   }
   std::atomic<size_t> published{0};
-  auto insert = [&](uint64_t, uint64_t, uint32_t hash, std::span<const uint8_t>) {
-    std::lock_guard lock(tree_mu);
-    tree.insert(hash);
+  auto insert = [&](uint64_t, uint64_t, std::span<const uint32_t> hashes, std::span<const std::span<const uint8_t>>) {
+    for (uint32_t hash : hashes) {  // one at a time, as the tree gets them
+      std::lock_guard lock(tree_mu);
+      tree.insert(hash);
+    }
     return Status::Ok();
   };
   std::thread writer([&] {

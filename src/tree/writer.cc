@@ -780,6 +780,90 @@ Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::s
   return Status::Ok();
 }
 
+Status TreeWriter::InsertSorted(std::span<const Key> keys, std::span<const std::span<const uint8_t>> data) {
+  if (data.size() != keys.size()) return Status::Invalid("batch of " + std::to_string(keys.size()) + " keys and " +
+                                                         std::to_string(data.size()) + " items");
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0 && !(keys[i - 1] < keys[i])) return Status::Invalid("batch keys are not ascending");
+    if (data[i].size() > MaxItemSize()) {
+      return Status::Invalid("item of " + std::to_string(data[i].size()) + " bytes is too big");
+    }
+  }
+  thread_local std::vector<int> pos;
+  for (size_t i = 0; i < keys.size();) {
+    WritePath path;
+    const uint32_t first = static_cast<uint32_t>(data[i].size()) + kItemHeader;
+    UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(keys[i], first, &path));
+    if (found) return Status::Error(EEXIST, "item " + KeyToString(keys[i]) + " exists");
+    // Our intent lock keeps other writers off this leaf, so it can be read
+    // without the write lock. Keys after the first join it while they fall
+    // before its last item (beyond it they might belong to the next leaf)
+    // and fit in its free space.
+    const TreeBlock& leaf = path.leaf();
+    const int n = leaf.nritems();
+    uint32_t room = leaf.LeafFreeSpace() - first;
+    pos.assign(1, path.slot());
+    size_t j = i + 1;
+    if (path.slot() < n) {
+      const Key last = leaf.key(n - 1);
+      for (; j < keys.size() && keys[j] < last; ++j) {
+        const uint32_t need = static_cast<uint32_t>(data[j].size()) + kItemHeader;
+        if (need > room) break;
+        const int p = leaf.FirstSlotAtOrAfter(keys[j]);
+        if (leaf.key(p) == keys[j]) break;  // the next search reports it
+        room -= need;
+        pos.push_back(p);
+      }
+    }
+    MergeIntoLeaf(&path, keys.subspan(i, j - i), data.subspan(i, j - i), pos);
+    i = j;
+  }
+  return Status::Ok();
+}
+
+void TreeWriter::MergeIntoLeaf(WritePath* path, std::span<const Key> keys,
+                               std::span<const std::span<const uint8_t>> data, std::span<const int> pos) {
+  TreeBlock& leaf = *path->nodes[0];
+  const int n = leaf.nritems(), m = static_cast<int>(keys.size());
+  uint32_t shift = 0;  // bytes of new data below old item `hi` and after: all of it at first
+  for (const auto& d : data) shift += static_cast<uint32_t>(d.size());
+  {
+    WriteLocks w(path->locking);
+    w.Add(leaf.lock);
+    uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
+    // From the last new item down: old items [pos[k], hi) go up k + 1 slots
+    // and their data down by the new data of items 0..k, then new item k
+    // takes slot pos[k] + k, its data right below its left neighbour's.
+    // Every move goes to where items already moved (or free space) were, and
+    // items below pos[k] are untouched until their turn.
+    int hi = n;
+    for (int k = m - 1; k >= 0; --k) {
+      const int p = pos[k];
+      const uint32_t top = p == 0 ? leaf.LeafSpace() : leaf.item_offset(p - 1);
+      if (p < hi) {
+        const uint32_t bottom = leaf.item_offset(hi - 1);
+        std::memmove(body + bottom - shift, body + bottom, top - bottom);
+        for (int s = p; s < hi; ++s) leaf.mutable_item(s)->offset = leaf.item_offset(s) - shift;
+        std::memmove(leaf.mutable_item(p + k + 1), leaf.mutable_item(p), (hi - p) * sizeof(Item));
+        hi = p;
+      }
+      const uint32_t size = static_cast<uint32_t>(data[k].size());
+      shift -= size;
+      Item* it = leaf.mutable_item(p + k);
+      keys[k].To(&it->key);
+      it->offset = top - shift - size;
+      it->size = size;
+      if (size > 0) std::memcpy(body + top - shift - size, data[k].data(), size);
+    }
+    leaf.set_nritems(n + m);
+  }
+  if (pos[0] == 0) FixupLowKeys(path, keys[0], 1);
+  if (!path->locking) {
+    stats_.batch_inserts.fetch_add(1, std::memory_order_relaxed);
+    stats_.items_inserted.fetch_add(m, std::memory_order_relaxed);
+  }
+}
+
 Result<size_t> TreeWriter::InsertPrefixInLeaf(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data) {
   if (keys.empty()) return size_t{0};
   // Every inserted key must stay below the next existing key.

@@ -112,6 +112,13 @@ class TreeWriter {
   // The same with the items' bytes as spans (no copies into vectors).
   Status InsertBatch(std::span<const Key> keys, std::span<const std::span<const uint8_t>> data,
                      bool nothing_between = false);
+  // Inserts ascending keys, none of which may exist, that may fall between
+  // existing items anywhere in the tree (delayed DIR_ITEMs sorted by hash):
+  // leaf by leaf, one search per leaf and one in-place merge of every key
+  // that lands inside it and fits in its free space, instead of a search
+  // and a shift of the leaf's tail per key. An existing key fails with
+  // EEXIST; the keys before it are in the tree then.
+  Status InsertSorted(std::span<const Key> keys, std::span<const std::span<const uint8_t>> data);
   // The old kernel's delayed-item insertion, kept as a benchmark baseline:
   // inserts the longest prefix of ascending `keys` that fits in the free
   // space of the leaf where keys[0] lands (at least one item; a split makes
@@ -186,6 +193,10 @@ class TreeWriter {
   // Copies a committed sibling on write and points the parent at the copy.
   Status MakeWritable(WritePath* path, int level, int slot, Sibling* sib);
   Status CowChild(WritePath* path, int level, int slot);
+  // Puts keys[k] between the leaf's items pos[k]-1 and pos[k] (pos as
+  // FirstSlotAtOrAfter, ascending); the leaf has the room.
+  void MergeIntoLeaf(WritePath* path, std::span<const Key> keys, std::span<const std::span<const uint8_t>> data,
+                     std::span<const int> pos);
   Status InsertNewRoot(WritePath* path, int level);
   Status SplitNode(WritePath* path, int level);
   Result<bool> PushLeaf(WritePath* path, uint32_t ins_len);

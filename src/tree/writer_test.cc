@@ -9,7 +9,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <atomic>
+#include <optional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -198,6 +200,36 @@ void RunRandom(uint32_t nodesize, int steps, uint64_t seed, size_t max_item) {
         ASSERT_TRUE(st.ok()) << st.message();
         model[k] = d;
       }
+    } else if (op < 46) {
+      // Ascending keys scattered over the tree, as queued DIR_ITEMs are (by
+      // hash); now and then one of them exists, which stops the batch there.
+      std::set<Key> pick;
+      const int n = 1 + static_cast<int>(rng() % 60);
+      for (int i = 0; i < n; ++i) {
+        Key k = random_key();
+        if (!model.count(k)) pick.insert(k);
+      }
+      std::optional<Key> clash;
+      if (!model.empty() && rng() % 6 == 0) {
+        auto it = model.begin();
+        std::advance(it, rng() % model.size());
+        clash = it->first;
+        pick.insert(it->first);
+      }
+      std::vector<Key> keys(pick.begin(), pick.end());
+      std::vector<std::vector<uint8_t>> data;
+      std::vector<std::span<const uint8_t>> spans;
+      for (size_t i = 0; i < keys.size(); ++i) data.push_back(Payload(rng, max_item));
+      for (const auto& d : data) spans.emplace_back(d);
+      Status st = h.writer().InsertSorted(keys, spans);
+      size_t inserted = keys.size();
+      if (clash) {
+        ASSERT_EQ(st.code(), EEXIST) << st.ToString();
+        inserted = static_cast<size_t>(std::find(keys.begin(), keys.end(), *clash) - keys.begin());
+      } else {
+        ASSERT_TRUE(st.ok()) << st.ToString();
+      }
+      for (size_t i = 0; i < inserted; ++i) model[keys[i]] = data[i];
     } else if (op < 50) {
       // A batch of consecutive offsets, as delayed dir-index items are.
       Key k = random_key();
@@ -400,6 +432,20 @@ void RunConcurrent(uint32_t nodesize, int writers, int readers, int steps, uint6
           }
           if (keys.empty()) continue;
           st = h.writer().InsertBatch(keys, data);
+          for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = data[i];
+        } else if (op < 60) {
+          // Scattered ascending keys in one call (InsertSorted).
+          std::set<Key> pick;
+          for (uint64_t i = 0; i < 1 + rng() % 30; ++i) {
+            Key k = key();
+            if (!model.count(k)) pick.insert(k);
+          }
+          std::vector<Key> keys(pick.begin(), pick.end());
+          std::vector<std::vector<uint8_t>> data;
+          std::vector<std::span<const uint8_t>> spans;
+          for (size_t i = 0; i < keys.size(); ++i) data.push_back(Payload(rng, 200));
+          for (const auto& d : data) spans.emplace_back(d);
+          st = h.writer().InsertSorted(keys, spans);
           for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = data[i];
         } else if (op < 85 && !model.empty()) {
           auto it = model.lower_bound(key());
