@@ -2,6 +2,7 @@
 
 #include <endian.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstring>
@@ -109,6 +110,7 @@ struct BufferPool {
   std::array<std::vector<std::vector<uint8_t>>, 5> free;  // 4, 8, 16, 32, 64 KiB
   size_t bytes = 0;
   size_t count = 0;
+  size_t cap = kBufferPoolBytes;
 };
 
 BufferPool& Pool() {
@@ -147,10 +149,32 @@ void GiveBlockBuffer(std::vector<uint8_t> buf) {
   if (c < 0 || buf.capacity() != buf.size()) return;
   BufferPool& p = Pool();
   std::lock_guard lock(p.mu);
-  if (p.bytes + buf.size() > kBufferPoolBytes) return;  // full: buf is freed
+  if (p.bytes + buf.size() > p.cap) return;  // full: buf is freed
   p.bytes += buf.size();
   ++p.count;
   p.free[static_cast<size_t>(c)].push_back(std::move(buf));
+}
+
+void ExpectBlockBuffers(size_t bytes) {
+  const size_t cap = std::clamp(bytes, kBufferPoolBytes, kBufferPoolMaxBytes);
+  std::vector<std::vector<uint8_t>> drop;  // freed outside the lock
+  BufferPool& p = Pool();
+  std::lock_guard lock(p.mu);
+  p.cap = cap;
+  for (auto& list : p.free) {
+    while (p.bytes > cap && !list.empty()) {
+      p.bytes -= list.back().size();
+      --p.count;
+      drop.push_back(std::move(list.back()));
+      list.pop_back();
+    }
+  }
+}
+
+size_t BlockBufferPoolCap() {
+  BufferPool& p = Pool();
+  std::lock_guard lock(p.mu);
+  return p.cap;
 }
 
 void TrimBlockBuffers() {
@@ -161,6 +185,7 @@ void TrimBlockBuffers() {
     drop.swap(p.free);
     p.bytes = 0;
     p.count = 0;
+    p.cap = kBufferPoolBytes;
   }
 }
 

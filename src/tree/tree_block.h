@@ -46,9 +46,19 @@ Status VerifyTreeBlock(std::span<const uint8_t> bytes, const TreeParams& params,
 // older ones). Fresh buffers from malloc fault their pages in one by one
 // (glibc returns freed heap tops to the system), which cost a create path
 // about 6% of its time. Released buffers of power-of-two sizes from 4 to
-// 64 KiB wait in a process-wide pool of at most kBufferPoolBytes for the
-// next block instead.
+// 64 KiB wait in a process-wide pool for the next block instead. The pool
+// keeps kBufferPoolBytes, or as much as the last commit expects the next
+// transaction to use (ExpectBlockBuffers), at most kBufferPoolMaxBytes.
 inline constexpr size_t kBufferPoolBytes = 64ull << 20;
+inline constexpr size_t kBufferPoolMaxBytes = 256ull << 20;
+// A commit that wrote `bytes` of blocks: the next transaction will likely
+// make as many new ones, so the pool may keep that much (clamped as above).
+// The blocks the commit releases (to the node cache, which evicts older
+// ones, and the copies it replaced) then feed the next transaction instead
+// of fresh pages. A lower cap frees pooled buffers above it at once.
+void ExpectBlockBuffers(size_t bytes);
+// The pool's cap now.
+size_t BlockBufferPoolCap();
 // A buffer of n bytes whose contents are unspecified.
 std::vector<uint8_t> TakeBlockBuffer(size_t n);
 // Hands a buffer back (dropped when the pool is full or the size is odd).

@@ -145,8 +145,8 @@ TEST(TreeBlock, RejectsEmptyNodesAndUnalignedPointers) {
 }
 
 // Released block buffers feed new blocks (zeroed, so nothing of an old block
-// leaks into a new one), the pool keeps no more than its cap, and odd sizes
-// are not pooled.
+// leaks into a new one), the pool keeps no more than its cap (which commits
+// move), and odd sizes are not pooled.
 TEST(BlockBuffers, ReleasedBlocksFeedNewOnesZeroedUpToTheCap) {
   TrimBlockBuffers();
   EXPECT_EQ(PooledBlockBuffers(), 0u);
@@ -172,7 +172,21 @@ TEST(BlockBuffers, ReleasedBlocksFeedNewOnesZeroedUpToTheCap) {
   many.clear();
   EXPECT_EQ(PooledBlockBuffers(), cap);
   { auto odd = TreeBlock::NewBlank(5000); }
+
+  // A commit that wrote more raises the cap for the next transaction; a
+  // smaller one lowers it and frees what is above it; both stay clamped.
+  ExpectBlockBuffers(kBufferPoolBytes + 20 * 16384);
+  EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes + 20 * 16384);
+  for (size_t i = 0; i < cap + 30; ++i) many.push_back(TreeBlock::NewBlank(16384));
+  many.clear();
+  EXPECT_EQ(PooledBlockBuffers(), cap + 20);
+  ExpectBlockBuffers(0);
+  EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes);
+  EXPECT_EQ(PooledBlockBuffers(), cap);
+  ExpectBlockBuffers(size_t{1} << 40);
+  EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolMaxBytes);
   TrimBlockBuffers();
+  EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes);
   { auto odd = TreeBlock::NewBlank(5000); }
   EXPECT_EQ(PooledBlockBuffers(), 0u);
 }

@@ -757,6 +757,8 @@ Status TxnManager::Commit() {
   flush_time.Record(flush_ns + stats::NowNs() - t0);
 
   // Committed: freed space becomes reusable, the cache learns the new blocks.
+  // The buffers this releases are kept for the next transaction's blocks.
+  tree::ExpectBlockBuffers(written.size() * vol_->nodesize());
   space_->Commit();
   for (uint64_t f : freed_blocks_) vol_->reader()->Invalidate(f);
   freed_blocks_.clear();
