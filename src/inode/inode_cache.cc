@@ -125,7 +125,7 @@ void InodeCache::Unlink(Shard& sh, InodeRecord* r) {
 
 void InodeCache::Detach(Shard& sh, InodeRecord* r) {
   Subvol** sv = sh.roots.Find(r->root);
-  bool erased = sv != nullptr && (*sv)->inodes.Erase(TreeKey(r->ino));
+  bool erased = sv != nullptr && (*sv)->inodes.Erase(r->ino);
   (void)erased;
   Unlink(sh, r);
   r->cached_ = false;
@@ -177,7 +177,7 @@ InodeRef InodeCache::Lookup(uint64_t root, uint64_t ino) {
     std::lock_guard<std::mutex> lock(sh.mu);
     ++sh.lookups;
     if (Subvol** sv = sh.roots.Find(root)) {
-      if (InodeRecord** slot = (*sv)->inodes.Find(TreeKey(ino))) {
+      if (InodeRecord** slot = (*sv)->inodes.Find(ino)) {
         found = *slot;
         found->refs_.fetch_add(1, std::memory_order_relaxed);
         found->referenced_ = true;
@@ -203,7 +203,7 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
   uint64_t t0 = timed ? NowNs() : 0;
   // Everything that may need memory, made before locking.
   std::unique_ptr<InodeRecord> fresh(new InodeRecord(root, ino, item));
-  InodeTree::Reservation nodes = InodeTree::Reserve(TreeKey(ino));
+  InodeTree::Reservation nodes = InodeTree::Reserve(ino);
   Shard& sh = ShardOf(ino);
   std::unique_ptr<Subvol> new_subvol;
   RootTree::Reservation root_nodes;
@@ -226,7 +226,7 @@ InodeRef InodeCache::Insert(uint64_t root, uint64_t ino, const format::InodeItem
       sh.roots.StoreReserved(std::move(root_nodes), root, new_subvol.release());
       sv = sh.roots.Find(root);
     }
-    auto [slot, added] = (*sv)->inodes.TryStoreReserved(std::move(nodes), TreeKey(ino), fresh.get());
+    auto [slot, added] = (*sv)->inodes.TryStoreReserved(std::move(nodes), ino, fresh.get());
     result = *slot;
     if (added) {
       fresh.release();
@@ -271,7 +271,7 @@ bool InodeCache::Remove(uint64_t root, uint64_t ino) {
     Shard& sh = ShardOf(ino);
     std::lock_guard<std::mutex> lock(sh.mu);
     Subvol** sv = sh.roots.Find(root);
-    InodeRecord** slot = sv == nullptr ? nullptr : (*sv)->inodes.Find(TreeKey(ino));
+    InodeRecord** slot = sv == nullptr ? nullptr : (*sv)->inodes.Find(ino);
     if (slot == nullptr) return false;
     r = *slot;
     Detach(sh, r);
@@ -286,24 +286,11 @@ InodeRef InodeCache::FindFirstAtOrAfter(uint64_t root, uint64_t min_ino) {
   // Each shard's first inode at or after min_ino; the smallest of them.
   InodeRef best;
   for (uint32_t i = 0; i < nshards_; ++i) {
-    // The smallest ino >= min_ino that lives in shard i: its group's member
-    // in shard i, or the next group's.
-    const uint64_t n = nshards_;
-    auto member = [&](uint64_t group) -> uint64_t {
-      const uint64_t off = (i + n - Rotation(group)) % n;
-      return group * n > ~uint64_t{0} - off ? 0 : group * n + off;  // 0: no such number
-    };
-    uint64_t first = member(min_ino / n);
-    if (first < min_ino) {
-      if (min_ino / n == ~uint64_t{0} / n) continue;  // past the last inode number
-      first = member(min_ino / n + 1);
-      if (first < min_ino) continue;  // wrapped around
-    }
     Shard& sh = shards_[i];
     std::lock_guard<std::mutex> lock(sh.mu);
     Subvol** sv = sh.roots.Find(root);
     if (sv == nullptr) continue;
-    auto hit = (*sv)->inodes.FindFirstAtOrAfter(TreeKey(first));
+    auto hit = (*sv)->inodes.FindFirstAtOrAfter(min_ino);
     if (!hit || (best && best->ino < hit->second->ino)) continue;
     hit->second->refs_.fetch_add(1, std::memory_order_relaxed);
     best = InodeRef(hit->second);

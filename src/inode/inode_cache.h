@@ -7,13 +7,12 @@
 // record that lost a race, evicted records, spare nodes) after unlocking.
 //
 // Shards: with options.shards > 1 the inodes are spread over that many
-// independent parts (each group of `shards` consecutive numbers has one in
-// every part; see ShardIndex), each with its own lock, radix trees
-// (keyed by ino / shards, so dense numbers stay dense in every part), CLOCK
-// list and capacity / shards. Threads working on different inodes then
-// rarely meet on a lock or its cache line (a file system creating in two
-// directories looks up both directories and inserts new inodes on every
-// create). One shard (the default) is the plain cache.
+// independent parts (blocks of 64 consecutive numbers, one leaf of the radix
+// tree, each in one part; see ShardIndex), each with its own lock, radix
+// trees, CLOCK list and capacity / shards. Threads working on different
+// inodes then rarely meet on a lock or its cache line (a file system
+// creating in two directories looks up both directories and inserts new
+// inodes on every create). One shard (the default) is the plain cache.
 //
 // Records are reference counted (InodeRef). A cached record is evicted, when
 // the cache is over capacity, only if it is clean, has open_count 0 and no
@@ -227,15 +226,18 @@ class InodeCache {
     uint64_t evict_scans = 0;
     uint64_t removals = 0;
   };
-  // Each group of nshards_ consecutive numbers has one in every shard, in an
-  // order rotated by a hash of the group's block of 64 groups: two threads
-  // that take numbers at the same pace from different runs (fs/ gives each
-  // directory runs of 1024 and more) then rarely meet on a shard, where
-  // plain ino % n put both on the same shard at the same moment.
-  uint32_t ShardIndex(uint64_t ino) const { return static_cast<uint32_t>((ino % nshards_ + Rotation(ino / nshards_)) % nshards_); }
-  uint64_t Rotation(uint64_t group) const { return ((group / 64) * 0x9E3779B97F4A7C15ull >> 32) % nshards_; }
+  // Each block of 64 consecutive numbers (one radix-tree leaf) lives in one
+  // shard, chosen by a hash of the block. A thread that takes numbers from
+  // its own run (fs/ gives each directory runs of 1024 and more) stays on one
+  // shard's lock and cache line for 64 inodes; two threads meet on a shard
+  // only while their current blocks hash alike (1 in n). Spreading every
+  // number over all shards made each insert pull the shard's lock line from
+  // the other core.
+  static constexpr unsigned kShardBlockShift = 6;
+  uint32_t ShardIndex(uint64_t ino) const {
+    return static_cast<uint32_t>(((ino >> kShardBlockShift) * 0x9E3779B97F4A7C15ull >> 32) % nshards_);
+  }
   Shard& ShardOf(uint64_t ino) { return shards_[ShardIndex(ino)]; }
-  uint64_t TreeKey(uint64_t ino) const { return ino / nshards_; }
 
   // All below: called with the shard's mu held.
   static void LinkHead(Shard& sh, InodeRecord* r);

@@ -136,7 +136,7 @@ TEST(InodeCacheTest, EvictsOnlyIdleRecordsColdFirst) {
   EXPECT_EQ(cache.stats().node_bytes, RadixTree<InodeRecord*>::kNodeBytes);
 }
 
-// With several shards (ino % shards), the answers are the ones one shard
+// With several shards (64-number blocks spread by hash), the answers are the ones one shard
 // gives: checked against a std::set on random and extreme inode numbers.
 TEST(InodeCacheTest, ShardedFindFirstAtOrAfterMatchesASet) {
   for (uint32_t shards : {1u, 3u, 16u}) {

@@ -630,12 +630,14 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
   {
     WriteLocks w(path->locking);
     w.Add(parent.lock);
-    w.Add(leaf.lock);
-    const TreeBlock& snap = Snapshot(0, leaf);
-    std::vector<ItemRef>& items = ItemScratch(0);
-    RefItems(snap, 0, n, &items);
-    WriteLeafRefs(leaf, std::span(items).subspan(0, cut));
-    WriteLeafRefs(*right, std::span(items).subspan(cut));
+    if (cut < n) {  // an append split (cut == n) leaves the leaf as it is and the new one empty
+      w.Add(leaf.lock);
+      const TreeBlock& snap = Snapshot(0, leaf);
+      std::vector<ItemRef>& items = ItemScratch(0);
+      RefItems(snap, 0, n, &items);
+      WriteLeafRefs(leaf, std::span(items).subspan(0, cut));
+      WriteLeafRefs(*right, std::span(items).subspan(cut));
+    }
     int at = pslot + 1;
     if (double_split) {
       UB_RETURN_IF_ERROR(InsertPtr(parent, at++, key, middle->bytenr(), blocks_->transid()));
