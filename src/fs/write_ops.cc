@@ -405,8 +405,12 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   const uint32_t hash = static_cast<uint32_t>(NameHash(name));
   bool queued = false, flush_items = false;
   uint64_t creates = 0;
-  if (dir_items_->NoteCreate(dir.root, dir.ino, &creates)) UB_RETURN_IF_ERROR(MaybeIndexDir(dir, creates));
-  switch (dir_items_->Add(dir.root, dir.ino, hash, entry, &flush_items)) {
+  auto verdict = dir_items_->Add(dir.root, dir.ino, hash, entry, &flush_items, &creates);
+  if (verdict == inode::DelayedDirItems::Verdict::kConsiderIndex) {
+    UB_RETURN_IF_ERROR(MaybeIndexDir(dir, creates));
+    verdict = dir_items_->Add(dir.root, dir.ino, hash, entry, &flush_items);
+  }
+  switch (verdict) {
     case inode::DelayedDirItems::Verdict::kQueued:
       queued = true;
       break;
@@ -414,6 +418,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
       UB_RETURN_IF_ERROR(FlushDirItems(dir));
       break;
     case inode::DelayedDirItems::Verdict::kNoIndex:
+    case inode::DelayedDirItems::Verdict::kConsiderIndex:
       break;
   }
   if (!queued) {

@@ -85,13 +85,6 @@ DelayedDirItems::NodeRef DelayedDirItems::GetOrMake(uint64_t root, uint64_t dir)
   return n;
 }
 
-bool DelayedDirItems::NoteCreate(uint64_t root, uint64_t dir, uint64_t* creates) {
-  NodeRef n = GetOrMake(root, dir);
-  std::lock_guard lock(n->mu);
-  *creates = ++n->creates;
-  return !n->indexed && n->creates % options_.index_after == 0;
-}
-
 bool DelayedDirItems::HasIndex(uint64_t root, uint64_t dir) const {
   NodeRef n = Get(root, dir);
   if (!n) return false;
@@ -111,20 +104,28 @@ void DelayedDirItems::SetIndex(uint64_t root, uint64_t dir, std::span<const uint
 }
 
 DelayedDirItems::Verdict DelayedDirItems::Add(uint64_t root, uint64_t dir, uint32_t hash,
-                                              std::span<const uint8_t> item, bool* flush) {
+                                              std::span<const uint8_t> item, bool* flush, uint64_t* creates) {
   *flush = false;
-  NodeRef n = Get(root, dir);
+  NodeRef n = creates != nullptr ? GetOrMake(root, dir) : Get(root, dir);
   if (!n) return Verdict::kNoIndex;
   std::lock_guard lock(n->mu);
-  if (!n->indexed) return Verdict::kNoIndex;
+  if (creates != nullptr) *creates = ++n->creates;
+  if (!n->indexed) {
+    return creates != nullptr && n->creates % options_.index_after == 0 ? Verdict::kConsiderIndex : Verdict::kNoIndex;
+  }
   if (n->index.Find(hash)) {
     Count().fallbacks.Add();
     return Verdict::kMayExist;
   }
-  n->queue.push_back(Pending{hash, std::vector<uint8_t>(item.begin(), item.end())});
+  n->queue.push_back(Pending{hash, static_cast<uint32_t>(item.size()), n->bytes.size()});
+  n->bytes.insert(n->bytes.end(), item.begin(), item.end());
   n->index.Set(hash, static_cast<uint32_t>(n->queue.size()));
-  const size_t total = total_.fetch_add(1, std::memory_order_relaxed) + 1;
-  *flush = n->queue.size() >= options_.dir_batch || total >= options_.total_limit;
+  *flush = n->queue.size() >= options_.dir_batch;
+  if (const size_t uncounted = n->queue.size() - n->counted; uncounted >= total_step_) {
+    n->counted = n->queue.size();
+    const size_t total = total_.fetch_add(uncounted, std::memory_order_relaxed) + uncounted;
+    *flush = *flush || total >= options_.total_limit;
+  }
   Count().queued.Add();
   return Verdict::kQueued;
 }
@@ -148,7 +149,9 @@ DelayedDirItems::Probe DelayedDirItems::Find(uint64_t root, uint64_t dir, uint32
     return Probe::kAbsent;
   }
   if (v == 0) return Probe::kUnknown;
-  *item = n->queue[v - 1].item;
+  const Pending& p = n->queue[v - 1];
+  item->assign(n->bytes.begin() + static_cast<ptrdiff_t>(p.offset),
+               n->bytes.begin() + static_cast<ptrdiff_t>(p.offset + p.size));
   return Probe::kPending;
 }
 
@@ -176,21 +179,24 @@ Status DelayedDirItems::FlushNode(uint64_t root, uint64_t dir, Node& n, const In
     items.clear();
     for (const Pending& p : n.queue) {
       hashes.push_back(p.hash);
-      items.emplace_back(p.item);
+      items.emplace_back(n.bytes.data() + p.offset, p.size);
     }
     Status st = insert(root, dir, hashes, items);
     items.clear();  // no views left behind into the queue
     UB_RETURN_IF_ERROR(st);
   }
-  std::vector<Pending> done;
+  size_t done;
   {
     std::lock_guard lock(n.mu);
     for (const Pending& p : n.queue) n.index.Set(p.hash, 0);
-    done.swap(n.queue);
+    done = n.queue.size();
+    total_.fetch_sub(n.counted, std::memory_order_relaxed);
+    n.counted = 0;
+    n.queue.clear();
+    n.bytes.clear();
   }
-  total_.fetch_sub(done.size(), std::memory_order_relaxed);
-  Count().flushed.Add(done.size());
-  return Status::Ok();  // `done` is freed outside the lock
+  Count().flushed.Add(done);
+  return Status::Ok();
 }
 
 Status DelayedDirItems::FlushDir(uint64_t root, uint64_t dir, const InsertFn& insert) {
@@ -219,7 +225,7 @@ void DelayedDirItems::Forget(uint64_t root, uint64_t dir) {
   gone = std::move(it->second);
   sh.nodes.erase(it);
   std::lock_guard node_lock(gone->mu);
-  total_.fetch_sub(gone->queue.size(), std::memory_order_relaxed);
+  total_.fetch_sub(gone->counted, std::memory_order_relaxed);
 }
 
 }  // namespace ubtrfs::inode

@@ -17,7 +17,8 @@
 // lookup without a tree search; a pending hash is answered from the queue.
 // It only grows (removed names stay in it, which costs a fallback, never a
 // wrong answer). Memory: 16 bytes per entry of an indexed directory (an
-// open-addressing table at most half full), plus the queued items.
+// open-addressing table at most half full), plus the queued items (kept in
+// one buffer per directory, as large as its largest queue).
 //
 // Counters (ubtrfs stats): dir_items.indexes (directories indexed),
 // dir_items.queued, dir_items.flushed (queued items inserted by flushes),
@@ -32,6 +33,7 @@
 #ifndef UBTRFS_INODE_DELAYED_DIR_ITEMS_H_
 #define UBTRFS_INODE_DELAYED_DIR_ITEMS_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -81,20 +83,24 @@ class DelayedDirItems {
     size_t total_limit = 131072;
   };
   DelayedDirItems() : DelayedDirItems(Options{}) {}
-  explicit DelayedDirItems(const Options& o) : options_(o) {}
+  explicit DelayedDirItems(const Options& o)
+      : options_(o), total_step_(std::clamp<size_t>(o.total_limit / 64, 1, 256)) {}
 
-  // Counts a create in dir. True when the directory has no index and the
-  // caller should consider building one (see Options).
-  bool NoteCreate(uint64_t root, uint64_t dir, uint64_t* creates);
   bool HasIndex(uint64_t root, uint64_t dir) const;
   // Installs the index of dir: every DIR_ITEM hash its tree items have.
   void SetIndex(uint64_t root, uint64_t dir, std::span<const uint64_t> hashes);
 
-  enum class Verdict { kNoIndex, kMayExist, kQueued };
+  enum class Verdict { kNoIndex, kConsiderIndex, kMayExist, kQueued };
   // kQueued: the hash was unknown, the item (DIR_ITEM bytes) is queued and
   // *flush says whether the caller should flush dir now. kMayExist: nothing
-  // changed; the caller flushes dir and takes the immediate path.
-  Verdict Add(uint64_t root, uint64_t dir, uint32_t hash, std::span<const uint8_t> item, bool* flush);
+  // changed; the caller flushes dir and takes the immediate path. kNoIndex:
+  // the directory has no index; the caller uses the tree.
+  // With `creates` given, the call first counts a create in dir (one lookup
+  // of the directory for both). An unindexed directory then answers
+  // kConsiderIndex every index_after creates, with their count in *creates:
+  // the caller may build the index (SetIndex) and Add again, not counting.
+  Verdict Add(uint64_t root, uint64_t dir, uint32_t hash, std::span<const uint8_t> item, bool* flush,
+              uint64_t* creates = nullptr);
   // A DIR_ITEM with this hash goes into the tree directly (call before the
   // insert, so the index never misses a hash the tree has).
   void NoteInserted(uint64_t root, uint64_t dir, uint32_t hash);
@@ -120,7 +126,8 @@ class DelayedDirItems {
  private:
   struct Pending {
     uint32_t hash;
-    std::vector<uint8_t> item;
+    uint32_t size;    // of the item's bytes
+    uint64_t offset;  // in Node::bytes
   };
   struct Node {
     mutable std::mutex mu;  // guards all below
@@ -128,6 +135,10 @@ class DelayedDirItems {
     bool indexed = false;
     HashSlots index;        // hash -> 0 (in the tree) or position in queue + 1
     std::vector<Pending> queue;
+    // The queued items' bytes, one after another: no allocation per item.
+    // A flush empties it and keeps its capacity for the next batch.
+    std::vector<uint8_t> bytes;
+    size_t counted = 0;     // of queue, included in total_
   };
   using NodeRef = std::shared_ptr<Node>;
   struct alignas(64) Shard {
@@ -142,7 +153,11 @@ class DelayedDirItems {
 
   Options options_;
   std::array<Shard, kShards> shards_;
-  std::atomic<size_t> total_{0};  // queued items, all directories
+  // Queued items, all directories, added in steps of total_step_ per
+  // directory so that threads queueing in their own directories do not
+  // write one shared line on every create.
+  std::atomic<size_t> total_{0};
+  size_t total_step_ = 1;
 };
 
 }  // namespace ubtrfs::inode

@@ -55,15 +55,20 @@ TEST(DelayedDirItems, IndexQueueFindAndFlushInHashOrder) {
   EXPECT_EQ(d.Add(kRoot, 300, 1, Item(1), &flush), DelayedDirItems::Verdict::kNoIndex);
   std::vector<uint8_t> got;
   EXPECT_EQ(d.Find(kRoot, 300, 1, &got), DelayedDirItems::Probe::kUnknown);
-  for (int i = 1; i <= 3; ++i) EXPECT_FALSE(d.NoteCreate(kRoot, 300, &creates));
-  EXPECT_TRUE(d.NoteCreate(kRoot, 300, &creates));
+  // Creates are counted (this first Add was not one); the fourth asks for an index.
+  for (uint32_t h = 2; h <= 4; ++h) {
+    EXPECT_EQ(d.Add(kRoot, 300, h, Item(h), &flush, &creates), DelayedDirItems::Verdict::kNoIndex);
+  }
+  EXPECT_EQ(creates, 3u);
+  EXPECT_EQ(d.Add(kRoot, 300, 5, Item(5), &flush, &creates), DelayedDirItems::Verdict::kConsiderIndex);
   EXPECT_EQ(creates, 4u);
   // The tree has hashes 10 and 20.
   const std::vector<uint64_t> in_tree = {10, 20};
   d.SetIndex(kRoot, 300, in_tree);
   EXPECT_TRUE(d.HasIndex(kRoot, 300));
-  EXPECT_FALSE(d.NoteCreate(kRoot, 300, &creates));  // indexed: no more asking
-  EXPECT_EQ(d.Add(kRoot, 300, 10, Item(10), &flush), DelayedDirItems::Verdict::kMayExist);
+  // Indexed: no more asking, and a counted create is judged like any add.
+  EXPECT_EQ(d.Add(kRoot, 300, 10, Item(10), &flush, &creates), DelayedDirItems::Verdict::kMayExist);
+  EXPECT_EQ(creates, 5u);
   EXPECT_EQ(d.Find(kRoot, 300, 20, &got), DelayedDirItems::Probe::kUnknown);
   EXPECT_EQ(d.Find(kRoot, 300, 30, &got), DelayedDirItems::Probe::kAbsent);
   // New hashes queue until the batch size says flush.
@@ -143,6 +148,33 @@ TEST(DelayedDirItems, TotalLimitAndFlushAllAndFailures) {
   for (uint32_t h = 10; h < 14; ++h) {
     EXPECT_EQ(d.Add(kRoot, 400, h, Item(h), &flush), DelayedDirItems::Verdict::kQueued);
     EXPECT_FALSE(flush);
+  }
+}
+
+// The total over all directories is counted in steps; a directory that
+// reaches its batch on a step still counts that step, so flushing it takes
+// off what was added and the total never drifts (a drift below zero once
+// made every step ask for a flush).
+TEST(DelayedDirItems, TotalStaysExactAcrossBatchFlushes) {
+  DelayedDirItems d(DelayedDirItems::Options{.index_after = 1, .dir_batch = 1024, .total_limit = 64 * 64});
+  const auto none = [](uint64_t, uint64_t, std::span<const uint32_t>, std::span<const std::span<const uint8_t>>) {
+    return Status::Ok();
+  };
+  bool flush = false;
+  d.SetIndex(kRoot, 600, {});
+  d.SetIndex(kRoot, 601, {});
+  uint32_t h = 1;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 1; i <= 1024; ++i, ++h) {
+      ASSERT_EQ(d.Add(kRoot, 600, h, Item(h), &flush), DelayedDirItems::Verdict::kQueued);
+      ASSERT_EQ(flush, i == 1024) << "round " << round << " item " << i;
+    }
+    ASSERT_TRUE(d.FlushDir(kRoot, 600, none).ok());
+  }
+  // Another directory's first steps find the total at zero.
+  for (int i = 1; i <= 1000; ++i, ++h) {
+    ASSERT_EQ(d.Add(kRoot, 601, h, Item(h), &flush), DelayedDirItems::Verdict::kQueued);
+    ASSERT_FALSE(flush) << "item " << i;
   }
 }
 
