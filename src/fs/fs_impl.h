@@ -726,7 +726,9 @@ class FilesystemImpl final : public Filesystem {
     writer_entries_.push_back(std::make_unique<CachedWriterEntry>(CachedWriterEntry{root, w}));
     cached_writer_.entry.store(writer_entries_.back().get(), std::memory_order_release);
   }
-  Result<format::InodeItem> LoadInode(InodeId id);
+  // With rec, a cached inode's record is handed out too (left empty when
+  // the inode came from the tree).
+  Result<format::InodeItem> LoadInode(InodeId id, inode::InodeRef* rec = nullptr);
   Status StoreInode(InodeId id, const format::InodeItem& ii);
   // A cached record's item changed (its lock held): stamps it with this
   // transaction and marks it dirty for FlushInodes.
@@ -743,12 +745,15 @@ class FilesystemImpl final : public Filesystem {
                            std::string_view symlink_target);
   // Adds a directory entry for `target`; with new_inode, target is a new
   // inode whose item is inserted with its first back reference.
-  Status AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, const format::InodeItem* new_inode);
+  // dir_rec: the directory's cached record when the caller holds it (one
+  // cache lookup less).
+  Status AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, const format::InodeItem* new_inode,
+                 inode::InodeRecord* dir_rec = nullptr);
   Status AddBackRef(tree::TreeWriter* w, const tree::RootPtr& tree, InodeId dir, std::string_view name, InodeId target,
                     uint64_t index, const std::vector<uint8_t>& ref);
   Status RemoveLink(InodeId dir, std::string_view name, InodeId target, bool* was_dir_entry);
   Status DropInode(InodeId id);
-  Status TouchDir(InodeId dir, int64_t size_delta);
+  Status TouchDir(InodeId dir, int64_t size_delta, inode::InodeRecord* rec = nullptr);
   Status InsertDirItem(tree::TreeWriter* w, InodeId dir, uint32_t hash, std::span<const uint8_t> entry);
   // One directory's queued DIR_ITEMs (ascending hashes) into its tree.
   Status InsertQueuedDirItems(uint64_t root, uint64_t dir, std::span<const uint32_t> hashes,

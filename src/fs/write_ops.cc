@@ -232,11 +232,13 @@ Result<tree::TreeWriter*> FilesystemImpl::FsWriter(uint64_t root) {
   return txn_->Writer(root);
 }
 
-Result<InodeItem> FilesystemImpl::LoadInode(InodeId id) {
+Result<InodeItem> FilesystemImpl::LoadInode(InodeId id, inode::InodeRef* rec) {
   if (StubParent(id)) return Status::Error(EPERM, "an empty subvolume stub cannot be changed");
   if (inode::InodeRef r = icache_.Lookup(id.root, id.ino)) {
     std::lock_guard lock(RecordLock(id));
-    return r->item;
+    InodeItem ii = r->item;
+    if (rec != nullptr) *rec = std::move(r);
+    return ii;
   }
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
   UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, Key{id.ino, kInodeItemKey, 0}));
@@ -345,19 +347,21 @@ Result<uint64_t> FilesystemImpl::NextDirIndex(InodeId dir) {
   return it->second++;
 }
 
-Status FilesystemImpl::TouchDir(InodeId dir, int64_t size_delta) {
+Status FilesystemImpl::TouchDir(InodeId dir, int64_t size_delta, inode::InodeRecord* rec) {
   const Time now = Now();
   auto touch = [&](InodeItem& ii) {
     ii.size = static_cast<uint64_t>(static_cast<int64_t>(ii.size.get()) + size_delta);
     SetTime(ii.mtime, now);
     SetTime(ii.ctime, now);
   };
-  // The caller has just loaded the directory, so it is normally cached: one
-  // lookup, and the record changes in place under its lock.
-  if (inode::InodeRef r = icache_.Lookup(dir.root, dir.ino)) {
+  // The caller has just loaded the directory, so it is normally cached (or
+  // the caller holds its record): the record changes in place under its lock.
+  inode::InodeRef looked_up;
+  if (rec == nullptr && (looked_up = icache_.Lookup(dir.root, dir.ino))) rec = looked_up.get();
+  if (rec != nullptr) {
     std::lock_guard lock(RecordLock(dir));
-    touch(r->item);
-    MarkChanged(*r);
+    touch(rec->item);
+    MarkChanged(*rec);
     return Status::Ok();
   }
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
@@ -392,7 +396,7 @@ Status FilesystemImpl::AddBackRef(tree::TreeWriter* w, const tree::RootPtr& tree
 }
 
 Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype,
-                               const InodeItem* new_inode) {
+                               const InodeItem* new_inode, inode::InodeRecord* dir_rec) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
   const uint64_t transid = txn_->transid();
@@ -452,7 +456,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
         delayed_->FlushDir(dir.root, dir.ino, [this](uint64_t r) { return FsWriter(r); }, /*full_batches_only=*/true));
   }
   if (flush_items) UB_RETURN_IF_ERROR(FlushDirItems(dir));
-  return TouchDir(dir, 2 * static_cast<int64_t>(name.size()));
+  return TouchDir(dir, 2 * static_cast<int64_t>(name.size()), dir_rec);
 }
 
 // One DIR_ITEM into the tree; names whose hashes collide share one item. The
@@ -595,7 +599,9 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
                                          std::string_view symlink_target) {
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_RETURN_IF_ERROR(CheckName(name));
-  UB_ASSIGN_OR_RETURN(InodeItem parent, LoadInode(dir));
+  // The directory's record, held to the end (its time and size change).
+  inode::InodeRef dir_rec;
+  UB_ASSIGN_OR_RETURN(InodeItem parent, LoadInode(dir, &dir_rec));
   if (!S_ISDIR(parent.mode.get())) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
   if (parent.nlink.get() == 0) return Status::NotFound(InodeName(dir) + " was removed");
   UB_ASSIGN_OR_RETURN(uint64_t ino, NewIno(dir));
@@ -618,7 +624,7 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   SetTime(ii.otime, now);
   // The link (with the inode item) first: it fails cleanly (EEXIST) before
   // anything else changed.
-  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), &ii));
+  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), &ii, dir_rec.get()));
   CacheInode(id, ii);
   if (S_ISLNK(mode)) {
     UB_RETURN_IF_ERROR(WriteInline(id, std::span(reinterpret_cast<const uint8_t*>(symlink_target.data()), symlink_target.size())));
