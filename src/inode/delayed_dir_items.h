@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "inode/dir_shard.h"
 #include "ubtrfs/status.h"
 
 namespace ubtrfs::inode {
@@ -148,8 +149,8 @@ class DelayedDirItems {
   NodeRef Get(uint64_t root, uint64_t dir) const;
   NodeRef GetOrMake(uint64_t root, uint64_t dir);
   Status FlushNode(uint64_t root, uint64_t dir, Node& n, const InsertFn& insert);
-  static constexpr size_t kShards = 16;
-  static size_t ShardIndex(uint64_t root, uint64_t dir) { return (dir * 0x9E3779B97F4A7C15ull + root) >> 60; }
+  static constexpr size_t kShards = kDirShards;
+  static size_t ShardIndex(uint64_t root, uint64_t dir) { return DirShard(root, dir); }
 
   Options options_;
   std::array<Shard, kShards> shards_;

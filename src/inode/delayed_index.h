@@ -23,6 +23,7 @@
 #include <mutex>
 #include <vector>
 
+#include "inode/dir_shard.h"
 #include "tree/writer.h"
 
 namespace ubtrfs::inode {
@@ -87,8 +88,8 @@ class DelayedDirIndex {
     size_t count = 0;  // queued items
     DelayedIndexStats stats;
   };
-  static constexpr size_t kShards = 16;
-  static size_t ShardIndex(uint64_t root, uint64_t dir) { return (dir * 0x9E3779B97F4A7C15ull + root) >> 60; }
+  static constexpr size_t kShards = kDirShards;
+  static size_t ShardIndex(uint64_t root, uint64_t dir) { return DirShard(root, dir); }
   Shard& ShardOf(uint64_t root, uint64_t dir) { return shards_[ShardIndex(root, dir)]; }
   const Shard& ShardOf(uint64_t root, uint64_t dir) const { return shards_[ShardIndex(root, dir)]; }
   void RecordBatch(Shard& sh, size_t items, bool full);
