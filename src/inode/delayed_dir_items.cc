@@ -57,6 +57,19 @@ void HashSlots::Set(uint32_t hash, uint32_t value) {
   }
 }
 
+bool HashSlots::Insert(uint32_t hash, uint32_t value) {
+  if ((used_ + 1) * 2 > slots_.size()) Grow();
+  for (size_t i = SlotOf(hash);; i = (i + 1) & (slots_.size() - 1)) {
+    Slot& e = slots_[i];
+    if (e.tag == 0) {
+      e = Slot{hash, value + 1};
+      ++used_;
+      return true;
+    }
+    if (e.hash == hash) return false;
+  }
+}
+
 void HashSlots::Grow() {
   std::vector<Slot> old = std::move(slots_);
   slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{});
@@ -113,13 +126,12 @@ DelayedDirItems::Verdict DelayedDirItems::Add(uint64_t root, uint64_t dir, uint3
   if (!n->indexed) {
     return creates != nullptr && n->creates % options_.index_after == 0 ? Verdict::kConsiderIndex : Verdict::kNoIndex;
   }
-  if (n->index.Find(hash)) {
+  if (!n->index.Insert(hash, static_cast<uint32_t>(n->queue.size() + 1))) {
     Count().fallbacks.Add();
     return Verdict::kMayExist;
   }
   n->queue.push_back(Pending{hash, static_cast<uint32_t>(item.size()), n->bytes.size()});
   n->bytes.insert(n->bytes.end(), item.begin(), item.end());
-  n->index.Set(hash, static_cast<uint32_t>(n->queue.size()));
   *flush = n->queue.size() >= options_.dir_batch;
   if (const size_t uncounted = n->queue.size() - n->counted; uncounted >= total_step_) {
     n->counted = n->queue.size();

@@ -58,6 +58,9 @@ class HashSlots {
   bool Find(uint32_t hash, uint32_t* value = nullptr) const;
   // Sets hash's value, inserting hash if absent.
   void Set(uint32_t hash, uint32_t value);
+  // Inserts hash with value unless present (one probe for both); whether it
+  // inserted.
+  bool Insert(uint32_t hash, uint32_t value);
   size_t size() const { return used_; }
 
  private:
