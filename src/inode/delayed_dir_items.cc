@@ -41,33 +41,26 @@ bool HashSlots::Find(uint32_t hash, uint32_t* value) const {
   }
 }
 
-void HashSlots::Set(uint32_t hash, uint32_t value) {
+HashSlots::Slot& HashSlots::SlotFor(uint32_t hash) {
   if ((used_ + 1) * 2 > slots_.size()) Grow();
   for (size_t i = SlotOf(hash);; i = (i + 1) & (slots_.size() - 1)) {
     Slot& e = slots_[i];
-    if (e.tag == 0) {
-      e = Slot{hash, value + 1};
-      ++used_;
-      return;
-    }
-    if (e.hash == hash) {
-      e.tag = value + 1;
-      return;
-    }
+    if (e.tag == 0 || e.hash == hash) return e;
   }
 }
 
+void HashSlots::Set(uint32_t hash, uint32_t value) {
+  Slot& e = SlotFor(hash);
+  if (e.tag == 0) ++used_;
+  e = Slot{hash, value + 1};
+}
+
 bool HashSlots::Insert(uint32_t hash, uint32_t value) {
-  if ((used_ + 1) * 2 > slots_.size()) Grow();
-  for (size_t i = SlotOf(hash);; i = (i + 1) & (slots_.size() - 1)) {
-    Slot& e = slots_[i];
-    if (e.tag == 0) {
-      e = Slot{hash, value + 1};
-      ++used_;
-      return true;
-    }
-    if (e.hash == hash) return false;
-  }
+  Slot& e = SlotFor(hash);
+  if (e.tag != 0) return false;
+  e = Slot{hash, value + 1};
+  ++used_;
+  return true;
 }
 
 void HashSlots::Grow() {

@@ -69,6 +69,8 @@ class HashSlots {
     uint32_t tag = 0;  // value + 1; 0: empty
   };
   size_t SlotOf(uint32_t hash) const;
+  // The slot holding hash, or the empty one where it goes (room made first).
+  Slot& SlotFor(uint32_t hash);
   void Grow();
   std::vector<Slot> slots_;
   size_t used_ = 0;

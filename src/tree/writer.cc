@@ -659,46 +659,14 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
 Status TreeWriter::InsertEmptyItems(WritePath* path, std::span<const Key> keys, std::span<const uint32_t> sizes,
                                     std::span<const std::span<const uint8_t>> data) {
   TreeBlock& leaf = *path->nodes[0];
-  const int slot = path->slots[0], n = leaf.nritems(), nr = static_cast<int>(keys.size());
   uint32_t total = 0;
   for (uint32_t s : sizes) total += s;
-  if (leaf.LeafFreeSpace() < total + nr * kItemHeader) {
+  if (leaf.LeafFreeSpace() < total + static_cast<uint32_t>(keys.size()) * kItemHeader) {
     return Status::Error(EIO, "internal: leaf " + std::to_string(leaf.bytenr()) + " has no room for the batch");
   }
-  {
-    WriteLocks w(path->locking);
-    w.Add(leaf.lock);
-    uint8_t* body = leaf.mutable_bytes() + sizeof(Header);
-    const uint32_t data_end = n == 0 ? leaf.LeafSpace() : leaf.item_offset(n - 1);
-    // Where the new items' data ends: right below the data of item slot - 1.
-    const uint32_t new_end = slot == 0 ? leaf.LeafSpace() : leaf.item_offset(slot - 1);
-    if (slot < n) {
-      // Items [slot, n) keep their order; their data moves down by `total`.
-      std::memmove(body + data_end - total, body + data_end, new_end - data_end);
-      for (int i = slot; i < n; ++i) leaf.mutable_item(i)->offset = leaf.item_offset(i) - total;
-      std::memmove(leaf.mutable_item(slot + nr), leaf.mutable_item(slot), (n - slot) * sizeof(Item));
-    }
-    uint32_t end = new_end;
-    for (int i = 0; i < nr; ++i) {
-      Item* it = leaf.mutable_item(slot + i);
-      keys[i].To(&it->key);
-      end -= sizes[i];
-      it->offset = end;
-      it->size = sizes[i];
-      if (i < static_cast<int>(data.size()) && sizes[i] > 0) {
-        std::memcpy(body + end, data[i].data(), sizes[i]);
-      } else {
-        std::memset(body + end, 0, sizes[i]);
-      }
-    }
-    leaf.set_nritems(n + nr);
-  }
-  // The leaf is unlocked; only the parents' low keys are left.
-  if (slot == 0) FixupLowKeys(path, keys[0], 1);
-  if (!path->locking) {  // per-call counters on a line threads would share: single-threaded only
-    stats_.batch_inserts.fetch_add(1, std::memory_order_relaxed);
-    stats_.items_inserted.fetch_add(nr, std::memory_order_relaxed);
-  }
+  thread_local std::vector<int> pos;
+  pos.assign(keys.size(), path->slots[0]);  // all between the slot's neighbours
+  MergeIntoLeaf(path, keys, sizes, data, pos);
   return Status::Ok();
 }
 
@@ -792,6 +760,7 @@ Status TreeWriter::InsertSorted(std::span<const Key> keys, std::span<const std::
     }
   }
   thread_local std::vector<int> pos;
+  thread_local std::vector<uint32_t> sizes;
   for (size_t i = 0; i < keys.size();) {
     WritePath path;
     const uint32_t first = static_cast<uint32_t>(data[i].size()) + kItemHeader;
@@ -805,6 +774,7 @@ Status TreeWriter::InsertSorted(std::span<const Key> keys, std::span<const std::
     const int n = leaf.nritems();
     uint32_t room = leaf.LeafFreeSpace() - first;
     pos.assign(1, path.slot());
+    sizes.assign(1, first - kItemHeader);
     size_t j = i + 1;
     if (path.slot() < n) {
       const Key last = leaf.key(n - 1);
@@ -815,20 +785,22 @@ Status TreeWriter::InsertSorted(std::span<const Key> keys, std::span<const std::
         if (leaf.key(p) == keys[j]) break;  // the next search reports it
         room -= need;
         pos.push_back(p);
+        sizes.push_back(need - kItemHeader);
       }
     }
-    MergeIntoLeaf(&path, keys.subspan(i, j - i), data.subspan(i, j - i), pos);
+    MergeIntoLeaf(&path, keys.subspan(i, j - i), sizes, data.subspan(i, j - i), pos);
     i = j;
   }
   return Status::Ok();
 }
 
-void TreeWriter::MergeIntoLeaf(WritePath* path, std::span<const Key> keys,
+void TreeWriter::MergeIntoLeaf(WritePath* path, std::span<const Key> keys, std::span<const uint32_t> sizes,
                                std::span<const std::span<const uint8_t>> data, std::span<const int> pos) {
+  if (keys.empty()) return;
   TreeBlock& leaf = *path->nodes[0];
   const int n = leaf.nritems(), m = static_cast<int>(keys.size());
   uint32_t shift = 0;  // bytes of new data below old item `hi` and after: all of it at first
-  for (const auto& d : data) shift += static_cast<uint32_t>(d.size());
+  for (uint32_t size : sizes) shift += size;
   {
     WriteLocks w(path->locking);
     w.Add(leaf.lock);
@@ -849,18 +821,23 @@ void TreeWriter::MergeIntoLeaf(WritePath* path, std::span<const Key> keys,
         std::memmove(leaf.mutable_item(p + k + 1), leaf.mutable_item(p), (hi - p) * sizeof(Item));
         hi = p;
       }
-      const uint32_t size = static_cast<uint32_t>(data[k].size());
+      const uint32_t size = sizes[k];
       shift -= size;
       Item* it = leaf.mutable_item(p + k);
       keys[k].To(&it->key);
       it->offset = top - shift - size;
       it->size = size;
-      if (size > 0) std::memcpy(body + top - shift - size, data[k].data(), size);
+      if (k < static_cast<int>(data.size()) && size > 0) {
+        std::memcpy(body + top - shift - size, data[k].data(), size);
+      } else {
+        std::memset(body + top - shift - size, 0, size);
+      }
     }
     leaf.set_nritems(n + m);
   }
+  // The leaf is unlocked; only the parents' low keys are left.
   if (pos[0] == 0) FixupLowKeys(path, keys[0], 1);
-  if (!path->locking) {
+  if (!path->locking) {  // per-call counters on a line threads would share: single-threaded only
     stats_.batch_inserts.fetch_add(1, std::memory_order_relaxed);
     stats_.items_inserted.fetch_add(m, std::memory_order_relaxed);
   }

@@ -193,10 +193,11 @@ class TreeWriter {
   // Copies a committed sibling on write and points the parent at the copy.
   Status MakeWritable(WritePath* path, int level, int slot, Sibling* sib);
   Status CowChild(WritePath* path, int level, int slot);
-  // Puts keys[k] between the leaf's items pos[k]-1 and pos[k] (pos as
-  // FirstSlotAtOrAfter, ascending); the leaf has the room.
-  void MergeIntoLeaf(WritePath* path, std::span<const Key> keys, std::span<const std::span<const uint8_t>> data,
-                     std::span<const int> pos);
+  // Puts keys[k] (sizes[k] bytes, from data[k] if given, else zeroed)
+  // between the leaf's items pos[k]-1 and pos[k] (pos as FirstSlotAtOrAfter,
+  // ascending) in one pass; the leaf has the room.
+  void MergeIntoLeaf(WritePath* path, std::span<const Key> keys, std::span<const uint32_t> sizes,
+                     std::span<const std::span<const uint8_t>> data, std::span<const int> pos);
   Status InsertNewRoot(WritePath* path, int level);
   Status SplitNode(WritePath* path, int level);
   Result<bool> PushLeaf(WritePath* path, uint32_t ins_len);
