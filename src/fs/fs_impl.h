@@ -750,7 +750,7 @@ class FilesystemImpl final : public Filesystem {
   Status AddLink(InodeId dir, std::string_view name, InodeId target, uint8_t ftype, const format::InodeItem* new_inode,
                  inode::InodeRecord* dir_rec = nullptr);
   Status AddBackRef(tree::TreeWriter* w, const tree::RootPtr& tree, InodeId dir, std::string_view name, InodeId target,
-                    uint64_t index, const std::vector<uint8_t>& ref);
+                    uint64_t index, std::span<const uint8_t> ref);
   Status RemoveLink(InodeId dir, std::string_view name, InodeId target, bool* was_dir_entry);
   Status DropInode(InodeId id);
   Status TouchDir(InodeId dir, int64_t size_delta, inode::InodeRecord* rec = nullptr);

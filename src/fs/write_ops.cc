@@ -82,8 +82,12 @@ uint64_t ExtrefHash(uint64_t parent, std::string_view name) {
                 std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size()));
 }
 
+constexpr size_t kMaxNameLen = 255;  // bytes of a directory entry's name, as Linux's NAME_MAX
+
 Status CheckName(std::string_view name) {
-  if (name.empty() || name.size() > 255) return Status::Error(ENAMETOOLONG, "bad name length " + std::to_string(name.size()));
+  if (name.empty() || name.size() > kMaxNameLen) {
+    return Status::Error(ENAMETOOLONG, "bad name length " + std::to_string(name.size()));
+  }
   if (name == "." || name == "..") return Status::Error(EEXIST, "'" + std::string(name) + "' is reserved");
   if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
     return Status::Invalid("name contains '/' or NUL");
@@ -374,7 +378,7 @@ Status FilesystemImpl::TouchDir(InodeId dir, int64_t size_delta, inode::InodeRec
 // Another back reference of an existing inode: appended to its INODE_REF
 // item for this directory, or, when that item is full, an INODE_EXTREF.
 Status FilesystemImpl::AddBackRef(tree::TreeWriter* w, const tree::RootPtr& tree, InodeId dir, std::string_view name,
-                                  InodeId target, uint64_t index, const std::vector<uint8_t>& ref) {
+                                  InodeId target, uint64_t index, std::span<const uint8_t> ref) {
   const Key rkey{target.ino, kInodeRefKey, dir.ino};
   UB_ASSIGN_OR_RETURN(auto refs, tree::LookupItem(vol_->source(), tree, rkey));
   if (!refs) return w->Insert(rkey, ref);
@@ -432,11 +436,13 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   UB_ASSIGN_OR_RETURN(uint64_t index, NextDirIndex(dir));
 
   // INODE_REF (or, when that item is full, an INODE_EXTREF).
-  std::vector<uint8_t> ref(sizeof(InodeRef) + name.size());
-  auto* ir = reinterpret_cast<InodeRef*>(ref.data());
+  std::array<uint8_t, sizeof(InodeRef) + kMaxNameLen> ref_buf;  // names are checked to be at most 255 bytes
+  if (name.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "name of " + std::to_string(name.size()) + " bytes");
+  auto* ir = reinterpret_cast<InodeRef*>(ref_buf.data());
   ir->index = index;
   ir->name_len = static_cast<uint16_t>(name.size());
-  std::memcpy(ref.data() + sizeof(InodeRef), name.data(), name.size());
+  std::memcpy(ref_buf.data() + sizeof(InodeRef), name.data(), name.size());
+  const std::span<const uint8_t> ref(ref_buf.data(), sizeof(InodeRef) + name.size());
   const Key rkey{target.ino, kInodeRefKey, dir.ino};
   UB_ASSIGN_OR_RETURN(tree, FsTree(dir.root));  // the DIR_ITEM change may have moved the root
   if (new_inode != nullptr) {
