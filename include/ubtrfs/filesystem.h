@@ -58,6 +58,16 @@ struct DirEntry {
   uint64_t index = 0;  // DIR_INDEX sequence number: the readdir cookie
 };
 
+// A directory entry that a listing leaves out because no POSIX program could
+// be handed it safely: a damaged or hostile image's name that is empty, longer
+// than 255 bytes, holds '/' or NUL, is "." or "..", or repeats an earlier
+// entry's name in the same directory (the entry with the lowest index wins).
+struct SkippedEntry {
+  std::string name;    // the stored bytes, as they are (may hold '/' or NUL)
+  uint64_t index = 0;  // its DIR_INDEX sequence number
+  std::string reason;  // e.g. "name contains '/'", "duplicate of the entry at index 5"
+};
+
 struct FsStat {
   uint32_t block_size = 0;  // sectorsize
   uint32_t node_size = 0;
@@ -146,8 +156,12 @@ class Filesystem {
   virtual Result<InodeId> Lookup(std::string_view path) = 0;
   virtual Result<InodeId> LookupChild(InodeId dir, std::string_view name) = 0;
   virtual Result<Stat> GetStat(InodeId id) = 0;
-  // Entries in DIR_INDEX order, without "." and "..".
-  virtual Result<std::vector<DirEntry>> ReadDir(InodeId dir) = 0;
+  // Entries in DIR_INDEX order, without "." and "..". Entries whose names
+  // are not valid POSIX names, or repeat a name, are never returned; when
+  // `skipped` is given, each such entry is appended to it (so a caller can
+  // warn, or refuse the image).
+  virtual Result<std::vector<DirEntry>> ReadDir(InodeId dir, std::vector<SkippedEntry>* skipped) = 0;
+  Result<std::vector<DirEntry>> ReadDir(InodeId dir) { return ReadDir(dir, nullptr); }
   // Reads up to buf.size() bytes at offset; returns the count (0 at EOF).
   virtual Result<size_t> Read(InodeId file, uint64_t offset, std::span<uint8_t> buf) = 0;
   virtual Result<std::string> ReadLink(InodeId link) = 0;

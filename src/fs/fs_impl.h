@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "format/checksum.h"
+#include "fs/dir_names.h"
 #include "format/superblock.h"
 #include "fs/compress.h"
 #include "inode/delayed_dir_items.h"
@@ -221,7 +222,12 @@ class FilesystemImpl final : public Filesystem {
 
   Result<InodeId> LookupChild(InodeId dir, std::string_view name) override {
     auto guard = Guard();
-    if (name.empty() || name.size() > 255) return Status::Invalid("bad name length " + std::to_string(name.size()));
+    if (name.empty() || name.size() > kNameMax) {
+      return Status::Error(ENAMETOOLONG, "bad name length " + std::to_string(name.size()));
+    }
+    if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
+      return Status::Invalid("name " + PrintableName(name) + " contains '/' or NUL");
+    }
     UB_ASSIGN_OR_RETURN(Stat st, GetStat(dir));
     if (!S_ISDIR(st.mode)) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
     if (name == ".") return dir;
@@ -307,7 +313,8 @@ class FilesystemImpl final : public Filesystem {
     return s;
   }
 
-  Result<std::vector<DirEntry>> ReadDir(InodeId dir) override {
+  using Filesystem::ReadDir;
+  Result<std::vector<DirEntry>> ReadDir(InodeId dir, std::vector<SkippedEntry>* skipped) override {
     auto guard = Guard();
     std::unique_lock<std::mutex> dir_lock;
     if (txn_ && !HoldsExclusive()) dir_lock = std::unique_lock(InodeLock(dir));
@@ -334,11 +341,14 @@ class FilesystemImpl final : public Filesystem {
       for (const auto& [index, item] : *pending) {
         const Key k{dir.ino, kDirIndexKey, index};
         UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(item, k));
+        if (entries.size() != 1) return Status::Error(EIO, "queued " + KeyToString(k) + " holds " +
+                                                         std::to_string(entries.size()) + " entries");
         UB_ASSIGN_OR_RETURN(InodeId id, Resolve(dir, entries[0].location, entries[0].name));
         out.push_back(DirEntry{std::string(entries[0].name), id, DtFromFt(entries[0].type), index});
       }
       std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.index < b.index; });
     }
+    FilterDirEntries(&out, skipped);
     return out;
   }
 
