@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -410,6 +412,86 @@ TEST_F(HostileNamesTest, MountListsNoInvalidOrDuplicateName) {
   EXPECT_EQ(m.Unmount(&err), 0) << err;
   const std::string log = m.Log();
   EXPECT_NE(log.find("damaged entries not shown"), std::string::npos) << log;
+}
+
+}  // namespace
+
+namespace {
+
+// What a copy out keeps of set-id bits, device nodes and privileged xattrs:
+// everything when privileged; as GNU tar for an ordinary user otherwise.
+class ExportPrivilegeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "making a device node and trusted.* xattrs for the image needs root";
+    const std::string src = tmp_.Sub("src");
+    ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+    ASSERT_TRUE(WriteHostFile(src + "/suid", "#!/bin/sh\n"));
+    ASSERT_EQ(::chmod((src + "/suid").c_str(), 06755), 0);
+    ASSERT_EQ(::mknod((src + "/null").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+    ASSERT_EQ(::mkfifo((src + "/fifo").c_str(), 0644), 0);
+    ASSERT_EQ(::setxattr((src + "/suid").c_str(), "trusted.t", "T", 1, 0), 0);
+    ASSERT_EQ(::setxattr((src + "/suid").c_str(), "user.u", "U", 1, 0), 0);
+    img_ = tmp_.Sub("img");
+    auto mk = RunCommand({kCli, "mkfs", "-q", "--size", "128M", "--rootdir", src, img_});
+    ASSERT_TRUE(mk.ok()) << mk.Describe();
+  }
+  ubtrfs::ExportReport Export(const std::string& dest, ubtrfs::ExportOptions opts) {
+    auto fs = Filesystem::Open(img_);
+    EXPECT_TRUE(fs.ok());
+    ubtrfs::ExportReport r;
+    if (!fs.ok()) return r;
+    opts.on_message = [&](bool, std::string_view m) { messages_ += std::string(m) + "\n"; };
+    auto st = ubtrfs::ExportTree(**fs, (*fs)->Root(), "img:/", dest, opts, &r);
+    EXPECT_TRUE(st.ok()) << st.ToString() << "\n" << messages_;
+    return r;
+  }
+  static bool HasXattr(const std::string& p, const char* name) {
+    char v[16];
+    return ::getxattr(p.c_str(), name, v, sizeof v) >= 0;
+  }
+  TempDir tmp_{"ubtrfs-export"};
+  std::string img_, messages_;
+};
+
+TEST_F(ExportPrivilegeTest, UnprivilegedCopyDropsSetIdDevicesAndPrivilegedXattrs) {
+  ubtrfs::ExportOptions opts;
+  opts.privileged = false;
+  const std::string dest = tmp_.Sub("out");
+  auto r = Export(dest, opts);
+  struct stat s;
+  ASSERT_EQ(::stat((dest + "/suid").c_str(), &s), 0);
+  EXPECT_EQ(s.st_mode & 07777, 0755u);
+  EXPECT_NE(::lstat((dest + "/null").c_str(), &s), 0) << "device node made";
+  EXPECT_NE(messages_.find("device node not made"), std::string::npos) << messages_;
+  ASSERT_EQ(::lstat((dest + "/fifo").c_str(), &s), 0);
+  EXPECT_TRUE(S_ISFIFO(s.st_mode));
+  EXPECT_FALSE(HasXattr(dest + "/suid", "trusted.t"));
+  EXPECT_TRUE(HasXattr(dest + "/suid", "user.u"));
+  EXPECT_NE(messages_.find("xattrs in trusted.* not copied"), std::string::npos) << messages_;
+  EXPECT_EQ(r.errors, 0u);
+}
+
+TEST_F(ExportPrivilegeTest, PrivilegedCopyKeepsThemUnlessSwitchedOff) {
+  const std::string dest = tmp_.Sub("out");
+  ubtrfs::ExportOptions opts;
+  opts.privileged = true;
+  Export(dest, opts);
+  struct stat s;
+  ASSERT_EQ(::stat((dest + "/suid").c_str(), &s), 0);
+  EXPECT_EQ(s.st_mode & 07777, 06755u);
+  ASSERT_EQ(::lstat((dest + "/null").c_str(), &s), 0);
+  EXPECT_TRUE(S_ISCHR(s.st_mode));
+  EXPECT_EQ(s.st_rdev, makedev(1, 3));
+  EXPECT_TRUE(HasXattr(dest + "/suid", "trusted.t"));
+
+  // The CLI's switches.
+  const std::string dest2 = tmp_.Sub("out2");
+  auto cp = RunCommand({kCli, "cp", "--no-devices", "--no-xattrs", img_ + ":/", dest2});
+  EXPECT_TRUE(cp.ok()) << cp.Describe();
+  EXPECT_NE(::lstat((dest2 + "/null").c_str(), &s), 0);
+  EXPECT_FALSE(HasXattr(dest2 + "/suid", "user.u"));
+  EXPECT_FALSE(HasXattr(dest2 + "/suid", "trusted.t"));
 }
 
 }  // namespace
