@@ -37,7 +37,7 @@ namespace fmtd = ubtrfs::format;
 using ubtrfs_fuzz::Pages;
 using ubtrfs_fuzz::SparseDevice;
 
-constexpr uint32_t kNodeSize = 4096;
+constexpr uint32_t kNodeSize = 16384;  // the whole fs tree fits one leaf
 
 struct Base {
   std::string top;      // mkdtemp dir: holds only sandbox/
@@ -115,8 +115,28 @@ Base MakeBase() {
   return b;
 }
 
+std::string g_top;  // removed at exit
+
+// Removes a tree made by the copy, without following symlinks.
+void RemoveAt(int dfd, const char* name);
+
+void RemoveTop() {
+  if (g_top.empty()) return;
+  const size_t slash = g_top.find_last_of('/');
+  int fd = ::open(g_top.substr(0, slash).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    RemoveAt(fd, g_top.substr(slash + 1).c_str());
+    ::close(fd);
+  }
+}
+
 Base& TheBase() {
-  static Base b = MakeBase();
+  static Base b = [] {
+    Base base = MakeBase();
+    g_top = base.top;
+    std::atexit(RemoveTop);
+    return base;
+  }();
   return b;
 }
 
@@ -213,7 +233,6 @@ void ApplyEdits(std::vector<uint8_t>& blk, const uint8_t* data, size_t size) {
   }
 }
 
-// Removes a tree made by the copy, without following symlinks.
 void RemoveAt(int dfd, const char* name) {
   struct stat s;
   if (::fstatat(dfd, name, &s, AT_SYMLINK_NOFOLLOW) != 0) return;
