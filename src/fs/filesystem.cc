@@ -4,6 +4,7 @@
 #include "fs/fs_impl.h"
 #include "fs/open_device.h"
 #include "io/block_device.h"
+#include "io/undo_device.h"
 
 namespace ubtrfs {
 
@@ -19,8 +20,15 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
   vo.writable = options.writable;
   vo.node_cache_bytes = options.node_cache_bytes;
   vo.verify_data_csums = options.verify_data_csums;
+  io::UndoDevice* undo = nullptr;
+  if (options.writable && options.undo_uncommitted) {
+    auto u = std::make_unique<io::UndoDevice>(std::move(dev));
+    undo = u.get();
+    dev = std::move(u);
+  }
   UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(dev), vo));
   auto impl = std::make_unique<FilesystemImpl>(std::move(vol));
+  impl->set_undo_device(undo);
   impl->set_legacy_dir_index_batching(options.legacy_dir_index_batching);
   impl->set_dir_item_options(options.dir_item_index_after, options.dir_item_batch);
   impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));
