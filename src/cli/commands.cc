@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/verbs.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -18,6 +19,8 @@ void RegisterCommands(CLI::App& app) {
   RegisterCheck(app);
   RegisterMount(app);
   RegisterStats(app);
+  RegisterVerbs(app, nullptr);
+  RegisterEdit(app);
 }
 
 }  // namespace ubtrfs::cli

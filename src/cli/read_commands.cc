@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/text.h"
 #include "format/superblock.h"
 #include "ubtrfs/export.h"
 #include "ubtrfs/filesystem.h"
@@ -33,45 +34,6 @@ std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {
   }
   for (const auto& w : (*fs)->Warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", image, w);
   return std::move(*fs);
-}
-
-std::string ModeString(uint32_t mode) {
-  std::string s = "?rwxrwxrwx";
-  switch (mode & S_IFMT) {
-    case S_IFREG: s[0] = '-'; break;
-    case S_IFDIR: s[0] = 'd'; break;
-    case S_IFLNK: s[0] = 'l'; break;
-    case S_IFCHR: s[0] = 'c'; break;
-    case S_IFBLK: s[0] = 'b'; break;
-    case S_IFIFO: s[0] = 'p'; break;
-    case S_IFSOCK: s[0] = 's'; break;
-  }
-  for (int i = 0; i < 9; ++i) {
-    if (!(mode & (1u << (8 - i)))) s[1 + i] = '-';
-  }
-  if (mode & S_ISUID) s[3] = (mode & S_IXUSR) ? 's' : 'S';
-  if (mode & S_ISGID) s[6] = (mode & S_IXGRP) ? 's' : 'S';
-  if (mode & S_ISVTX) s[9] = (mode & S_IXOTH) ? 't' : 'T';
-  return s;
-}
-
-std::string TimeString(const Time& t) {
-  char buf[64];
-  time_t secs = static_cast<time_t>(t.sec);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
-
-// Shows names with control bytes escaped so a listing stays one line each.
-std::string Printable(const std::string& name) {
-  std::string out;
-  for (unsigned char c : name) {
-    if (c < 0x20 || c == 0x7f || c == '\\') out += fmt::format("\\x{:02x}", c);
-    else out.push_back(static_cast<char>(c));
-  }
-  return out;
 }
 
 void CmdInfo(const std::string& image) {
