@@ -326,7 +326,7 @@ Result<std::string> DecodeValue(const std::string& v) {
   return v;
 }
 
-// As getfattr prints a value: quoted text when it is printable, else 0x hex.
+// As getfattr prints a value: quoted text when it is printable, else 0s base64.
 std::string EncodeValue(const std::string& v) {
   bool text = true;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -338,8 +338,17 @@ std::string EncodeValue(const std::string& v) {
     if (!t.empty() && t.back() == '\0') t.pop_back();
     return "\"" + t + "\"";
   }
-  std::string out = "0x";
-  for (unsigned char c : v) out += fmt::format("{:02x}", c);
+  static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out = "0s";
+  for (size_t i = 0; i < v.size(); i += 3) {
+    uint32_t n = static_cast<uint32_t>(static_cast<unsigned char>(v[i])) << 16;
+    if (i + 1 < v.size()) n |= static_cast<uint32_t>(static_cast<unsigned char>(v[i + 1])) << 8;
+    if (i + 2 < v.size()) n |= static_cast<unsigned char>(v[i + 2]);
+    out.push_back(kB64[n >> 18 & 63]);
+    out.push_back(kB64[n >> 12 & 63]);
+    out.push_back(i + 1 < v.size() ? kB64[n >> 6 & 63] : '=');
+    out.push_back(i + 2 < v.size() ? kB64[n & 63] : '=');
+  }
   return out;
 }
 
