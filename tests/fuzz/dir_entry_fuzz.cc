@@ -58,7 +58,12 @@ struct Base {
 
 Base MakeBase() {
   Base b;
-  char tmpl[] = "/tmp/ubtrfs-dir-fuzz-XXXXXX";
+  // tmpfs where there is one: each run makes and removes a small tree.
+  struct stat shm;
+  char tmpl[64];
+  std::snprintf(tmpl, sizeof tmpl, "%s/ubtrfs-dir-fuzz-XXXXXX",
+                ::stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode) && ::access("/dev/shm", W_OK) == 0 ? "/dev/shm"
+                                                                                                       : "/tmp");
   BASE_CHECK(::mkdtemp(tmpl) != nullptr);
   b.top = tmpl;
   b.sandbox = b.top + "/sandbox";
