@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "format/checksum.h"
 #include "format/superblock.h"
-#include "fs/import.h"
+#include "ubtrfs/import.h"
 #include "io/block_device.h"
 #include "txn/mkfs.h"
 #include "txn/volume.h"
@@ -206,7 +206,7 @@ void CmdMkfs(const MkfsArgs& a) {
 
   // --rootdir: the host tree goes in through the library's write API (new
   // chunks are allocated as the data needs them).
-  fs::ImportStats stats;
+  ImportStats stats;
   if (!a.rootdir.empty()) {
     OpenOptions oo;
     oo.writable = true;
@@ -214,9 +214,9 @@ void CmdMkfs(const MkfsArgs& a) {
     oo.max_dirty_bytes = 32ull << 20;    // peak memory below mkfs.btrfs's on large trees
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
-    fs::ImportOptions io;
+    ImportOptions io;
     io.bulk = true;  // a new image: only the end state counts
-    Status s = fs::ImportContents(**fs, a.rootdir, (*fs)->Root(), io, &stats);
+    Status s = ImportContents(**fs, a.rootdir, (*fs)->Root(), io, &stats);
     if (s.ok()) s = (*fs)->Commit();
     if (!s.ok()) {
       return Fail(a.image + ": importing " + a.rootdir + ": " + s.ToString() +

@@ -21,7 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/text.h"
-#include "fs/import.h"
+#include "ubtrfs/import.h"
 #include "ubtrfs/export.h"
 
 namespace ubtrfs::cli {
@@ -1105,7 +1105,7 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
           UB_ASSIGN_OR_RETURN(dir, Find(fs, dp, "cannot access"));
           name = dn;
         }
-        return fs::ImportTree(fs, o->host, dir, name, fs::ImportOptions{}, nullptr);
+        return ImportTree(fs, o->host, dir, name, ImportOptions{}, nullptr);
       });
     });
   }

@@ -5,7 +5,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
-#include "fs/import.h"
+#include "ubtrfs/import.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::cli {
@@ -152,15 +152,15 @@ void CopyIn(const std::string& host, const std::string& image, const std::string
     dir = *p;
     name = last;
   }
-  fs::ImportStats stats;
-  fs::ImportOptions options;
+  ImportStats stats;
+  ImportOptions options;
   const bool tty = ::isatty(2);
   if (tty) {
-    options.progress = [](const fs::ImportStats& s) {
+    options.progress = [](const ImportStats& s) {
       fmt::print(stderr, "\rubtrfs: {} files, {} directories, {} MiB", s.files, s.dirs, s.bytes >> 20);
     };
   }
-  Status st = fs::ImportTree(*fs, host, dir, name, options, &stats);
+  Status st = ImportTree(*fs, host, dir, name, options, &stats);
   if (tty && stats.files + stats.dirs >= 4096) fmt::print(stderr, "\n");
   if (!st.ok()) return Report(host, st);
   Commit(*fs, image);
