@@ -145,6 +145,11 @@ struct OpenOptions {
   // the memory of every byte written between commits; for all-or-nothing
   // edits (`ubtrfs edit`).
   bool undo_uncommitted = false;
+  // Where the filesystem lies in the image: `offset` bytes in, or partition
+  // `partition` (1-based) of a GPT or MBR partition table (read with
+  // libblkid). Nothing outside it is read or written.
+  uint64_t offset = 0;
+  int partition = 0;
 };
 
 class Filesystem {

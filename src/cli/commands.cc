@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "cli/verbs.h"
 
 namespace ubtrfs::cli {
@@ -21,6 +22,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterStats(app);
   RegisterVerbs(app, nullptr);
   RegisterEdit(app);
+  for (auto* cmd : app.get_subcommands({})) AddPlacementOptions(cmd);
 }
 
 }  // namespace ubtrfs::cli

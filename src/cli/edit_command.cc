@@ -20,6 +20,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "cli/verbs.h"
 
 namespace ubtrfs::cli {
@@ -135,6 +136,7 @@ void CmdEdit(const std::string& image, const std::string& script) {
   o.writable = true;
   o.undo_uncommitted = true;
   o.max_dirty_bytes = UINT64_MAX;  // no commit of its own in the middle of a script
+  PlacementInto(&o);
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     fmt::print(stderr, "ubtrfs: edit: {}: {}\n", image, fs.status().ToString());

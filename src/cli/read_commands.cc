@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "cli/text.h"
 #include "format/superblock.h"
 #include "ubtrfs/export.h"
@@ -26,7 +27,9 @@ void PrintError(const std::string& what, const Status& st) {
 }
 
 std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {
-  auto fs = Filesystem::Open(image);
+  OpenOptions o;
+  PlacementInto(&o);
+  auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     PrintError(image, fs.status());
     SetExitCode(1);

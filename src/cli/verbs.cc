@@ -20,6 +20,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "cli/text.h"
 #include "ubtrfs/import.h"
 #include "ubtrfs/export.h"
@@ -82,6 +83,7 @@ void Run(VerbSession* session, const std::string& verb, bool write, const Paths&
   }
   OpenOptions o;
   o.writable = write;
+  PlacementInto(&o);
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     fmt::print(stderr, "ubtrfs: {}: {}: {}\n", verb, image, fs.status().ToString());

@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "ubtrfs/import.h"
 #include "ubtrfs/filesystem.h"
 
@@ -20,6 +21,7 @@ std::unique_ptr<Filesystem> OpenWritable(const std::string& image) {
   OpenOptions o;
   o.writable = true;
   o.node_cache_bytes = 16ull << 20;  // writes go through the transaction, not the read cache
+  PlacementInto(&o);
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     Report(image, fs.status());

@@ -4,6 +4,7 @@
 #include "fs/fs_impl.h"
 #include "fs/open_device.h"
 #include "io/block_device.h"
+#include "io/offset_device.h"
 #include "io/undo_device.h"
 
 namespace ubtrfs {
@@ -11,7 +12,24 @@ namespace ubtrfs {
 using fsimpl::FilesystemImpl;
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(const std::string& path, const OpenOptions& options) {
-  UB_ASSIGN_OR_RETURN(auto dev, io::OpenFileDevice(path, io::OpenFlags{options.writable}));
+  io::Placement where;
+  where.offset = options.offset;
+  where.partition = options.partition;
+  UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(path, io::OpenFlags{options.writable}, where));
+  if (options.offset == 0 && options.partition == 0) {
+    // A whole-disk image with the filesystem in a partition: say which.
+    auto opened = OpenOnDevice(std::move(dev), options);
+    if (opened.ok() || opened.status().code() != EUCLEAN) return opened;
+    auto raw = io::OpenFileDevice(path);
+    if (!raw.ok()) return opened;
+    auto parts = io::ListPartitions(**raw, path);
+    if (!parts.ok() || parts->empty()) return opened;
+    std::string list;
+    for (const auto& p : *parts) list += (list.empty() ? "" : ", ") + std::to_string(p.number);
+    return Status::Error(EUCLEAN, opened.status().message() + "; " + path +
+                                      " holds a partition table (partitions " + list +
+                                      "): name the filesystem's partition (--partition N)");
+  }
   return OpenOnDevice(std::move(dev), options);
 }
 
