@@ -15,7 +15,6 @@ int ExitCode() { return g_exit_code; }
 void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);
   RegisterDumpTree(app);
-  RegisterWriteCommands(app);
   RegisterMkfs(app);
   RegisterCheck(app);
   RegisterMount(app);

@@ -948,23 +948,6 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
     });
   }
 
-  if (!edit) {
-    auto files = std::make_shared<Paths>();
-    auto* put = app.add_subcommand("put", "Write standard input to a file, creating or replacing its contents (IMAGE:PATH)");
-    put->add_option("file", *files, "IMAGE:PATH")->required()->expected(1);
-    put->callback([=] {
-      Run(session, "put", true, *files, [](Filesystem& fs, const Paths& p) -> Status {
-        UB_ASSIGN_OR_RETURN(InodeId id, OpenOrCreate(fs, p[0], true));
-        UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(id));
-        if (!S_ISREG(st.mode)) return Err(EISDIR, Q(p[0]) + " is not a regular file");
-        return WriteAll(fs, id, 0);
-      });
-    });
-    return;
-  }
-
-  // ---- Edit-session verbs: the top level has these with IMAGE:PATH
-  // arguments (mkdir, rm, cat, cp) in write_commands.cc / read_commands.cc.
   {
     struct O {
       bool parents = false;
@@ -972,10 +955,10 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       Paths dirs;
     };
     auto o = std::make_shared<O>();
-    auto* mkdir = app.add_subcommand("mkdir", "Create directories (PATH...)");
+    auto* mkdir = app.add_subcommand("mkdir", "Create directories (" + P + "...)");
     mkdir->add_flag("-p,--parents", o->parents, "Make parents as needed; no error if existing");
     mkdir->add_option("-m,--mode", o->mode, "Permission bits, octal");
-    mkdir->add_option("dirs", o->dirs, "PATH")->required();
+    mkdir->add_option("dirs", o->dirs, P)->required();
     mkdir->callback([=] {
       Run(session, "mkdir", true, o->dirs, [=](Filesystem& fs, const Paths& p) -> Status {
         uint32_t mode = Attrs(0777).mode;
@@ -1020,10 +1003,10 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       Paths files;
     };
     auto o = std::make_shared<O>();
-    auto* rm = app.add_subcommand("rm", "Remove files, or trees with -r (PATH...)");
+    auto* rm = app.add_subcommand("rm", "Remove files, or trees with -r (" + P + "...)");
     rm->add_flag("-r,-R,--recursive", o->recursive, "Remove directories and their contents");
     rm->add_flag("-f,--force", o->force, "Ignore missing files");
-    rm->add_option("files", o->files, "PATH")->required();
+    rm->add_option("files", o->files, P)->required();
     rm->callback([=] {
       Run(session, "rm", true, o->files, [=](Filesystem& fs, const Paths& p) -> Status {
         for (const auto& path : p) {
@@ -1046,8 +1029,8 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
   }
   {
     auto files = std::make_shared<Paths>();
-    auto* rmdir = app.add_subcommand("rmdir", "Remove empty directories (PATH...)");
-    rmdir->add_option("dirs", *files, "PATH")->required();
+    auto* rmdir = app.add_subcommand("rmdir", "Remove empty directories (" + P + "...)");
+    rmdir->add_option("dirs", *files, P)->required();
     rmdir->callback([=] {
       Run(session, "rmdir", true, *files, [](Filesystem& fs, const Paths& p) -> Status {
         for (const auto& path : p) {
@@ -1060,6 +1043,23 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       });
     });
   }
+  if (!edit) {
+    auto files = std::make_shared<Paths>();
+    auto* put = app.add_subcommand("put", "Write standard input to a file, creating or replacing its contents (IMAGE:PATH)");
+    put->add_option("file", *files, "IMAGE:PATH")->required()->expected(1);
+    put->callback([=] {
+      Run(session, "put", true, *files, [](Filesystem& fs, const Paths& p) -> Status {
+        UB_ASSIGN_OR_RETURN(InodeId id, OpenOrCreate(fs, p[0], true));
+        UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(id));
+        if (!S_ISREG(st.mode)) return Err(EISDIR, Q(p[0]) + " is not a regular file");
+        return WriteAll(fs, id, 0);
+      });
+    });
+    return;
+  }
+
+  // ---- Edit-session verbs: the top level has these with other arguments
+  // (cat IMAGE PATH) or as cp (read_commands.cc, write_commands.cc).
   {
     auto files = std::make_shared<Paths>();
     auto* cat = app.add_subcommand("cat", "Print files (PATH...)");
