@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <regex>
+#include <sstream>
 
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -17,6 +19,50 @@ using ubtrfs_test::TempDir;
 
 using ubtrfs_test::BtrfsCheck;
 
+// What btrfs-progs says about an image's space: the block group items'
+// used bytes by kind, and how many data extents the extent tree holds.
+struct ProgsSpace {
+  uint64_t data_used = 0, metadata_used = 0, system_used = 0;
+  int data_groups = 0;
+  uint64_t data_extents = 0;
+};
+ProgsSpace SpaceFromDumpTree(const std::string& img) {
+  ProgsSpace p;
+  auto r = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "extent", img});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  const std::regex bg(R"(block group used (\d+) chunk_objectid \d+ flags (\w+))");
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, bg)) {
+      const uint64_t used = std::stoull(m[1]);
+      const std::string kind = m[2];
+      if (kind.rfind("DATA", 0) == 0) {
+        p.data_used += used;
+        ++p.data_groups;
+      } else if (kind.rfind("METADATA", 0) == 0) {
+        p.metadata_used += used;
+      } else {
+        p.system_used += used;
+      }
+    } else if (line.find("extent refs") != std::string::npos && line.find("flags DATA") != std::string::npos) {
+      ++p.data_extents;
+    }
+  }
+  return p;
+}
+
+// Bytes of the regular files under a host tree, as stored (sector-rounded,
+// except small files that go inline).
+uint64_t HostDataBytes(const std::string& root) {
+  auto r = RunCommand({"find", root, "-type", "f", "-size", "+4k", "-printf", "%s\n"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  uint64_t total = 0;
+  std::istringstream in(r.out);
+  for (uint64_t n; in >> n;) total += n / 4096 * 4096;
+  return total;
+}
+
 TEST(CliWrite, CopyInMkdirRmStayCheckClean) {
   TempDir dir("ubtrfs-cliw");
   const std::string src = dir.Sub("src"), img = dir.Sub("img"), out = dir.Sub("out");
@@ -27,15 +73,36 @@ TEST(CliWrite, CopyInMkdirRmStayCheckClean) {
   ASSERT_TRUE(RunCommand({"truncate", "-s", "1G", img}).ok());
   auto r = RunCommand({"mkfs.btrfs", "-q", "-f", img});
   ASSERT_TRUE(r.ok()) << r.Describe();
+  const ProgsSpace fresh = SpaceFromDumpTree(img);
+  ASSERT_GT(fresh.data_groups, 0);
+  ASSERT_EQ(fresh.data_used, 0u);
+  uint64_t used_fresh = 0;
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto st = (*fs)->StatFs();
+    ASSERT_TRUE(st.ok());
+    used_fresh = st->used_bytes;
+    EXPECT_EQ(used_fresh, fresh.data_used + fresh.metadata_used + fresh.system_used);
+  }
 
   r = RunCommand({UBTRFS_CLI_PATH, "mkdir", "-p", img + ":/x/y"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   r = RunCommand({UBTRFS_CLI_PATH, "cp", src, img + ":/x/y"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(BtrfsCheck(img), "");
+  const ProgsSpace copied = SpaceFromDumpTree(img);
+  const uint64_t host_data = HostDataBytes(src);
+  ASSERT_GT(host_data, 1u << 20) << "the generated tree has too little data to see it freed";
+  EXPECT_GE(copied.data_used, host_data);
+  EXPECT_GT(copied.data_extents, 0u);
   {
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto st = (*fs)->StatFs();
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->used_bytes, copied.data_used + copied.metadata_used + copied.system_used);
+    EXPECT_GE(st->used_bytes, used_fresh + host_data);
     ubtrfs_test::CompareOptions opts;
     opts.compare_top_attrs = false;
     auto mism = ubtrfs_test::CompareTreeToImage(src, **fs, opts, "/x/y/src");
@@ -58,9 +125,21 @@ TEST(CliWrite, CopyInMkdirRmStayCheckClean) {
   auto entries = (*fs)->ReadDir((*fs)->Root());
   ASSERT_TRUE(entries.ok());
   EXPECT_TRUE(entries->empty());
-  // Everything freed: only metadata and no data extents remain.
+  // Everything freed: only metadata and no data extents remain. The
+  // extent tree (read by btrfs-progs) holds no data extent, every data
+  // block group is back to 0 bytes used, and the superblock's bytes_used
+  // (what StatFs reports) is the sum of the block groups' used bytes, so
+  // none of the copied data is still counted anywhere.
+  const ProgsSpace after = SpaceFromDumpTree(img);
+  EXPECT_EQ(after.data_extents, 0u);
+  EXPECT_EQ(after.data_used, 0u);
+  EXPECT_EQ(after.data_groups, copied.data_groups);
   auto sfs = (*fs)->StatFs();
   ASSERT_TRUE(sfs.ok());
+  EXPECT_EQ(sfs->used_bytes, after.data_used + after.metadata_used + after.system_used);
+  EXPECT_LE(sfs->used_bytes + host_data, copied.data_used + copied.metadata_used + copied.system_used)
+      << "removing the tree freed less than its data";
+  EXPECT_EQ(sfs->free_bytes, sfs->total_bytes - sfs->used_bytes);
 }
 
 }  // namespace
