@@ -19,6 +19,7 @@
 #include <functional>
 #include <iostream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "check/checker.h"
@@ -172,12 +173,13 @@ class ModelRun {
 
   std::vector<Armed> Arm(std::vector<std::string> rels) {
     std::vector<Armed> out;
-    const bool wait = sample_rng_() % 6 == 0;
+    const bool wait = sample_rng_() % 32 == 0;  // each wait costs up to a clock tick (4 ms)
     std::sort(rels.begin(), rels.end());
     rels.erase(std::unique(rels.begin(), rels.end()), rels.end());
+    std::set<ino_t> inodes;  // two names of one inode are armed once
     for (const auto& rel : rels) {
       struct stat st;
-      if (lstat(Host(rel).c_str(), &st) != 0) continue;
+      if (lstat(Host(rel).c_str(), &st) != 0 || !inodes.insert(st.st_ino).second) continue;
       auto id = fs_->Lookup("/" + rel);
       if (!id.ok()) continue;
       ++clock_;
