@@ -1047,7 +1047,8 @@ Status FilesystemImpl::SetAttrImpl(InodeId id, const AttrChange& change) {
     const bool same_size = cur.size.get() == *change.size;
     UB_RETURN_IF_ERROR(TruncateLocked(id, *change.size));
     // truncate(2) to the size the file has changes nothing, times included
-    // (the kernel stamps mtime and ctime only when the size changes).
+    // (so the kernel's btrfs: it stamps mtime and ctime only when the size
+    // changes; ext4 stamps both either way).
     if (same_size && !change.mode && !change.uid && !change.gid && !change.atime && !change.mtime && !change.ctime) {
       return Status::Ok();
     }
