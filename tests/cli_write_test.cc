@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -17,6 +18,43 @@ using ubtrfs_test::TempDir;
 
 using ubtrfs_test::BtrfsCheck;
 
+// What btrfs-progs says about an image's space: the block group items'
+// used bytes by kind, and how many data extents the extent tree holds.
+struct ProgsSpace {
+  uint64_t data_used = 0, metadata_used = 0, system_used = 0;
+  int data_groups = 0;
+  uint64_t data_extents = 0;
+};
+ProgsSpace SpaceFromDumpTree(const std::string& img) {
+  ProgsSpace p;
+  auto r = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "extent", img});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  // "block group used 131072 chunk_objectid 256 flags METADATA|DUP"
+  // (parsed by hand: std::regex draws false -Wmaybe-uninitialized warnings
+  // from GCC 12 in the sanitizer build).
+  const std::string kUsed = "block group used ", kFlags = " flags ";
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    const size_t u = line.find(kUsed), f = line.find(kFlags);
+    if (u != std::string::npos && f != std::string::npos) {
+      const uint64_t used = std::stoull(line.substr(u + kUsed.size()));
+      const std::string kind = line.substr(f + kFlags.size());
+      if (kind.rfind("DATA", 0) == 0) {
+        p.data_used += used;
+        ++p.data_groups;
+      } else if (kind.rfind("METADATA", 0) == 0) {
+        p.metadata_used += used;
+      } else {
+        p.system_used += used;
+      }
+    } else if (line.find("refs ") != std::string::npos && line.find(" flags DATA") != std::string::npos) {
+      // An EXTENT_ITEM's body: "refs 1 gen 7 flags DATA".
+      ++p.data_extents;
+    }
+  }
+  return p;
+}
+
 TEST(CliWrite, CopyInMkdirRmStayCheckClean) {
   TempDir dir("ubtrfs-cliw");
   const std::string src = dir.Sub("src"), img = dir.Sub("img"), out = dir.Sub("out");
@@ -27,15 +65,37 @@ TEST(CliWrite, CopyInMkdirRmStayCheckClean) {
   ASSERT_TRUE(RunCommand({"truncate", "-s", "1G", img}).ok());
   auto r = RunCommand({"mkfs.btrfs", "-q", "-f", img});
   ASSERT_TRUE(r.ok()) << r.Describe();
+  const ProgsSpace fresh = SpaceFromDumpTree(img);
+  ASSERT_GT(fresh.data_groups, 0);
+  ASSERT_EQ(fresh.data_used, 0u);
+  uint64_t used_fresh = 0;
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto st = (*fs)->StatFs();
+    ASSERT_TRUE(st.ok());
+    used_fresh = st->used_bytes;
+    EXPECT_EQ(used_fresh, fresh.data_used + fresh.metadata_used + fresh.system_used);
+  }
 
   r = RunCommand({UBTRFS_CLI_PATH, "mkdir", "-p", img + ":/x/y"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   r = RunCommand({UBTRFS_CLI_PATH, "cp", src, img + ":/x/y"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(BtrfsCheck(img), "");
+  const ProgsSpace copied = SpaceFromDumpTree(img);
+  ASSERT_GT(copied.data_used, 1u << 20) << "the generated tree has too little data to see it freed";
+  EXPECT_GT(copied.data_extents, 0u);
+  uint64_t free_copied = 0, used_copied = 0;
   {
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto st = (*fs)->StatFs();
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->used_bytes, copied.data_used + copied.metadata_used + copied.system_used);
+    EXPECT_GE(st->used_bytes, used_fresh + copied.data_used);
+    free_copied = st->free_bytes;
+    used_copied = st->used_bytes;
     ubtrfs_test::CompareOptions opts;
     opts.compare_top_attrs = false;
     auto mism = ubtrfs_test::CompareTreeToImage(src, **fs, opts, "/x/y/src");
@@ -58,9 +118,23 @@ TEST(CliWrite, CopyInMkdirRmStayCheckClean) {
   auto entries = (*fs)->ReadDir((*fs)->Root());
   ASSERT_TRUE(entries.ok());
   EXPECT_TRUE(entries->empty());
-  // Everything freed: only metadata and no data extents remain.
+  // Everything freed: only metadata and no data extents remain. The
+  // extent tree (read by btrfs-progs) holds no data extent, every data
+  // block group is back to 0 bytes used, and the superblock's bytes_used
+  // (what StatFs reports) is the sum of the block groups' used bytes, so
+  // none of the copied data is still counted anywhere.
+  const ProgsSpace after = SpaceFromDumpTree(img);
+  EXPECT_EQ(after.data_extents, 0u);
+  EXPECT_EQ(after.data_used, 0u);
+  EXPECT_EQ(after.data_groups, copied.data_groups);
   auto sfs = (*fs)->StatFs();
   ASSERT_TRUE(sfs.ok());
+  EXPECT_EQ(sfs->used_bytes, after.data_used + after.metadata_used + after.system_used);
+  EXPECT_EQ(sfs->free_bytes, sfs->total_bytes - sfs->used_bytes);
+  // All of the copied data came back as free space (and the metadata of the
+  // removed tree with it).
+  EXPECT_GE(sfs->free_bytes, free_copied + copied.data_used) << "removing the tree freed less than its data";
+  EXPECT_LE(sfs->used_bytes, used_copied - copied.data_used);
 }
 
 }  // namespace

@@ -834,7 +834,8 @@ class CrashVerifier {
     std::string failure = Examine(**img, lo, hi, run_btrfs_check);
     if (!failure.empty()) {
       ++t.failures;
-      const std::string keep = scratch_ + "/failed-" + std::to_string(t.failures) + ".img";
+      ++failures_;
+      const std::string keep = scratch_ + "/" + name_ + "-failed-" + std::to_string(failures_) + ".img";
       (void)(*img)->SaveToFile(keep);
       ADD_FAILURE() << where << " (allowed generations " << lo << ".." << hi << ", image saved as " << keep
                     << "):\n"
@@ -929,7 +930,9 @@ class CrashVerifier {
         }
       }
       if (::testing::Test::HasFatalFailure()) return;
-      if (GlobalTotals().failures > 0 && --limit_failures <= 0) {
+      // This workload's own failures: another workload's must not cut its
+      // run short or be reported as its.
+      if (failures_ > 0 && --limit_failures <= 0) {
         ADD_FAILURE() << name_ << ": stopping after 20 crash points past the first failure";
         return;
       }
@@ -937,6 +940,7 @@ class CrashVerifier {
   }
 
   void set_have_btrfs(bool b) { have_btrfs_ = b; }
+  uint64_t failures() const { return failures_; }
 
  private:
   const WorkloadRun& run_;
@@ -945,6 +949,7 @@ class CrashVerifier {
   std::vector<uint64_t> gen_issued_;
   std::set<size_t> super_writes_;
   bool have_btrfs_ = false;
+  uint64_t failures_ = 0;  // crash points of this workload that failed
 };
 
 class CrashTest : public ::testing::Test {
@@ -983,7 +988,7 @@ class CrashTest : public ::testing::Test {
     run.Finish();
     ASSERT_FALSE(HasFatalFailure());
     Totals& t = GlobalTotals();
-    const uint64_t before = t.points, checks = t.btrfs_checks, fails = t.failures;
+    const uint64_t before = t.points, checks = t.btrfs_checks;
     CrashVerifier v(run, scratch_.path(), name);
     v.set_have_btrfs(have_btrfs_);
     v.RunPlan(plan, seed ^ 0x5eed);
@@ -994,7 +999,7 @@ class CrashTest : public ::testing::Test {
     t.seconds += secs;
     std::cout << name << ": " << run.commits() << " commits, " << run.rec().log().size() << " log entries ("
               << (run.rec().bytes_logged() >> 10) << " KiB written), " << (t.points - before) << " crash points, "
-              << (t.btrfs_checks - checks) << " btrfs checks, " << (t.failures - fails) << " failures, "
+              << (t.btrfs_checks - checks) << " btrfs checks, " << v.failures() << " failures, "
               << static_cast<int>(secs) << " s\n";
   }
 

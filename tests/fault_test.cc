@@ -395,6 +395,7 @@ TEST_F(FaultTest, EnospcInTheMiddleOfALargeWriteLeavesAConsistentImage) {
   Open(true);
   BaseState();
   const State base = Live();
+  State committed = base;  // the state of the last successful commit
   auto id = fs_->Create(fs_->Root(), "huge", Attrs(0644));
   ASSERT_TRUE(id.ok());
   const std::string chunk = Bytes(1 << 20, 5);
@@ -409,6 +410,7 @@ TEST_F(FaultTest, EnospcInTheMiddleOfALargeWriteLeavesAConsistentImage) {
     written += *w;
     if (i % 8 == 7) {
       ASSERT_TRUE(fs_->Commit().ok());
+      committed = Live();
     }
   }
   ASSERT_FALSE(failure.ok()) << "a 64 MiB image took 200 MiB";
@@ -429,15 +431,24 @@ TEST_F(FaultTest, EnospcInTheMiddleOfALargeWriteLeavesAConsistentImage) {
     EXPECT_EQ(c.code(), ENOSPC) << c.ToString();
     fs_.reset();
     State now = Reopen("after ENOSPC, failed commit");
-    EXPECT_NE(now.count("/huge"), 0u);
+    // The image is the last commit, whole: the base state and /huge as it
+    // was committed (or absent, if no commit came after its create).
+    EXPECT_EQ(now, committed);
   }
-  (void)base;
+  // Either way the base state is there, path by path, byte by byte.
+  State reopened = Reopen("the base state after ENOSPC");
+  for (const auto& [path, v] : base) {
+    auto it = reopened.find(path);
+    ASSERT_NE(it, reopened.end()) << path << " of the base state is gone";
+    EXPECT_TRUE(it->second == v) << path << " of the base state changed";
+  }
 }
 
 TEST_F(FaultTest, EnospcInTheMiddleOfAnImportLeavesAConsistentImage) {
   MakeFs(txn::MkfsMinBytes(16384), 0);
   Open(true);
   BaseState();
+  const State base = Live();
   TempDir host("ubtrfs-fault-src");
   ubtrfs_test::TreeGenOptions o = ubtrfs_test::ScaledTreeOptions(400);
   o.large_files = 20;
@@ -459,7 +470,16 @@ TEST_F(FaultTest, EnospcInTheMiddleOfAnImportLeavesAConsistentImage) {
     EXPECT_EQ(c.code(), EROFS) << c.ToString();  // the import's failure aborted the transaction
     fs_.reset();
     State now = Reopen("import after ENOSPC (aborted)");
-    EXPECT_NE(now.count("/big"), 0u) << "the base state must survive";
+    // The image is a commit of the import (every 8 MiB): the base state
+    // whole, plus part of /imported.
+    for (const auto& [path, v] : base) {
+      auto it = now.find(path);
+      ASSERT_NE(it, now.end()) << path << " of the base state is gone";
+      EXPECT_TRUE(it->second == v) << path << " of the base state changed";
+    }
+    for (const auto& [path, v] : now) {
+      EXPECT_TRUE(base.count(path) || path.rfind("/imported", 0) == 0) << "unexpected " << path;
+    }
   }
 }
 

@@ -71,6 +71,19 @@ bool TimeLess(const timespec& a, const timespec& b) {
   return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
 }
 
+// Waits until the coarse clock (the kernel's current_time(), which the
+// mount's timestamps come from too) is past t, so that a time stamped from
+// now on is later than t. A fixed sleep is not enough: the clock ticks
+// every few milliseconds, and t may itself be a tick ahead of it.
+void WaitForTheClockToPass(const timespec& t) {
+  for (;;) {
+    timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    if (TimeLess(t, now)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 struct stat Lstat(const std::string& p) {
   struct stat st {};
   EXPECT_EQ(lstat(p.c_str(), &st), 0) << p << ": " << strerror(errno);
@@ -201,7 +214,7 @@ TEST_F(FusePosix, TimesUpdatedByEachCall) {
     ASSERT_EQ(utimensat(AT_FDCWD, P("d").c_str(), old, 0), 0);
     const struct stat before = Lstat(P("d"));
     ASSERT_EQ(before.st_mtim.tv_sec, 1000);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    WaitForTheClockToPass(before.st_ctim);
     ASSERT_EQ(Errno(c.op()), 0) << c.what;
     const struct stat after = Lstat(P("d"));
     EXPECT_GT(after.st_mtim.tv_sec, 1000) << c.what << ": the directory's mtime";
@@ -212,23 +225,52 @@ TEST_F(FusePosix, TimesUpdatedByEachCall) {
   EXPECT_GT(d2.st_mtim.tv_sec, 1000);
 
   const std::string f = P("d/keep");
-  const std::vector<Case> inode_cases = {
-      {"chmod", [&] { return chmod(f.c_str(), 0600); }},
-      {"chown", [&] { return chown(f.c_str(), kUserA, kGroupA); }},
-      {"link", [&] { return link(f.c_str(), P("d/keep2").c_str()); }},
-      {"unlink of a second name", [&] { return unlink(P("d/keep2").c_str()); }},
-      {"rename", [&] { return rename(f.c_str(), P("d/keep3").c_str()) || rename(P("d/keep3").c_str(), f.c_str()); }},
-      {"truncate", [&] { return truncate(f.c_str(), 100); }},
-      {"setxattr", [&] { return setxattr(f.c_str(), "user.k", "v", 1, 0); }},
-      {"removexattr", [&] { return removexattr(f.c_str(), "user.k"); }},
-      {"utimensat", [&] { return utimensat(AT_FDCWD, f.c_str(), old, 0); }},
+  // Calls that change the inode: ctime moves; mtime only where the data or
+  // the size changes (a rename moves the directories' mtimes, never the
+  // renamed file's). Calls that change nothing move neither.
+  enum class Times { kCtime, kBoth, kNone };
+  struct InodeCase {
+    const char* what;
+    std::function<int()> op;
+    Times times;
+  };
+  const std::vector<InodeCase> inode_cases = {
+      {"chmod", [&] { return chmod(f.c_str(), 0600); }, Times::kCtime},
+      {"chown", [&] { return chown(f.c_str(), kUserA, kGroupA); }, Times::kCtime},
+      {"link", [&] { return link(f.c_str(), P("d/keep2").c_str()); }, Times::kCtime},
+      {"unlink of a second name", [&] { return unlink(P("d/keep2").c_str()); }, Times::kCtime},
+      {"rename", [&] { return rename(f.c_str(), P("d/keep3").c_str()) || rename(P("d/keep3").c_str(), f.c_str()); },
+       Times::kCtime},
+      {"rename to another directory", [&] { return rename(f.c_str(), P("d2/keep").c_str()) || rename(P("d2/keep").c_str(), f.c_str()); },
+       Times::kCtime},
+      {"truncate", [&] { return truncate(f.c_str(), 100); }, Times::kBoth},
+      {"truncate to its size", [&] { return truncate(f.c_str(), 100); }, Times::kNone},
+      {"setxattr", [&] { return setxattr(f.c_str(), "user.k", "v", 1, 0); }, Times::kCtime},
+      {"removexattr", [&] { return removexattr(f.c_str(), "user.k"); }, Times::kCtime},
+      {"removexattr of a missing name", [&] { return removexattr(f.c_str(), "user.k") == -1 && errno == ENODATA ? 0 : -1; },
+       Times::kNone},
   };
   for (const auto& c : inode_cases) {
+    // The mtime in the past, so that a change of it shows whatever the
+    // clock's resolution; ctime compared after the clock has moved on.
+    ASSERT_EQ(utimensat(AT_FDCWD, f.c_str(), old, 0), 0);
     const struct stat before = Lstat(f);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    WaitForTheClockToPass(before.st_ctim);
     ASSERT_EQ(Errno(c.op()), 0) << c.what;
     const struct stat after = Lstat(f);
-    EXPECT_TRUE(TimeLess(before.st_ctim, after.st_ctim)) << c.what << ": ctime";
+    EXPECT_EQ(TimeLess(before.st_ctim, after.st_ctim), c.times != Times::kNone) << c.what << ": ctime";
+    EXPECT_FALSE(TimeLess(after.st_ctim, before.st_ctim)) << c.what << ": ctime went back";
+    EXPECT_EQ(after.st_mtim.tv_sec != 1000, c.times == Times::kBoth) << c.what << ": mtime";
+  }
+  {
+    // utimensat stamps ctime (and sets the times asked for).
+    const struct stat before = Lstat(f);
+    WaitForTheClockToPass(before.st_ctim);
+    const timespec later[2] = {{2000, 0}, {2000, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, f.c_str(), later, 0), 0);
+    const struct stat after = Lstat(f);
+    EXPECT_TRUE(TimeLess(before.st_ctim, after.st_ctim)) << "utimensat: ctime";
+    EXPECT_EQ(after.st_mtim.tv_sec, 2000);
   }
   // write and truncate move mtime as well; a read does not.
   ASSERT_EQ(utimensat(AT_FDCWD, f.c_str(), old, 0), 0);

@@ -71,21 +71,76 @@ class Twin {
 
   // Runs f(base) on both sides (f returns -1 with errno set on failure);
   // the outcomes must agree. Returns that errno (0 on success).
+  //
+  // Timestamps are compared by the kernel's rules, call by call, with the
+  // host kernel as the oracle: every entry a call names (recorded by Touch,
+  // plus their parent directories) is armed before the next call -- the same
+  // old atime and mtime on both sides, and its ctime noted -- so whether a
+  // call changed an inode's mtime and ctime can be seen on both sides and must
+  // agree (inodes found by st_ino, so a renamed file is still recognized).
+  // mtime is always definite (the armed value is in the past); ctime is
+  // definite on a side when it changed or when the coarse clock (the
+  // kernel's current_time()) was past the armed ctimes before the call,
+  // which one call in four waits for. Because everything is armed alike, the
+  // whole-tree comparison at the end sees equal mtimes unless some call
+  // changed one that it must not (or failed to change one that it must).
   template <typename F>
   int Both(const std::string& what, F f) {
+    ArmPending();
+    const bool waited = (ops_ % 4) == 0 && WaitPastArmedCtimes();
+    touched_.clear();
+    recording_ = true;
     errno = 0;
     const int a = f(model_) < 0 ? errno : 0;
     errno = 0;
     const int b = f(mnt_) < 0 ? errno : 0;
+    recording_ = false;
     EXPECT_EQ(a, b) << what << ": host " << strerror(a) << ", mount " << strerror(b);
     ++ops_;
+    CheckTimes(what, waited);
     return b;
   }
+
+  // Called with every relative path a call uses (P() in the tests).
+  void Touch(const std::string& rel) {
+    if (!recording_) return;
+    touched_.push_back(rel);
+    for (std::string p = rel; !p.empty();) {  // the parents too
+      const auto slash = p.rfind('/');
+      p = slash == std::string::npos ? "" : p.substr(0, slash);
+      touched_.push_back(p);
+    }
+  }
+
+  // Arms what the last call touched (at the end, before comparing trees).
+  void ArmPending() {
+    std::sort(pending_.begin(), pending_.end());
+    pending_.erase(std::unique(pending_.begin(), pending_.end()), pending_.end());
+    for (const auto& rel : pending_) {
+      struct stat hs, ms;
+      if (lstat(Path(model_, rel).c_str(), &hs) != 0 || lstat(Path(mnt_, rel).c_str(), &ms) != 0) continue;
+      ++arm_clock_;
+      const timespec old{1500000000 + arm_clock_, (arm_clock_ * 7919) % 1000000000};
+      const timespec ts[2] = {old, old};
+      ASSERT_EQ(utimensat(AT_FDCWD, Path(model_, rel).c_str(), ts, AT_SYMLINK_NOFOLLOW), 0) << rel << ": " << strerror(errno);
+      ASSERT_EQ(utimensat(AT_FDCWD, Path(mnt_, rel).c_str(), ts, AT_SYMLINK_NOFOLLOW), 0) << rel << ": " << strerror(errno);
+      ASSERT_EQ(lstat(Path(model_, rel).c_str(), &hs), 0);
+      ASSERT_EQ(lstat(Path(mnt_, rel).c_str(), &ms), 0);
+      host_armed_[hs.st_ino] = {hs.st_mtim, hs.st_ctim};
+      mnt_armed_[ms.st_ino] = {ms.st_mtim, ms.st_ctim};
+      latest_ctime_ = std::max(latest_ctime_, std::max(Ns(hs.st_ctim), Ns(ms.st_ctim)));
+    }
+    pending_.clear();
+  }
+
+  uint64_t times_checked() const { return times_checked_; }
+  uint64_t ctimes_checked() const { return ctimes_checked_; }
 
   // Writes `data` at `off` in pieces of varying size (open with `flags`).
   int WriteFile(const std::string& rel, const std::string& data, uint64_t off, int flags, std::mt19937_64& rng) {
     const uint64_t seed = rng();
     return Both("write " + rel, [&](const std::string& base) {
+      Touch(rel);
       std::mt19937_64 r(seed);
       int fd = open((base + "/" + rel).c_str(), flags, 0644);
       if (fd < 0) return -1;
@@ -131,43 +186,68 @@ class Twin {
     EXPECT_TRUE(got == want) << rel << ": contents differ";
   }
 
-  // Gives every entry of the mount the model's atime and mtime (operations
-  // stamp "now", which differs between the sides).
-  void SyncTimes() {
-    std::vector<std::string> rels = {""};
-    Walk("", &rels);
-    for (const auto& rel : rels) {
-      struct stat st;
-      ASSERT_EQ(lstat((model_ + "/" + rel).c_str(), &st), 0) << rel;
-      timespec ts[2] = {st.st_atim, st.st_mtim};
-      ASSERT_EQ(utimensat(AT_FDCWD, (mnt_ + "/" + rel).c_str(), ts, AT_SYMLINK_NOFOLLOW), 0)
-          << rel << ": " << strerror(errno);
-    }
-  }
 
   const std::string& model() const { return model_; }
   const std::string& mnt() const { return mnt_; }
   int ops() const { return ops_; }
 
  private:
-  void Walk(const std::string& rel, std::vector<std::string>* out) {
-    DIR* d = opendir((model_ + "/" + rel).c_str());
-    if (!d) return;
-    std::vector<std::pair<std::string, bool>> kids;
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n == "." || n == "..") continue;
-      kids.push_back({rel.empty() ? n : rel + "/" + n, e->d_type == DT_DIR});
+  struct Armed {
+    timespec mtime, ctime;
+  };
+  static std::string Path(const std::string& base, const std::string& rel) {
+    return rel.empty() ? base : base + "/" + rel;
+  }
+  static int64_t Ns(const timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
+  static bool Same(const timespec& a, const timespec& b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; }
+
+  // Waits until the coarse clock is past every armed ctime; false when
+  // nothing is armed.
+  bool WaitPastArmedCtimes() {
+    if (latest_ctime_ == 0) return false;
+    for (;;) {
+      timespec now;
+      clock_gettime(CLOCK_REALTIME_COARSE, &now);
+      if (Ns(now) > latest_ctime_) return true;
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
-    closedir(d);
-    for (auto& [k, isdir] : kids) {
-      out->push_back(k);
-      if (isdir) Walk(k, out);
+  }
+
+  void CheckTimes(const std::string& what, bool waited) {
+    for (const auto& rel : touched_) {
+      pending_.push_back(rel);
+      struct stat hs, ms;
+      if (lstat(Path(model_, rel).c_str(), &hs) != 0 || lstat(Path(mnt_, rel).c_str(), &ms) != 0) continue;
+      auto h = host_armed_.find(hs.st_ino);
+      auto m = mnt_armed_.find(ms.st_ino);
+      if (h == host_armed_.end() || m == mnt_armed_.end()) continue;  // new, or never armed
+      if (!checked_.insert(rel).second) continue;
+      ++times_checked_;
+      const std::string where = what + ": " + (rel.empty() ? "/" : rel);
+      const bool host_m = !Same(hs.st_mtim, h->second.mtime), mnt_m = !Same(ms.st_mtim, m->second.mtime);
+      EXPECT_EQ(mnt_m, host_m) << where << ": mtime " << (host_m ? "changed" : "kept") << " on the host, "
+                               << (mnt_m ? "changed" : "kept") << " on the mount";
+      const bool host_c = !Same(hs.st_ctim, h->second.ctime), mnt_c = !Same(ms.st_ctim, m->second.ctime);
+      // Without the wait a kept ctime may only mean that the clock had not
+      // ticked since the arming (on either side): compared only after it.
+      if (waited) {
+        ++ctimes_checked_;
+        EXPECT_EQ(mnt_c, host_c) << where << ": ctime " << (host_c ? "changed" : "kept") << " on the host, "
+                                 << (mnt_c ? "changed" : "kept") << " on the mount";
+      }
     }
+    checked_.clear();
   }
 
   std::string model_, mnt_;
   int ops_ = 0;
+  bool recording_ = false;
+  std::vector<std::string> touched_, pending_;
+  std::set<std::string> checked_;
+  std::map<ino_t, Armed> host_armed_, mnt_armed_;
+  int64_t latest_ctime_ = 0;
+  long arm_clock_ = 0;
+  uint64_t times_checked_ = 0, ctimes_checked_ = 0;
 };
 
 std::string Pattern(size_t n, uint64_t seed) {
@@ -216,7 +296,10 @@ void PosixOperations(const std::string& options) {
   Twin t(model, s.mnt);
   std::mt19937_64 rng(42);
   const bool root = geteuid() == 0;
-  auto P = [](const std::string& base, const std::string& rel) { return base + "/" + rel; };
+  auto P = [&t](const std::string& base, const std::string& rel) {
+    t.Touch(rel);
+    return base + "/" + rel;
+  };
 
   // Files of many sizes around the inline limit, sector and extent edges.
   ASSERT_EQ(t.Both("mkdir files", [&](auto& b) { return mkdir(P(b, "files").c_str(), 0755); }), 0);
@@ -510,8 +593,13 @@ void PosixOperations(const std::string& options) {
     close(fd);
   }
 
-  // Both trees agree, seen through the mount.
-  t.SyncTimes();
+  // Both trees agree, seen through the mount: mtimes included, as each call
+  // left them (and the rules above armed them), never copied across.
+  t.ArmPending();
+  std::cout << "[ fuse     ] timestamp rules: " << t.times_checked() << " mtimes and " << t.ctimes_checked()
+            << " ctimes compared with the host, call by call\n";
+  EXPECT_GT(t.times_checked(), 100u);
+  EXPECT_GT(t.ctimes_checked(), 20u);
   CompareOptions opts;
   auto mism = ubtrfs_test::CompareHostTrees(model, s.mnt, opts);
   EXPECT_TRUE(mism.empty()) << FormatMismatches(mism);

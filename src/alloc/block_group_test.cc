@@ -355,6 +355,74 @@ TEST(BlockGroup, SpaceAllocatedAndFreedInOneTransactionStaysPinned) {
   EXPECT_EQ(g.stats().clones_made, 1u);
 }
 
+// The clone-bitmap rule with the next-fit cursor and the pinned-bytes guard
+// out of the way: the cursor points at the range just freed, and the guard
+// passes because other space is free. Only the clone keeps the search from
+// handing the freed range back in the same transaction.
+TEST(BlockGroup, CloneBitmapFreedRangeAtTheCursorIsNotReallocated) {
+  constexpr uint64_t kStart = 3 * kGiB;  // a group not at 0: addresses are logical
+  BlockGroup g(kStart, 16 * kNode, kBlockGroupMetadata, kUnit);
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(*g.Allocate(kNode, kNode), kStart + i * kNode);
+  // The last allocation ended at the group's end: the cursor is back at 0.
+  ASSERT_TRUE(g.Free(kStart + 12 * kNode, 4 * kNode).ok());
+  g.Commit();  // nodes 12-15 free for good
+  ASSERT_TRUE(g.Free(kStart, 4 * kNode).ok());  // nodes 0-3 freed in this transaction, right at the cursor
+  EXPECT_EQ(g.pinned_bytes(), 4 * kNode);
+  EXPECT_EQ(g.free_bytes(), 4 * kNode);
+  // Free in the bitmap, where the cursor starts: still not handed out.
+  EXPECT_EQ(*g.Allocate(kNode, kNode), kStart + 12 * kNode);
+  EXPECT_EQ(*g.Allocate(kUnit, kUnit), kStart + 13 * kNode);
+  EXPECT_EQ(*g.Allocate(2 * kNode, kNode), kStart + 14 * kNode);
+  EXPECT_EQ(*g.Allocate(kNode - kUnit, kUnit), kStart + 13 * kNode + kUnit);
+  EXPECT_FALSE(g.Allocate(kUnit, kUnit)) << "only pinned space is left";
+  g.Commit();
+  EXPECT_EQ(*g.Allocate(4 * kNode, kNode), kStart);
+}
+
+TEST(BlockGroup, CloneBitmapFreeAndReallocateInOneTransactionGetsOtherSpace) {
+  // The only free space in the group besides the range just freed is a
+  // single node at the end; every allocation of the transaction must land
+  // there or nowhere, whatever its size and alignment.
+  BlockGroup g(0, 16 * kNode, kBlockGroupMetadata, kUnit);
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(g.Allocate(kNode, kNode));
+  ASSERT_TRUE(g.Free(15 * kNode, kNode).ok());
+  g.Commit();
+  // Free nodes 3, 4 and 9 (three clones' worth of chances for the bug).
+  for (uint64_t n : {3, 4, 9}) ASSERT_TRUE(g.Free(n * kNode, kNode).ok());
+  EXPECT_EQ(Pinned(g), (Extents{{3 * kNode, 2 * kNode}, {9 * kNode, kNode}}));
+  EXPECT_FALSE(g.Allocate(2 * kNode, kNode)) << "a two-node run exists only in pinned space";
+  EXPECT_EQ(*g.Allocate(kUnit, 2 * kUnit), 15 * kNode);
+  EXPECT_EQ(*g.Allocate(2 * kUnit, 2 * kUnit), 15 * kNode + 2 * kUnit);
+  // The cursor wrapped to 0 and passes nodes 3, 4 and 9 again.
+  EXPECT_EQ(*g.Allocate(kUnit, kUnit), 15 * kNode + kUnit);
+  EXPECT_FALSE(g.Allocate(kUnit, kUnit));
+  EXPECT_EQ(g.pinned_bytes(), 3 * kNode);
+  EXPECT_EQ(Used(g), (Extents{{0, 3 * kNode}, {5 * kNode, 4 * kNode}, {10 * kNode, 6 * kNode}}));
+}
+
+TEST(BlockGroup, CloneBitmapPinsSpaceAllocatedAfterTheCloneWasMade) {
+  // Node 5 is free when the clone is taken, then allocated and freed in the
+  // same transaction: the clone's copy alone would call it free, so Free
+  // must pin it too. Four scattered free units keep the pinned guard from
+  // answering first; none of them makes an aligned node.
+  BlockGroup g(0, 10 * kNode, kBlockGroupMetadata, kUnit);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(g.Allocate(kNode, kNode));
+  const std::vector<uint64_t> scattered = {30 * kUnit, 33 * kUnit, 36 * kUnit, 38 * kUnit};
+  for (uint64_t u : scattered) ASSERT_TRUE(g.Free(u, kUnit).ok());
+  ASSERT_TRUE(g.Free(5 * kNode, kNode).ok());
+  g.Commit();                                       // cursor at 0
+  ASSERT_TRUE(g.Free(0, kUnit).ok());               // the clone is made here
+  EXPECT_EQ(*g.Allocate(kNode, kNode), 5 * kNode);  // free in both maps
+  ASSERT_TRUE(g.Free(5 * kNode, kNode).ok());       // freed after the clone was made
+  EXPECT_EQ(g.free_bytes(), 4 * kUnit);
+  EXPECT_FALSE(g.Allocate(kNode, kNode)) << "node 5 is pinned, no other aligned node is free";
+  for (uint64_t u : scattered) EXPECT_EQ(*g.Allocate(kUnit, kUnit), u);
+  EXPECT_FALSE(g.Allocate(kUnit, kUnit));
+  EXPECT_EQ(Pinned(g), (Extents{{0, kUnit}, {5 * kNode, kNode}}));
+  g.Commit();
+  EXPECT_EQ(*g.Allocate(kNode, kNode), 5 * kNode);
+}
+
 TEST(BlockGroup, CloneIsOnePageAlignedCopyPerTransaction) {
   const uint64_t bitmaps0 = BlockGroup::bitmap_bytes_in_use();
   const uint64_t clones0 = BlockGroup::clone_bytes_in_use();

@@ -1042,7 +1042,17 @@ Status FilesystemImpl::TruncateLocked(InodeId id, uint64_t new_size) {
 Status FilesystemImpl::SetAttrImpl(InodeId id, const AttrChange& change) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
-  if (change.size) UB_RETURN_IF_ERROR(TruncateLocked(id, *change.size));
+  if (change.size) {
+    UB_ASSIGN_OR_RETURN(InodeItem cur, LoadInode(id));
+    const bool same_size = cur.size.get() == *change.size;
+    UB_RETURN_IF_ERROR(TruncateLocked(id, *change.size));
+    // truncate(2) to the size the file has changes nothing, times included
+    // (so the kernel's btrfs: it stamps mtime and ctime only when the size
+    // changes; ext4 stamps both either way).
+    if (same_size && !change.mode && !change.uid && !change.gid && !change.atime && !change.mtime && !change.ctime) {
+      return Status::Ok();
+    }
+  }
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
   if (change.mode) ii.mode = (ii.mode.get() & S_IFMT) | (*change.mode & 07777);
   if (change.uid) ii.uid = *change.uid;
