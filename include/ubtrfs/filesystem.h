@@ -63,7 +63,8 @@ struct FsStat {
   uint32_t node_size = 0;
   uint64_t total_bytes = 0;
   uint64_t used_bytes = 0;
-  uint64_t free_bytes = 0;  // an estimate, as statfs(2) reports
+  uint64_t free_bytes = 0;   // an estimate, as statfs(2) reports (f_bfree)
+  uint64_t avail_bytes = 0;  // what file data can still take (f_bavail): free data space, never metadata
   uint64_t name_max = 255;
 };
 

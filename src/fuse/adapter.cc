@@ -770,7 +770,7 @@ void Adapter::StatFs(fuse_req_t req) {
   v.f_frsize = bs;
   v.f_blocks = s->total_bytes / bs;
   v.f_bfree = s->free_bytes / bs;
-  v.f_bavail = s->free_bytes / bs;
+  v.f_bavail = s->avail_bytes / bs;
   v.f_files = 0;  // btrfs has no fixed inode table; the kernel reports 0 too
   v.f_ffree = 0;
   v.f_namemax = s->name_max;

@@ -284,6 +284,11 @@ Status TxnManager::FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, boo
   return Status::Ok();
 }
 
+bool TxnManager::HasChanges() {
+  auto lock = AllocLock();
+  return dirty_->count() > 0 || !tree_refs_.empty() || !data_refs_.empty() || !new_data_.empty();
+}
+
 Result<uint64_t> TxnManager::AllocData(uint64_t len) {
   auto lock = AllocLock();
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize()));
