@@ -123,6 +123,7 @@ uint64_t FillData(Filesystem& fs, InodeId id, uint64_t seed) {
     EXPECT_TRUE(c.ok()) << c.ToString();
     size += WriteUntil(fs, id, size, 1ull << 40, seed, 4 * kKiB, &failure);
     EXPECT_EQ(failure.code(), ENOSPC) << failure.ToString();
+    if (getenv("FD_DEBUG")) std::cout << "fill: " << failure.ToString() << "\n";
   }
   Status c = fs.Commit();
   EXPECT_TRUE(c.ok()) << c.ToString();
@@ -335,7 +336,7 @@ TEST(FullDevice, EveryFileCanBeDeletedOnAMetadataFullDevice) {
   ASSERT_TRUE(fs->Commit().ok());
   auto empty_stat = fs->StatFs();
   ASSERT_TRUE(empty_stat.ok());
-  EXPECT_GT(empty_stat->avail_bytes, filled) << "the data space came back";
+  EXPECT_GE(empty_stat->avail_bytes, filled) << "the data space came back";
   // And the metadata space: as many files fit again.
   auto d2 = fs->Mkdir(fs->Root(), "d2", Attrs(0755));
   ASSERT_TRUE(d2.ok());
@@ -360,7 +361,7 @@ TEST(FullDevice, StatfsComesFromTheRunningTransaction) {
   ASSERT_TRUE(s0.ok());
   EXPECT_EQ(s0->total_bytes, 200 * kMiB);
   EXPECT_LT(s0->avail_bytes, 200 * kMiB);
-  EXPECT_GT(s0->avail_bytes, 150 * kMiB);
+  EXPECT_GT(s0->avail_bytes, 130 * kMiB);  // less the metadata and system chunks
   EXPECT_LE(s0->free_bytes + s0->used_bytes, s0->total_bytes);
   auto f = fs->Create(fs->Root(), "f", Attrs(0644));
   ASSERT_TRUE(f.ok());
@@ -418,10 +419,11 @@ TEST(FullDevice, CallsAfterAnAbortInADelayedIndexFlushFailCleanly) {
   EXPECT_EQ(c.code(), EIO) << c.ToString();
   fault.Clear();
   auto l = fs->ReadDir(*d);
-  if (!l.ok()) {
-    EXPECT_EQ(l.status().code(), EIO) << l.status().ToString();
-    EXPECT_NE(l.status().message().find("queued dir index"), std::string::npos) << l.status().ToString();
-  }
+  // The flush moved the queued items into its first batch, which never
+  // reached the tree: the listing says so instead of reading past them.
+  ASSERT_FALSE(l.ok()) << l->size() << " entries";
+  EXPECT_EQ(l.status().code(), EIO) << l.status().ToString();
+  EXPECT_NE(l.status().message().find("queued dir index"), std::string::npos) << l.status().ToString();
   auto root = fs->ReadDir(fs->Root());
   EXPECT_TRUE(root.ok()) << root.status().ToString();
   EXPECT_TRUE(fs->GetStat(*d).ok());
@@ -481,7 +483,9 @@ TEST(FullDevice, FillDeleteRefillLoopEndsCleanWithEveryFileIntact) {
       ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.ToString();
       files.erase(names[i]);
     }
-    if (round % 3 == 2) ASSERT_TRUE(fs->Commit().ok());
+    if (round % 3 == 2) {
+      ASSERT_TRUE(fs->Commit().ok());
+    }
   }
   const uint64_t retries = stats::GetCounter("space.enospc_commits").Get() - retries_before;
   std::cout << "fill-delete-refill: 20 rounds, " << next << " files made, " << enospc << " ENOSPC, " << retries

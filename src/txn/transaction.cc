@@ -715,7 +715,14 @@ Status TxnManager::Commit() {
     }
   }
   stats_.commit_loops = loops;
-  if (dirty_->count() == 0) return Status::Ok();  // nothing changed
+  if (dirty_->count() == 0) {
+    // Nothing changed on the device. What the refs pass freed can only be
+    // data this transaction took and never referenced (the pieces of a write
+    // that got ENOSPC): never part of a committed tree, so reusable now --
+    // left pinned, a full device would stay full until some real commit.
+    space_->Commit();
+    return Status::Ok();
+  }
   refs_time.Record(stats::NowNs() - t0);
 
   std::vector<uint64_t> written;
