@@ -1,0 +1,142 @@
+// A full device through `ubtrfs mount` (issue 15, the mount cases): on a
+// data-full 200 MiB `ubtrfs mkfs` image, zero-range fallocate and an
+// unaligned truncate get ENOSPC and nothing else, df reports what is left,
+// a write right after an unlink finds the freed space, the mount stays
+// writable, the daemon's final commit succeeds (exit 0), and the image is
+// btrfs-check clean with the content written.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/falloc.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/fuse_mount.h"
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "ubtrfs/filesystem.h"
+
+#ifndef UBTRFS_CLI_PATH
+#error "UBTRFS_CLI_PATH must name the ubtrfs executable"
+#endif
+
+namespace {
+
+using ubtrfs_test::BtrfsCheck;
+using ubtrfs_test::MountProcess;
+using ubtrfs_test::RunCommand;
+using ubtrfs_test::Scratch;
+
+constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
+
+std::string Bytes(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i >> 12) * 131 + (i & 4095) * 7 + seed * 977 + 1);
+  return s;
+}
+
+// Appends pieces of `piece` bytes until write(2) fails; returns the errno
+// of that failure (0 if it never failed within `limit`) and the bytes
+// written in *size.
+int AppendUntilFull(const std::string& path, size_t piece, uint64_t limit, uint64_t* size) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return errno;
+  const std::string buf = Bytes(piece, 3);
+  int err = 0;
+  while (*size < limit) {
+    ssize_t w = write(fd, buf.data(), buf.size());
+    if (w < 0) {
+      err = errno;
+      break;
+    }
+    *size += static_cast<uint64_t>(w);
+  }
+  fsync(fd);
+  close(fd);
+  return err;
+}
+
+TEST(FullDeviceFuse, DataFullMountGivesEnospcOnlyAndUnmountsClean) {
+  SKIP_IF_NO_FUSE();
+  Scratch s;
+  ASSERT_EQ(mkdir(s.mnt.c_str(), 0755), 0);
+  auto mk = RunCommand({UBTRFS_CLI_PATH, "mkfs", "--size", "200M", s.img});
+  ASSERT_TRUE(mk.ok()) << mk.Describe();
+  const std::string content = Bytes(388332, 1);
+  {
+    MountProcess mount;
+    START_MOUNT(mount, s);
+    const std::string file = s.mnt + "/file";
+    {
+      int fd = open(file.c_str(), O_WRONLY | O_CREAT, 0644);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+      ASSERT_EQ(fsync(fd), 0);
+      close(fd);
+    }
+    // dd until ENOSPC, then top up with 4 KiB appends.
+    uint64_t filled = 0;
+    EXPECT_EQ(AppendUntilFull(s.mnt + "/fill", kMiB, 1ull << 30, &filled), ENOSPC);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(AppendUntilFull(s.mnt + "/fill", 4 * kKiB, 1ull << 30, &filled), ENOSPC);
+    struct statvfs v {};
+    ASSERT_EQ(statvfs(s.mnt.c_str(), &v), 0);
+    const uint64_t avail = uint64_t{v.f_bavail} * v.f_frsize;
+    EXPECT_LT(avail, 64 * kKiB) << "df on a data-full device";
+    std::cout << "[ full     ] " << (filled >> 20) << " MiB filled; df: " << (uint64_t{v.f_blocks} * v.f_frsize >> 10)
+              << " KiB size, " << (avail >> 10) << " KiB available\n";
+
+    // Case 1: zero-range fallocate past the end.
+    int fd = open(file.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    errno = 0;
+    EXPECT_EQ(fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 648655, 494490), -1);
+    EXPECT_EQ(errno, ENOSPC) << strerror(errno);
+    // Case 2: an unaligned truncate to a smaller size.
+    errno = 0;
+    EXPECT_EQ(ftruncate(fd, 300123), -1);
+    EXPECT_EQ(errno, ENOSPC) << strerror(errno);
+    close(fd);
+    struct stat st {};
+    ASSERT_EQ(stat(file.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, static_cast<off_t>(content.size()));
+
+    // Still writable: a directory, a small file.
+    ASSERT_EQ(mkdir((s.mnt + "/dir").c_str(), 0755), 0) << strerror(errno);
+    {
+      int sfd = open((s.mnt + "/dir/small").c_str(), O_WRONLY | O_CREAT, 0644);
+      ASSERT_GE(sfd, 0) << strerror(errno);
+      ASSERT_EQ(write(sfd, "hello\n", 6), 6);
+      close(sfd);
+    }
+    // Case 5: the space of a deleted file is there for the next write.
+    ASSERT_EQ(unlink((s.mnt + "/fill").c_str()), 0);
+    uint64_t after = 0;
+    EXPECT_EQ(AppendUntilFull(s.mnt + "/after", kMiB, 8 * kMiB, &after), 0);
+    EXPECT_EQ(after, 8 * kMiB);
+    std::string err;
+    EXPECT_EQ(mount.Unmount(&err), 0) << err << "\nlog: " << mount.Log();
+  }
+  EXPECT_EQ(BtrfsCheck(s.img), "");
+  auto fs = ubtrfs::Filesystem::Open(s.img);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto id = (*fs)->Lookup("/file");
+  ASSERT_TRUE(id.ok());
+  std::string got(content.size(), '\0');
+  auto n = (*fs)->Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(got.data()), got.size()));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(got, content);
+  auto small = (*fs)->Lookup("/dir/small");
+  EXPECT_TRUE(small.ok()) << small.status().ToString();
+  auto a = (*fs)->Lookup("/after");
+  ASSERT_TRUE(a.ok());
+  auto ast = (*fs)->GetStat(*a);
+  ASSERT_TRUE(ast.ok());
+  EXPECT_EQ(ast->size, 8 * kMiB);
+}
+
+}  // namespace
