@@ -325,6 +325,8 @@ TEST(FullDevice, EveryFileCanBeDeletedOnAMetadataFullDevice) {
   EXPECT_EQ(entries->size(), static_cast<size_t>(made));
 
   // Delete everything, as rm -rf does.
+  stats::Counter& retries = stats::GetCounter("space.enospc_commits");
+  const uint64_t retries_before = retries.Get();
   int deleted = 0;
   for (const DirEntry& e : *entries) {
     Status st = fs->Unlink(*d, e.name);
@@ -333,6 +335,8 @@ TEST(FullDevice, EveryFileCanBeDeletedOnAMetadataFullDevice) {
   }
   ASSERT_TRUE(fs->Rmdir(fs->Root(), "d").ok());
   ASSERT_TRUE(fs->Unlink(fs->Root(), "fill").ok());
+  std::cout << "deleted " << deleted << " files; " << retries.Get() - retries_before
+            << " of the deletions committed to free space first\n";
   ASSERT_TRUE(fs->Commit().ok());
   auto empty_stat = fs->StatFs();
   ASSERT_TRUE(empty_stat.ok());
