@@ -11,8 +11,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -28,6 +31,7 @@
 namespace {
 
 using ubtrfs_test::BtrfsCheck;
+using ubtrfs_test::LoopMount;
 using ubtrfs_test::MountProcess;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::Scratch;
@@ -137,6 +141,142 @@ TEST(FullDeviceFuse, DataFullMountGivesEnospcOnlyAndUnmountsClean) {
   auto ast = (*fs)->GetStat(*a);
   ASSERT_TRUE(ast.ok());
   EXPECT_EQ(ast->size, 8 * kMiB);
+}
+
+// The fill / delete half / refill loop on a mounted directory (ours through
+// FUSE, or the kernel's): each round tries files of mixed sizes worth 120
+// MiB (more than the half deleted frees), counting the ENOSPC results;
+// then deletes a random half; fsync after every tenth file. Every file
+// keeps what write(2) reported written; the check reads each back.
+struct LoopResult {
+  uint64_t files = 0, enospc = 0, other_errors = 0;
+  std::string first_other;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> kept;  // name -> size, seed
+};
+
+std::string Pattern(uint64_t off, size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t p = off + i;
+    s[i] = static_cast<char>((p >> 12) * 131 + (p & 4095) * 7 + seed * 977 + 1);
+  }
+  return s;
+}
+
+void FillDeleteLoop(const std::string& dir, int rounds, LoopResult* out) {
+  std::mt19937_64 rng(15);
+  const uint64_t sizes[] = {700, 3000, 64 * kKiB, 300 * kKiB, 2 * kMiB, 9 * kMiB};
+  uint64_t next = 0;
+  auto note_error = [&](int e, const std::string& what) {
+    if (e == ENOSPC) {
+      ++out->enospc;
+    } else {
+      if (out->other_errors++ == 0) out->first_other = what + ": " + strerror(e);
+    }
+  };
+  for (int round = 0; round < rounds; ++round) {
+    uint64_t tried = 0;
+    while (tried < 120 * kMiB) {
+      const std::string name = "f" + std::to_string(next);
+      const uint64_t size = sizes[rng() % std::size(sizes)] + rng() % 5000;
+      const uint64_t seed = next++;
+      tried += size;
+      ++out->files;
+      int fd = open((dir + "/" + name).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+      if (fd < 0) {
+        note_error(errno, "create " + name);
+        continue;
+      }
+      uint64_t done = 0;
+      while (done < size) {
+        const std::string piece = Pattern(done, std::min<uint64_t>(kMiB, size - done), seed);
+        ssize_t w = write(fd, piece.data(), piece.size());
+        if (w < 0) {
+          note_error(errno, "write " + name);
+          break;
+        }
+        done += static_cast<uint64_t>(w);
+        if (static_cast<size_t>(w) < piece.size()) continue;  // short: the next write says why
+      }
+      if (next % 10 == 0 && fsync(fd) != 0) note_error(errno, "fsync " + name);
+      if (close(fd) != 0) note_error(errno, "close " + name);
+      out->kept[name] = {done, seed};
+    }
+    std::vector<std::string> names;
+    for (const auto& [n, f] : out->kept) names.push_back(n);
+    std::shuffle(names.begin(), names.end(), rng);
+    for (size_t i = 0; i < names.size() / 2; ++i) {
+      if (unlink((dir + "/" + names[i]).c_str()) != 0) note_error(errno, "unlink " + names[i]);
+      out->kept.erase(names[i]);
+    }
+  }
+}
+
+// "" when every kept file under dir reads back as written.
+std::string CheckKept(const std::string& dir, const LoopResult& r) {
+  for (const auto& [name, f] : r.kept) {
+    int fd = open((dir + "/" + name).c_str(), O_RDONLY);
+    if (fd < 0) return name + ": " + strerror(errno);
+    std::string got(f.first + 1, '\0');
+    ssize_t n = pread(fd, got.data(), got.size(), 0);
+    close(fd);
+    if (n != static_cast<ssize_t>(f.first)) return name + ": " + std::to_string(n) + " bytes, want " + std::to_string(f.first);
+    got.resize(f.first);
+    if (got != Pattern(0, f.first, f.second)) return name + ": content differs";
+  }
+  return "";
+}
+
+TEST(FullDeviceFuse, FillDeleteRefillLoopThroughTheMountAndTheKernel) {
+  SKIP_IF_NO_FUSE();
+  constexpr int kRounds = 20;
+  LoopResult ours;
+  {
+    Scratch s;
+    ASSERT_EQ(mkdir(s.mnt.c_str(), 0755), 0);
+    auto mk = RunCommand({UBTRFS_CLI_PATH, "mkfs", "--size", "200M", s.img});
+    ASSERT_TRUE(mk.ok()) << mk.Describe();
+    {
+      MountProcess mount;
+      START_MOUNT(mount, s);
+      FillDeleteLoop(s.mnt, kRounds, &ours);
+      EXPECT_EQ(ours.other_errors, 0u) << ours.first_other;
+      EXPECT_EQ(CheckKept(s.mnt, ours), "");
+      std::string err;
+      EXPECT_EQ(mount.Unmount(&err), 0) << err << "\nlog: " << mount.Log();
+    }
+    EXPECT_EQ(BtrfsCheck(s.img), "");
+    MountProcess again;
+    START_MOUNT(again, s, "-o", "ro");
+    EXPECT_EQ(CheckKept(s.mnt, ours), "") << "after remounting";
+    std::string err;
+    EXPECT_EQ(again.Unmount(&err), 0) << err;
+  }
+  std::cout << "[ loop     ] ubtrfs mount: " << ours.files << " files tried, " << ours.enospc << " ENOSPC, "
+            << ours.kept.size() << " kept\n";
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    std::cout << "[ loop     ] kernel row skipped: " << why << "\n";
+    return;
+  }
+  LoopResult kernel;
+  {
+    Scratch k;
+    ASSERT_EQ(mkdir(k.mnt.c_str(), 0755), 0);
+    auto mk = RunCommand({UBTRFS_CLI_PATH, "mkfs", "--size", "200M", k.img});
+    ASSERT_TRUE(mk.ok()) << mk.Describe();
+    LoopMount m;
+    ASSERT_EQ(m.Mount(k.img, k.mnt), "");
+    FillDeleteLoop(k.mnt, kRounds, &kernel);
+    EXPECT_EQ(kernel.other_errors, 0u) << kernel.first_other;
+    EXPECT_EQ(CheckKept(k.mnt, kernel), "");
+    ASSERT_EQ(m.Unmount(), "");
+    EXPECT_EQ(BtrfsCheck(k.img), "");
+  }
+  std::cout << "[ loop     ] kernel btrfs: " << kernel.files << " files tried, " << kernel.enospc << " ENOSPC, "
+            << kernel.kept.size() << " kept\n";
+  EXPECT_LE(ours.enospc, 2 * kernel.enospc + 2) << "ENOSPC counts: ubtrfs " << ours.enospc << ", kernel " << kernel.enospc;
+  EXPECT_LE(kernel.enospc, 2 * ours.enospc + 2) << "ENOSPC counts: ubtrfs " << ours.enospc << ", kernel " << kernel.enospc;
 }
 
 }  // namespace
