@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
@@ -231,6 +232,7 @@ TEST(FullDeviceFuse, FillDeleteRefillLoopThroughTheMountAndTheKernel) {
   SKIP_IF_NO_FUSE();
   constexpr int kRounds = 20;
   LoopResult ours;
+  double ours_secs = 0, kernel_secs = 0;
   {
     Scratch s;
     ASSERT_EQ(mkdir(s.mnt.c_str(), 0755), 0);
@@ -239,7 +241,9 @@ TEST(FullDeviceFuse, FillDeleteRefillLoopThroughTheMountAndTheKernel) {
     {
       MountProcess mount;
       START_MOUNT(mount, s);
+      const auto t0 = std::chrono::steady_clock::now();
       FillDeleteLoop(s.mnt, kRounds, &ours);
+      ours_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       EXPECT_EQ(ours.other_errors, 0u) << ours.first_other;
       EXPECT_EQ(CheckKept(s.mnt, ours), "");
       std::string err;
@@ -253,7 +257,7 @@ TEST(FullDeviceFuse, FillDeleteRefillLoopThroughTheMountAndTheKernel) {
     EXPECT_EQ(again.Unmount(&err), 0) << err;
   }
   std::cout << "[ loop     ] ubtrfs mount: " << ours.files << " files tried, " << ours.enospc << " ENOSPC, "
-            << ours.kept.size() << " kept\n";
+            << ours.kept.size() << " kept, " << ours_secs << " s\n";
   std::string why;
   if (!ubtrfs_test::LoopMountsAvailable(&why)) {
     std::cout << "[ loop     ] kernel row skipped: " << why << "\n";
@@ -267,14 +271,16 @@ TEST(FullDeviceFuse, FillDeleteRefillLoopThroughTheMountAndTheKernel) {
     ASSERT_TRUE(mk.ok()) << mk.Describe();
     LoopMount m;
     ASSERT_EQ(m.Mount(k.img, k.mnt), "");
+    const auto t0 = std::chrono::steady_clock::now();
     FillDeleteLoop(k.mnt, kRounds, &kernel);
+    kernel_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(kernel.other_errors, 0u) << kernel.first_other;
     EXPECT_EQ(CheckKept(k.mnt, kernel), "");
     ASSERT_EQ(m.Unmount(), "");
     EXPECT_EQ(BtrfsCheck(k.img), "");
   }
   std::cout << "[ loop     ] kernel btrfs: " << kernel.files << " files tried, " << kernel.enospc << " ENOSPC, "
-            << kernel.kept.size() << " kept\n";
+            << kernel.kept.size() << " kept, " << kernel_secs << " s\n";
   EXPECT_LE(ours.enospc, 2 * kernel.enospc + 2) << "ENOSPC counts: ubtrfs " << ours.enospc << ", kernel " << kernel.enospc;
   EXPECT_LE(kernel.enospc, 2 * ours.enospc + 2) << "ENOSPC counts: ubtrfs " << ours.enospc << ", kernel " << kernel.enospc;
 }
