@@ -118,7 +118,14 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
       static const std::vector<uint8_t> zeros(1 << 20, 0);
       while (a < b) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(b - a, zeros.size()));
-        UB_ASSIGN_OR_RETURN(size_t done, WriteImpl(file, a, std::span(zeros.data(), n)));
+        auto written = WriteImpl(file, a, std::span(zeros.data(), n));
+        if (!written.ok()) {
+          // WriteImpl marks its own ENOSPC clean, but an earlier step of this
+          // call may have changed the file already: never clean here.
+          t_clean_failure = false;
+          return written.status();
+        }
+        const size_t done = *written;
         if (done == 0) return Status::IoError("short write while zeroing");
         a += done;
       }
