@@ -66,6 +66,17 @@ int AppendUntilFull(const std::string& path, size_t piece, uint64_t limit, uint6
   return err;
 }
 
+// An fsync through the mount commits the running transaction.
+int CommitViaFsync(const std::string& mnt) {
+  const std::string p = mnt + "/.sync";
+  int fd = open(p.c_str(), O_WRONLY | O_CREAT, 0644);
+  if (fd < 0) return -1;
+  const int r = fsync(fd);
+  close(fd);
+  unlink(p.c_str());
+  return r;
+}
+
 TEST(FullDeviceFuse, DataFullMountGivesEnospcOnlyAndUnmountsClean) {
   SKIP_IF_NO_FUSE();
   Scratch s;
@@ -142,6 +153,59 @@ TEST(FullDeviceFuse, DataFullMountGivesEnospcOnlyAndUnmountsClean) {
   auto ast = (*fs)->GetStat(*a);
   ASSERT_TRUE(ast.ok());
   EXPECT_EQ(ast->size, 8 * kMiB);
+}
+
+// Cases 3 and 4 through the mount: data full, then 1000-byte files with an
+// fsync every 500 until ENOSPC; `rm -rf` of the directory then removes
+// every file (no crash, no ENOSPC), the space comes back (df), and the
+// daemon's final commit succeeds.
+TEST(FullDeviceFuse, RmRfWorksOnAMetadataFullMount) {
+  SKIP_IF_NO_FUSE();
+  Scratch s;
+  ASSERT_EQ(mkdir(s.mnt.c_str(), 0755), 0);
+  auto mk = RunCommand({UBTRFS_CLI_PATH, "mkfs", "--size", "200M", s.img});
+  ASSERT_TRUE(mk.ok()) << mk.Describe();
+  MountProcess mount;
+  START_MOUNT(mount, s);
+  uint64_t filled = 0;
+  EXPECT_EQ(AppendUntilFull(s.mnt + "/fill", kMiB, 1ull << 30, &filled), ENOSPC);
+  EXPECT_EQ(AppendUntilFull(s.mnt + "/fill", 4 * kKiB, 1ull << 30, &filled), ENOSPC);
+  const std::string d = s.mnt + "/d";
+  ASSERT_EQ(mkdir(d.c_str(), 0755), 0);
+  const std::string small = Bytes(1000, 4);
+  int made = 0, err = 0;
+  for (; made < 1000000; ++made) {
+    const std::string p = d + "/f" + std::to_string(made);
+    int fd = open(p.c_str(), O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) {
+      err = errno;
+      break;
+    }
+    const ssize_t w = write(fd, small.data(), small.size());
+    if (w != static_cast<ssize_t>(small.size())) err = w < 0 ? errno : EIO;
+    if (made % 500 == 499 && fsync(fd) != 0) err = errno;
+    close(fd);
+    if (err) break;
+  }
+  EXPECT_EQ(err, ENOSPC) << strerror(err);
+  std::cout << "[ full     ] metadata full after " << made << " files of 1000 bytes\n";
+  ASSERT_GT(made, 1000);
+  auto rm = RunCommand({"rm", "-rf", d, s.mnt + "/fill"});
+  EXPECT_TRUE(rm.ok()) << rm.Describe();
+  struct stat st {};
+  EXPECT_NE(stat(d.c_str(), &st), 0) << "the directory is gone";
+  ASSERT_EQ(CommitViaFsync(s.mnt), 0);
+  struct statvfs v {};
+  ASSERT_EQ(statvfs(s.mnt.c_str(), &v), 0);
+  EXPECT_GE(uint64_t{v.f_bavail} * v.f_frsize, filled) << "the space came back";
+  // And files can be made again.
+  int fd = open((s.mnt + "/again").c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  EXPECT_EQ(write(fd, small.data(), small.size()), static_cast<ssize_t>(small.size()));
+  close(fd);
+  std::string e;
+  EXPECT_EQ(mount.Unmount(&e), 0) << e << "\nlog: " << mount.Log();
+  EXPECT_EQ(BtrfsCheck(s.img), "");
 }
 
 // The fill / delete half / refill loop on a mounted directory (ours through
