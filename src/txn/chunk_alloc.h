@@ -42,7 +42,8 @@
 // twice the reserve, so data cannot take the last device space from under
 // the metadata the data extents will need. ReserveMetadata(items) lets an
 // operation ask up front (kernel style: 2 * kMaxLevel blocks per item) and
-// get ENOSPC before it changes anything.
+// get ENOSPC before it changes anything; ordinary changes also leave the
+// global reserve (txn/space_reserve.h) free, deletions may use it.
 //
 // If a commit still runs out (the reserve is an estimate), Commit() fails
 // with ENOSPC before anything is written: the last committed image stays.
