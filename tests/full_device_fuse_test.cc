@@ -190,6 +190,15 @@ TEST(FullDeviceFuse, RmRfWorksOnAMetadataFullMount) {
   EXPECT_EQ(err, ENOSPC) << strerror(err);
   std::cout << "[ full     ] metadata full after " << made << " files of 1000 bytes\n";
   ASSERT_GT(made, 1000);
+  // A file unlinked while open (the mount keeps it under a hidden name).
+  const std::string open_path = d + "/f7";
+  int keep = open(open_path.c_str(), O_RDONLY);
+  ASSERT_GE(keep, 0) << strerror(errno);
+  EXPECT_EQ(unlink(open_path.c_str()), 0) << strerror(errno);
+  char first[4] = {};
+  EXPECT_EQ(pread(keep, first, sizeof first, 0), static_cast<ssize_t>(sizeof first));
+  EXPECT_EQ(std::string(first, 4), small.substr(0, 4));
+  close(keep);
   auto rm = RunCommand({"rm", "-rf", d, s.mnt + "/fill"});
   EXPECT_TRUE(rm.ok()) << rm.Describe();
   struct stat st {};

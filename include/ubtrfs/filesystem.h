@@ -102,6 +102,10 @@ struct AttrChange {
 
 inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
 inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
+// The rename takes a name out of view as part of a deletion (a mount keeps a
+// file unlinked while open under a hidden name): like an unlink it may use
+// the global metadata reserve, so it works on a metadata-full device.
+inline constexpr unsigned kRenameForDeletion = 1u << 16;
 
 struct OpenOptions {
   // Open for writing: changes join a running transaction that Commit()

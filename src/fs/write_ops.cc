@@ -1242,6 +1242,11 @@ Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
 Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name, unsigned flags) {
   static stats::Histogram& latency = stats::GetHistogram("op.rename", "ns");
   stats::ScopedTimer timer(latency);
+  if (flags & kRenameForDeletion) {
+    const unsigned f = flags & ~kRenameForDeletion;
+    return Change(txn::ReserveFor::kDelete, kItemsPerDelete,
+                  [&] { return RenameImpl(old_dir, old_name, new_dir, new_name, f); });
+  }
   return Change(2 * kItemsPerOp, [&] { return RenameImpl(old_dir, old_name, new_dir, new_name, flags); });
 }
 

@@ -335,7 +335,7 @@ Result<std::optional<uint64_t>> Adapter::HideIfOpenLocked(InodeId dir, std::stri
     char buf[64];
     snprintf(buf, sizeof buf, ".ubtrfs_hidden%016llx%08llx", static_cast<unsigned long long>(id->ino),
              static_cast<unsigned long long>(hidden_seq_++));
-    Status s = fs_.Rename(dir, name, dir, buf, kRenameNoReplace);
+    Status s = fs_.Rename(dir, name, dir, buf, kRenameNoReplace | kRenameForDeletion);
     if (s.ok()) {
       hidden_[node] = Hidden{dir, buf};
       hidden_count_.fetch_add(1);
