@@ -73,7 +73,8 @@ struct FsStat {
   uint32_t node_size = 0;
   uint64_t total_bytes = 0;
   uint64_t used_bytes = 0;
-  uint64_t free_bytes = 0;  // an estimate, as statfs(2) reports
+  uint64_t free_bytes = 0;   // an estimate, as statfs(2) reports (f_bfree)
+  uint64_t avail_bytes = 0;  // what file data can still take (f_bavail): free data space, never metadata
   uint64_t name_max = 255;
 };
 
@@ -111,6 +112,10 @@ struct AttrChange {
 
 inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
 inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
+// The rename takes a name out of view as part of a deletion (a mount keeps a
+// file unlinked while open under a hidden name): like an unlink it may use
+// the global metadata reserve, so it works on a metadata-full device.
+inline constexpr unsigned kRenameForDeletion = 1u << 16;
 
 struct OpenOptions {
   // Open for writing: changes join a running transaction that Commit()

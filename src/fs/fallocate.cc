@@ -23,6 +23,63 @@ void SetNow(format::Timespec& ts) {
   ts.nsec = static_cast<uint32_t>(now.tv_nsec);
 }
 
+// Bytes of [a, b) (sector-aligned) that extents with disk space (data or
+// preallocated) cover.
+Result<uint64_t> CoveredBytes(tree::BlockSource* src, const tree::RootPtr& tree, InodeId file, uint64_t a,
+                              uint64_t b) {
+  uint64_t covered = 0;
+  Cursor c(src, tree);
+  UB_RETURN_IF_ERROR(SeekFileExtent(c, file, a));
+  for (; c.Valid();) {
+    const Key k = c.key();
+    if (k.objectid != file.ino || k.type != kExtentDataKey || k.offset >= b) break;
+    const auto d = c.data();
+    if (d.size() < sizeof(FileExtentItem)) return Status::Corrupt(InodeName(file) + ": short extent item");
+    const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
+    if (fe->type == kFileExtentInline) return Status::Corrupt(InodeName(file) + ": inline extent among others");
+    const uint64_t ks = k.offset, ke = ks + fe->num_bytes.get();
+    if (fe->disk_bytenr.get() != 0 && ke > a) covered += std::min(ke, b) - std::max(ks, a);
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  return covered;
+}
+
+// An upper bound of the data a fallocate allocates (mode bits as decoded
+// in Fallocate; `covered`: CoveredBytes of the aligned range, before the
+// call): the partial sectors that punching or zeroing rewrites, an inline
+// file turned regular, and PREALLOC extents for what has no extent (for
+// zeroing, all of the zeroed range: its extents are dropped first). It
+// overshoots by at most the two partial sectors.
+uint64_t FallocateDataNeed(bool punch, bool zero, bool inl, uint64_t offset, uint64_t end, uint64_t size,
+                           uint32_t ss, uint64_t covered) {
+  auto down = [ss](uint64_t v) { return v / ss * ss; };
+  auto up = [ss](uint64_t v) { return (v + ss - 1) / ss * ss; };
+  uint64_t need = 0;
+  const bool inline_stays = size <= kMaxInline && size < ss;
+  const uint64_t a = offset, b = std::min(end, size);
+  const bool zeroes_inside = (punch || zero) && a < b;
+  if (zeroes_inside) {
+    if (inl) {
+      if (!inline_stays) need += up(size);  // rewritten whole, as a regular file
+    } else if (up(a) >= down(b)) {
+      need += up(b) - down(a);  // one or two partial sectors
+    } else {
+      need += (a % ss ? ss : 0) + (b % ss ? ss : 0);
+    }
+  }
+  if (!punch) {
+    const uint64_t span = up(end) - down(offset);
+    if (inl) {
+      need += up(size) + span;  // the inline data as an extent, then the range
+    } else if (zero && zeroes_inside) {
+      need += span;
+    } else {
+      need += span - std::min(span, covered);
+    }
+  }
+  return need;
+}
+
 }  // namespace
 
 Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) {
@@ -61,12 +118,39 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
       static const std::vector<uint8_t> zeros(1 << 20, 0);
       while (a < b) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(b - a, zeros.size()));
-        UB_ASSIGN_OR_RETURN(size_t done, WriteImpl(file, a, std::span(zeros.data(), n)));
+        auto written = WriteImpl(file, a, std::span(zeros.data(), n));
+        if (!written.ok()) {
+          // WriteImpl marks its own ENOSPC clean, but an earlier step of this
+          // call may have changed the file already: never clean here.
+          t_clean_failure = false;
+          return written.status();
+        }
+        const size_t done = *written;
         if (done == 0) return Status::IoError("short write while zeroing");
         a += done;
       }
       return Status::Ok();
     };
+
+    // 0. Data space for everything the call may allocate, before anything
+    // changes: a full device is an ENOSPC with the file untouched
+    // (txn/space_reserve.h). Nothing else allocates data meanwhile (the
+    // operation runs exclusive), so what is found here is still there below.
+    {
+      UB_ASSIGN_OR_RETURN(bool inl, has_inline());
+      uint64_t covered = 0;
+      if (!punch && !inl) {
+        UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
+        UB_ASSIGN_OR_RETURN(covered, CoveredBytes(vol_->source(), tree, file, offset / ss * ss,
+                                                  (end + ss - 1) / ss * ss));
+      }
+      const uint64_t need = FallocateDataNeed(punch, zero, inl, offset, end, size, ss, covered);
+      Status reserved = txn::ReserveData(*txn_, need);
+      if (!reserved.ok()) {
+        t_clean_failure = true;  // nothing changed yet
+        return reserved.WithContext("fallocate of " + std::to_string(len) + " bytes at " + std::to_string(offset));
+      }
+    }
 
     // 1. Punch or zero: the range inside the file reads as zeros afterwards;
     // whole sectors lose their extents, partial ones are rewritten.

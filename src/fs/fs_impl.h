@@ -32,6 +32,7 @@
 #include "inode/inode_cache.h"
 #include "io/undo_device.h"
 #include "stats/stats.h"
+#include "txn/space_reserve.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
 
@@ -45,6 +46,9 @@ using tree::Cursor;
 // Upper bounds that keep a damaged extent item from asking for huge buffers:
 // btrfs never writes a compressed extent larger than 128 KiB of data.
 constexpr uint64_t kMaxCompressedExtent = 128 * 1024;
+// Files up to this size whose data starts at offset 0 are stored inline in
+// the tree, as the kernel does by default (max_inline).
+constexpr uint64_t kMaxInline = 2048;
 
 // A file extent item that covers the whole of an uncompressed disk extent
 // (regular or prealloc) of `len` bytes at `bytenr`.
@@ -344,8 +348,10 @@ class FilesystemImpl final : public Filesystem {
       for (const auto& [index, item] : *pending) {
         const Key k{dir.ino, kDirIndexKey, index};
         UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(item, k));
-        if (entries.size() != 1) return Status::Error(EIO, "queued " + KeyToString(k) + " holds " +
-                                                         std::to_string(entries.size()) + " entries");
+        if (entries.size() != 1) {
+          return Status::Error(EIO, "queued dir index " + KeyToString(k) + " holds " + std::to_string(entries.size()) +
+                                        " entries (a flush that failed left it behind)");
+        }
         UB_ASSIGN_OR_RETURN(InodeId id, Resolve(dir, entries[0].location, entries[0].name));
         out.push_back(DirEntry{std::string(entries[0].name), id, DtFromFt(entries[0].type), index});
       }
@@ -470,8 +476,17 @@ class FilesystemImpl final : public Filesystem {
     s.block_size = sb.sectorsize.get();
     s.node_size = sb.nodesize.get();
     s.total_bytes = sb.total_bytes.get();
+    if (txn_) {
+      // The running transaction's figures, as the kernel computes them.
+      const txn::SpaceFigures f = txn::ComputeSpace(*txn_, s.total_bytes);
+      s.used_bytes = f.used_bytes;
+      s.free_bytes = f.free_bytes;
+      s.avail_bytes = f.avail_bytes;
+      return s;
+    }
     s.used_bytes = std::min(sb.bytes_used.get(), s.total_bytes);
     s.free_bytes = s.total_bytes - s.used_bytes;
+    s.avail_bytes = s.free_bytes;
     return s;
   }
 
@@ -683,44 +698,87 @@ class FilesystemImpl final : public Filesystem {
   // half-done failure, and the auto-commit that bounds a transaction.
   // Changes run exclusive, except ChangeIn's (creates, holding their
   // directory, and writes, holding their file), which run in parallel with
-  // each other and with reads.
+  // each other and with reads. `who` says whether the change may use the
+  // global metadata reserve (deletions: txn/space_reserve.h).
+  //
+  // An ENOSPC that changed nothing (the reservation, or a failure the
+  // operation marked clean) commits the running transaction, which releases
+  // the space it pinned and its commit reserve, and runs the change once
+  // more, as the kernel does before it gives up (full_device.cc). Only the
+  // outermost operation of a thread does so, and only with the operation
+  // lock let go of: the commit takes it exclusive.
   template <typename F>
   auto Change(uint64_t reserve_items, F&& op) -> decltype(op()) {
-    auto guard = ExclusiveGuard();
-    UB_RETURN_IF_ERROR(CheckWritable());
-    UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
-    auto r = op();
-    NoteResult(r);
-    if (r.ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-    return r;
+    return Change(txn::ReserveFor::kChange, reserve_items, std::forward<F>(op));
+  }
+  template <typename F>
+  auto Change(txn::ReserveFor who, uint64_t reserve_items, F&& op) -> decltype(op()) {
+    const bool outermost = !HoldsOpLock();
+    for (int attempt = 0;; ++attempt) {
+      std::optional<decltype(op())> r;
+      Status reserved;
+      {
+        auto guard = ExclusiveGuard();
+        UB_RETURN_IF_ERROR(CheckWritable());
+        reserved = txn_->chunk_alloc().ReserveMetadata(reserve_items, who);
+        if (reserved.ok()) {
+          r.emplace(op());
+          NoteResult(*r);
+        }
+      }
+      if (RetryAfterCommit(r ? StatusOf(*r) : reserved, attempt, outermost)) {
+        UB_RETURN_IF_ERROR(CommitForSpace());
+        continue;
+      }
+      if (!r) return reserved;
+      if (r->ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+      return std::move(*r);
+    }
   }
   template <typename F>
   auto ChangeIn(InodeId dir, uint64_t reserve_items, F&& op) -> decltype(op()) {
     if (!txn_) return Status::Error(EROFS, "the image is open read-only");
-    std::optional<decltype(op())> r;
-    {
-      auto guard = Guard();
-      UB_RETURN_IF_ERROR(CheckWritable());
-      if (!txn_->chunk_alloc().MetadataSurelyFree(reserve_items)) {
-        auto lock = txn_->AllocLock();
-        UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
+    const bool outermost = !HoldsOpLock();
+    for (int attempt = 0;; ++attempt) {
+      std::optional<decltype(op())> r;
+      Status reserved;
+      {
+        auto guard = Guard();
+        UB_RETURN_IF_ERROR(CheckWritable());
+        if (!txn_->chunk_alloc().MetadataSurelyFree(reserve_items)) {
+          auto lock = txn_->AllocLock();
+          reserved = txn_->chunk_alloc().ReserveMetadata(reserve_items);
+        }
+        if (reserved.ok()) {
+          std::lock_guard dir_lock(InodeLock(dir));
+          r.emplace(op());
+          NoteResult(*r);
+        }
       }
-      std::lock_guard dir_lock(InodeLock(dir));
-      r.emplace(op());
-      NoteResult(*r);
+      // The commit needs the operation lock exclusive: after letting go of it.
+      if (RetryAfterCommit(r ? StatusOf(*r) : reserved, attempt, outermost)) {
+        UB_RETURN_IF_ERROR(CommitForSpace());
+        continue;
+      }
+      if (!r) return reserved;
+      if (r->ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+      return std::move(*r);
     }
-    // The commit needs the operation lock exclusive: after letting go of it.
-    if (r->ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-    return std::move(*r);
   }
+  static Status StatusOf(const Status& s) { return s; }
+  template <typename T>
+  static Status StatusOf(const Result<T>& r) { return r.status(); }
   template <typename R>
   void NoteResult(const R& r) {
-    if constexpr (std::is_same_v<R, Status>) {
-      NoteFailure(r);
-    } else {
-      NoteFailure(r.status());
-    }
+    NoteFailure(StatusOf(r));
   }
+  // full_device.cc: whether a failed change's ENOSPC calls for a commit and
+  // a second try (first attempt, outermost operation, nothing half done, and
+  // a transaction with something to commit); the commit itself.
+  bool RetryAfterCommit(const Status& st, int attempt, bool outermost);
+  Status CommitForSpace();
+  // Whether this thread holds the operation lock (in either mode).
+  bool HoldsOpLock() const;
   Status MaybeAutoCommit();
   void CacheInode(InodeId id, const format::InodeItem& ii);
   Status CheckWritable();

@@ -16,9 +16,6 @@
 namespace ubtrfs::fsimpl {
 namespace {
 
-// Files up to this size whose data starts at offset 0 are stored inline in
-// the tree, as the kernel does by default (max_inline).
-constexpr uint64_t kMaxInline = 2048;
 // The largest extent btrfs writes uncompressed.
 constexpr uint64_t kMaxExtent = 128ull << 20;
 // A directory whose queue of delayed dir-index items grows past this many
@@ -172,6 +169,7 @@ FilesystemImpl::OpMode HeldMode(const void* fs) {
 thread_local bool FilesystemImpl::t_clean_failure = false;
 
 bool FilesystemImpl::HoldsExclusive() const { return HeldMode(this) == OpMode::kExclusive; }
+bool FilesystemImpl::HoldsOpLock() const { return HeldMode(this) != OpMode::kNone; }
 
 FilesystemImpl::OpGuard::OpGuard(FilesystemImpl* fs, OpMode mode) {
   const OpMode held = HeldMode(fs);
@@ -1003,32 +1001,43 @@ Status FilesystemImpl::TruncateLocked(InodeId id, uint64_t new_size) {
   UB_ASSIGN_OR_RETURN(auto first, tree::LookupItem(vol_->source(), tree, Key{id.ino, kExtentDataKey, 0}));
   const bool has_inline = first && first->size() >= kFileExtentInlineDataStart &&
                           reinterpret_cast<const FileExtentItem*>(first->data())->type == kFileExtentInline;
+  // Data space for what is rewritten is found before anything changes: on a
+  // full device the truncate is an ENOSPC with the file untouched.
+  auto alloc_first = [&](uint64_t start, std::span<const uint8_t> data) -> Result<std::vector<DataPiece>> {
+    auto pieces = AllocPieces(start, data);
+    if (!pieces.ok()) t_clean_failure = true;  // nothing changed yet
+    return pieces;
+  };
   if (has_inline) {
     // Rewrite the whole (small) file: inline again if it still fits.
     std::vector<uint8_t> content(new_size, 0);
     const uint64_t keep = std::min(old_size, new_size);
     UB_RETURN_IF_ERROR(Read(id, 0, std::span(content).subspan(0, keep)).status());
-    UB_RETURN_IF_ERROR(DropExtents(id, 0, UINT64_MAX, &nbytes_delta));
     if (new_size <= kMaxInline && new_size < ss) {
+      UB_RETURN_IF_ERROR(DropExtents(id, 0, UINT64_MAX, &nbytes_delta));
       if (new_size > 0) {
         UB_RETURN_IF_ERROR(WriteInline(id, content));
         nbytes_delta += static_cast<int64_t>(new_size);
       }
     } else {
       content.resize((keep + ss - 1) / ss * ss, 0);
-      UB_RETURN_IF_ERROR(WriteRegular(id, 0, content, csum, &nbytes_delta));
+      UB_ASSIGN_OR_RETURN(auto pieces, alloc_first(0, content));
+      UB_RETURN_IF_ERROR(DropExtents(id, 0, UINT64_MAX, &nbytes_delta));
+      UB_RETURN_IF_ERROR(WritePieces(id, pieces, content, csum, &nbytes_delta));
     }
   } else if (new_size < old_size) {
     const uint64_t tail = new_size % ss, base = new_size - tail;
     std::vector<uint8_t> sector;
+    std::vector<DataPiece> pieces;
     if (tail) {
       // The part of the last sector past the new end must read as zeros if
       // the file grows again: rewrite that sector with its tail cleared.
       sector.assign(ss, 0);
       UB_RETURN_IF_ERROR(Read(id, base, std::span(sector).subspan(0, tail)).status());
+      UB_ASSIGN_OR_RETURN(pieces, alloc_first(base, sector));  // none when the sector is all zeros
     }
     UB_RETURN_IF_ERROR(DropExtents(id, tail ? base : new_size, UINT64_MAX, &nbytes_delta));
-    if (tail && !AllZero(sector)) UB_RETURN_IF_ERROR(WriteRegular(id, base, sector, csum, &nbytes_delta));
+    if (!pieces.empty()) UB_RETURN_IF_ERROR(WritePieces(id, pieces, sector, csum, &nbytes_delta));
   }
   UB_ASSIGN_OR_RETURN(ii, LoadInode(id));
   ii.size = new_size;
@@ -1165,6 +1174,11 @@ Status FilesystemImpl::CommitImpl() {
 // Items an operation may insert, delete or change (inode, refs, dir items,
 // extents, csums), for the up-front metadata reservation.
 constexpr uint64_t kItemsPerOp = 8;
+// What a deletion (unlink, rmdir, truncate) reserves, over the commit
+// reserve only: less than the global reserve that changes leave for it
+// (txn/space_reserve.h), so a deletion can run where changes cannot.
+constexpr uint64_t kItemsPerDelete = 4;
+static_assert(kItemsPerDelete * txn::ChunkAllocator::kBlocksPerItem < txn::kGlobalReserveMinBlocks);
 
 // Bounds the memory of a running transaction (dirty tree blocks and cached
 // inodes): past OpenOptions::max_dirty_bytes, commit, as the kernel does
@@ -1227,18 +1241,23 @@ Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
 Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
   static stats::Histogram& latency = stats::GetHistogram("op.unlink", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return UnlinkImpl(dir, name); });
+  return Change(txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return UnlinkImpl(dir, name); });
 }
 
 Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
   static stats::Histogram& latency = stats::GetHistogram("op.rmdir", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return RmdirImpl(dir, name); });
+  return Change(txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return RmdirImpl(dir, name); });
 }
 
 Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name, unsigned flags) {
   static stats::Histogram& latency = stats::GetHistogram("op.rename", "ns");
   stats::ScopedTimer timer(latency);
+  if (flags & kRenameForDeletion) {
+    const unsigned f = flags & ~kRenameForDeletion;
+    return Change(txn::ReserveFor::kDelete, kItemsPerDelete,
+                  [&] { return RenameImpl(old_dir, old_name, new_dir, new_name, f); });
+  }
   return Change(2 * kItemsPerOp, [&] { return RenameImpl(old_dir, old_name, new_dir, new_name, flags); });
 }
 
@@ -1251,6 +1270,8 @@ Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<co
 Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
   static stats::Histogram& latency = stats::GetHistogram("op.setattr", "ns");
   stats::ScopedTimer timer(latency);
+  // A size change (truncate) is a deletion: it may use the global reserve.
+  if (change.size) return Change(txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return SetAttrImpl(id, change); });
   return Change(kItemsPerOp, [&] { return SetAttrImpl(id, change); });
 }
 

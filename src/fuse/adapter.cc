@@ -335,7 +335,7 @@ Result<std::optional<uint64_t>> Adapter::HideIfOpenLocked(InodeId dir, std::stri
     char buf[64];
     snprintf(buf, sizeof buf, ".ubtrfs_hidden%016llx%08llx", static_cast<unsigned long long>(id->ino),
              static_cast<unsigned long long>(hidden_seq_++));
-    Status s = fs_.Rename(dir, name, dir, buf, kRenameNoReplace);
+    Status s = fs_.Rename(dir, name, dir, buf, kRenameNoReplace | kRenameForDeletion);
     if (s.ok()) {
       hidden_[node] = Hidden{dir, buf};
       hidden_count_.fetch_add(1);
@@ -796,7 +796,7 @@ void Adapter::StatFs(fuse_req_t req) {
   v.f_frsize = bs;
   v.f_blocks = s->total_bytes / bs;
   v.f_bfree = s->free_bytes / bs;
-  v.f_bavail = s->free_bytes / bs;
+  v.f_bavail = s->avail_bytes / bs;
   v.f_files = 0;  // btrfs has no fixed inode table; the kernel reports 0 too
   v.f_ffree = 0;
   v.f_namemax = s->name_max;

@@ -326,7 +326,9 @@ Status ChunkAllocator::EnsureMetadataFree(uint64_t need, const std::string& why)
     // Allocations hold the transaction's allocation lock, as callers of this
     // do (or run alone): the count read here goes with the free bytes.
     const uint64_t allocs = meta_allocs_.load(std::memory_order_relaxed);
-    const uint64_t free = space.TotalsFor(kBlockGroupMetadata).free_bytes;
+    const alloc::SpaceManager::Totals totals = space.TotalsFor(kBlockGroupMetadata);
+    const uint64_t free = totals.free_bytes;
+    global_reserve_.store(GlobalReserveBytes(totals.total_bytes, txn_->vol_->nodesize()), std::memory_order_release);
     if (free >= need) {
       checked_free_.store(free, std::memory_order_release);
       checked_allocs_.store(allocs, std::memory_order_release);
@@ -357,13 +359,26 @@ bool ChunkAllocator::MetadataSurelyFree(uint64_t items) const {
   const uint64_t now = meta_allocs_.load(std::memory_order_acquire);
   const uint64_t used_since = (now - since) * node;
   // Room to spare: a metadata chunk's worth of blocks is only a few hundred.
-  const uint64_t need = CommitReserve() + items * kBlocksPerItem * node + 256 * node;
+  const uint64_t need = CommitReserve() + GlobalReserve() + items * kBlocksPerItem * node + 256 * node;
   return free >= used_since && free - used_since >= need;
 }
 
-Status ChunkAllocator::ReserveMetadata(uint64_t items) {
-  const uint64_t need = CommitReserve() + items * kBlocksPerItem * txn_->vol_->nodesize();
-  return EnsureMetadataFree(need, "reserving metadata for " + std::to_string(items) + " items");
+Status ChunkAllocator::ReserveMetadata(uint64_t items, ReserveFor who) {
+  const uint32_t node = txn_->vol_->nodesize();
+  const uint64_t own = items * kBlocksPerItem * node;
+  if (who == ReserveFor::kDelete) {
+    return EnsureMetadataFree(CommitReserve() + own,
+                              "reserving metadata for a deletion of " + std::to_string(items) + " items");
+  }
+  // The global reserve as it will be once a chunk more is there: asking
+  // twice keeps the figure current when EnsureMetadataFree adds chunks.
+  for (;;) {
+    const uint64_t global = GlobalReserveBytes(txn_->space_->TotalsFor(kBlockGroupMetadata).total_bytes, node);
+    UB_RETURN_IF_ERROR(EnsureMetadataFree(CommitReserve() + global + own,
+                                          "reserving metadata for " + std::to_string(items) + " items (" +
+                                              std::to_string(global) + " bytes of global reserve kept back)"));
+    if (GlobalReserve() <= global) return Status::Ok();
+  }
 }
 
 // ---- Phase 2: items -------------------------------------------------------------------------

@@ -42,7 +42,8 @@
 // twice the reserve, so data cannot take the last device space from under
 // the metadata the data extents will need. ReserveMetadata(items) lets an
 // operation ask up front (kernel style: 2 * kMaxLevel blocks per item) and
-// get ENOSPC before it changes anything.
+// get ENOSPC before it changes anything; ordinary changes also leave the
+// global reserve (txn/space_reserve.h) free, deletions may use it.
 //
 // If a commit still runs out (the reserve is an estimate), Commit() fails
 // with ENOSPC before anything is written: the last committed image stays.
@@ -61,6 +62,7 @@
 #include <vector>
 
 #include "format/ondisk.h"
+#include "txn/space_reserve.h"
 #include "ubtrfs/status.h"
 
 namespace ubtrfs::txn {
@@ -106,13 +108,19 @@ class ChunkAllocator {
   // Bytes of free metadata kept back for committing the running transaction.
   uint64_t CommitReserve() const;
   // Makes sure metadata has `items` insertions' worth of room on top of the
-  // commit reserve, adding chunks as needed; ENOSPC when the device is full.
-  Status ReserveMetadata(uint64_t items);
-  // ReserveMetadata's common case without a lock: true when the metadata
-  // space free at the last full check, less every metadata block allocated
-  // since, still covers `items` (with the commit reserve and room to spare).
-  // False says nothing: take the locks and call ReserveMetadata.
+  // commit reserve and, for an ordinary change, the global reserve
+  // (txn/space_reserve.h), adding chunks as needed; ENOSPC when the device
+  // is full.
+  Status ReserveMetadata(uint64_t items, ReserveFor who = ReserveFor::kChange);
+  // ReserveMetadata's common case (an ordinary change) without a lock: true
+  // when the metadata space free at the last full check, less every metadata
+  // block allocated since, still covers `items` (with the commit and global
+  // reserves and room to spare). False says nothing: take the locks and call
+  // ReserveMetadata.
   bool MetadataSurelyFree(uint64_t items) const;
+  // The global reserve as of the last full check (GlobalReserveBytes of the
+  // metadata chunks then).
+  uint64_t GlobalReserve() const { return global_reserve_.load(std::memory_order_acquire); }
   // TxnManager::AllocTreeBlock counts each metadata block it hands out.
   void NoteMetadataAlloc() { meta_allocs_.fetch_add(1, std::memory_order_relaxed); }
   // TxnManager::AllocTreeBlock asks this before taking a metadata block.
@@ -172,6 +180,7 @@ class ChunkAllocator {
   alignas(64) std::atomic<uint64_t> meta_allocs_{0};
   alignas(64) std::atomic<uint64_t> checked_free_{0};
   std::atomic<uint64_t> checked_allocs_{0};
+  std::atomic<uint64_t> global_reserve_{0};
 };
 
 }  // namespace ubtrfs::txn

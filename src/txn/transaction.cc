@@ -284,6 +284,11 @@ Status TxnManager::FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, boo
   return Status::Ok();
 }
 
+bool TxnManager::HasChanges() {
+  auto lock = AllocLock();
+  return dirty_->count() > 0 || !tree_refs_.empty() || !data_refs_.empty() || !new_data_.empty();
+}
+
 Result<uint64_t> TxnManager::AllocData(uint64_t len) {
   auto lock = AllocLock();
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize()));
@@ -710,7 +715,14 @@ Status TxnManager::Commit() {
     }
   }
   stats_.commit_loops = loops;
-  if (dirty_->count() == 0) return Status::Ok();  // nothing changed
+  if (dirty_->count() == 0) {
+    // Nothing changed on the device. What the refs pass freed can only be
+    // data this transaction took and never referenced (the pieces of a write
+    // that got ENOSPC): never part of a committed tree, so reusable now --
+    // left pinned, a full device would stay full until some real commit.
+    space_->Commit();
+    return Status::Ok();
+  }
   refs_time.Record(stats::NowNs() - t0);
 
   std::vector<uint64_t> written;

@@ -58,6 +58,9 @@ class TxnManager final : public tree::BlockAllocator {
   Status FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool created_here) override;
 
   const TxnStats& stats() const { return stats_; }
+  // Whether the running transaction holds anything a commit would write or
+  // release (dirty tree blocks, reference changes, new data extents).
+  bool HasChanges();
   // Bytes of tree blocks the running transaction holds in memory.
   uint64_t dirty_bytes() const { return dirty_->count() * uint64_t{vol_->nodesize()}; }
   // Several threads change the trees at once (tree::DirtyBlocks concurrent
