@@ -129,6 +129,13 @@ struct OpenOptions {
   // them low to run every directory through the queue.
   uint32_t dir_item_index_after = 0;
   uint32_t dir_item_batch = 0;
+  // Where paths start, as the kernel's subvol= and subvolid= mount options:
+  // `subvol` is a subvolume's path from the top level, `subvolid` its id
+  // (5 is the top level). Given both, they must name the same subvolume
+  // (EINVAL otherwise); neither: the default subvolume. ENOENT for an id
+  // that is no subvolume, EINVAL for a path that is not a subvolume's top.
+  std::string subvol;
+  uint64_t subvolid = 0;
 };
 
 class Filesystem {

@@ -1,9 +1,23 @@
 #include "cli/commands.h"
 
+#include "ubtrfs/filesystem.h"
+
 namespace ubtrfs::cli {
 namespace {
 int g_exit_code = 0;
+std::string g_subvol;
+uint64_t g_subvolid = 0;
 }  // namespace
+
+void AddSubvolOptions(CLI::App* cmd) {
+  cmd->add_option("--subvol", g_subvol, "Paths start at this subvolume (its path from the top level), as subvol=");
+  cmd->add_option("--subvolid", g_subvolid, "Paths start at the subvolume with this id (5: the top level), as subvolid=");
+}
+
+void SubvolOptionsInto(OpenOptions* o) {
+  o->subvol = g_subvol;
+  o->subvolid = g_subvolid;
+}
 
 void SetExitCode(int code) {
   if (code != 0 && g_exit_code == 0) g_exit_code = code;
@@ -18,6 +32,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterCheck(app);
   RegisterMount(app);
   RegisterStats(app);
+  for (const char* name : {"info", "ls", "cat", "cp", "rm", "mkdir"}) AddSubvolOptions(app.get_subcommand(name));
 }
 
 }  // namespace ubtrfs::cli

@@ -3,6 +3,10 @@
 
 #include <CLI/CLI.hpp>
 
+namespace ubtrfs {
+struct OpenOptions;
+}
+
 namespace ubtrfs::cli {
 
 // Adds every subcommand to `app`; each sets the exit code through its callback.
@@ -32,6 +36,13 @@ void CopyIn(const std::string& host, const std::string& image, const std::string
 bool SplitImagePath(const std::string& arg, std::string* image, std::string* path);
 
 void SetExitCode(int code);
+
+// --subvol PATH and --subvolid ID (where an image's paths start, as the
+// kernel's subvol= and subvolid= mount options), added to every subcommand
+// that opens an image's file tree; SubvolOptionsInto copies what was given
+// into the options of the open.
+void AddSubvolOptions(CLI::App* cmd);
+void SubvolOptionsInto(OpenOptions* o);
 
 }  // namespace ubtrfs::cli
 

@@ -24,7 +24,9 @@ void PrintError(const std::string& what, const Status& st) {
 }
 
 std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {
-  auto fs = Filesystem::Open(image);
+  OpenOptions o;
+  SubvolOptionsInto(&o);
+  auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     PrintError(image, fs.status());
     SetExitCode(1);

@@ -26,6 +26,7 @@
 #include "format/checksum.h"
 #include "format/superblock.h"
 #include "fs/compress.h"
+#include "fs/subvolume.h"
 #include "inode/delayed_dir_items.h"
 #include "inode/delayed_index.h"
 #include "inode/inode_cache.h"
@@ -165,7 +166,10 @@ class FilesystemImpl final : public Filesystem {
   // The inode numbers and entry indexes used, and the directory's size growth.
   Status BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes, uint64_t entries, uint64_t dir_size_delta);
 
-  Status Init() {
+  // Paths start at the chosen subvolume (OpenOptions::subvol / subvolid),
+  // else at the default one (subvolume.cc).
+  Status Init(const std::string& subvol_path, uint64_t subvolid);
+  Status InitDefault() {
     // The kernel mounts the default subvolume; so do we.
     uint64_t subvol = kFsTreeObjectid;
     tree::Cursor c(vol_->source(), vol_->root_tree());
@@ -671,10 +675,13 @@ class FilesystemImpl final : public Filesystem {
   // Changes run exclusive, except ChangeIn's (creates, holding their
   // directory, and writes, holding their file), which run in parallel with
   // each other and with reads.
+  // `in`: the inodes whose subvolumes the change touches (EROFS when one
+  // is read-only, before anything changes).
   template <typename F>
-  auto Change(uint64_t reserve_items, F&& op) -> decltype(op()) {
+  auto Change(std::initializer_list<InodeId> in, uint64_t reserve_items, F&& op) -> decltype(op()) {
     auto guard = ExclusiveGuard();
     UB_RETURN_IF_ERROR(CheckWritable());
+    UB_RETURN_IF_ERROR(subvols_->CheckWritable(in));
     UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
     auto r = op();
     NoteResult(r);
@@ -688,6 +695,7 @@ class FilesystemImpl final : public Filesystem {
     {
       auto guard = Guard();
       UB_RETURN_IF_ERROR(CheckWritable());
+      UB_RETURN_IF_ERROR(subvols_->CheckWritable(dir.root));
       if (!txn_->chunk_alloc().MetadataSurelyFree(reserve_items)) {
         auto lock = txn_->AllocLock();
         UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
@@ -838,6 +846,7 @@ class FilesystemImpl final : public Filesystem {
   std::mutex abort_mu_;                     // guards abort_reason_
   std::string abort_reason_;
   std::unique_ptr<txn::TxnManager> txn_;
+  std::unique_ptr<SubvolumeFlags> subvols_;  // read-only subvolumes (writable views)
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
   std::unique_ptr<inode::DelayedDirItems> dir_items_;  // queued DIR_ITEMs of indexed directories
   const inode::DelayedDirItems::InsertFn queued_dir_items_inserter_ =
