@@ -174,6 +174,77 @@ TEST(ReadOnlySubvolume, EveryChangeInsideIsErofs) {
   EXPECT_EQ(m.Unmount(), "");
 }
 
+// The flag set and cleared by ubtrfs (library and `ubtrfs property`), read
+// back by the kernel's tools, and enforced at once.
+TEST(ReadOnlySubvolume, PropertySetAndGet) {
+  SKIP_IF_NO_LOOP();
+  RoImage im;
+  ASSERT_EQ(im.Make(), "");
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(im.img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ubtrfs::Filesystem& f = **fs;
+    auto ro = f.Lookup("/ro");
+    auto rw = f.Lookup("/rw");
+    auto g = f.Lookup("/rw/g");
+    ASSERT_TRUE(ro.ok() && rw.ok() && g.ok());
+    auto is_ro = [&](ubtrfs::InodeId id) {
+      auto r = f.SubvolumeReadOnly(id);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      return r.ok() && *r;
+    };
+    EXPECT_TRUE(is_ro(*ro));
+    EXPECT_FALSE(is_ro(*rw));
+    EXPECT_EQ(f.SubvolumeReadOnly(*g).status().code(), EINVAL);
+    ubtrfs::NewInode attrs;
+    attrs.mode = 0644;
+    ASSERT_TRUE(f.Create(*rw, "before", attrs).ok());
+    ASSERT_TRUE(f.SetSubvolumeReadOnly(*rw, true).ok());
+    EXPECT_EQ(f.Create(*rw, "after", attrs).status().code(), EROFS);
+    EXPECT_TRUE(is_ro(*rw));
+    ASSERT_TRUE(f.SetSubvolumeReadOnly(*ro, false).ok());
+    auto made = f.Create(*ro, "now_writable", attrs);
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    ASSERT_TRUE(f.Commit().ok());
+  }
+  EXPECT_EQ(BtrfsCheck(im.img), "");
+  CommandResult r = RunCommand({UBTRFS_CLI_PATH, "property", "get", im.img + ":/rw", "ro"});
+  EXPECT_EQ(r.out, "ro=true\n") << r.Describe();
+  r = RunCommand({UBTRFS_CLI_PATH, "property", "get", im.img + ":/ro"});
+  EXPECT_EQ(r.out, "ro=false\n") << r.Describe();
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(im.img, im.mnt), "");
+    r = RunCommand({"btrfs", "property", "get", im.mnt + "/rw", "ro"});
+    EXPECT_EQ(r.out, "ro=true\n") << r.Describe();
+    r = RunCommand({"btrfs", "property", "get", im.mnt + "/ro", "ro"});
+    EXPECT_EQ(r.out, "ro=false\n") << r.Describe();
+    struct stat st;
+    EXPECT_EQ(lstat((im.mnt + "/rw/before").c_str(), &st), 0);
+    EXPECT_EQ(lstat((im.mnt + "/ro/now_writable").c_str(), &st), 0);
+    EXPECT_NE(mkdir((im.mnt + "/rw/k").c_str(), 0755), 0);
+    EXPECT_EQ(errno, EROFS);
+    EXPECT_EQ(m.Unmount(), "");
+  }
+  r = RunCommand({UBTRFS_CLI_PATH, "property", "set", im.img + ":/rw", "ro", "false"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  r = RunCommand({UBTRFS_CLI_PATH, "mkdir", im.img + ":/rw/again"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  r = RunCommand({UBTRFS_CLI_PATH, "property", "set", im.img + ":/rw/g", "ro", "true"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.err.find("not the top of a subvolume"), std::string::npos) << r.Describe();
+  EXPECT_EQ(BtrfsCheck(im.img), "");
+  LoopMount m;
+  ASSERT_EQ(m.Mount(im.img, im.mnt), "");
+  r = RunCommand({"btrfs", "property", "get", im.mnt + "/rw", "ro"});
+  EXPECT_EQ(r.out, "ro=false\n") << r.Describe();
+  EXPECT_EQ(mkdir((im.mnt + "/rw/k").c_str(), 0755), 0) << strerror(errno);
+  EXPECT_EQ(m.Unmount(), "");
+  EXPECT_EQ(BtrfsCheck(im.img), "");
+}
+
 // Through the FUSE mount: the read-only subvolume gives EROFS, the rest works.
 TEST(ReadOnlySubvolume, FuseMountGivesErofs) {
   SKIP_IF_NO_LOOP();
@@ -416,7 +487,7 @@ TEST(ChooseSubvolume, OpenOptionsPickWherePathsStart) {
   EXPECT_TRUE((*top)->Lookup("/top_file").ok());
   EXPECT_TRUE((*top)->Lookup("/@home/user_file").ok());
   EXPECT_EQ((*top)->Root().root, 5u);
-  for (const std::string& p : {"@home", "/@home", "/@home/"}) {
+  for (const char* p : {"@home", "/@home", "/@home/"}) {
     auto home = open(p, 0);
     ASSERT_TRUE(home.ok()) << p << ": " << home.status().ToString();
     EXPECT_EQ((*home)->Root().root, im.home_id);

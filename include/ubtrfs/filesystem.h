@@ -201,6 +201,21 @@ class Filesystem {
     (void)file, (void)mode, (void)offset, (void)len;
     return Status::Error(95 /* EOPNOTSUPP */, "fallocate is not supported here");
   }
+
+  // ---- Subvolumes ----
+  // The read-only flag of the subvolume whose top directory is `subvol`
+  // (its ROOT_ITEM's RDONLY bit, as `btrfs property get SV ro`). EINVAL when
+  // `subvol` is not the top of a subvolume.
+  virtual Result<bool> SubvolumeReadOnly(InodeId subvol) {
+    (void)subvol;
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolume flags are not supported here");
+  }
+  // Sets or clears it (`btrfs property set SV ro true|false`): while set,
+  // every change inside the subvolume fails with EROFS.
+  virtual Status SetSubvolumeReadOnly(InodeId subvol, bool read_only) {
+    (void)subvol, (void)read_only;
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolume flags are not supported here");
+  }
 };
 
 }  // namespace ubtrfs

@@ -32,6 +32,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterCheck(app);
   RegisterMount(app);
   RegisterStats(app);
+  RegisterProperty(app);
   for (const char* name : {"info", "ls", "cat", "cp", "rm", "mkdir"}) AddSubvolOptions(app.get_subcommand(name));
 }
 

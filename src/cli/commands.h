@@ -21,6 +21,7 @@ void RegisterWriteCommands(CLI::App& app); // rm, mkdir (cp into an image goes t
 void RegisterCheck(CLI::App& app);         // check
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats
+void RegisterProperty(CLI::App& app);      // property get|set (a subvolume's ro flag)
 
 // mount.fuse3 runs an /etc/fstab entry of type fuse.ubtrfs as
 //   ubtrfs SOURCE MOUNTPOINT -o OPTIONS

@@ -148,6 +148,9 @@ class FilesystemImpl final : public Filesystem {
   Status RemoveXattr(InodeId id, std::string_view name) override;
   Status Commit() override;
   Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) override;  // fallocate.cc
+  // subvolume.cc
+  Result<bool> SubvolumeReadOnly(InodeId subvol) override;
+  Status SetSubvolumeReadOnly(InodeId subvol, bool read_only) override;
 
   // ---- Bulk import of new inodes under an empty directory (import.cc) ----
   struct BulkTarget {

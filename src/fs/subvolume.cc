@@ -83,3 +83,49 @@ Status FilesystemImpl::Init(const std::string& subvol_path, uint64_t subvolid) {
 }
 
 }  // namespace ubtrfs::fsimpl
+
+// ---- The read-only flag ------------------------------------------------------------------------
+
+namespace ubtrfs::fsimpl {
+
+namespace {
+
+Result<txn::Volume::TreeRoot> SubvolTop(txn::Volume& vol, InodeId subvol) {
+  if (subvol.root != kFsTreeObjectid && (subvol.root < kFirstFreeObjectid || subvol.root > kLastFreeObjectid)) {
+    return Status::Error(EINVAL, InodeName(subvol) + " is not in a subvolume");
+  }
+  UB_ASSIGN_OR_RETURN(auto r, vol.FindRoot(subvol.root));
+  if (subvol.ino != r.item.root_dirid.get()) {
+    return Status::Error(EINVAL, InodeName(subvol) + " is not the top of a subvolume");
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<bool> FilesystemImpl::SubvolumeReadOnly(InodeId subvol) {
+  auto guard = Guard();
+  UB_ASSIGN_OR_RETURN(auto r, SubvolTop(*vol_, subvol));
+  return (r.item.flags.get() & kRootSubvolRdonly) != 0;
+}
+
+Status FilesystemImpl::SetSubvolumeReadOnly(InodeId subvol, bool read_only) {
+  // Not refused by the subvolume's own flag: clearing it is the way out.
+  return Change({}, 2, [&]() -> Status {
+    UB_ASSIGN_OR_RETURN(auto found, SubvolTop(*vol_, subvol));
+    const uint64_t old_flags = found.item.flags.get();
+    const uint64_t flags = read_only ? old_flags | kRootSubvolRdonly : old_flags & ~kRootSubvolRdonly;
+    if (flags == old_flags) return Status::Ok();
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
+    UB_ASSIGN_OR_RETURN(txn::Volume::TreeRoot * r, vol_->MutableRoot(subvol.root));
+    {
+      std::lock_guard lock(vol_->roots_mutex());  // FindRoot copies the entry under it
+      r->item.flags = flags;
+    }
+    UB_RETURN_IF_ERROR(rootw->Update(r->item_key, std::span(reinterpret_cast<const uint8_t*>(&r->item), r->item_size)));
+    subvols_->Forget();
+    return Status::Ok();
+  });
+}
+
+}  // namespace ubtrfs::fsimpl
