@@ -325,7 +325,14 @@ size_t CountInDump(const std::string& img, const std::string& word) {
 // levels), balances every chunk, and unmounts: the fs tree blocks come back
 // with FULL_BACKREF and their data extents with shared data refs. ubtrfs
 // then changes every part of it, and the kernel agrees.
-TEST(BalancedImage, WritableAfterFullBalance) {
+struct BalanceCase {
+  const char* name;
+  std::vector<std::string> args;  // after `btrfs balance start`
+};
+
+class BalancedImage : public ::testing::TestWithParam<BalanceCase> {};
+
+TEST_P(BalancedImage, WritableAfterBalance) {
   SKIP_IF_NO_LOOP();
   TempDir tmp("ubtrfs-balance");
   const std::string img = tmp.Sub("img"), mnt = tmp.Sub("mnt");
@@ -341,7 +348,10 @@ TEST(BalancedImage, WritableAfterFullBalance) {
     for (int i = 0; i < 300; ++i) WriteHostFile(mnt + "/sv/s" + std::to_string(i), "sub " + std::to_string(i));
     for (int i = 0; i < 6; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), Random(150000, 100 + i));
     Must({"sync"});
-    Must({"btrfs", "balance", "start", "--full-balance", mnt});
+    std::vector<std::string> balance = {"btrfs", "balance", "start"};
+    balance.insert(balance.end(), GetParam().args.begin(), GetParam().args.end());
+    balance.push_back(mnt);
+    Must(balance);
     ASSERT_EQ(m.Unmount(), "");
   }
   ASSERT_EQ(BtrfsCheck(img), "");
@@ -435,6 +445,11 @@ TEST(BalancedImage, WritableAfterFullBalance) {
   EXPECT_TRUE(r.ok()) << r.Describe();
   EXPECT_EQ(BtrfsCheck(img), "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, BalancedImage,
+                         ::testing::Values(BalanceCase{"full", {"--full-balance"}}, BalanceCase{"data", {"-d"}},
+                                           BalanceCase{"metadata", {"-m"}}),
+                         [](const ::testing::TestParamInfo<BalanceCase>& info) { return std::string(info.param.name); });
 
 // ---- Choosing a subvolume ------------------------------------------------------------------------
 
