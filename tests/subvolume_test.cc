@@ -50,6 +50,22 @@ void Must(const std::vector<std::string>& argv) {
   EXPECT_TRUE(r.ok()) << ShellJoin(argv) << ": " << r.Describe();
 }
 
+std::string Random(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
 // An image the kernel wrote: /ro (a subvolume, then made read-only) with a
 // file, a directory and an xattr; /rw (a writable subvolume) with a file; a
 // file at the top.
@@ -245,6 +261,52 @@ TEST(ReadOnlySubvolume, PropertySetAndGet) {
   EXPECT_EQ(BtrfsCheck(im.img), "");
 }
 
+// No kernel needed: the top level's own flag, set and cleared by ubtrfs on
+// an image mkfs.btrfs made, holds across a reopen.
+TEST(ReadOnlySubvolume, TopLevelFlagAcrossReopen) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-subvol-top");
+  const std::string img = tmp.Sub("img");
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 256ull << 20), "");
+  ubtrfs::OpenOptions o;
+  o.writable = true;
+  ubtrfs::NewInode attrs;
+  attrs.mode = 0644;
+  {
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto f = (*fs)->Create((*fs)->Root(), "f", attrs);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*fs)->Write(*f, 0, Bytes("before")).ok());
+    ASSERT_TRUE((*fs)->SetSubvolumeReadOnly((*fs)->Root(), true).ok());
+    EXPECT_EQ((*fs)->Write(*f, 0, Bytes("after")).status().code(), EROFS);
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  EXPECT_EQ(BtrfsCheck(img), "");
+  {
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ubtrfs::Filesystem& f = **fs;
+    auto ro = f.SubvolumeReadOnly(f.Root());
+    ASSERT_TRUE(ro.ok());
+    EXPECT_TRUE(*ro);
+    EXPECT_EQ(f.Mkdir(f.Root(), "d", attrs).status().code(), EROFS);
+    EXPECT_EQ(f.Unlink(f.Root(), "f").code(), EROFS);
+    ASSERT_TRUE(f.SetSubvolumeReadOnly(f.Root(), false).ok());
+    EXPECT_TRUE(f.Mkdir(f.Root(), "d", attrs).ok());
+    ASSERT_TRUE(f.Commit().ok());
+    auto id = f.Lookup("/f");
+    ASSERT_TRUE(id.ok());
+    std::string buf(16, '\0');
+    auto n = f.Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(buf.data()), buf.size()));
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(buf.substr(0, *n), "before");
+  }
+  EXPECT_EQ(BtrfsCheck(img), "");
+  CommandResult r = RunCommand({UBTRFS_CLI_PATH, "property", "get", img + ":/"});
+  EXPECT_EQ(r.out, "ro=false\n") << r.Describe();
+}
+
 // Through the FUSE mount: the read-only subvolume gives EROFS, the rest works.
 TEST(ReadOnlySubvolume, FuseMountGivesErofs) {
   SKIP_IF_NO_LOOP();
@@ -297,22 +359,6 @@ TEST(ReadOnlySubvolume, FuseMountGivesErofs) {
 }
 
 // ---- Balanced images ---------------------------------------------------------------------------
-
-std::string Random(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& c : s) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
-std::span<const uint8_t> Bytes(const std::string& s) {
-  return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
 
 size_t CountInDump(const std::string& img, const std::string& word) {
   CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "extent", img});
