@@ -58,6 +58,16 @@ struct DirEntry {
   uint64_t index = 0;  // DIR_INDEX sequence number: the readdir cookie
 };
 
+// A directory entry that a listing leaves out because no POSIX program could
+// be handed it safely: a damaged or hostile image's name that is empty, longer
+// than 255 bytes, holds '/' or NUL, is "." or "..", or repeats an earlier
+// entry's name in the same directory (the entry with the lowest index wins).
+struct SkippedEntry {
+  std::string name;    // the stored bytes, as they are (may hold '/' or NUL)
+  uint64_t index = 0;  // its DIR_INDEX sequence number
+  std::string reason;  // e.g. "name contains '/'", "duplicate of the entry at index 5"
+};
+
 struct FsStat {
   uint32_t block_size = 0;  // sectorsize
   uint32_t node_size = 0;
@@ -136,6 +146,17 @@ struct OpenOptions {
   // that is no subvolume, EINVAL for a path that is not a subvolume's top.
   std::string subvol;
   uint64_t subvolid = 0;
+  // Keep in memory what each write of the running transaction overwrites
+  // (file data goes into free space before the commit), so that Discard()
+  // leaves the image byte for byte as at the last commit. Costs a read and
+  // the memory of every byte written between commits; for all-or-nothing
+  // edits (`ubtrfs edit`).
+  bool undo_uncommitted = false;
+  // Where the filesystem lies in the image: `offset` bytes in, or partition
+  // `partition` (1-based) of a GPT or MBR partition table (read with
+  // libblkid). Nothing outside it is read or written.
+  uint64_t offset = 0;
+  int partition = 0;
 };
 
 class Filesystem {
@@ -153,8 +174,12 @@ class Filesystem {
   virtual Result<InodeId> Lookup(std::string_view path) = 0;
   virtual Result<InodeId> LookupChild(InodeId dir, std::string_view name) = 0;
   virtual Result<Stat> GetStat(InodeId id) = 0;
-  // Entries in DIR_INDEX order, without "." and "..".
-  virtual Result<std::vector<DirEntry>> ReadDir(InodeId dir) = 0;
+  // Entries in DIR_INDEX order, without "." and "..". Entries whose names
+  // are not valid POSIX names, or repeat a name, are never returned; when
+  // `skipped` is given, each such entry is appended to it (so a caller can
+  // warn, or refuse the image).
+  virtual Result<std::vector<DirEntry>> ReadDir(InodeId dir, std::vector<SkippedEntry>* skipped) = 0;
+  Result<std::vector<DirEntry>> ReadDir(InodeId dir) { return ReadDir(dir, nullptr); }
   // Reads up to buf.size() bytes at offset; returns the count (0 at EOF).
   virtual Result<size_t> Read(InodeId file, uint64_t offset, std::span<uint8_t> buf) = 0;
   virtual Result<std::string> ReadLink(InodeId link) = 0;
@@ -192,6 +217,11 @@ class Filesystem {
   virtual Status RemoveXattr(InodeId id, std::string_view name) = 0;
   // Makes every change so far durable (all or nothing on a crash).
   virtual Status Commit() = 0;
+  // Gives up every change since the last Commit: nothing more is committed
+  // (closing commits nothing; every later change is EROFS), and with
+  // OpenOptions::undo_uncommitted the bytes written since are put back.
+  // Close the Filesystem after it. EROFS on a read-only open.
+  virtual Status Discard() { return Status::Error(30 /* EROFS */, "discard is not supported here"); }
   // fallocate(2) on a regular file: mode 0 allocates (prealloc extents that
   // read as zeros) and extends the size; FALLOC_FL_KEEP_SIZE keeps it;
   // FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE frees the range;

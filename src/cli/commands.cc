@@ -1,4 +1,9 @@
 #include "cli/commands.h"
+#include "cli/image_options.h"
+#include "cli/verbs.h"
+
+#include <set>
+#include <string>
 
 #include "ubtrfs/filesystem.h"
 
@@ -27,13 +32,20 @@ int ExitCode() { return g_exit_code; }
 void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);
   RegisterDumpTree(app);
-  RegisterWriteCommands(app);
   RegisterMkfs(app);
   RegisterCheck(app);
   RegisterMount(app);
   RegisterStats(app);
   RegisterProperty(app);
-  for (const char* name : {"info", "ls", "cat", "cp", "rm", "mkdir"}) AddSubvolOptions(app.get_subcommand(name));
+  RegisterVerbs(app, nullptr);
+  RegisterEdit(app);
+  for (auto* cmd : app.get_subcommands({})) AddPlacementOptions(cmd);
+  for (auto* cmd : app.get_subcommands({})) {
+    // Every subcommand that opens an image's file tree; not the ones that
+    // read its trees raw, mkfs, and those with options of their own.
+    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "stats", "mkfs", "mount", "property"};
+    if (!kNoSubvol.count(cmd->get_name())) AddSubvolOptions(cmd);
+  }
 }
 
 }  // namespace ubtrfs::cli

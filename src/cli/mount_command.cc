@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "fuse/mount.h"
 
 namespace ubtrfs::cli {
@@ -33,6 +34,8 @@ void RegisterMount(CLI::App& app) {
     if (config.debug) config.foreground = true;
     if (!subvol.empty()) config.options.push_back("subvol=" + subvol);
     if (subvolid != 0) config.options.push_back("subvolid=" + std::to_string(subvolid));
+    config.offset = Placement().offset;
+    config.partition = Placement().partition;
     SetExitCode(fuse::RunMount(config));
   });
 }

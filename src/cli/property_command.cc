@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::cli {
@@ -42,6 +43,7 @@ void Run(const PropertyArgs& a, bool set) {
   OpenOptions o;
   o.writable = set;
   SubvolOptionsInto(&o);
+  PlacementInto(&o);
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) return Fail(image, fs.status());
   auto id = (*fs)->Lookup(path);

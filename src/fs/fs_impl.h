@@ -24,12 +24,14 @@
 #include <optional>
 
 #include "format/checksum.h"
+#include "fs/dir_names.h"
 #include "format/superblock.h"
 #include "fs/compress.h"
 #include "fs/subvolume.h"
 #include "inode/delayed_dir_items.h"
 #include "inode/delayed_index.h"
 #include "inode/inode_cache.h"
+#include "io/undo_device.h"
 #include "stats/stats.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
@@ -131,6 +133,7 @@ class FilesystemImpl final : public Filesystem {
     if (batch) dir_item_options_.dir_batch = batch;
   }
   void set_max_dirty_bytes(uint64_t n) { max_dirty_bytes_ = n; }
+  void set_undo_device(io::UndoDevice* u) { undo_ = u; }
 
   // ---- Write side (write_ops.cc) ----
   Result<InodeId> Create(InodeId dir, std::string_view name, const NewInode& attrs) override;
@@ -147,6 +150,7 @@ class FilesystemImpl final : public Filesystem {
   Status SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) override;
   Status RemoveXattr(InodeId id, std::string_view name) override;
   Status Commit() override;
+  Status Discard() override;
   Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) override;  // fallocate.cc
   // subvolume.cc
   Result<bool> SubvolumeReadOnly(InodeId subvol) override;
@@ -228,7 +232,12 @@ class FilesystemImpl final : public Filesystem {
 
   Result<InodeId> LookupChild(InodeId dir, std::string_view name) override {
     auto guard = Guard();
-    if (name.empty() || name.size() > 255) return Status::Invalid("bad name length " + std::to_string(name.size()));
+    if (name.empty() || name.size() > kNameMax) {
+      return Status::Error(ENAMETOOLONG, "bad name length " + std::to_string(name.size()));
+    }
+    if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
+      return Status::Invalid("name " + PrintableName(name) + " contains '/' or NUL");
+    }
     UB_ASSIGN_OR_RETURN(Stat st, GetStat(dir));
     if (!S_ISDIR(st.mode)) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
     if (name == ".") return dir;
@@ -314,7 +323,8 @@ class FilesystemImpl final : public Filesystem {
     return s;
   }
 
-  Result<std::vector<DirEntry>> ReadDir(InodeId dir) override {
+  using Filesystem::ReadDir;
+  Result<std::vector<DirEntry>> ReadDir(InodeId dir, std::vector<SkippedEntry>* skipped) override {
     auto guard = Guard();
     std::unique_lock<std::mutex> dir_lock;
     if (txn_ && !HoldsExclusive()) dir_lock = std::unique_lock(InodeLock(dir));
@@ -341,11 +351,14 @@ class FilesystemImpl final : public Filesystem {
       for (const auto& [index, item] : *pending) {
         const Key k{dir.ino, kDirIndexKey, index};
         UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(item, k));
+        if (entries.size() != 1) return Status::Error(EIO, "queued " + KeyToString(k) + " holds " +
+                                                         std::to_string(entries.size()) + " entries");
         UB_ASSIGN_OR_RETURN(InodeId id, Resolve(dir, entries[0].location, entries[0].name));
         out.push_back(DirEntry{std::string(entries[0].name), id, DtFromFt(entries[0].type), index});
       }
       std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.index < b.index; });
     }
+    FilterDirEntries(&out, skipped);
     return out;
   }
 
@@ -843,6 +856,7 @@ class FilesystemImpl final : public Filesystem {
   };
   PaddedWriterCache cached_writer_;
   std::atomic<bool> aborted_{false};        // a failed change: no more writes, no commit
+  io::UndoDevice* undo_ = nullptr;           // inside vol_'s device chain, when undo_uncommitted
   // The failing operation of this thread had changed nothing yet (set by the
   // operation, read and cleared by NoteFailure).
   static thread_local bool t_clean_failure;

@@ -703,7 +703,9 @@ Status Adapter::FillDir(fuse_req_t req, fuse_ino_t ino, InodeId id, DirHandle& h
   if (off == 0 || !h.loaded) {
     // A listing per opendir/rewind: a resumed readdir walks the same
     // snapshot (POSIX leaves entries added or removed meanwhile open).
-    UB_ASSIGN_OR_RETURN(h.entries, fs_.ReadDir(id));
+    std::vector<SkippedEntry> skipped;
+    UB_ASSIGN_OR_RETURN(h.entries, fs_.ReadDir(id, &skipped));
+    if (!skipped.empty()) WarnSkipped(id, skipped);
     UB_ASSIGN_OR_RETURN(h.parent, fs_.LookupChild(id, ".."));
     h.loaded = true;
   }
@@ -752,6 +754,30 @@ Status Adapter::FillDir(fuse_req_t req, fuse_ino_t ino, InodeId id, DirHandle& h
     }
   }
   return Status::Ok();
+}
+
+void Adapter::WarnSkipped(InodeId dir, const std::vector<SkippedEntry>& skipped) {
+  {
+    std::lock_guard<std::mutex> lock(warned_mu_);
+    if (!warned_dirs_.insert({dir.root, dir.ino}).second) return;
+  }
+  std::fprintf(stderr, "ubtrfs: mount: warning: directory inode %llu in tree %llu: %zu damaged entries not shown\n",
+               static_cast<unsigned long long>(dir.ino), static_cast<unsigned long long>(dir.root), skipped.size());
+  constexpr size_t kShown = 10;
+  for (size_t i = 0; i < skipped.size() && i < kShown; ++i) {
+    std::string name;
+    for (unsigned char c : skipped[i].name) {
+      char b[8];
+      if (c < 0x20 || c >= 0x7f || c == '\\') {
+        std::snprintf(b, sizeof b, "\\x%02x", c);
+        name += b;
+      } else {
+        name.push_back(static_cast<char>(c));
+      }
+    }
+    std::fprintf(stderr, "ubtrfs: mount: warning:   '%s' (index %llu): %s\n", name.c_str(),
+                 static_cast<unsigned long long>(skipped[i].index), skipped[i].reason.c_str());
+  }
 }
 
 void Adapter::ReleaseDir(fuse_req_t req, fuse_file_info* fi) {

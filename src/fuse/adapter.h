@@ -27,6 +27,7 @@
 #include <map>
 #include <optional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -172,6 +173,12 @@ class Adapter {
   std::atomic<size_t> hidden_count_{0};  // hidden_.size(), readable without open_mu_
 
   std::array<std::atomic<uint64_t>, static_cast<int>(Op::kCount)> counts_{};
+
+  // Directories whose invalid or duplicate entries were already reported:
+  // a damaged directory is warned about once, not at every listing.
+  void WarnSkipped(InodeId dir, const std::vector<SkippedEntry>& skipped);
+  std::mutex warned_mu_;
+  std::set<std::pair<uint64_t, uint64_t>> warned_dirs_;
 };
 
 }  // namespace ubtrfs::fuse

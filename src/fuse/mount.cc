@@ -264,6 +264,8 @@ int RunMount(const MountConfig& cfg) {
   oo.writable = !p.read_only;
   oo.subvol = p.subvol;
   oo.subvolid = p.subvolid;
+  oo.offset = cfg.offset;
+  oo.partition = cfg.partition;
   auto opened = Filesystem::Open(cfg.image, oo);
   if (!opened.ok()) {
     fmt::print(stderr, "ubtrfs: mount: {}: {}{}\n", cfg.image, opened.status().ToString(),
