@@ -144,6 +144,13 @@ struct OpenOptions {
   // them low to run every directory through the queue.
   uint32_t dir_item_index_after = 0;
   uint32_t dir_item_batch = 0;
+  // Where paths start, as the kernel's subvol= and subvolid= mount options:
+  // `subvol` is a subvolume's path from the top level, `subvolid` its id
+  // (5 is the top level). Given both, they must name the same subvolume
+  // (EINVAL otherwise); neither: the default subvolume. ENOENT for an id
+  // that is no subvolume, EINVAL for a path that is not a subvolume's top.
+  std::string subvol;
+  uint64_t subvolid = 0;
   // Keep in memory what each write of the running transaction overwrites
   // (file data goes into free space before the commit), so that Discard()
   // leaves the image byte for byte as at the last commit. Costs a read and
@@ -228,6 +235,21 @@ class Filesystem {
   virtual Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) {
     (void)file, (void)mode, (void)offset, (void)len;
     return Status::Error(95 /* EOPNOTSUPP */, "fallocate is not supported here");
+  }
+
+  // ---- Subvolumes ----
+  // The read-only flag of the subvolume whose top directory is `subvol`
+  // (its ROOT_ITEM's RDONLY bit, as `btrfs property get SV ro`). EINVAL when
+  // `subvol` is not the top of a subvolume.
+  virtual Result<bool> SubvolumeReadOnly(InodeId subvol) {
+    (void)subvol;
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolume flags are not supported here");
+  }
+  // Sets or clears it (`btrfs property set SV ro true|false`): while set,
+  // every change inside the subvolume fails with EROFS.
+  virtual Status SetSubvolumeReadOnly(InodeId subvol, bool read_only) {
+    (void)subvol, (void)read_only;
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolume flags are not supported here");
   }
 };
 

@@ -2,10 +2,27 @@
 #include "cli/image_options.h"
 #include "cli/verbs.h"
 
+#include <set>
+#include <string>
+
+#include "ubtrfs/filesystem.h"
+
 namespace ubtrfs::cli {
 namespace {
 int g_exit_code = 0;
+std::string g_subvol;
+uint64_t g_subvolid = 0;
 }  // namespace
+
+void AddSubvolOptions(CLI::App* cmd) {
+  cmd->add_option("--subvol", g_subvol, "Paths start at this subvolume (its path from the top level), as subvol=");
+  cmd->add_option("--subvolid", g_subvolid, "Paths start at the subvolume with this id (5: the top level), as subvolid=");
+}
+
+void SubvolOptionsInto(OpenOptions* o) {
+  o->subvol = g_subvol;
+  o->subvolid = g_subvolid;
+}
 
 void SetExitCode(int code) {
   if (code != 0 && g_exit_code == 0) g_exit_code = code;
@@ -19,9 +36,16 @@ void RegisterCommands(CLI::App& app) {
   RegisterCheck(app);
   RegisterMount(app);
   RegisterStats(app);
+  RegisterProperty(app);
   RegisterVerbs(app, nullptr);
   RegisterEdit(app);
   for (auto* cmd : app.get_subcommands({})) AddPlacementOptions(cmd);
+  for (auto* cmd : app.get_subcommands({})) {
+    // Every subcommand that opens an image's file tree; not the ones that
+    // read its trees raw, mkfs, and those with options of their own.
+    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "stats", "mkfs", "mount", "property"};
+    if (!kNoSubvol.count(cmd->get_name())) AddSubvolOptions(cmd);
+  }
 }
 
 }  // namespace ubtrfs::cli

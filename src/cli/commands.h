@@ -3,6 +3,10 @@
 
 #include <CLI/CLI.hpp>
 
+namespace ubtrfs {
+struct OpenOptions;
+}
+
 namespace ubtrfs::cli {
 
 // Adds every subcommand to `app`; each sets the exit code through its callback.
@@ -16,6 +20,7 @@ void RegisterMkfs(CLI::App& app);          // mkfs
 void RegisterCheck(CLI::App& app);         // check
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats
+void RegisterProperty(CLI::App& app);      // property get|set (a subvolume's ro flag)
 void RegisterEdit(CLI::App& app);          // edit (edit_command.cc); the verbs: verbs.h
 
 // mount.fuse3 runs an /etc/fstab entry of type fuse.ubtrfs as
@@ -32,6 +37,13 @@ void CopyIn(const std::string& host, const std::string& image, const std::string
 bool SplitImagePath(const std::string& arg, std::string* image, std::string* path);
 
 void SetExitCode(int code);
+
+// --subvol PATH and --subvolid ID (where an image's paths start, as the
+// kernel's subvol= and subvolid= mount options), added to every subcommand
+// that opens an image's file tree; SubvolOptionsInto copies what was given
+// into the options of the open.
+void AddSubvolOptions(CLI::App* cmd);
+void SubvolOptionsInto(OpenOptions* o);
 
 }  // namespace ubtrfs::cli
 

@@ -137,6 +137,7 @@ void CmdEdit(const std::string& image, const std::string& script) {
   o.undo_uncommitted = true;
   o.max_dirty_bytes = UINT64_MAX;  // no commit of its own in the middle of a script
   PlacementInto(&o);
+  SubvolOptionsInto(&o);
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     fmt::print(stderr, "ubtrfs: edit: {}: {}\n", image, fs.status().ToString());

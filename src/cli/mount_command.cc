@@ -21,13 +21,19 @@ void RegisterMount(CLI::App& app) {
   m->add_option("-o,--options", config.options,
                 "Mount options, comma-separated: ro, commit=SECONDS (default 30), attr_timeout=, "
                 "entry_timeout=, negative_timeout= (seconds, default 1), threads=N, noreaddirplus, "
-                "writeback_cache, stats, nodefault_permissions, debug; others go to FUSE "
+                "writeback_cache, stats, nodefault_permissions, debug, subvol=PATH, subvolid=ID; others go to FUSE "
                 "(allow_other, auto_unmount, ...)")
       ->allow_extra_args(false);
+  static std::string subvol;
+  static uint64_t subvolid = 0;
+  m->add_option("--subvol", subvol, "Mount this subvolume (its path from the top level), as -o subvol=");
+  m->add_option("--subvolid", subvolid, "Mount the subvolume with this id (5: the top level), as -o subvolid=");
   m->add_flag("-f,--foreground", config.foreground, "Stay in the foreground");
   m->add_flag("-d,--debug", config.debug, "Trace FUSE requests (implies -f)");
   m->callback([] {
     if (config.debug) config.foreground = true;
+    if (!subvol.empty()) config.options.push_back("subvol=" + subvol);
+    if (subvolid != 0) config.options.push_back("subvolid=" + std::to_string(subvolid));
     config.offset = Placement().offset;
     config.partition = Placement().partition;
     SetExitCode(fuse::RunMount(config));

@@ -28,6 +28,7 @@ void PrintError(const std::string& what, const Status& st) {
 
 std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {
   OpenOptions o;
+  SubvolOptionsInto(&o);
   PlacementInto(&o);
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {

@@ -84,6 +84,7 @@ void Run(VerbSession* session, const std::string& verb, bool write, const Paths&
   OpenOptions o;
   o.writable = write;
   PlacementInto(&o);
+  SubvolOptionsInto(&o);
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     fmt::print(stderr, "ubtrfs: {}: {}: {}\n", verb, image, fs.status().ToString());

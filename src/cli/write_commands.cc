@@ -21,6 +21,7 @@ std::unique_ptr<Filesystem> OpenWritable(const std::string& image) {
   OpenOptions o;
   o.writable = true;
   o.node_cache_bytes = 16ull << 20;  // writes go through the transaction, not the read cache
+  SubvolOptionsInto(&o);
   PlacementInto(&o);
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {

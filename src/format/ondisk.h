@@ -472,6 +472,9 @@ inline constexpr uint64_t kExtentFlagData = 1ULL << 0;
 inline constexpr uint64_t kExtentFlagTreeBlock = 1ULL << 1;
 inline constexpr uint64_t kBlockFlagFullBackref = 1ULL << 8;
 
+// root_item.flags
+inline constexpr uint64_t kRootSubvolRdonly = 1ULL << 0;
+
 // ---- Published sizes ---------------------------------------------------------------
 static_assert(sizeof(DiskKey) == 17);
 static_assert(sizeof(Timespec) == 12);

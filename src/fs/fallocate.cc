@@ -84,7 +84,7 @@ uint64_t FallocateDataNeed(bool punch, bool zero, bool inl, uint64_t offset, uin
 
 Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) {
   const uint64_t reserve = 8 + len / kMaxPreallocExtent;
-  return Change(reserve, [&]() -> Status {
+  return Change({file}, reserve, [&]() -> Status {
     constexpr int kKnown = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
     if (mode & ~kKnown) return Status::Error(EOPNOTSUPP, "fallocate mode " + std::to_string(mode) + " is not supported");
     const bool keep_size = mode & FALLOC_FL_KEEP_SIZE;

@@ -27,6 +27,7 @@
 #include "fs/dir_names.h"
 #include "format/superblock.h"
 #include "fs/compress.h"
+#include "fs/subvolume.h"
 #include "inode/delayed_dir_items.h"
 #include "inode/delayed_index.h"
 #include "inode/inode_cache.h"
@@ -155,6 +156,9 @@ class FilesystemImpl final : public Filesystem {
   Status Commit() override;
   Status Discard() override;
   Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) override;  // fallocate.cc
+  // subvolume.cc
+  Result<bool> SubvolumeReadOnly(InodeId subvol) override;
+  Status SetSubvolumeReadOnly(InodeId subvol, bool read_only) override;
 
   // ---- Bulk import of new inodes under an empty directory (import.cc) ----
   struct BulkTarget {
@@ -173,7 +177,10 @@ class FilesystemImpl final : public Filesystem {
   // The inode numbers and entry indexes used, and the directory's size growth.
   Status BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes, uint64_t entries, uint64_t dir_size_delta);
 
-  Status Init() {
+  // Paths start at the chosen subvolume (OpenOptions::subvol / subvolid),
+  // else at the default one (subvolume.cc).
+  Status Init(const std::string& subvol_path, uint64_t subvolid);
+  Status InitDefault() {
     // The kernel mounts the default subvolume; so do we.
     uint64_t subvol = kFsTreeObjectid;
     tree::Cursor c(vol_->source(), vol_->root_tree());
@@ -698,8 +705,10 @@ class FilesystemImpl final : public Filesystem {
   // half-done failure, and the auto-commit that bounds a transaction.
   // Changes run exclusive, except ChangeIn's (creates, holding their
   // directory, and writes, holding their file), which run in parallel with
-  // each other and with reads. `who` says whether the change may use the
-  // global metadata reserve (deletions: txn/space_reserve.h).
+  // each other and with reads. `in`: the inodes whose subvolumes the change
+  // touches (EROFS when one is read-only, before anything changes). `who`
+  // says whether the change may use the global metadata reserve (deletions:
+  // txn/space_reserve.h).
   //
   // An ENOSPC that changed nothing (the reservation, or a failure the
   // operation marked clean) commits the running transaction, which releases
@@ -708,11 +717,12 @@ class FilesystemImpl final : public Filesystem {
   // outermost operation of a thread does so, and only with the operation
   // lock let go of: the commit takes it exclusive.
   template <typename F>
-  auto Change(uint64_t reserve_items, F&& op) -> decltype(op()) {
-    return Change(txn::ReserveFor::kChange, reserve_items, std::forward<F>(op));
+  auto Change(std::initializer_list<InodeId> in, uint64_t reserve_items, F&& op) -> decltype(op()) {
+    return Change(in, txn::ReserveFor::kChange, reserve_items, std::forward<F>(op));
   }
   template <typename F>
-  auto Change(txn::ReserveFor who, uint64_t reserve_items, F&& op) -> decltype(op()) {
+  auto Change(std::initializer_list<InodeId> in, txn::ReserveFor who, uint64_t reserve_items, F&& op)
+      -> decltype(op()) {
     const bool outermost = !HoldsOpLock();
     for (int attempt = 0;; ++attempt) {
       std::optional<decltype(op())> r;
@@ -720,6 +730,7 @@ class FilesystemImpl final : public Filesystem {
       {
         auto guard = ExclusiveGuard();
         UB_RETURN_IF_ERROR(CheckWritable());
+        UB_RETURN_IF_ERROR(subvols_->CheckWritable(in));
         reserved = txn_->chunk_alloc().ReserveMetadata(reserve_items, who);
         if (reserved.ok()) {
           r.emplace(op());
@@ -745,6 +756,7 @@ class FilesystemImpl final : public Filesystem {
       {
         auto guard = Guard();
         UB_RETURN_IF_ERROR(CheckWritable());
+        UB_RETURN_IF_ERROR(subvols_->CheckWritable(dir.root));
         if (!txn_->chunk_alloc().MetadataSurelyFree(reserve_items)) {
           auto lock = txn_->AllocLock();
           reserved = txn_->chunk_alloc().ReserveMetadata(reserve_items);
@@ -910,6 +922,7 @@ class FilesystemImpl final : public Filesystem {
   std::mutex abort_mu_;                     // guards abort_reason_
   std::string abort_reason_;
   std::unique_ptr<txn::TxnManager> txn_;
+  std::unique_ptr<SubvolumeFlags> subvols_;  // read-only subvolumes (writable views)
   std::unique_ptr<inode::DelayedDirIndex> delayed_;
   std::unique_ptr<inode::DelayedDirItems> dir_items_;  // queued DIR_ITEMs of indexed directories
   const inode::DelayedDirItems::InsertFn queued_dir_items_inserter_ =

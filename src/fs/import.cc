@@ -802,7 +802,7 @@ Status ImportContents(Filesystem& fs, const std::string& src, InodeId dest_dir, 
 namespace ubtrfs::fsimpl {
 
 Result<FilesystemImpl::BulkTarget> FilesystemImpl::BulkBegin(InodeId dir) {
-  return Change(1, [&]() -> Result<BulkTarget> {
+  return Change({dir}, 1, [&]() -> Result<BulkTarget> {
     UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
     if (!S_ISDIR(ii.mode.get())) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
     if (const auto* q = delayed_->Pending(dir.root, dir.ino); q && !q->empty()) {
@@ -829,7 +829,7 @@ Result<FilesystemImpl::BulkTarget> FilesystemImpl::BulkBegin(InodeId dir) {
 }
 
 Status FilesystemImpl::BulkInsert(InodeId dir, std::span<const Key> keys, std::span<const std::vector<uint8_t>> data) {
-  return Change(2, [&]() -> Status {
+  return Change({dir}, 2, [&]() -> Status {
     UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
     return w->InsertBatch(keys, data);
   });
@@ -837,7 +837,7 @@ Status FilesystemImpl::BulkInsert(InodeId dir, std::span<const Key> keys, std::s
 
 Status FilesystemImpl::BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes, uint64_t entries,
                                uint64_t dir_size_delta) {
-  return Change(1, [&]() -> Status {
+  return Change({dir}, 1, [&]() -> Status {
     uint64_t& next = next_ino_[dir.root];
     next = std::max(next, t.first_ino + inodes);
     uint64_t& index = DirStateOf(dir).next_index[{dir.root, dir.ino}];  // exclusive: no lock needed

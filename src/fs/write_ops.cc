@@ -141,6 +141,7 @@ Status FilesystemImpl::InitWrite() {
     return Status::Unsupported("writing needs the no-holes feature (the mkfs.btrfs default since 5.15)");
   }
   UB_ASSIGN_OR_RETURN(txn_, txn::TxnManager::Open(vol_.get()));
+  subvols_ = std::make_unique<SubvolumeFlags>(vol_.get());
   txn_->set_concurrent(true);  // until an operation takes the trees to itself
   dir_items_ = std::make_unique<inode::DelayedDirItems>(dir_item_options_);
   delayed_ = std::make_unique<inode::DelayedDirIndex>(
@@ -1229,25 +1230,25 @@ Result<InodeId> FilesystemImpl::Mknod(InodeId dir, std::string_view name, const 
 Result<InodeId> FilesystemImpl::Symlink(InodeId dir, std::string_view name, std::string_view target, const NewInode& attrs) {
   static stats::Histogram& latency = stats::GetHistogram("op.symlink", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return SymlinkImpl(dir, name, target, attrs); });
+  return Change({dir}, kItemsPerOp, [&] { return SymlinkImpl(dir, name, target, attrs); });
 }
 
 Status FilesystemImpl::Link(InodeId inode, InodeId dir, std::string_view name) {
   static stats::Histogram& latency = stats::GetHistogram("op.link", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return LinkImpl(inode, dir, name); });
+  return Change({inode, dir}, kItemsPerOp, [&] { return LinkImpl(inode, dir, name); });
 }
 
 Status FilesystemImpl::Unlink(InodeId dir, std::string_view name) {
   static stats::Histogram& latency = stats::GetHistogram("op.unlink", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return UnlinkImpl(dir, name); });
+  return Change({dir}, txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return UnlinkImpl(dir, name); });
 }
 
 Status FilesystemImpl::Rmdir(InodeId dir, std::string_view name) {
   static stats::Histogram& latency = stats::GetHistogram("op.rmdir", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return RmdirImpl(dir, name); });
+  return Change({dir}, txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return RmdirImpl(dir, name); });
 }
 
 Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name, unsigned flags) {
@@ -1255,10 +1256,11 @@ Status FilesystemImpl::Rename(InodeId old_dir, std::string_view old_name, InodeI
   stats::ScopedTimer timer(latency);
   if (flags & kRenameForDeletion) {
     const unsigned f = flags & ~kRenameForDeletion;
-    return Change(txn::ReserveFor::kDelete, kItemsPerDelete,
+    return Change({old_dir, new_dir}, txn::ReserveFor::kDelete, kItemsPerDelete,
                   [&] { return RenameImpl(old_dir, old_name, new_dir, new_name, f); });
   }
-  return Change(2 * kItemsPerOp, [&] { return RenameImpl(old_dir, old_name, new_dir, new_name, flags); });
+  return Change({old_dir, new_dir}, 2 * kItemsPerOp,
+                [&] { return RenameImpl(old_dir, old_name, new_dir, new_name, flags); });
 }
 
 Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
@@ -1271,20 +1273,22 @@ Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
   static stats::Histogram& latency = stats::GetHistogram("op.setattr", "ns");
   stats::ScopedTimer timer(latency);
   // A size change (truncate) is a deletion: it may use the global reserve.
-  if (change.size) return Change(txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return SetAttrImpl(id, change); });
-  return Change(kItemsPerOp, [&] { return SetAttrImpl(id, change); });
+  if (change.size) {
+    return Change({id}, txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return SetAttrImpl(id, change); });
+  }
+  return Change({id}, kItemsPerOp, [&] { return SetAttrImpl(id, change); });
 }
 
 Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) {
   static stats::Histogram& latency = stats::GetHistogram("op.setxattr", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return SetXattrImpl(id, name, value, flags); });
+  return Change({id}, kItemsPerOp, [&] { return SetXattrImpl(id, name, value, flags); });
 }
 
 Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
   static stats::Histogram& latency = stats::GetHistogram("op.removexattr", "ns");
   stats::ScopedTimer timer(latency);
-  return Change(kItemsPerOp, [&] { return RemoveXattrImpl(id, name); });
+  return Change({id}, kItemsPerOp, [&] { return RemoveXattrImpl(id, name); });
 }
 
 Status FilesystemImpl::Discard() {

@@ -48,6 +48,8 @@ struct Parsed {
   bool default_permissions = true;
   AdapterOptions adapter;
   std::vector<std::string> fuse_options;  // passed through to libfuse
+  std::string subvol;                     // subvol=, subvolid= (OpenOptions)
+  uint64_t subvolid = 0;
 };
 
 bool ParseSeconds(const std::string& text, double* out) {
@@ -118,6 +120,13 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         if (!ParseUnsigned(val, &p->threads) || p->threads == 0 || p->threads > 1024) {
           return *error = "bad thread count '" + val + "'", false;
         }
+      } else if (key == "subvol" && has_val && !val.empty()) {
+        p->subvol = val;
+      } else if (key == "subvolid" && has_val) {
+        char* end = nullptr;
+        errno = 0;
+        p->subvolid = std::strtoull(val.c_str(), &end, 10);
+        if (errno || val.empty() || *end || val[0] == '-') return *error = "bad subvolid '" + val + "'", false;
       } else if (opt == "stats") {
         p->stats = true;
       } else if (opt == "debug") {
@@ -130,7 +139,8 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         p->default_permissions = true;
       } else if (opt == "nodefault_permissions") {
         p->default_permissions = false;
-      } else if (key == "commit" || key == "threads" || key.ends_with("_timeout")) {
+      } else if (key == "commit" || key == "threads" || key == "subvol" || key == "subvolid" ||
+                 key.ends_with("_timeout")) {
         return *error = "option '" + key + "' needs a value", false;
       } else if (opt == "defaults" || opt == "auto" || opt == "noauto" || opt == "nofail" || opt == "_netdev" ||
                  opt == "user" || opt == "users" || opt == "nouser" || opt == "owner" || opt == "group" ||
@@ -252,6 +262,8 @@ int RunMount(const MountConfig& cfg) {
 
   OpenOptions oo;
   oo.writable = !p.read_only;
+  oo.subvol = p.subvol;
+  oo.subvolid = p.subvolid;
   oo.offset = cfg.offset;
   oo.partition = cfg.partition;
   auto opened = Filesystem::Open(cfg.image, oo);

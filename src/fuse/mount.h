@@ -16,7 +16,8 @@ struct MountConfig {
   //   threads=N (request threads; 1 = single-threaded loop), noreaddirplus,
   //   writeback_cache, stats (request counters on stderr at unmount),
   //   nodefault_permissions (no permission checks by the kernel;
-  //   refused with allow_other on a read-write mount), debug.
+  //   refused with allow_other on a read-write mount), debug,
+  //   subvol=PATH / subvolid=ID (where the mount starts, as btrfs's).
   // Anything else goes to libfuse (allow_other, auto_unmount, max_read=, ...).
   std::vector<std::string> options;
   bool foreground = false;

@@ -129,6 +129,7 @@ Result<std::shared_ptr<TreeBlock>> DirtyBlocks::Cow(const BlockRef& b, uint64_t 
   h.generation = transid_;
   h.owner = owner;
   h.flags = kMixedBackrefRev << kBackrefRevShift;
+  UB_RETURN_IF_ERROR(alloc_->RetireCommitted(*b, owner));
   UB_RETURN_IF_ERROR(alloc_->FreeTreeBlock(b->bytenr(), owner, b->level(), false));
   Put(bytenr, copy);
   return copy;
@@ -148,7 +149,11 @@ Status DirtyBlocks::Free(const TreeBlock& b, uint64_t owner) {
       TableStore(s, b.bytenr(), nullptr);
     }
   }
-  if (created_here) count_.fetch_sub(1, std::memory_order_relaxed);
+  if (created_here) {
+    count_.fetch_sub(1, std::memory_order_relaxed);
+  } else {
+    UB_RETURN_IF_ERROR(alloc_->RetireCommitted(b, owner));
+  }
   return alloc_->FreeTreeBlock(b.bytenr(), owner, b.level(), created_here);
 }
 

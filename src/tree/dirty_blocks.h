@@ -26,6 +26,13 @@ class BlockAllocator {
   // only after the transaction commits (a block created in this same
   // transaction was never committed: `created_here` says so).
   virtual Status FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool created_here) = 0;
+  // A committed block leaves tree `owner` (copied on write, or freed); told
+  // before FreeTreeBlock. The references its children hold may have to move
+  // with it (blocks with full backrefs name their parent, not their tree).
+  virtual Status RetireCommitted(const TreeBlock& b, uint64_t owner) {
+    (void)b, (void)owner;
+    return Status::Ok();
+  }
 };
 
 struct HeaderTemplate {

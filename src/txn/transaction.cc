@@ -10,6 +10,7 @@
 #include "format/checksum.h"
 #include "format/superblock.h"
 #include "txn/chunk_alloc.h"
+#include "txn/extent_refs.h"
 
 namespace ubtrfs::txn {
 
@@ -104,12 +105,15 @@ Status TxnManager::LoadBlockGroups() {
       if (tree_block && k.type == kExtentItemKey) {
         return Status::Unsupported("writing to an image without skinny tree block references");
       }
-      if (tree_block && (ei->refs.get() != 1 || (ei->flags.get() & kBlockFlagFullBackref))) {
+      if (tree_block && ei->refs.get() != 1) {
         return Status::Unsupported("writing to an image with shared tree blocks (snapshots) at " +
                                    std::to_string(k.objectid));
       }
+      if (tree_block) UB_RETURN_IF_ERROR(NoteExtentItemForCow(k, ei->flags.get()));
       const uint64_t len = k.type == kMetadataItemKey ? nodesize : k.offset;
       UB_RETURN_IF_ERROR(space_->MarkUsed(k.objectid, len).WithContext("extent tree item " + KeyToString(k)));
+    } else if (k.type == kTreeBlockRefKey || k.type == kSharedBlockRefKey) {
+      tree_ref_items_[k.objectid].push_back(k);  // a tree block's reference as an item of its own
     } else if (k.type == kBlockGroupItemKey) {
       const alloc::ChunkInfo* ci = vol_->chunks().Find(k.objectid);
       if (!ci || ci->logical != k.objectid || ci->length != k.offset) {
@@ -351,7 +355,7 @@ Status TxnManager::ApplyTreeRef(uint64_t bytenr, int delta, uint64_t owner, int 
     ref->offset = owner;
     return ext->Insert(key, item).WithContext("adding tree block " + std::to_string(bytenr));
   }
-  return ext->Delete(key).WithContext("dropping tree block " + std::to_string(bytenr));
+  return DeleteTreeBlockItems(bytenr, level);
 }
 
 Status TxnManager::ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>& ref, int delta) {
@@ -381,9 +385,11 @@ Status TxnManager::ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, u
   // Find the inline data ref for (root, ino, offset).
   size_t pos = sizeof(ExtentItem);
   ExtentDataRef* match = nullptr;
+  bool keyed = false;  // the item has an EXTENT_DATA_REF
   while (pos < item.size()) {
     const uint8_t type = item[pos];
     if (type == kExtentDataRefKey) {
+      keyed = true;
       if (pos + kInlineData > item.size()) return Status::Corrupt(where + ": truncated inline ref");
       auto* dr = reinterpret_cast<ExtentDataRef*>(item.data() + pos + 1);
       if (dr->root.get() == root && dr->objectid.get() == ino && dr->offset.get() == offset) {
@@ -396,6 +402,21 @@ Status TxnManager::ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, u
     } else {
       return Status::Unsupported(where + ": inline reference type " + std::to_string(type));
     }
+  }
+  if (!match && delta > 0 && !keyed) {
+    // The extent was referenced only by parent (SHARED_DATA_REF from a leaf
+    // with full backrefs), and that leaf was copied: the first keyed ref.
+    UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, sizeof(ExtentItem), key));
+    InlineRef r;
+    r.type = kExtentDataRefKey;
+    r.root = root;
+    r.objectid = ino;
+    r.data_offset = offset;
+    r.count = static_cast<uint32_t>(delta);
+    InsertInlineRef(item, refs, sizeof(ExtentItem), r);
+    ei = reinterpret_cast<ExtentItem*>(item.data());
+    ei->refs = ei->refs.get() + static_cast<uint64_t>(delta);
+    return ext->Update(key, item).WithContext(where);
   }
   if (!match) return Status::Unsupported(where + ": a second owner of a data extent (reflinks/snapshots)");
   const int64_t count = int64_t{match->count.get()} + delta;
@@ -417,7 +438,8 @@ Status TxnManager::ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, u
 }
 
 Status TxnManager::RunDelayedRefs(bool* changed) {
-  while (!tree_refs_.empty() || !data_refs_.empty() || !new_data_.empty()) {
+  while (!tree_refs_.empty() || !data_refs_.empty() || !new_data_.empty() || !shared_data_refs_.empty() ||
+         !tree_ref_moves_.empty()) {
     auto data = std::move(data_refs_);
     data_refs_.clear();
     // Data extents written in this transaction have no EXTENT_ITEM yet: the
@@ -425,13 +447,28 @@ Status TxnManager::RunDelayedRefs(bool* changed) {
     // dropped again (data overwritten before the commit), nothing of them may
     // remain: space and checksums go back.
     std::map<uint64_t, std::vector<std::pair<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>, int>>> fresh;
+    // References are added before any is dropped, so that an extent whose
+    // shared ref moves to a keyed one (full_backref.cc) never reaches zero
+    // references on the way.
     for (const auto& [ref, delta] : data) {
       const uint64_t bytenr = std::get<0>(ref);
       if (new_data_.count(bytenr)) {
         fresh[bytenr].push_back({ref, delta});
         continue;
       }
+      if (delta <= 0) continue;
+      *changed = true;
+      UB_RETURN_IF_ERROR(ApplyDataRef(ref, delta));
+    }
+    auto shared = std::move(shared_data_refs_);
+    shared_data_refs_.clear();
+    for (const auto& [ref, delta] : shared) {
       if (delta == 0) continue;
+      *changed = true;
+      UB_RETURN_IF_ERROR(ApplySharedDataRef(ref, delta));
+    }
+    for (const auto& [ref, delta] : data) {
+      if (delta >= 0 || new_data_.count(std::get<0>(ref))) continue;
       *changed = true;
       UB_RETURN_IF_ERROR(ApplyDataRef(ref, delta));
     }
@@ -464,6 +501,8 @@ Status TxnManager::RunDelayedRefs(bool* changed) {
     }
     auto trees = std::move(tree_refs_);
     tree_refs_.clear();
+    auto moves = std::move(tree_ref_moves_);
+    tree_ref_moves_.clear();
     for (const auto& [bytenr, r] : trees) {
       if (r.delta == 0) continue;
       if (r.delta != 1 && r.delta != -1) {
@@ -472,6 +511,11 @@ Status TxnManager::RunDelayedRefs(bool* changed) {
       }
       *changed = true;
       UB_RETURN_IF_ERROR(ApplyTreeRef(bytenr, r.delta, r.owner, r.level));
+    }
+    for (const auto& [bytenr, m] : moves) {
+      if (auto it = trees.find(bytenr); it != trees.end() && it->second.delta < 0) continue;  // freed: gone anyway
+      *changed = true;
+      UB_RETURN_IF_ERROR(MoveTreeRef(bytenr, m));
     }
   }
   return Status::Ok();

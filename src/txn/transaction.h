@@ -10,6 +10,7 @@
 #ifndef UBTRFS_TXN_TRANSACTION_H_
 #define UBTRFS_TXN_TRANSACTION_H_
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -56,6 +57,10 @@ class TxnManager final : public tree::BlockAllocator {
   // tree::BlockAllocator
   Result<uint64_t> AllocTreeBlock(uint64_t owner, int level) override;
   Status FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool created_here) override;
+  // A committed block with full backrefs leaves its tree: its children's
+  // references keyed by it as parent move to references keyed by the tree
+  // (full_backref.cc).
+  Status RetireCommitted(const tree::TreeBlock& b, uint64_t owner) override;
 
   const TxnStats& stats() const { return stats_; }
   // Whether the running transaction holds anything a commit would write or
@@ -82,6 +87,18 @@ class TxnManager final : public tree::BlockAllocator {
   Status RunDelayedRefs(bool* changed);
   Status ApplyTreeRef(uint64_t bytenr, int delta, uint64_t owner, int level);
   Status ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>& ref, int delta);
+  // full_backref.cc: a SHARED_DATA_REF (bytenr, num_bytes, parent) dropped
+  // `-delta` times; a tree block's SHARED_BLOCK_REF moved to a TREE_BLOCK_REF.
+  Status ApplySharedDataRef(const std::tuple<uint64_t, uint64_t, uint64_t>& ref, int delta);
+  struct RefMove {
+    uint64_t parent = 0;  // the SHARED_BLOCK_REF's parent
+    uint64_t root = 0;    // the TREE_BLOCK_REF's root
+    int level = 0;
+  };
+  Status MoveTreeRef(uint64_t bytenr, const RefMove& move);
+  // Deletes a tree block's METADATA_ITEM and any keyed ref items of it.
+  Status DeleteTreeBlockItems(uint64_t bytenr, int level);
+  Status NoteExtentItemForCow(const format::Key& k, uint64_t flags);
   Status UpdateBlockGroups(bool* changed);
   Status UpdateRootItems(bool* changed);
   Status DeleteCsums(uint64_t start, uint64_t len);
@@ -109,6 +126,16 @@ class TxnManager final : public tree::BlockAllocator {
   std::map<uint64_t, uint64_t> excluded_;     // group start -> superblock-stripe bytes in it
   std::vector<std::pair<uint64_t, uint64_t>> excluded_ranges_;
   std::vector<uint64_t> freed_blocks_;        // tree blocks freed this transaction (cache invalidation)
+  // Committed tree blocks with the FULL_BACKREF flag (relocation leaves
+  // them): their children are referenced by parent (full_backref.cc).
+  std::set<uint64_t> full_backref_;
+  std::atomic<bool> any_full_backref_{false};
+  // Tree blocks whose references are items of their own (not inline).
+  std::map<uint64_t, std::vector<format::Key>> tree_ref_items_;
+  // This transaction's moves of children's references (bytenr -> move) and
+  // dropped shared data refs ((bytenr, num_bytes, parent) -> delta).
+  std::map<uint64_t, RefMove> tree_ref_moves_;
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t>, int> shared_data_refs_;
   TxnStats stats_;
   friend class ChunkAllocator;
   std::unique_ptr<ChunkAllocator> chunk_alloc_;

@@ -1,0 +1,51 @@
+// The inline back references of an extent item (EXTENT_ITEM / METADATA_ITEM
+// body after struct ExtentItem, and TreeBlockInfo for non-skinny tree
+// blocks): finding, adding and removing them in the order the kernel keeps
+// (types ascending; within a type the sort value descending: the hash of
+// (root, objectid, offset) for EXTENT_DATA_REF, the offset for the others).
+#ifndef UBTRFS_TXN_EXTENT_REFS_H_
+#define UBTRFS_TXN_EXTENT_REFS_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "format/key.h"
+#include "format/ondisk.h"
+#include "ubtrfs/status.h"
+
+namespace ubtrfs::txn {
+
+// The key offset and sort value of an EXTENT_DATA_REF (the kernel's
+// hash_extent_data_ref: two crc32c halves of root and of objectid+offset).
+uint64_t ExtentDataRefHash(uint64_t root, uint64_t objectid, uint64_t offset);
+
+// One inline reference, decoded.
+struct InlineRef {
+  uint8_t type = 0;
+  uint64_t offset = 0;  // root (TREE_BLOCK_REF) or parent (SHARED_*); unused for EXTENT_DATA_REF
+  uint64_t root = 0, objectid = 0, data_offset = 0;  // EXTENT_DATA_REF
+  uint32_t count = 1;                                 // data refs
+  size_t pos = 0, size = 0;                           // where in the item
+  uint64_t SortValue() const;
+};
+
+// The inline refs of an extent item; refs_start is where they begin
+// (sizeof(ExtentItem), plus sizeof(TreeBlockInfo) for an EXTENT_ITEM of a
+// tree block). EUCLEAN on a truncated or unknown ref.
+Result<std::vector<InlineRef>> ParseInlineRefs(const std::vector<uint8_t>& item, size_t refs_start,
+                                               const format::Key& key);
+// The first ref of `type` that matches (offset for keyed-by-offset types;
+// root/objectid/data_offset for EXTENT_DATA_REF), if any.
+std::optional<InlineRef> FindInlineRef(const std::vector<InlineRef>& refs, const InlineRef& want);
+// Inserts `ref` where the kernel's order puts it (its size from its type).
+void InsertInlineRef(std::vector<uint8_t>& item, const std::vector<InlineRef>& refs, size_t refs_start,
+                     const InlineRef& ref);
+// Removes the ref at r.pos.
+void EraseInlineRef(std::vector<uint8_t>& item, const InlineRef& r);
+// Writes a new count into a data ref (EXTENT_DATA_REF or SHARED_DATA_REF).
+void SetInlineCount(std::vector<uint8_t>& item, const InlineRef& r, uint32_t count);
+
+}  // namespace ubtrfs::txn
+
+#endif  // UBTRFS_TXN_EXTENT_REFS_H_
