@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ubtrfs/export_macros.h"
 #include "ubtrfs/status.h"
 
 namespace ubtrfs {
@@ -141,7 +142,7 @@ struct OpenOptions {
   uint32_t dir_item_batch = 0;
 };
 
-class Filesystem {
+class UBTRFS_API Filesystem {
  public:
   static Result<std::unique_ptr<Filesystem>> Open(const std::string& path, const OpenOptions& options = {});
   virtual ~Filesystem() = default;
