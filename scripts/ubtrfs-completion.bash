@@ -1,0 +1,71 @@
+# bash completion for ubtrfs (installed as share/bash-completion/completions/ubtrfs).
+# Completes subcommands, each subcommand's options, the values of a few
+# options, and file names elsewhere (IMAGE:PATH arguments complete the image
+# part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
+# (tests/install/cli_docs_test.sh checks them).
+
+_ubtrfs_subcommands="info ls cat cp dump-tree rm mkdir mkfs check mount stats"
+
+_ubtrfs_options() {
+  case "$1" in
+    info|cat) echo "-h --help" ;;
+    ls) echo "-h --help -l" ;;
+    cp) echo "-h --help --strict --no-devices --no-xattrs" ;;
+    dump-tree) echo "-h --help -t --tree -b --block --follow -r --roots" ;;
+    rm) echo "-h --help -r --recursive" ;;
+    mkdir) echo "-h --help -p --parents -m --mode" ;;
+    mkfs) echo "-h --help -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir -f --force -q --quiet" ;;
+    check) echo "-h --help --json --check-data-csum --max-errors" ;;
+    mount) echo "-h --help -o --options -f --foreground -d --debug" ;;
+    stats) echo "-h --help --json" ;;
+  esac
+}
+
+_ubtrfs() {
+  local cur prev sub i
+  cur="${COMP_WORDS[COMP_CWORD]}"
+  prev=""
+  [ "$COMP_CWORD" -gt 0 ] && prev="${COMP_WORDS[COMP_CWORD-1]}"
+  COMPREPLY=()
+  sub=""
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case "${COMP_WORDS[i]}" in
+      -*) ;;
+      *) sub="${COMP_WORDS[i]}"; break ;;
+    esac
+  done
+  if [ -z "$sub" ]; then
+    COMPREPLY=($(compgen -W "$_ubtrfs_subcommands -h --help" -- "$cur"))
+    return 0
+  fi
+  case "$sub:$prev" in
+    dump-tree:-t|dump-tree:--tree)
+      COMPREPLY=($(compgen -W "root chunk extent dev fs csum quota uuid free-space block-group data-reloc log" -- "$cur"))
+      return 0 ;;
+    mkfs:--csum|mkfs:--checksum)
+      COMPREPLY=($(compgen -W "crc32c xxhash sha256 blake2" -- "$cur"))
+      return 0 ;;
+    mkfs:-n|mkfs:--nodesize)
+      COMPREPLY=($(compgen -W "4096 8192 16384 32768 65536" -- "$cur"))
+      return 0 ;;
+    mkfs:-r|mkfs:--rootdir)
+      COMPREPLY=($(compgen -d -- "$cur"))
+      return 0 ;;
+    mount:-o|mount:--options)
+      COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= noreaddirplus writeback_cache stats nodefault_permissions debug allow_other auto_unmount" -- "$cur"))
+      return 0 ;;
+    mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|mkdir:-m|mkdir:--mode|dump-tree:-b|dump-tree:--block|check:--max-errors)
+      return 0 ;;
+  esac
+  if [[ "$cur" == -* ]]; then
+    COMPREPLY=($(compgen -W "$(_ubtrfs_options "$sub")" -- "$cur"))
+    return 0
+  fi
+  # IMAGE:PATH: complete the image file name before the colon.
+  if [[ "$cur" != *:* ]]; then
+    COMPREPLY=($(compgen -f -- "$cur"))
+    [ "$sub" = mount ] && COMPREPLY+=($(compgen -d -- "$cur"))
+  fi
+  return 0
+}
+complete -o default -o bashdefault -F _ubtrfs ubtrfs
