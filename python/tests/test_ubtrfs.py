@@ -179,6 +179,14 @@ def test_file_objects(tmp_path, btrfs_check):
             fs.open("/f", "rw")
         with pytest.raises(IsADirectoryError):
             fs.open("/", "rb")
+        fs.symlink("f", "/lnk")
+        with pytest.raises(OSError) as e:
+            fs.open("/lnk", "wb")
+        assert e.value.errno == errno.ELOOP
+        fs.mknod("/fifo")
+        with pytest.raises(OSError) as e:
+            fs.open("/fifo", "rb")
+        assert e.value.errno == errno.EINVAL
     btrfs_check(img)
 
 

@@ -686,6 +686,11 @@ class File(io.RawIOBase):
         st = fs._stat_ino(self._ino, self.name)
         if _stat.S_ISDIR(st.mode):
             raise IsADirectoryError(_errno.EISDIR, "Is a directory", self.name)
+        if _stat.S_ISLNK(st.mode):
+            raise OSError(_errno.ELOOP, "Too many levels of symbolic links (ubtrfs does not follow them)",
+                          self.name)
+        if not _stat.S_ISREG(st.mode):
+            raise OSError(_errno.EINVAL, "Invalid argument (not a regular file)", self.name)
         if self._writable and not fs.writable:
             raise OSError(_errno.EROFS, "Read-only file system (the image was opened read-only)", self.name)
         if exists and "w" in mode and st.size:

@@ -199,9 +199,18 @@ int main(int argc, char **argv) {
     CHECK_ERR(ubtrfs_setattr(fs, file, NULL), EINVAL, "attr is NULL");
   }
   {
-    ubtrfs_ino bogus = {5, 999999};
+    ubtrfs_ino bogus = {5, 999999}, bogus_tree = {12345, 256};
     CHECK(ubtrfs_stat(fs, bogus, &st) < 0);
     CHECK(ubtrfs_last_error()[0] != '\0');
+    CHECK(ubtrfs_stat(fs, bogus_tree, &st) < 0);
+    CHECK(ubtrfs_last_error()[0] != '\0');
+    CHECK(ubtrfs_read(fs, bogus_tree, 0, buf, sizeof buf) < 0);
+    CHECK(ubtrfs_write(fs, bogus, 0, "x", 1) < 0);
+    CHECK(ubtrfs_create(fs, bogus_tree, "x", 0644, NULL) < 0);
+    CHECK_ERR(ubtrfs_read(fs, dir, 0, buf, sizeof buf), EISDIR, "");
+    CHECK_ERR(ubtrfs_write(fs, sym, 0, "x", 1), EINVAL, "not a regular file");
+    CHECK_ERR(ubtrfs_readlink(fs, file, buf, sizeof buf), EINVAL, "");
+    CHECK_ERR(ubtrfs_create(fs, file, "x", 0644, NULL), ENOTDIR, "");
   }
   /* The message is per call: a good call clears it. */
   OK(ubtrfs_stat(fs, root, &st));
