@@ -19,7 +19,7 @@ UBTRFS_LIBRARY=$lib "$work/venv/bin/python" -m pip install -q --no-index --no-bu
   --disable-pip-version-check "$work/src" >"$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
 cd "$work"
 unset UBTRFS_LIBRARY PYTHONPATH
-"$work/venv/bin/python" - "$work/venv" <<'PY'
+LD_PRELOAD=${UBTRFS_TEST_PRELOAD:-} "$work/venv/bin/python" - "$work/venv" <<'PY'
 import sys, ubtrfs
 venv = sys.argv[1]
 assert ubtrfs.__file__.startswith(venv), ubtrfs.__file__
