@@ -164,8 +164,10 @@ class FaultyFilesystem : public ubtrfs::Filesystem {
     }
     return r;
   }
-  ubtrfs::Result<std::vector<ubtrfs::DirEntry>> ReadDir(ubtrfs::InodeId dir) override {
-    auto r = r_.ReadDir(dir);
+  using ubtrfs::Filesystem::ReadDir;
+  ubtrfs::Result<std::vector<ubtrfs::DirEntry>> ReadDir(ubtrfs::InodeId dir,
+                                                        std::vector<ubtrfs::SkippedEntry>* skipped) override {
+    auto r = r_.ReadDir(dir, skipped);
     if (!r.ok() || r->empty()) return r;
     if (f_ == Fault::kDropEntry && r->size() > 20) r.value().pop_back();
     if (f_ == Fault::kExtraEntry && r->size() > 20) {

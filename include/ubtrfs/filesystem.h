@@ -140,6 +140,17 @@ struct OpenOptions {
   // them low to run every directory through the queue.
   uint32_t dir_item_index_after = 0;
   uint32_t dir_item_batch = 0;
+  // Keep in memory what each write of the running transaction overwrites
+  // (file data goes into free space before the commit), so that Discard()
+  // leaves the image byte for byte as at the last commit. Costs a read and
+  // the memory of every byte written between commits; for all-or-nothing
+  // edits (`ubtrfs edit`).
+  bool undo_uncommitted = false;
+  // Where the filesystem lies in the image: `offset` bytes in, or partition
+  // `partition` (1-based) of a GPT or MBR partition table (read with
+  // libblkid). Nothing outside it is read or written.
+  uint64_t offset = 0;
+  int partition = 0;
 };
 
 class UBTRFS_API Filesystem {
@@ -200,6 +211,11 @@ class UBTRFS_API Filesystem {
   virtual Status RemoveXattr(InodeId id, std::string_view name) = 0;
   // Makes every change so far durable (all or nothing on a crash).
   virtual Status Commit() = 0;
+  // Gives up every change since the last Commit: nothing more is committed
+  // (closing commits nothing; every later change is EROFS), and with
+  // OpenOptions::undo_uncommitted the bytes written since are put back.
+  // Close the Filesystem after it. EROFS on a read-only open.
+  virtual Status Discard() { return Status::Error(30 /* EROFS */, "discard is not supported here"); }
   // fallocate(2) on a regular file: mode 0 allocates (prealloc extents that
   // read as zeros) and extends the size; FALLOC_FL_KEEP_SIZE keeps it;
   // FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE frees the range;

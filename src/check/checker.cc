@@ -31,6 +31,7 @@
 #include "format/ondisk.h"
 #include "format/superblock.h"
 #include "io/block_device.h"
+#include "io/offset_device.h"
 #include "tree/block_reader.h"
 #include "tree/tree_block.h"
 
@@ -1588,7 +1589,10 @@ CheckResult CheckVolume(txn::Volume& vol, const CheckOptions& options) {
 }
 
 Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& options) {
-  auto dev = io::OpenFileDevice(path);
+  io::Placement where;
+  where.offset = options.offset;
+  where.partition = options.partition;
+  auto dev = io::OpenImage(path, io::OpenFlags{}, where);
   if (!dev.ok()) return dev.status();
   // Whether any superblock copy carries the magic: without one this is not a
   // btrfs image at all (an operational error), with one it is a damaged one.

@@ -43,6 +43,9 @@ struct CheckOptions {
   bool check_data_csum = false;
   // Error lines kept in the result (all are counted); 0 = no limit.
   size_t max_errors = 2000;
+  // Where the filesystem lies in the image (OpenOptions::offset, partition).
+  uint64_t offset = 0;
+  int partition = 0;
 };
 
 struct CheckResult {

@@ -9,6 +9,7 @@
 
 #include "check/checker.h"
 #include "cli/commands.h"
+#include "cli/image_options.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -33,6 +34,8 @@ void CmdCheck(const CheckArgs& a, const std::vector<std::string>& extra) {
   check::CheckOptions opts;
   opts.check_data_csum = a.check_data_csum;
   opts.max_errors = a.max_errors;
+  opts.offset = Placement().offset;
+  opts.partition = Placement().partition;
   auto r = check::CheckImage(a.image, opts);
   if (!r.ok()) {
     if (a.json) {

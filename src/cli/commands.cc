@@ -1,4 +1,6 @@
 #include "cli/commands.h"
+#include "cli/image_options.h"
+#include "cli/verbs.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -13,11 +15,13 @@ int ExitCode() { return g_exit_code; }
 void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);
   RegisterDumpTree(app);
-  RegisterWriteCommands(app);
   RegisterMkfs(app);
   RegisterCheck(app);
   RegisterMount(app);
   RegisterStats(app);
+  RegisterVerbs(app, nullptr);
+  RegisterEdit(app);
+  for (auto* cmd : app.get_subcommands({})) AddPlacementOptions(cmd);
 }
 
 }  // namespace ubtrfs::cli

@@ -13,10 +13,10 @@ int ExitCode();
 void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
-void RegisterWriteCommands(CLI::App& app); // rm, mkdir (cp into an image goes through CopyIn)
 void RegisterCheck(CLI::App& app);         // check
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats
+void RegisterEdit(CLI::App& app);          // edit (edit_command.cc); the verbs: verbs.h
 
 // mount.fuse3 runs an /etc/fstab entry of type fuse.ubtrfs as
 //   ubtrfs SOURCE MOUNTPOINT -o OPTIONS

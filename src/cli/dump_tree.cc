@@ -20,12 +20,14 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "format/checksum.h"
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "format/superblock.h"
 #include "fs/volume.h"
 #include "io/block_device.h"
+#include "io/offset_device.h"
 #include "tree/block_reader.h"
 #include "tree/cursor.h"
 #include "tree/tree_block.h"
@@ -888,7 +890,10 @@ void CmdDumpTree(const Options& o) {
       return;
     }
   }
-  auto dev = io::OpenFileDevice(o.image);
+  io::Placement where;
+  where.offset = Placement().offset;
+  where.partition = Placement().partition;
+  auto dev = io::OpenImage(o.image, io::OpenFlags{}, where);
   if (!dev.ok()) {
     fmt::print(stderr, "ERROR: {}\n", dev.status().message());  // names the path
     SetExitCode(1);

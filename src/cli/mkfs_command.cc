@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "format/checksum.h"
 #include "format/superblock.h"
-#include "fs/import.h"
+#include "ubtrfs/import.h"
 #include "io/block_device.h"
+#include "io/offset_device.h"
 #include "txn/mkfs.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
@@ -153,10 +155,18 @@ void CmdMkfs(const MkfsArgs& a) {
   if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
     return Fail(a.image + ": not a regular file or block device");
   }
+  io::Placement where;
+  where.offset = Placement().offset;
+  where.partition = Placement().partition;
+  const bool windowed = where.offset != 0 || where.partition != 0;
+  if (windowed && (!exists || size)) {
+    return Fail("--offset and --partition make the filesystem inside an existing image, of the window's size "
+                "(no --size)");
+  }
   if (!exists && !size) return Fail(a.image + " does not exist; give --size to create an image file of that size");
   if (exists && IsMounted(a.image)) return Fail(a.image + " is mounted; unmount it first");
   if (exists) {
-    auto dev = io::OpenFileDevice(a.image);
+    auto dev = io::OpenImage(a.image, io::OpenFlags{}, where);
     if (!dev.ok()) return Fail(dev.status().message());
     auto has = txn::HasBtrfsSignature(dev->get());
     if (!has.ok()) return Fail(has.status().message());
@@ -191,7 +201,7 @@ void CmdMkfs(const MkfsArgs& a) {
     ::close(fd);
   }
 
-  auto dev = io::OpenFileDevice(a.image, io::OpenFlags{true});
+  auto dev = io::OpenImage(a.image, io::OpenFlags{true}, where);
   if (!dev.ok()) {
     if (created) ::unlink(a.image.c_str());
     return Fail(dev.status().message());
@@ -206,17 +216,18 @@ void CmdMkfs(const MkfsArgs& a) {
 
   // --rootdir: the host tree goes in through the library's write API (new
   // chunks are allocated as the data needs them).
-  fs::ImportStats stats;
+  ImportStats stats;
   if (!a.rootdir.empty()) {
     OpenOptions oo;
     oo.writable = true;
     oo.node_cache_bytes = 16ull << 20;  // an import writes through the transaction, not the read cache
     oo.max_dirty_bytes = 32ull << 20;    // peak memory below mkfs.btrfs's on large trees
+    PlacementInto(&oo);
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
-    fs::ImportOptions io;
+    ImportOptions io;
     io.bulk = true;  // a new image: only the end state counts
-    Status s = fs::ImportContents(**fs, a.rootdir, (*fs)->Root(), io, &stats);
+    Status s = ImportContents(**fs, a.rootdir, (*fs)->Root(), io, &stats);
     if (s.ok()) s = (*fs)->Commit();
     if (!s.ok()) {
       return Fail(a.image + ": importing " + a.rootdir + ": " + s.ToString() +
@@ -232,7 +243,7 @@ void CmdMkfs(const MkfsArgs& a) {
   fmt::print("Filesystem size:    {}\n", Human(sum.total_bytes));
   // The chunks as they are now (--rootdir may have added data chunks).
   std::vector<txn::MkfsChunk> chunks = sum.chunks;
-  if (auto rdev = io::OpenFileDevice(a.image); rdev.ok()) {
+  if (auto rdev = io::OpenImage(a.image, io::OpenFlags{}, where); rdev.ok()) {
     if (auto vol = txn::Volume::Open(std::move(*rdev), {}); vol.ok()) {
       chunks.clear();
       for (const auto& [logical, c] : (*vol)->chunks().chunks()) chunks.push_back({logical, c.length, c.type, {}});

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "fuse/mount.h"
 
 namespace ubtrfs::cli {
@@ -27,6 +28,8 @@ void RegisterMount(CLI::App& app) {
   m->add_flag("-d,--debug", config.debug, "Trace FUSE requests (implies -f)");
   m->callback([] {
     if (config.debug) config.foreground = true;
+    config.offset = Placement().offset;
+    config.partition = Placement().partition;
     SetExitCode(fuse::RunMount(config));
   });
 }

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
+#include "cli/text.h"
 #include "format/superblock.h"
 #include "ubtrfs/export.h"
 #include "ubtrfs/filesystem.h"
@@ -25,7 +27,9 @@ void PrintError(const std::string& what, const Status& st) {
 }
 
 std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {
-  auto fs = Filesystem::Open(image);
+  OpenOptions o;
+  PlacementInto(&o);
+  auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     PrintError(image, fs.status());
     SetExitCode(1);
@@ -35,49 +39,21 @@ std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {
   return std::move(*fs);
 }
 
-std::string ModeString(uint32_t mode) {
-  std::string s = "?rwxrwxrwx";
-  switch (mode & S_IFMT) {
-    case S_IFREG: s[0] = '-'; break;
-    case S_IFDIR: s[0] = 'd'; break;
-    case S_IFLNK: s[0] = 'l'; break;
-    case S_IFCHR: s[0] = 'c'; break;
-    case S_IFBLK: s[0] = 'b'; break;
-    case S_IFIFO: s[0] = 'p'; break;
-    case S_IFSOCK: s[0] = 's'; break;
-  }
-  for (int i = 0; i < 9; ++i) {
-    if (!(mode & (1u << (8 - i)))) s[1 + i] = '-';
-  }
-  if (mode & S_ISUID) s[3] = (mode & S_IXUSR) ? 's' : 'S';
-  if (mode & S_ISGID) s[6] = (mode & S_IXGRP) ? 's' : 'S';
-  if (mode & S_ISVTX) s[9] = (mode & S_IXOTH) ? 't' : 'T';
-  return s;
-}
-
-std::string TimeString(const Time& t) {
-  char buf[64];
-  time_t secs = static_cast<time_t>(t.sec);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
-
-// Shows names with control bytes escaped so a listing stays one line each.
-std::string Printable(const std::string& name) {
-  std::string out;
-  for (unsigned char c : name) {
-    if (c < 0x20 || c == 0x7f || c == '\\') out += fmt::format("\\x{:02x}", c);
-    else out.push_back(static_cast<char>(c));
-  }
-  return out;
-}
+bool g_json = false;  // --json of info and ls
 
 void CmdInfo(const std::string& image) {
   auto fs = OpenOrReport(image);
   if (!fs) return;
   FsInfo i = fs->Info();
+  if (g_json) {
+    fmt::print("{{\"label\": {}, \"fsid\": \"{}\", \"generation\": {}, \"sectorsize\": {}, \"nodesize\": {}, "
+               "\"checksum\": \"{}\", \"total_bytes\": {}, \"bytes_used\": {}, \"devices\": {}, "
+               "\"incompat\": {}, \"compat_ro\": {}, \"superblock_copy\": {}}}\n",
+               JsonString(i.label), i.fsid, i.generation, i.sectorsize, i.nodesize, i.csum_type, i.total_bytes,
+               i.bytes_used, i.num_devices, JsonString(format::IncompatNames(i.incompat_flags)),
+               JsonString(format::CompatRoNames(i.compat_ro_flags)), i.superblock_mirror);
+    return;
+  }
   fmt::print("label:            {}\n", i.label);
   fmt::print("fsid:             {}\n", i.fsid);
   fmt::print("generation:       {}\n", i.generation);
@@ -138,6 +114,28 @@ void CmdLs(const std::string& image, const std::string& path, bool long_format) 
   for (const auto& s : skipped) {
     fmt::print(stderr, "ubtrfs: warning: {}: entry {} (index {}) not listed: {}\n", Printable(path),
                Printable(s.name), s.index, s.reason);
+  }
+  if (g_json) {
+    std::string out;
+    for (const auto& e : *entries) {
+      auto es = fs->GetStat(e.id);
+      if (!es.ok()) {
+        PrintError(e.name, es.status());
+        SetExitCode(1);
+        continue;
+      }
+      std::string target;
+      if (S_ISLNK(es->mode)) {
+        auto t = fs->ReadLink(e.id);
+        if (t.ok()) target = ", \"target\": " + JsonString(*t);
+      }
+      out += fmt::format("{}{{\"name\": {}, \"subvolume\": {}, \"inode\": {}, \"index\": {}, \"mode\": {}, "
+                         "\"nlink\": {}, \"uid\": {}, \"gid\": {}, \"size\": {}, \"mtime\": {}.{:09}{}}}",
+                         out.empty() ? "" : ",\n ", JsonString(e.name), e.id.root, e.id.ino, e.index, es->mode,
+                         es->nlink, es->uid, es->gid, es->size, es->mtime.sec, es->mtime.nsec, target);
+    }
+    fmt::print("[{}]\n", out);
+    return;
   }
   for (const auto& e : *entries) {
     if (long_format) PrintLong(*fs, e.name, e.id);
@@ -219,10 +217,12 @@ void RegisterReadCommands(CLI::App& app) {
 
   auto* info = app.add_subcommand("info", "Show the superblock summary of an image");
   info->add_option("image", image, "Image file or block device")->required();
+  info->add_flag("--json", g_json, "As one JSON object");
   info->callback([] { CmdInfo(image); });
 
   auto* ls = app.add_subcommand("ls", "List a directory in an image");
   ls->add_flag("-l", long_format, "Long listing (mode, links, owner, size, mtime)");
+  ls->add_flag("--json", g_json, "A JSON list of the entries with their attributes");
   ls->add_option("image", image, "Image file or block device")->required();
   ls->add_option("path", path, "Path inside the image")->default_val("/");
   ls->callback([] { CmdLs(image, path, long_format); });

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "fuse/adapter.h"
@@ -22,6 +23,7 @@
 #include "tree/cursor.h"
 #include "txn/volume.h"
 #include "io/block_device.h"
+#include "io/offset_device.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -49,7 +51,10 @@ Status Walk(tree::BlockSource* src, uint64_t bytenr, int level, TreeShape* t, in
 }
 
 int ImageStats(const std::string& image, bool json) {
-  auto dev = io::OpenFileDevice(image);
+  io::Placement where;
+  where.offset = Placement().offset;
+  where.partition = Placement().partition;
+  auto dev = io::OpenImage(image, io::OpenFlags{}, where);
   if (!dev.ok()) {
     std::cerr << "ubtrfs stats: " << dev.status().ToString() << "\n";
     return 8;

@@ -4,13 +4,32 @@
 #include "fs/fs_impl.h"
 #include "fs/open_device.h"
 #include "io/block_device.h"
+#include "io/offset_device.h"
+#include "io/undo_device.h"
 
 namespace ubtrfs {
 
 using fsimpl::FilesystemImpl;
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(const std::string& path, const OpenOptions& options) {
-  UB_ASSIGN_OR_RETURN(auto dev, io::OpenFileDevice(path, io::OpenFlags{options.writable}));
+  io::Placement where;
+  where.offset = options.offset;
+  where.partition = options.partition;
+  UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(path, io::OpenFlags{options.writable}, where));
+  if (options.offset == 0 && options.partition == 0) {
+    // A whole-disk image with the filesystem in a partition: say which.
+    auto opened = OpenOnDevice(std::move(dev), options);
+    if (opened.ok() || opened.status().code() != EUCLEAN) return opened;
+    auto raw = io::OpenFileDevice(path);
+    if (!raw.ok()) return opened;
+    auto parts = io::ListPartitions(**raw, path);
+    if (!parts.ok() || parts->empty()) return opened;
+    std::string list;
+    for (const auto& p : *parts) list += (list.empty() ? "" : ", ") + std::to_string(p.number);
+    return Status::Error(EUCLEAN, opened.status().message() + "; " + path +
+                                      " holds a partition table (partitions " + list +
+                                      "): name the filesystem's partition (--partition N)");
+  }
   return OpenOnDevice(std::move(dev), options);
 }
 
@@ -19,8 +38,15 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
   vo.writable = options.writable;
   vo.node_cache_bytes = options.node_cache_bytes;
   vo.verify_data_csums = options.verify_data_csums;
+  io::UndoDevice* undo = nullptr;
+  if (options.writable && options.undo_uncommitted) {
+    auto u = std::make_unique<io::UndoDevice>(std::move(dev));
+    undo = u.get();
+    dev = std::move(u);
+  }
   UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(dev), vo));
   auto impl = std::make_unique<FilesystemImpl>(std::move(vol));
+  impl->set_undo_device(undo);
   impl->set_legacy_dir_index_batching(options.legacy_dir_index_batching);
   impl->set_dir_item_options(options.dir_item_index_after, options.dir_item_batch);
   impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));

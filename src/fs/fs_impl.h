@@ -30,6 +30,7 @@
 #include "inode/delayed_dir_items.h"
 #include "inode/delayed_index.h"
 #include "inode/inode_cache.h"
+#include "io/undo_device.h"
 #include "stats/stats.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
@@ -131,6 +132,7 @@ class FilesystemImpl final : public Filesystem {
     if (batch) dir_item_options_.dir_batch = batch;
   }
   void set_max_dirty_bytes(uint64_t n) { max_dirty_bytes_ = n; }
+  void set_undo_device(io::UndoDevice* u) { undo_ = u; }
 
   // ---- Write side (write_ops.cc) ----
   Result<InodeId> Create(InodeId dir, std::string_view name, const NewInode& attrs) override;
@@ -147,6 +149,7 @@ class FilesystemImpl final : public Filesystem {
   Status SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) override;
   Status RemoveXattr(InodeId id, std::string_view name) override;
   Status Commit() override;
+  Status Discard() override;
   Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) override;  // fallocate.cc
 
   // ---- Bulk import of new inodes under an empty directory (import.cc) ----
@@ -842,6 +845,7 @@ class FilesystemImpl final : public Filesystem {
   };
   PaddedWriterCache cached_writer_;
   std::atomic<bool> aborted_{false};        // a failed change: no more writes, no commit
+  io::UndoDevice* undo_ = nullptr;           // inside vol_'s device chain, when undo_uncommitted
   // The failing operation of this thread had changed nothing yet (set by the
   // operation, read and cleared by NoteFailure).
   static thread_local bool t_clean_failure;

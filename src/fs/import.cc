@@ -763,6 +763,12 @@ class BulkImporter {
 };
 
 }  // namespace
+}  // namespace ubtrfs::fs
+
+namespace ubtrfs {
+using fs::Importer;
+using fs::BulkImporter;
+using fs::Errno;
 
 Status ImportTree(Filesystem& fs, const std::string& src, InodeId dest_dir, const std::string& name,
                   const ImportOptions& options, ImportStats* stats) {
@@ -789,9 +795,9 @@ Status ImportContents(Filesystem& fs, const std::string& src, InodeId dest_dir, 
   return imp.Finish(src, dest_dir, st);
 }
 
-// ---- The library side of the bulk import ---------------------------------------------------------
+}  // namespace ubtrfs
 
-}  // namespace ubtrfs::fs
+// ---- The library side of the bulk import ---------------------------------------------------------
 
 namespace ubtrfs::fsimpl {
 

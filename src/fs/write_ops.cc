@@ -1136,6 +1136,7 @@ Status FilesystemImpl::CommitImpl() {
   UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
   UB_RETURN_IF_ERROR(FlushInodes());
   UB_RETURN_IF_ERROR(txn_->Commit());
+  if (undo_ != nullptr) undo_->Forget();  // what the commit made durable stays
   const txn::TxnStats& after = txn_->stats();
   if (after.commits != before.commits) {
     commit_time.Record(stats::NowNs() - t0);
@@ -1253,6 +1254,20 @@ Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
   static stats::Histogram& latency = stats::GetHistogram("op.removexattr", "ns");
   stats::ScopedTimer timer(latency);
   return Change(kItemsPerOp, [&] { return RemoveXattrImpl(id, name); });
+}
+
+Status FilesystemImpl::Discard() {
+  auto guard = ExclusiveGuard();
+  if (!txn_) return Status::Error(EROFS, "the image is open read-only");
+  {
+    std::lock_guard lock(abort_mu_);
+    if (!aborted_) {
+      abort_reason_ = "the changes were discarded";
+      aborted_ = true;
+    }
+  }
+  if (undo_ != nullptr) return undo_->Rollback().WithContext("putting back the bytes written since the last commit");
+  return Status::Ok();
 }
 
 Status FilesystemImpl::Commit() {

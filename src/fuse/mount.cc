@@ -252,6 +252,8 @@ int RunMount(const MountConfig& cfg) {
 
   OpenOptions oo;
   oo.writable = !p.read_only;
+  oo.offset = cfg.offset;
+  oo.partition = cfg.partition;
   auto opened = Filesystem::Open(cfg.image, oo);
   if (!opened.ok()) {
     fmt::print(stderr, "ubtrfs: mount: {}: {}{}\n", cfg.image, opened.status().ToString(),

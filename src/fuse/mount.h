@@ -21,6 +21,9 @@ struct MountConfig {
   std::vector<std::string> options;
   bool foreground = false;
   bool debug = false;
+  // Where the filesystem lies in the image (OpenOptions::offset, partition).
+  uint64_t offset = 0;
+  int partition = 0;
 };
 
 // Opens, locks and mounts the image; without `foreground`, daemonizes once

@@ -37,7 +37,7 @@ namespace fmtd = ubtrfs::format;
 using ubtrfs_fuzz::Pages;
 using ubtrfs_fuzz::SparseDevice;
 
-constexpr uint32_t kNodeSize = 4096;
+constexpr uint32_t kNodeSize = 16384;  // the whole fs tree fits one leaf
 
 struct Base {
   std::string top;      // mkdtemp dir: holds only sandbox/
@@ -58,7 +58,12 @@ struct Base {
 
 Base MakeBase() {
   Base b;
-  char tmpl[] = "/tmp/ubtrfs-dir-fuzz-XXXXXX";
+  // tmpfs where there is one: each run makes and removes a small tree.
+  struct stat shm;
+  char tmpl[64];
+  std::snprintf(tmpl, sizeof tmpl, "%s/ubtrfs-dir-fuzz-XXXXXX",
+                ::stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode) && ::access("/dev/shm", W_OK) == 0 ? "/dev/shm"
+                                                                                                       : "/tmp");
   BASE_CHECK(::mkdtemp(tmpl) != nullptr);
   b.top = tmpl;
   b.sandbox = b.top + "/sandbox";
@@ -115,8 +120,28 @@ Base MakeBase() {
   return b;
 }
 
+std::string g_top;  // removed at exit
+
+// Removes a tree made by the copy, without following symlinks.
+void RemoveAt(int dfd, const char* name);
+
+void RemoveTop() {
+  if (g_top.empty()) return;
+  const size_t slash = g_top.find_last_of('/');
+  int fd = ::open(g_top.substr(0, slash).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    RemoveAt(fd, g_top.substr(slash + 1).c_str());
+    ::close(fd);
+  }
+}
+
 Base& TheBase() {
-  static Base b = MakeBase();
+  static Base b = [] {
+    Base base = MakeBase();
+    g_top = base.top;
+    std::atexit(RemoveTop);
+    return base;
+  }();
   return b;
 }
 
@@ -213,7 +238,6 @@ void ApplyEdits(std::vector<uint8_t>& blk, const uint8_t* data, size_t size) {
   }
 }
 
-// Removes a tree made by the copy, without following symlinks.
 void RemoveAt(int dfd, const char* name) {
   struct stat s;
   if (::fstatat(dfd, name, &s, AT_SYMLINK_NOFOLLOW) != 0) return;

@@ -1,0 +1,305 @@
+// The editing verbs (cli/verbs.cc) and `ubtrfs edit`, against coreutils and
+// attr doing the same on a host directory, then against the kernel's view of
+// the image (a loop mount where the machine has them, else btrfs check).
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "ubtrfs/filesystem.h"
+
+#ifndef UBTRFS_CLI_PATH
+#error "UBTRFS_CLI_PATH must name the ubtrfs executable"
+#endif
+
+namespace {
+
+using namespace ubtrfs_test;
+const std::string kCli = UBTRFS_CLI_PATH;
+
+std::string ReadFile(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string l; std::getline(ss, l);) out.push_back(l);
+  return out;
+}
+
+class CliVerbsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (FindProgram("setfattr").empty()) GTEST_SKIP() << "setfattr (attr package) not installed";
+    host_ = tmp_.Sub("host");
+    ASSERT_EQ(::mkdir(host_.c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((host_ + "/dir1").c_str(), 0755), 0);
+    ASSERT_TRUE(WriteFile("a", "file a\n"));
+    ASSERT_TRUE(WriteFile("dir1/b", std::string(5000, 'b')));
+    ASSERT_TRUE(WriteFile("dir1/c", "c contents\n"));
+    ASSERT_EQ(::setxattr((host_ + "/dir1/b").c_str(), "user.old", "x", 1, 0), 0);
+    img_ = tmp_.Sub("img");
+    auto mk = RunCommand({kCli, "mkfs", "-q", "--size", "128M", "--rootdir", host_, img_});
+    ASSERT_TRUE(mk.ok()) << mk.Describe();
+  }
+  bool WriteFile(const std::string& rel, const std::string& data) {
+    std::ofstream out(host_ + "/" + rel, std::ios::binary);
+    out << data;
+    return static_cast<bool>(out);
+  }
+  // The same change both ways: `host` runs in the host directory, `verb`
+  // on the image; both must succeed.
+  void Both(const std::vector<std::string>& host, const std::vector<std::string>& verb) {
+    std::vector<std::string> h = {"sh", "-c", "cd \"$0\" && exec \"$@\"", host_};
+    h.insert(h.end(), host.begin(), host.end());
+    auto hr = RunCommand(h);
+    ASSERT_TRUE(hr.ok()) << ShellJoin(host) << ": " << hr.Describe();
+    std::vector<std::string> v = {kCli};
+    v.insert(v.end(), verb.begin(), verb.end());
+    auto vr = RunCommand(v);
+    ASSERT_TRUE(vr.ok()) << ShellJoin(v) << ": " << vr.Describe();
+  }
+  std::string I(const std::string& path) const { return img_ + ":" + path; }
+  CommandResult Ubtrfs(std::vector<std::string> args) {
+    args.insert(args.begin(), kCli);
+    return RunCommand(args);
+  }
+  void ExpectSameTree(const std::set<std::string>& changed_now) {
+    auto fs = ubtrfs::Filesystem::Open(img_);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    CompareOptions o;
+    o.compare_dir_mtime = false;  // each side's directories changed at its own "now"
+    o.compare_top_attrs = false;
+    o.skip_times = [changed_now](const std::string& rel) { return changed_now.count(rel) != 0; };
+    auto m = CompareTreeToImage(host_, **fs, o);
+    EXPECT_TRUE(m.empty()) << FormatMismatches(m);
+    fs->reset();
+    EXPECT_EQ(BtrfsCheck(img_), "");
+    std::string why;
+    if (!LoopMountsAvailable(&why)) {
+      std::cout << "[ kernel view skipped: " << why << " ]\n";
+      return;
+    }
+    LoopMount mnt;
+    const std::string dir = tmp_.Sub("mnt");
+    ::mkdir(dir.c_str(), 0755);
+    ASSERT_EQ(mnt.Mount(img_, dir, "ro"), "");
+    auto km = CompareHostTrees(host_, dir, o);
+    EXPECT_TRUE(km.empty()) << "kernel view: " << FormatMismatches(km);
+    EXPECT_EQ(mnt.Unmount(), "");
+  }
+  // The host-side list of operations and the verbs doing the same.
+  void ApplyTheEdits() {
+    Both({"touch", "-d", "2021-03-04 05:06:07.5", "a"}, {"touch", "-d", "2021-03-04 05:06:07.5", I("/a")});
+    Both({"touch", "new"}, {"touch", I("/new")});
+    Both({"mv", "a", "dir1"}, {"mv", I("/a"), I("/dir1")});
+    Both({"mv", "dir1/b", "b2"}, {"mv", I("/dir1/b"), I("/b2")});
+    Both({"ln", "b2", "b3"}, {"ln", I("/b2"), I("/b3")});
+    Both({"ln", "-s", "../b2", "dir1/sl"}, {"ln", "-s", "../b2", I("/dir1/sl")});
+    Both({"chmod", "0640", "b2"}, {"chmod", "0640", I("/b2")});
+    Both({"chmod", "u+x,go-r", "dir1/c"}, {"chmod", "u+x,go-r", I("/dir1/c")});
+    if (::geteuid() == 0) Both({"chown", "1234:5678", "b3"}, {"chown", "1234:5678", I("/b3")});
+    Both({"truncate", "-s", "10K", "b2"}, {"truncate", "-s", "10K", I("/b2")});
+    Both({"truncate", "-s", "-5", "dir1/c"}, {"truncate", "-s", "-5", I("/dir1/c")});
+    Both({"setfattr", "-n", "user.k", "-v", "value", "dir1/c"}, {"setfattr", "-n", "user.k", "-v", "value", I("/dir1/c")});
+    Both({"setfattr", "-n", "user.h", "-v", "0x00ff10", "dir1/c"},
+         {"setfattr", "-n", "user.h", "-v", "0x00ff10", I("/dir1/c")});
+    Both({"setfattr", "-x", "user.old", "b2"}, {"setfattr", "-x", "user.old", I("/b2")});
+  }
+  const std::set<std::string> kChangedNow = {"new", "b2", "b3", "dir1/c", "dir1/sl"};
+
+  TempDir tmp_{"ubtrfs-verbs"};
+  std::string host_, img_;
+};
+
+TEST_F(CliVerbsTest, EachVerbDoesWhatCoreutilsDo) {
+  ApplyTheEdits();
+  ExpectSameTree(kChangedNow);
+}
+
+TEST_F(CliVerbsTest, ReadingVerbsPrintWhatTheHostToolsPrint) {
+  ApplyTheEdits();
+  // find: the same paths (rooted at "." on the host, "/" in the image).
+  auto hf = RunCommand({"sh", "-c", "cd \"$0\" && find . -type f | sort", host_});
+  auto vf = Ubtrfs({"find", I("/"), "-type", "f"});
+  ASSERT_TRUE(vf.ok()) << vf.Describe();
+  std::vector<std::string> want, got = Lines(vf.out);
+  for (const auto& l : Lines(hf.out)) want.push_back(l.substr(1));
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  auto hn = RunCommand({"sh", "-c", "cd \"$0\" && find . -name 'b*' | sort", host_});
+  auto vn = Ubtrfs({"find", I("/"), "-name", "b*"});
+  got = Lines(vn.out);
+  std::sort(got.begin(), got.end());
+  want.clear();
+  for (const auto& l : Lines(hn.out)) want.push_back(l.substr(1));
+  EXPECT_EQ(got, want);
+  // getfattr -d: byte for byte.
+  auto hg = RunCommand({"sh", "-c", "cd \"$0\" && getfattr -d dir1/c", host_});
+  auto vg = Ubtrfs({"getfattr", "-d", I("/dir1/c")});
+  EXPECT_EQ(vg.out, hg.out);
+  auto hx = RunCommand({"sh", "-c", "cd \"$0\" && getfattr -n user.h dir1/c", host_});
+  auto vx = Ubtrfs({"getfattr", "-n", "user.h", I("/dir1/c")});
+  EXPECT_EQ(vx.out, hx.out);
+  // du -ab: the files' apparent sizes (directories' sizes are each file system's own).
+  auto hd = RunCommand({"sh", "-c", "cd \"$0\" && du -ab . | grep -v '\t\\.$'", host_});
+  auto vd = Ubtrfs({"du", "-ab", I("/")});
+  ASSERT_TRUE(vd.ok()) << vd.Describe();
+  std::map<std::string, std::string> hsizes, vsizes;
+  struct stat s;
+  for (const auto& l : Lines(hd.out)) {
+    const auto tab = l.find('\t');
+    const std::string p = l.substr(tab + 3);  // "./"
+    if (::lstat((host_ + "/" + p).c_str(), &s) == 0 && !S_ISDIR(s.st_mode)) hsizes[p] = l.substr(0, tab);
+  }
+  for (const auto& l : Lines(vd.out)) {
+    const auto tab = l.find('\t');
+    const std::string p = l.substr(tab + 2);
+    if (hsizes.count(p) || (::lstat((host_ + "/" + p).c_str(), &s) == 0 && !S_ISDIR(s.st_mode))) {
+      vsizes[p] = l.substr(0, tab);
+    }
+  }
+  // A file with two links counts once, under whichever name the walk meets
+  // first (readdir order differs between the two file systems).
+  for (auto* m : {&hsizes, &vsizes}) {
+    EXPECT_EQ(m->count("b2") + m->count("b3"), 1u);
+    const std::string linked = m->count("b2") ? (*m)["b2"] : (*m)["b3"];
+    m->erase("b2");
+    m->erase("b3");
+    (*m)["b2|b3"] = linked;
+  }
+  EXPECT_EQ(vsizes, hsizes);
+  // stat --json: the attributes lstat gives on the host.
+  auto vs = Ubtrfs({"stat", "--json", I("/b2")});
+  ASSERT_TRUE(vs.ok()) << vs.Describe();
+  ASSERT_EQ(::lstat((host_ + "/b2").c_str(), &s), 0);
+  EXPECT_NE(vs.out.find("\"size\": " + std::to_string(s.st_size) + ","), std::string::npos) << vs.out;
+  EXPECT_NE(vs.out.find("\"mode\": " + std::to_string(s.st_mode) + ","), std::string::npos) << vs.out;
+  EXPECT_NE(vs.out.find("\"nlink\": 2,"), std::string::npos) << vs.out;
+  // tree and df print.
+  auto vt = Ubtrfs({"tree", I("/")});
+  EXPECT_NE(vt.out.find("└── "), std::string::npos) << vt.out;
+  EXPECT_NE(vt.out.find("1 directory, 6 files"), std::string::npos) << vt.out;
+  auto vdf = Ubtrfs({"df", "--json", img_});
+  EXPECT_NE(vdf.out.find("\"total_bytes\": 134217728"), std::string::npos) << vdf.out;
+}
+
+TEST_F(CliVerbsTest, ErrorsAreTheCoreutilsOnes) {
+  auto mv = Ubtrfs({"mv", I("/nope"), I("/x")});
+  EXPECT_EQ(mv.exit_code, 1);
+  EXPECT_NE(mv.err.find("mv: cannot stat '/nope': No such file or directory"), std::string::npos) << mv.err;
+  auto tr = Ubtrfs({"truncate", "-s", "12Q", I("/a")});
+  EXPECT_EQ(tr.exit_code, 1);
+  EXPECT_NE(tr.err.find("invalid number"), std::string::npos) << tr.err;
+  auto ch = Ubtrfs({"chmod", "u+q", I("/a")});
+  EXPECT_NE(ch.err.find("invalid mode"), std::string::npos) << ch.err;
+  auto td = Ubtrfs({"touch", "-d", "yesterday-ish", I("/a")});
+  EXPECT_NE(td.err.find("invalid date format"), std::string::npos) << td.err;
+  auto put_dir = RunCommand({"sh", "-c", "echo x | \"$0\" put \"$1\"", kCli, I("/dir1")});
+  EXPECT_EQ(put_dir.exit_code, 1) << put_dir.Describe();
+  auto two = Ubtrfs({"mv", I("/a"), tmp_.Sub("other") + ":/x"});
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_EQ(BtrfsCheck(img_), "");  // nothing half done
+}
+
+TEST_F(CliVerbsTest, PutWritesStandardInput) {
+  const std::string data = std::string(300000, 'p') + "end";
+  const std::string src = tmp_.Sub("in");
+  std::ofstream(src, std::ios::binary) << data;
+  auto r = RunCommand({"sh", "-c", "\"$0\" put \"$1\" < \"$2\"", kCli, I("/dir1/c"), src});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  auto cat = Ubtrfs({"cat", img_, "/dir1/c"});
+  EXPECT_EQ(cat.out, data);
+}
+
+TEST_F(CliVerbsTest, EditScriptIsOneTransaction) {
+  // The same edits as a script, with a copy-in and a mkdir the host does too.
+  Both({"mkdir", "-p", "deep/er"}, {"mkdir", "-p", I("/deep/er")});
+  const std::string script = tmp_.Sub("script");
+  std::ofstream(script) << "# the edits of ApplyTheEdits, in one go\n"
+                           "touch -d '2021-03-04 05:06:07.5' /a\n"
+                           "touch /new\n"
+                           "mv /a /dir1\n"
+                           "mv /dir1/b /b2\n"
+                           "ln /b2 /b3\n"
+                           "ln -s ../b2 /dir1/sl\n"
+                           "chmod 0640 /b2\n"
+                           "chmod u+x,go-r /dir1/c\n"
+                        << (::geteuid() == 0 ? "chown 1234:5678 /b3\n" : "")
+                        << "truncate -s 10K /b2\n"
+                           "truncate -s -5 /dir1/c\n"
+                           "setfattr -n user.k -v value /dir1/c\n"
+                           "setfattr -n user.h -v 0x00ff10 /dir1/c\n"
+                           "setfattr -x user.old /b2\n"
+                           "rmdir /deep/er\n";
+  // The host does them with coreutils.
+  {
+    std::vector<std::string> h = {"sh", "-c",
+                                  "cd \"$0\" && touch -d '2021-03-04 05:06:07.5' a && touch new && mv a dir1 && "
+                                  "mv dir1/b b2 && ln b2 b3 && ln -s ../b2 dir1/sl && chmod 0640 b2 && "
+                                  "chmod u+x,go-r dir1/c && { [ $(id -u) != 0 ] || chown 1234:5678 b3; } && "
+                                  "truncate -s 10K b2 && truncate -s -5 dir1/c && "
+                                  "setfattr -n user.k -v value dir1/c && setfattr -n user.h -v 0x00ff10 dir1/c && "
+                                  "setfattr -x user.old b2 && rmdir deep/er",
+                                  host_};
+    auto hr = RunCommand(h);
+    ASSERT_TRUE(hr.ok()) << hr.Describe();
+  }
+  auto r = Ubtrfs({"edit", img_, "-f", script});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ExpectSameTree(kChangedNow);
+}
+
+TEST_F(CliVerbsTest, FailingEditLeavesTheImageByteForByte) {
+  const std::string before = ReadFile(img_);
+  const std::string script = tmp_.Sub("script");
+  // Data written and directories made before the failing line: all undone.
+  const std::string big = tmp_.Sub("big");
+  std::ofstream(big, std::ios::binary) << std::string(3 << 20, 'z');
+  std::ofstream(script) << "mkdir -p /x/y\ncopy-in " << big << " /x/y\ntouch /x/t\ntruncate -s 1M /a\n"
+                        << "mv /nope /x\nmkdir /never\n";
+  auto r = Ubtrfs({"edit", img_, "-f", script});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(script + ":5: mv: cannot stat '/nope'"), std::string::npos) << r.err;
+  EXPECT_TRUE(ReadFile(img_) == before) << "the image changed";
+  // A script with a syntax error stops the same way.
+  std::ofstream(script) << "touch /ok\nchmod 'unterminated /a\n";
+  r = Ubtrfs({"edit", img_, "-f", script});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(":2: unterminated ' quote"), std::string::npos) << r.err;
+  EXPECT_TRUE(ReadFile(img_) == before) << "the image changed";
+  // An unknown verb too.
+  std::ofstream(script) << "touch /ok\nfrobnicate /a\n";
+  r = Ubtrfs({"edit", img_, "-f", script});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(ReadFile(img_) == before) << "the image changed";
+}
+
+TEST_F(CliVerbsTest, EditReadsStandardInputAndPrints) {
+  auto r = RunCommand({"sh", "-c", "printf 'copy-in /etc/hostname /h\\ncat /h\\nstat --json /h\\n' | \"$0\" edit \"$1\"",
+                       kCli, img_});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(r.out.substr(0, ReadFile("/etc/hostname").size()), ReadFile("/etc/hostname"));
+  EXPECT_NE(r.out.find("\"path\": \"/h\""), std::string::npos) << r.out;
+  auto cat = Ubtrfs({"cat", img_, "/h"});
+  EXPECT_EQ(cat.out, ReadFile("/etc/hostname"));
+}
+
+}  // namespace
