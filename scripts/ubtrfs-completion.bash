@@ -4,20 +4,35 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree rm mkdir mkfs check mount stats"
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs check mount stats mv ln chmod chown touch truncate
+  setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
+# Options of each subcommand; every one also takes -h/--help, --offset and --partition.
 _ubtrfs_options() {
+  local common="-h --help --offset --partition"
   case "$1" in
-    info|cat) echo "-h --help" ;;
-    ls) echo "-h --help -l" ;;
-    cp) echo "-h --help --strict --no-devices --no-xattrs" ;;
-    dump-tree) echo "-h --help -t --tree -b --block --follow -r --roots" ;;
-    rm) echo "-h --help -r --recursive" ;;
-    mkdir) echo "-h --help -p --parents -m --mode" ;;
-    mkfs) echo "-h --help -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir -f --force -q --quiet" ;;
-    check) echo "-h --help --json --check-data-csum --max-errors" ;;
-    mount) echo "-h --help -o --options -f --foreground -d --debug" ;;
-    stats) echo "-h --help --json" ;;
+    info) echo "$common --json" ;;
+    cat|mv|chmod|chown|rmdir|put) echo "$common" ;;
+    ls) echo "$common -l --json" ;;
+    cp) echo "$common --strict --no-devices --no-xattrs" ;;
+    dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
+    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir -f --force -q --quiet" ;;
+    check) echo "$common --json --check-data-csum --max-errors" ;;
+    mount) echo "$common -o --options -f --foreground -d --debug" ;;
+    stats) echo "$common --json" ;;
+    ln) echo "$common -s --symbolic -f --force" ;;
+    touch) echo "$common -c --no-create -a -m -d --date" ;;
+    truncate) echo "$common -s --size -c --no-create" ;;
+    setfattr) echo "$common -n --name -v --value -x --remove" ;;
+    getfattr) echo "$common -n --name -d --dump -m --match --json" ;;
+    stat) echo "$common --json" ;;
+    find) echo "$common -name -type -maxdepth -mindepth" ;;
+    du) echo "$common -s --summarize -a --all -b --bytes -h --human-readable --json" ;;
+    df) echo "$common --json -h --human-readable" ;;
+    tree) echo "$common -L --level" ;;
+    mkdir) echo "$common -p --parents -m --mode" ;;
+    rm) echo "$common -r -R --recursive -f --force" ;;
+    edit) echo "$common -f --file" ;;
   esac
 }
 
@@ -54,7 +69,17 @@ _ubtrfs() {
     mount:-o|mount:--options)
       COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= noreaddirplus writeback_cache stats nodefault_permissions debug allow_other auto_unmount" -- "$cur"))
       return 0 ;;
-    mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|mkdir:-m|mkdir:--mode|dump-tree:-b|dump-tree:--block|check:--max-errors)
+    find:-type)
+      COMPREPLY=($(compgen -W "f d l c b p s" -- "$cur"))
+      return 0 ;;
+    edit:-f|edit:--file)
+      COMPREPLY=($(compgen -f -- "$cur"))
+      return 0 ;;
+    *:--offset|*:--partition|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|\
+    mkdir:-m|mkdir:--mode|dump-tree:-b|dump-tree:--block|check:--max-errors|touch:-d|touch:--date|\
+    truncate:-s|truncate:--size|setfattr:-n|setfattr:--name|setfattr:-v|setfattr:--value|setfattr:-x|\
+    setfattr:--remove|getfattr:-n|getfattr:--name|getfattr:-m|getfattr:--match|tree:-L|tree:--level|\
+    find:-name|find:-maxdepth|find:-mindepth)
       return 0 ;;
   esac
   if [[ "$cur" == -* ]]; then

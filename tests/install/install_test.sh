@@ -106,7 +106,7 @@ complete_words() {  # complete_words WORD... : what completing the last word off
            _ubtrfs; printf "%s\n" "${COMPREPLY[@]}"' _ "$prefix/share/bash-completion/completions/ubtrfs" "$@"
 }
 got=$(complete_words ubtrfs m | sort | tr '\n' ' ')
-[ "$got" = "mkdir mkfs mount " ] || fail "completing 'ubtrfs m' gave '$got'"
+[ "$got" = "mkdir mkfs mount mv " ] || fail "completing 'ubtrfs m' gave '$got'"
 got=$(complete_words ubtrfs mkfs --n | tr '\n' ' ')
 [ "$got" = "--nodesize " ] || fail "completing 'ubtrfs mkfs --n' gave '$got'"
 echo "install_test: all passed"
