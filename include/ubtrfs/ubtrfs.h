@@ -92,13 +92,28 @@ typedef struct ubtrfs_statfs_t {
  * mismatch on every copy is -EIO). */
 #define UBTRFS_OPEN_NO_VERIFY_CSUMS 0x2u
 
+/* Keep what each write of the running transaction overwrites, so that
+ * ubtrfs_discard puts the image back byte for byte as at the last commit
+ * (costs a read and memory for every byte written between commits). */
+#define UBTRFS_OPEN_UNDO_UNCOMMITTED 0x4u
+
 /* Opens the image file or block device at `path`; *out gets the handle. */
 UBTRFS_C_API int ubtrfs_open(const char *path, unsigned flags, ubtrfs_fs **out);
+/* ubtrfs_open for a filesystem that does not start at byte 0 of the image:
+ * `offset` bytes in, or partition `partition` (1-based; 0 for none) of a GPT
+ * or MBR partition table. Nothing outside it is read or written. */
+UBTRFS_C_API int ubtrfs_open_ex(const char *path, unsigned flags, uint64_t offset, int partition,
+                                ubtrfs_fs **out);
 /* Commits what a writable handle changed since the last commit, then frees
  * the handle (also when the commit fails; its error is returned). */
 UBTRFS_C_API int ubtrfs_close(ubtrfs_fs *fs);
 /* Makes every change so far durable. */
 UBTRFS_C_API int ubtrfs_commit(ubtrfs_fs *fs);
+/* Gives up every change since the last commit: nothing more is committed
+ * (ubtrfs_close commits nothing; later changes fail with -EROFS); with
+ * UBTRFS_OPEN_UNDO_UNCOMMITTED the bytes written since are put back. Close
+ * the handle after it. */
+UBTRFS_C_API int ubtrfs_discard(ubtrfs_fs *fs);
 
 /* Creates an empty btrfs filesystem in the image file `path` (created, or
  * extended, to `size` bytes; 0 keeps an existing file's size). Refuses a

@@ -251,6 +251,48 @@ def test_errors_are_oserrors_with_errno(tmp_path):
             assert e.value.errno == errno.EROFS, call
 
 
+def test_an_exception_in_the_with_block_discards(tmp_path, btrfs_check):
+    img = tmp_path / "d.img"
+    ubtrfs.mkfs(img, 128 << 20)
+    with ubtrfs.open(img, writable=True) as fs:
+        fs.write_bytes("/kept", b"committed")
+    before = img.read_bytes()
+    with pytest.raises(RuntimeError):
+        with ubtrfs.open(img, writable=True, undo=True) as fs:
+            fs.write_bytes("/lost", BLOB)
+            fs.remove("/kept")
+            raise RuntimeError("stop")
+    assert img.read_bytes() == before
+    with ubtrfs.open(img, writable=True) as fs:
+        assert fs.listdir("/") == ["kept"]
+        fs.write_bytes("/x", b"1")
+        fs.discard()
+        with pytest.raises(OSError) as e:
+            fs.write_bytes("/y", b"2")
+        assert e.value.errno == errno.EROFS
+    with ubtrfs.open(img) as fs:
+        assert fs.listdir("/") == ["kept"]
+    btrfs_check(img)
+
+
+def test_offset_and_partition(tmp_path):
+    img = tmp_path / "p.img"
+    ubtrfs.mkfs(img, 128 << 20)
+    with ubtrfs.open(img, writable=True) as fs:
+        fs.write_bytes("/f", b"inside")
+    shifted = tmp_path / "shifted.img"
+    shifted.write_bytes(b"\0" * (1 << 20) + img.read_bytes())
+    with ubtrfs.open(shifted, offset=1 << 20) as fs:
+        assert fs.read_bytes("/f") == b"inside"
+    with pytest.raises(OSError):
+        ubtrfs.open(shifted)
+    with pytest.raises(OSError) as e:
+        ubtrfs.open(shifted, offset=1 << 20, partition=1)
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(ValueError):
+        ubtrfs.open(shifted, offset=-1)
+
+
 def test_export_to_the_host(tmp_path):
     img = tmp_path / "x.img"
     ubtrfs.mkfs(img, 128 << 20)

@@ -22,7 +22,8 @@ the errno, so the usual subclasses apply (``FileNotFoundError``,
 
 A writable image collects changes in a running transaction; ``commit()``
 makes them durable (all or nothing on a crash) and ``close()`` (or leaving the
-``with`` block) commits what is left.
+``with`` block) commits what is left; ``discard()`` (or an exception leaving
+the ``with`` block) gives it up instead.
 
 The shared library is found, in this order, at ``$UBTRFS_LIBRARY``, next to
 this module (``pip install`` copies it there), or on the system's library
@@ -53,6 +54,7 @@ RENAME_NOREPLACE = 0x1
 RENAME_EXCHANGE = 0x2
 _OPEN_WRITABLE = 0x1
 _OPEN_NO_VERIFY_CSUMS = 0x2
+_OPEN_UNDO_UNCOMMITTED = 0x4
 _EXPORT_STRICT, _EXPORT_NO_DEVICES, _EXPORT_NO_XATTRS = 0x1, 0x2, 0x4
 _SET_MODE, _SET_UID, _SET_GID, _SET_SIZE, _SET_ATIME, _SET_MTIME = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 
@@ -99,6 +101,8 @@ _SIGNATURES = {
     "ubtrfs_open": (_c_int, [_c_str, ctypes.c_uint, _P(_FS)]),
     "ubtrfs_close": (_c_int, [_FS]),
     "ubtrfs_commit": (_c_int, [_FS]),
+    "ubtrfs_discard": (_c_int, [_FS]),
+    "ubtrfs_open_ex": (_c_int, [_c_str, ctypes.c_uint, _c_u64, _c_int, _P(_FS)]),
     "ubtrfs_mkfs": (_c_int, [_c_str, _c_u64, _c_int]),
     "ubtrfs_last_error": (_c_str, []),
     "ubtrfs_version": (_c_str, []),
@@ -220,14 +224,21 @@ def mkfs(image, size=0, force=False):
     _check(lib.ubtrfs_mkfs(os.fsencode(image), size, 1 if force else 0), os.fspath(image))
 
 
-def open(image, writable=False, verify_checksums=True):  # noqa: A001 (shadows the builtin on purpose)
+def open(image, writable=False, verify_checksums=True, offset=0, partition=0, undo=False):  # noqa: A001
     """Open the btrfs image file (or block device) `image`; returns a Filesystem.
 
     With writable=False every change raises OSError(EROFS). With
-    verify_checksums=False data checksums are not checked on reads.
-    Use it as a context manager: leaving the block closes (and commits).
+    verify_checksums=False data checksums are not checked on reads. The
+    filesystem may start `offset` bytes into the image, or be partition
+    `partition` (1-based) of its GPT or MBR table. With undo=True,
+    Filesystem.discard() (and an exception leaving the ``with`` block) puts
+    the image back byte for byte as at the last commit.
+
+    Use it as a context manager: leaving the block normally closes and
+    commits; leaving it by an exception discards what was not committed.
     """
-    return Filesystem(image, writable=writable, verify_checksums=verify_checksums)
+    return Filesystem(image, writable=writable, verify_checksums=verify_checksums, offset=offset,
+                      partition=partition, undo=undo)
 
 
 StatVFS = namedtuple("StatVFS", "f_bsize f_frsize f_blocks f_bfree f_bavail f_namemax "
@@ -287,14 +298,17 @@ class Filesystem:
     Safe to use from several threads (as libubtrfs's Filesystem is).
     """
 
-    def __init__(self, image, writable=False, verify_checksums=True):
+    def __init__(self, image, writable=False, verify_checksums=True, offset=0, partition=0, undo=False):
         lib = _load()
         self._lib = lib
         self._image = os.fspath(image)
         self.writable = bool(writable)
-        flags = (_OPEN_WRITABLE if writable else 0) | (0 if verify_checksums else _OPEN_NO_VERIFY_CSUMS)
+        flags = ((_OPEN_WRITABLE if writable else 0) | (0 if verify_checksums else _OPEN_NO_VERIFY_CSUMS)
+                 | (_OPEN_UNDO_UNCOMMITTED if undo else 0))
+        if offset < 0 or partition < 0:
+            raise ValueError("offset and partition must be >= 0")
         h = _FS()
-        _check(lib.ubtrfs_open(os.fsencode(image), flags, ctypes.byref(h)), self._image)
+        _check(lib.ubtrfs_open_ex(os.fsencode(image), flags, offset, partition, ctypes.byref(h)), self._image)
         self._h = h
 
     # -- lifetime --
@@ -302,7 +316,12 @@ class Filesystem:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and self.writable and self._h:
+            try:
+                self.discard()
+            except OSError:
+                pass
         self.close()
         return False
 
@@ -331,6 +350,14 @@ class Filesystem:
     def commit(self):
         """Make every change so far durable (one transaction: all or nothing on a crash)."""
         _check(self._lib.ubtrfs_commit(self._handle()), self._image)
+
+    def discard(self):
+        """Give up every change since the last commit (then close the image).
+
+        Nothing more is committed and later changes raise OSError(EROFS);
+        opened with undo=True, the image is put back byte for byte.
+        """
+        _check(self._lib.ubtrfs_discard(self._handle()), self._image)
 
     def _handle(self):
         if not self._h:

@@ -26,6 +26,7 @@
 struct ubtrfs_fs {
   std::unique_ptr<ubtrfs::Filesystem> fs;
   bool writable = false;
+  bool discarded = false;  // ubtrfs_discard: close commits nothing
 };
 
 namespace {
@@ -150,18 +151,25 @@ const char* ubtrfs_last_error(void) { return t_error.c_str(); }
 
 const char* ubtrfs_version(void) { return "0.1.0"; }
 
-int ubtrfs_open(const char* path, unsigned flags, ubtrfs_fs** out) {
+int ubtrfs_open_ex(const char* path, unsigned flags, uint64_t offset, int partition, ubtrfs_fs** out) {
   return Call<int>("open", [&]() -> int {
     if (int e = CheckPtr("open", out, "out")) return e;
     *out = nullptr;
     if (int e = CheckPtr("open", path, "path")) return e;
-    if (flags & ~(UBTRFS_OPEN_WRITABLE | UBTRFS_OPEN_NO_VERIFY_CSUMS)) {
+    constexpr unsigned kAll = UBTRFS_OPEN_WRITABLE | UBTRFS_OPEN_NO_VERIFY_CSUMS | UBTRFS_OPEN_UNDO_UNCOMMITTED;
+    if (flags & ~kAll) {
       return Fail("open", EINVAL, "unknown flags " + std::to_string(flags) +
-                                      " (only UBTRFS_OPEN_WRITABLE and UBTRFS_OPEN_NO_VERIFY_CSUMS exist)");
+                                      " (UBTRFS_OPEN_WRITABLE, UBTRFS_OPEN_NO_VERIFY_CSUMS and "
+                                      "UBTRFS_OPEN_UNDO_UNCOMMITTED exist)");
     }
+    if (partition < 0) return Fail("open", EINVAL, "partition " + std::to_string(partition) + " is negative");
+    if (partition > 0 && offset > 0) return Fail("open", EINVAL, "give an offset or a partition, not both");
     ubtrfs::OpenOptions opts;
     opts.writable = (flags & UBTRFS_OPEN_WRITABLE) != 0;
     opts.verify_data_csums = (flags & UBTRFS_OPEN_NO_VERIFY_CSUMS) == 0;
+    opts.undo_uncommitted = (flags & UBTRFS_OPEN_UNDO_UNCOMMITTED) != 0;
+    opts.offset = offset;
+    opts.partition = partition;
     auto r = ubtrfs::Filesystem::Open(path, opts);
     if (!r.ok()) return FailStatus("open", r.status().WithContext(path));
     auto h = std::make_unique<ubtrfs_fs>();
@@ -172,12 +180,25 @@ int ubtrfs_open(const char* path, unsigned flags, ubtrfs_fs** out) {
   });
 }
 
+int ubtrfs_open(const char* path, unsigned flags, ubtrfs_fs** out) { return ubtrfs_open_ex(path, flags, 0, 0, out); }
+
+int ubtrfs_discard(ubtrfs_fs* fs) {
+  return Call<int>("discard", [&]() -> int {
+    if (int e = CheckFs("discard", fs)) return e;
+    if (!fs->writable) return Fail("discard", EROFS, "the image was opened read-only");
+    Status st = fs->fs->Discard();
+    if (!st.ok()) return FailStatus("discard", st);
+    fs->discarded = true;
+    return 0;
+  });
+}
+
 int ubtrfs_close(ubtrfs_fs* fs) {
   return Call<int>("close", [&]() -> int {
     if (int e = CheckFs("close", fs)) return e;
     std::unique_ptr<ubtrfs_fs> h(fs);
     int rc = 0;
-    if (h->writable) {
+    if (h->writable && !h->discarded) {
       Status st = h->fs->Commit();
       if (!st.ok()) rc = FailStatus("close", st.WithContext("committing"));
     }

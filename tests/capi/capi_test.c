@@ -289,6 +289,42 @@ int main(int argc, char **argv) {
   }
   OK(ubtrfs_close(fs));
 
+  /* Discard: with UBTRFS_OPEN_UNDO_UNCOMMITTED the image is as at the last commit, byte for byte. */
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s.before'", image, image);
+  CHECK(system(cmd) == 0);
+  OK(ubtrfs_open(image, UBTRFS_OPEN_WRITABLE | UBTRFS_OPEN_UNDO_UNCOMMITTED, &fs));
+  OK(ubtrfs_root(fs, &root));
+  OK(ubtrfs_create(fs, root, "discarded", 0644, &got));
+  CHECK(ubtrfs_write(fs, got, 0, big, sizeof big) == (int64_t)sizeof big);
+  OK(ubtrfs_unlink(fs, root, "big"));
+  OK(ubtrfs_discard(fs));
+  CHECK(ubtrfs_create(fs, root, "after-discard", 0644, NULL) < 0);
+  OK(ubtrfs_close(fs));
+  snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s.before'", image, image);
+  CHECK(system(cmd) == 0);
+  OK(ubtrfs_open(image, 0, &fs));
+  CHECK_ERR(ubtrfs_discard(fs), EROFS, "read-only");
+  CHECK_ERR(ubtrfs_lookup(fs, "/discarded", &got), ENOENT, "discarded");
+  OK(ubtrfs_lookup(fs, "/big", &got));
+  OK(ubtrfs_close(fs));
+  CHECK_ERR(ubtrfs_discard(NULL), EBADF, "NULL");
+
+  /* A filesystem 1 MiB into the image file. */
+  snprintf(cmd, sizeof cmd, "%s/offset.img", work);
+  {
+    char sh[8400];
+    snprintf(sh, sizeof sh, "head -c 1048576 /dev/zero >'%s' && cat '%s' >>'%s'", cmd, image, cmd);
+    CHECK(system(sh) == 0);
+  }
+  CHECK_ERR(ubtrfs_open_ex(cmd, 0, 1u << 20, 1, &fs), EINVAL, "not both");
+  CHECK_ERR(ubtrfs_open_ex(cmd, 0, 0, -1, &fs), EINVAL, "negative");
+  CHECK(ubtrfs_open_ex(cmd, 0, 0, 0, &fs) < 0); /* no filesystem at byte 0 */
+  OK(ubtrfs_open_ex(cmd, 0, 1u << 20, 0, &fs));
+  OK(ubtrfs_lookup(fs, "/dir/hello.txt", &got));
+  CHECK(ubtrfs_read(fs, got, 0, buf, sizeof buf) == 13 && memcmp(buf, "hello, world\n", 13) == 0);
+  OK(ubtrfs_close(fs));
+  unlink(cmd);
+
   /* What btrfs-progs thinks of it. */
   if (system("command -v btrfs >/dev/null 2>&1") == 0) {
     snprintf(cmd, sizeof cmd, "btrfs check --readonly '%s' >'%s/check.log' 2>&1", image, work);
