@@ -312,7 +312,7 @@ int main(int argc, char **argv) {
   /* A filesystem 1 MiB into the image file. */
   snprintf(cmd, sizeof cmd, "%s/offset.img", work);
   {
-    char sh[8400];
+    static char sh[3 * sizeof cmd];
     snprintf(sh, sizeof sh, "head -c 1048576 /dev/zero >'%s' && cat '%s' >>'%s'", cmd, image, cmd);
     CHECK(system(sh) == 0);
   }

@@ -24,14 +24,14 @@ for sub in $subs; do
   # The man page section: from "   SUB ..." to the next section header.
   section=$(awk -v s="$sub" '$0 ~ "^   " s "( |$)" {on=1; print; next} on && /^(   )?[^ ]/ {exit} on {print}' <<<"$rendered")
   [ -n "$section" ] || { err "man page: no section for '$sub'"; continue; }
-  [[ " $_ubtrfs_subcommands " == *" $sub "* ]] || err "completion: subcommand '$sub' missing"
+  [[ " $(echo $_ubtrfs_subcommands) " == *" $sub "* ]] || err "completion: subcommand '$sub' missing"
   comp=" $(_ubtrfs_options "$sub") "
   opts=$("$bin" "$sub" --help | awk '/^Options:/{s=1; next} s && /^  +-/{print $1}' | sed 's/{[^}]*}//; s/,/ /g')
   for o in $opts; do
     # Options every subcommand has (-h/--help, --partition, --offset) are
     # documented once, in the page's OPTIONS section.
     if ! grep -qE -- "(^|[ ,(])$o([ ,=.)]|\$)" <<<"$section" &&
-       ! grep -qE -- "^ +(-[a-z], )?$o( |$)" <<<"$global"; then
+       ! grep -qE -- "^ +(-[a-z], )?$o([ ,]|$)" <<<"$global"; then
       err "man page: '$sub' section does not mention $o"
     fi
     [[ "$comp" == *" $o "* ]] || err "completion: '$sub' does not offer $o"
