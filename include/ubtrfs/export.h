@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 
+#include "ubtrfs/export_macros.h"
 #include "ubtrfs/filesystem.h"
 #include "ubtrfs/status.h"
 
@@ -62,7 +63,7 @@ struct ExportReport {
 // does); the components before it are the caller's and resolve as usual.
 // `src_name` names the source in messages ("img:/etc"). Returns an error
 // status when anything failed (the report counts what), Ok otherwise.
-Status ExportTree(Filesystem& fs, InodeId src, std::string_view src_name, const std::string& dest,
+UBTRFS_API Status ExportTree(Filesystem& fs, InodeId src, std::string_view src_name, const std::string& dest,
                   const ExportOptions& options = {}, ExportReport* report = nullptr);
 
 }  // namespace ubtrfs

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ubtrfs/export_macros.h"
 #include "ubtrfs/status.h"
 
 namespace ubtrfs {
@@ -164,7 +165,7 @@ struct OpenOptions {
   int partition = 0;
 };
 
-class Filesystem {
+class UBTRFS_API Filesystem {
  public:
   static Result<std::unique_ptr<Filesystem>> Open(const std::string& path, const OpenOptions& options = {});
   virtual ~Filesystem() = default;

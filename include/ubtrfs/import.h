@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "ubtrfs/export_macros.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs {
@@ -33,12 +34,12 @@ struct ImportOptions {
 };
 
 // Copies host path `src` to `name` inside directory `dest_dir` of the image.
-Status ImportTree(Filesystem& fs, const std::string& src, InodeId dest_dir, const std::string& name,
+UBTRFS_API Status ImportTree(Filesystem& fs, const std::string& src, InodeId dest_dir, const std::string& name,
                   const ImportOptions& options = {}, ImportStats* stats = nullptr);
 
 // Copies the contents of host directory `src` into image directory `dest_dir`
 // (the top directory's own mode, owner, times and xattrs go onto dest_dir).
-Status ImportContents(Filesystem& fs, const std::string& src, InodeId dest_dir, const ImportOptions& options = {},
+UBTRFS_API Status ImportContents(Filesystem& fs, const std::string& src, InodeId dest_dir, const ImportOptions& options = {},
                       ImportStats* stats = nullptr);
 
 }  // namespace ubtrfs

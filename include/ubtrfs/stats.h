@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "ubtrfs/export_macros.h"
+
 namespace ubtrfs {
 
-struct HistogramSnapshot {
+struct UBTRFS_API HistogramSnapshot {
   std::string name;
   std::string unit;                // "ns", "items", "blocks", ...
   std::vector<uint64_t> buckets;   // log2 buckets, trailing zero buckets trimmed
@@ -29,7 +31,7 @@ struct CounterSnapshot {
   uint64_t value = 0;
 };
 
-struct StatsSnapshot {
+struct UBTRFS_API StatsSnapshot {
   std::vector<CounterSnapshot> counters;      // sorted by name
   std::vector<HistogramSnapshot> histograms;  // sorted by name
   const HistogramSnapshot* FindHistogram(const std::string& name) const;
@@ -39,9 +41,9 @@ struct StatsSnapshot {
 };
 
 // The current values of every counter and histogram.
-StatsSnapshot CollectStats();
+UBTRFS_API StatsSnapshot CollectStats();
 // Sets everything back to zero (benchmarks reset between runs).
-void ResetStats();
+UBTRFS_API void ResetStats();
 
 }  // namespace ubtrfs
 

@@ -1,0 +1,96 @@
+# bash completion for ubtrfs (installed as share/bash-completion/completions/ubtrfs).
+# Completes subcommands, each subcommand's options, the values of a few
+# options, and file names elsewhere (IMAGE:PATH arguments complete the image
+# part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
+# (tests/install/cli_docs_test.sh checks them).
+
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs check mount stats mv ln chmod chown touch truncate
+  setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
+
+# Options of each subcommand; every one also takes -h/--help, --offset and --partition.
+_ubtrfs_options() {
+  local common="-h --help --offset --partition"
+  case "$1" in
+    info) echo "$common --json" ;;
+    cat|mv|chmod|chown|rmdir|put) echo "$common" ;;
+    ls) echo "$common -l --json" ;;
+    cp) echo "$common --strict --no-devices --no-xattrs" ;;
+    dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
+    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir -f --force -q --quiet" ;;
+    check) echo "$common --json --check-data-csum --max-errors" ;;
+    mount) echo "$common -o --options -f --foreground -d --debug" ;;
+    stats) echo "$common --json" ;;
+    ln) echo "$common -s --symbolic -f --force" ;;
+    touch) echo "$common -c --no-create -a -m -d --date" ;;
+    truncate) echo "$common -s --size -c --no-create" ;;
+    setfattr) echo "$common -n --name -v --value -x --remove" ;;
+    getfattr) echo "$common -n --name -d --dump -m --match --json" ;;
+    stat) echo "$common --json" ;;
+    find) echo "$common -name -type -maxdepth -mindepth" ;;
+    du) echo "$common -s --summarize -a --all -b --bytes -h --human-readable --json" ;;
+    df) echo "$common --json -h --human-readable" ;;
+    tree) echo "$common -L --level" ;;
+    mkdir) echo "$common -p --parents -m --mode" ;;
+    rm) echo "$common -r -R --recursive -f --force" ;;
+    edit) echo "$common -f --file" ;;
+  esac
+}
+
+_ubtrfs() {
+  local cur prev sub i
+  cur="${COMP_WORDS[COMP_CWORD]}"
+  prev=""
+  [ "$COMP_CWORD" -gt 0 ] && prev="${COMP_WORDS[COMP_CWORD-1]}"
+  COMPREPLY=()
+  sub=""
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case "${COMP_WORDS[i]}" in
+      -*) ;;
+      *) sub="${COMP_WORDS[i]}"; break ;;
+    esac
+  done
+  if [ -z "$sub" ]; then
+    COMPREPLY=($(compgen -W "$_ubtrfs_subcommands -h --help" -- "$cur"))
+    return 0
+  fi
+  case "$sub:$prev" in
+    dump-tree:-t|dump-tree:--tree)
+      COMPREPLY=($(compgen -W "root chunk extent dev fs csum quota uuid free-space block-group data-reloc log" -- "$cur"))
+      return 0 ;;
+    mkfs:--csum|mkfs:--checksum)
+      COMPREPLY=($(compgen -W "crc32c xxhash sha256 blake2" -- "$cur"))
+      return 0 ;;
+    mkfs:-n|mkfs:--nodesize)
+      COMPREPLY=($(compgen -W "4096 8192 16384 32768 65536" -- "$cur"))
+      return 0 ;;
+    mkfs:-r|mkfs:--rootdir)
+      COMPREPLY=($(compgen -d -- "$cur"))
+      return 0 ;;
+    mount:-o|mount:--options)
+      COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= noreaddirplus writeback_cache stats nodefault_permissions debug allow_other auto_unmount" -- "$cur"))
+      return 0 ;;
+    find:-type)
+      COMPREPLY=($(compgen -W "f d l c b p s" -- "$cur"))
+      return 0 ;;
+    edit:-f|edit:--file)
+      COMPREPLY=($(compgen -f -- "$cur"))
+      return 0 ;;
+    *:--offset|*:--partition|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|\
+    mkdir:-m|mkdir:--mode|dump-tree:-b|dump-tree:--block|check:--max-errors|touch:-d|touch:--date|\
+    truncate:-s|truncate:--size|setfattr:-n|setfattr:--name|setfattr:-v|setfattr:--value|setfattr:-x|\
+    setfattr:--remove|getfattr:-n|getfattr:--name|getfattr:-m|getfattr:--match|tree:-L|tree:--level|\
+    find:-name|find:-maxdepth|find:-mindepth)
+      return 0 ;;
+  esac
+  if [[ "$cur" == -* ]]; then
+    COMPREPLY=($(compgen -W "$(_ubtrfs_options "$sub")" -- "$cur"))
+    return 0
+  fi
+  # IMAGE:PATH: complete the image file name before the colon.
+  if [[ "$cur" != *:* ]]; then
+    COMPREPLY=($(compgen -f -- "$cur"))
+    [ "$sub" = mount ] && COMPREPLY+=($(compgen -d -- "$cur"))
+  fi
+  return 0
+}
+complete -o default -o bashdefault -F _ubtrfs ubtrfs

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# What a user of an installed ubtrfs gets (ctest: install_test):
+#   install_test.sh BUILD_DIR WORK_DIR
+# 1. `cmake --install BUILD_DIR --prefix WORK/prefix` into a fresh prefix;
+# 2. the shared library: versioned SONAME, and `nm -D --defined-only` shows
+#    only API symbols (ubtrfs_* C functions, ubtrfs:: C++ API);
+# 3. a C and a C++ program built with only `pkg-config --cflags --libs ubtrfs`,
+#    a C program against libubtrfs.a with `pkg-config --static`, and a CMake
+#    project with find_package(ubtrfs): each opens an image (made by the
+#    installed `ubtrfs mkfs` or ubtrfs_mkfs), writes, commits and reads back;
+#    btrfs check agrees;
+# 4. the man page renders with `man -l` and the bash completion completes.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+prefix="$work/prefix"
+fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
+step() { echo "== $*"; }
+
+step "cmake --install into $prefix"
+cmake --install "$build" --prefix "$prefix" >"$work/install.log"
+for f in lib/libubtrfs.so lib/libubtrfs.so.0 lib/libubtrfs.a lib/pkgconfig/ubtrfs.pc bin/ubtrfs \
+         lib/cmake/ubtrfs/ubtrfsConfig.cmake lib/cmake/ubtrfs/ubtrfsConfigVersion.cmake \
+         include/ubtrfs/ubtrfs.h include/ubtrfs/filesystem.h include/ubtrfs/status.h \
+         include/ubtrfs/export.h include/ubtrfs/stats.h include/ubtrfs/export_macros.h include/ubtrfs/import.h \
+         share/man/man1/ubtrfs.1 share/bash-completion/completions/ubtrfs; do
+  [ -e "$prefix/$f" ] || fail "$f was not installed"
+done
+lib=$(readlink -f "$prefix/lib/libubtrfs.so")
+soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = libubtrfs.so.0 ] || fail "SONAME is '$soname', want libubtrfs.so.0"
+[ "$(readlink "$prefix/lib/libubtrfs.so")" = libubtrfs.so.0 ] || fail "libubtrfs.so does not point at libubtrfs.so.0"
+echo "SONAME $soname, $(basename "$lib")"
+
+step "nm -D --defined-only: only the API"
+nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort -u >"$work/symbols.mangled"
+c++filt <"$work/symbols.mangled" >"$work/symbols"
+grep -vE '^(UBTRFS_0$|ubtrfs_[a-z_0-9]+$|ubtrfs::|typeinfo for ubtrfs::|typeinfo name for ubtrfs::|vtable for ubtrfs::)' \
+  "$work/symbols" >"$work/symbols.bad" || true
+if [ -s "$work/symbols.bad" ]; then
+  head -20 "$work/symbols.bad" >&2
+  fail "$(wc -l <"$work/symbols.bad") non-API symbol(s) exported"
+fi
+for want in ubtrfs_open ubtrfs_close ubtrfs_read ubtrfs_write ubtrfs_commit ubtrfs_last_error ubtrfs_export \
+            'ubtrfs::Filesystem::Open(' 'ubtrfs::ExportTree(' 'ubtrfs::ImportTree(' 'typeinfo for ubtrfs::Filesystem'; do
+  grep -qF "$want" "$work/symbols" || fail "$want is not exported"
+done
+echo "$(grep -c '^ubtrfs_' "$work/symbols") C functions, $(grep -c 'ubtrfs::' "$work/symbols") C++ symbols, nothing else"
+
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+cflags=$(pkg-config --cflags ubtrfs)
+libs=$(pkg-config --libs ubtrfs)
+echo "pkg-config --cflags --libs ubtrfs: $cflags $libs"
+check() {
+  if command -v btrfs >/dev/null; then
+    btrfs check --readonly "$1" >"$1.check.log" 2>&1 || fail "btrfs check $1: $(tail -3 "$1.check.log")"
+  fi
+}
+
+step "C program with pkg-config (image from ubtrfs_mkfs)"
+# shellcheck disable=SC2086
+cc -std=c99 -Wall -Wextra -Werror -pedantic-errors "$here/consumer.c" $cflags $libs -o "$work/consumer_c"
+"$work/consumer_c" "$work/c.img" --mkfs
+check "$work/c.img"
+
+step "C++ program with pkg-config (image from the installed ubtrfs mkfs)"
+"$prefix/bin/ubtrfs" mkfs -q --size 128M "$work/cxx.img"
+# shellcheck disable=SC2086
+c++ -std=c++20 -Wall -Wextra -Werror "$here/consumer.cc" $cflags $libs -o "$work/consumer_cxx"
+"$work/consumer_cxx" "$work/cxx.img"
+check "$work/cxx.img"
+
+step "C program against libubtrfs.a (pkg-config --static)"
+static_libs=$(pkg-config --static --libs ubtrfs | sed 's/-lubtrfs\b//')
+# shellcheck disable=SC2086
+cc -std=c99 "$here/consumer.c" $cflags "$prefix/lib/libubtrfs.a" $static_libs -o "$work/consumer_static"
+if readelf -d "$work/consumer_static" | grep -q 'libubtrfs'; then fail "consumer_static needs libubtrfs.so"; fi
+"$work/consumer_static" "$work/static.img" --mkfs
+check "$work/static.img"
+
+step "CMake project with find_package(ubtrfs)"
+cmake -S "$here/cmake_project" -B "$work/cmake_project" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release >"$work/cmake_project.log" 2>&1 || { cat "$work/cmake_project.log"; fail "configure"; }
+ninja -C "$work/cmake_project" >>"$work/cmake_project.log" 2>&1 || { cat "$work/cmake_project.log"; fail "build"; }
+"$prefix/bin/ubtrfs" mkfs -q --size 128M "$work/cmake.img"
+"$work/cmake_project/consumer_c" "$work/cmake.img"
+"$work/cmake_project/consumer_cxx" "$work/cmake.img"
+check "$work/cmake.img"
+out=$("$prefix/bin/ubtrfs" ls "$work/cmake.img" /)
+[ "$(echo "$out" | sort | tr '\n' ' ')" = "from-c from-cxx " ] || fail "ubtrfs ls of cmake.img: $out"
+
+step "man page and bash completion"
+man_out=$(MANWIDTH=100 man -l "$prefix/share/man/man1/ubtrfs.1" 2>"$work/man.err" | col -bx)
+[ -s "$work/man.err" ] && { cat "$work/man.err" >&2; fail "man -l printed warnings"; }
+for w in mkfs check mount dump-tree "--rootdir" "--check-data-csum"; do
+  grep -qF -- "$w" <<<"$man_out" || fail "the man page does not mention $w"
+done
+groff_warn=$(groff -man -Tutf8 -ww -z "$prefix/share/man/man1/ubtrfs.1" 2>&1 || true)
+[ -z "$groff_warn" ] || fail "groff -ww: $groff_warn"
+complete_words() {  # complete_words WORD... : what completing the last word offers
+  bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+           _ubtrfs; printf "%s\n" "${COMPREPLY[@]}"' _ "$prefix/share/bash-completion/completions/ubtrfs" "$@"
+}
+got=$(complete_words ubtrfs m | sort | tr '\n' ' ')
+[ "$got" = "mkdir mkfs mount mv " ] || fail "completing 'ubtrfs m' gave '$got'"
+got=$(complete_words ubtrfs mkfs --n | tr '\n' ' ')
+[ "$got" = "--nodesize " ] || fail "completing 'ubtrfs mkfs --n' gave '$got'"
+echo "install_test: all passed"
