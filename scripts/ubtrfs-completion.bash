@@ -4,13 +4,19 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs check mount stats mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs check mount stats property mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
 # Options of each subcommand; every one also takes -h/--help, --offset and --partition.
 _ubtrfs_options() {
   local common="-h --help --offset --partition"
+  # The subcommands that reach files by path also choose a subvolume.
   case "$1" in
+    info|ls|cat|cp|mount|mv|ln|chmod|chown|touch|truncate|setfattr|getfattr|stat|find|du|df|tree|mkdir|rm|rmdir|put|edit)
+      common="$common --subvol --subvolid" ;;
+  esac
+  case "$1" in
+    property) echo "$common get set" ;;
     info) echo "$common --json" ;;
     cat|mv|chmod|chown|rmdir|put) echo "$common" ;;
     ls) echo "$common -l --json" ;;
@@ -75,7 +81,7 @@ _ubtrfs() {
     edit:-f|edit:--file)
       COMPREPLY=($(compgen -f -- "$cur"))
       return 0 ;;
-    *:--offset|*:--partition|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|\
+    *:--offset|*:--partition|*:--subvol|*:--subvolid|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|\
     mkdir:-m|mkdir:--mode|dump-tree:-b|dump-tree:--block|check:--max-errors|touch:-d|touch:--date|\
     truncate:-s|truncate:--size|setfattr:-n|setfattr:--name|setfattr:-v|setfattr:--value|setfattr:-x|\
     setfattr:--remove|getfattr:-n|getfattr:--name|getfattr:-m|getfattr:--match|tree:-L|tree:--level|\
