@@ -82,6 +82,7 @@ typedef struct ubtrfs_statfs_t {
   uint64_t used_bytes;
   uint64_t free_bytes; /* an estimate, as statfs(2) reports */
   uint64_t name_max;
+  uint64_t avail_bytes; /* what file data can still take (f_bavail): free data space, never metadata */
 } ubtrfs_statfs_t;
 
 /* ---- Opening ---- */

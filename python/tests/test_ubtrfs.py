@@ -114,6 +114,7 @@ def test_writes_what_btrfs_progs_reads_back(progs_image, btrfs_check, btrfs_rest
         assert not fs.exists("/gone") and not fs.exists("/gonedir") and not fs.exists("/moved-from")
         v = fs.statvfs()
         assert v.total_bytes == 256 << 20 and v.f_bsize == 4096 and 0 < v.used_bytes < v.total_bytes
+        assert 0 < v.f_bavail <= v.f_bfree
 
     # btrfs-progs' own reader sees the same tree.
     out = btrfs_restore(progs_image)

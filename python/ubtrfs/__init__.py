@@ -80,7 +80,8 @@ class _Stat(ctypes.Structure):
 class _StatFs(ctypes.Structure):
     _fields_ = [("block_size", ctypes.c_uint32), ("node_size", ctypes.c_uint32),
                 ("total_bytes", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
-                ("free_bytes", ctypes.c_uint64), ("name_max", ctypes.c_uint64)]
+                ("free_bytes", ctypes.c_uint64), ("name_max", ctypes.c_uint64),
+                ("avail_bytes", ctypes.c_uint64)]
 
 
 class _SetAttr(ctypes.Structure):
@@ -663,7 +664,7 @@ class Filesystem:
         s = _StatFs()
         _check(self._lib.ubtrfs_statfs(self._handle(), ctypes.byref(s)), self._image)
         bs = s.block_size or 4096
-        return StatVFS(bs, bs, s.total_bytes // bs, s.free_bytes // bs, s.free_bytes // bs, s.name_max,
+        return StatVFS(bs, bs, s.total_bytes // bs, s.free_bytes // bs, s.avail_bytes // bs, s.name_max,
                        s.total_bytes, s.used_bytes, s.free_bytes, s.node_size)
 
     def export(self, path, dest, strict=False, devices=True, xattrs=True):

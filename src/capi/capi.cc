@@ -603,6 +603,7 @@ int ubtrfs_statfs(ubtrfs_fs* fs, ubtrfs_statfs_t* out) {
     out->used_bytes = r->used_bytes;
     out->free_bytes = r->free_bytes;
     out->name_max = r->name_max;
+    out->avail_bytes = r->avail_bytes;
     return 0;
   });
 }

@@ -274,6 +274,8 @@ int main(int argc, char **argv) {
 
   OK(ubtrfs_statfs(fs, &sfs));
   CHECK(sfs.block_size == 4096 && sfs.total_bytes == (128u << 20) && sfs.used_bytes > 0 && sfs.name_max == 255);
+  /* Free data space for file data: some, and never more than the free bytes (metadata never counts). */
+  CHECK(sfs.avail_bytes > 0 && sfs.avail_bytes <= sfs.free_bytes);
 
   /* Export to the host. */
   CHECK_ERR(ubtrfs_export(fs, "/dir", out, 0x100), EINVAL, "unknown flags");
