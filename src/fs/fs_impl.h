@@ -723,56 +723,50 @@ class FilesystemImpl final : public Filesystem {
   template <typename F>
   auto Change(std::initializer_list<InodeId> in, txn::ReserveFor who, uint64_t reserve_items, F&& op)
       -> decltype(op()) {
-    const bool outermost = !HoldsOpLock();
-    for (int attempt = 0;; ++attempt) {
-      std::optional<decltype(op())> r;
-      Status reserved;
-      {
-        auto guard = ExclusiveGuard();
-        UB_RETURN_IF_ERROR(CheckWritable());
-        UB_RETURN_IF_ERROR(subvols_->CheckWritable(in));
-        reserved = txn_->chunk_alloc().ReserveMetadata(reserve_items, who);
-        if (reserved.ok()) {
-          r.emplace(op());
-          NoteResult(*r);
-        }
-      }
-      if (RetryAfterCommit(r ? StatusOf(*r) : reserved, attempt, outermost)) {
-        UB_RETURN_IF_ERROR(CommitForSpace());
-        continue;
-      }
-      if (!r) return reserved;
-      if (r->ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
-      return std::move(*r);
-    }
+    using R = decltype(op());
+    return RetryForSpace<R>([&](std::optional<R>& r) -> Status {
+      auto guard = ExclusiveGuard();
+      UB_RETURN_IF_ERROR(CheckWritable());
+      UB_RETURN_IF_ERROR(subvols_->CheckWritable(in));
+      UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items, who));
+      r.emplace(op());
+      NoteResult(*r);
+      return Status::Ok();
+    });
   }
   template <typename F>
   auto ChangeIn(InodeId dir, uint64_t reserve_items, F&& op) -> decltype(op()) {
     if (!txn_) return Status::Error(EROFS, "the image is open read-only");
-    const bool outermost = !HoldsOpLock();
-    for (int attempt = 0;; ++attempt) {
-      std::optional<decltype(op())> r;
-      Status reserved;
-      {
-        auto guard = Guard();
-        UB_RETURN_IF_ERROR(CheckWritable());
-        UB_RETURN_IF_ERROR(subvols_->CheckWritable(dir.root));
-        if (!txn_->chunk_alloc().MetadataSurelyFree(reserve_items)) {
-          auto lock = txn_->AllocLock();
-          reserved = txn_->chunk_alloc().ReserveMetadata(reserve_items);
-        }
-        if (reserved.ok()) {
-          std::lock_guard dir_lock(InodeLock(dir));
-          r.emplace(op());
-          NoteResult(*r);
-        }
+    using R = decltype(op());
+    return RetryForSpace<R>([&](std::optional<R>& r) -> Status {
+      auto guard = Guard();
+      UB_RETURN_IF_ERROR(CheckWritable());
+      UB_RETURN_IF_ERROR(subvols_->CheckWritable(dir.root));
+      if (!txn_->chunk_alloc().MetadataSurelyFree(reserve_items)) {
+        auto lock = txn_->AllocLock();
+        UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
       }
+      std::lock_guard dir_lock(InodeLock(dir));
+      r.emplace(op());
+      NoteResult(*r);
+      return Status::Ok();
+    });
+  }
+  // What Change and ChangeIn share: `attempt` makes one try under its locks,
+  // leaving the change's result in `r` when its checks and reservation
+  // passed, and returns the first of those that failed (Ok otherwise).
+  template <typename R, typename Attempt>
+  R RetryForSpace(Attempt&& attempt) {
+    const bool outermost = !HoldsOpLock();
+    for (int n = 0;; ++n) {
+      std::optional<R> r;
+      const Status failed = attempt(r);
       // The commit needs the operation lock exclusive: after letting go of it.
-      if (RetryAfterCommit(r ? StatusOf(*r) : reserved, attempt, outermost)) {
+      if (RetryAfterCommit(r ? StatusOf(*r) : failed, n, outermost)) {
         UB_RETURN_IF_ERROR(CommitForSpace());
         continue;
       }
-      if (!r) return reserved;
+      if (!r) return failed;
       if (r->ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
       return std::move(*r);
     }
