@@ -23,11 +23,12 @@ void SetNow(format::Timespec& ts) {
   ts.nsec = static_cast<uint32_t>(now.tv_nsec);
 }
 
-// Bytes of [a, b) (sector-aligned) that extents with disk space (data or
-// preallocated) cover.
-Result<uint64_t> CoveredBytes(tree::BlockSource* src, const tree::RootPtr& tree, InodeId file, uint64_t a,
-                              uint64_t b) {
-  uint64_t covered = 0;
+// Calls fn(start, end, on_disk) for each of the file's extent items that
+// overlaps [a, b), in order (end unclipped; on_disk: data or preallocated
+// space, not a hole item).
+template <typename F>
+Status ForEachExtentIn(tree::BlockSource* src, const tree::RootPtr& tree, InodeId file, uint64_t a, uint64_t b,
+                       F&& fn) {
   Cursor c(src, tree);
   UB_RETURN_IF_ERROR(SeekFileExtent(c, file, a));
   for (; c.Valid();) {
@@ -38,9 +39,20 @@ Result<uint64_t> CoveredBytes(tree::BlockSource* src, const tree::RootPtr& tree,
     const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
     if (fe->type == kFileExtentInline) return Status::Corrupt(InodeName(file) + ": inline extent among others");
     const uint64_t ks = k.offset, ke = ks + fe->num_bytes.get();
-    if (fe->disk_bytenr.get() != 0 && ke > a) covered += std::min(ke, b) - std::max(ks, a);
+    if (ke > a) fn(ks, ke, fe->disk_bytenr.get() != 0);
     UB_RETURN_IF_ERROR(c.Next());
   }
+  return Status::Ok();
+}
+
+// Bytes of [a, b) (sector-aligned) that extents with disk space (data or
+// preallocated) cover.
+Result<uint64_t> CoveredBytes(tree::BlockSource* src, const tree::RootPtr& tree, InodeId file, uint64_t a,
+                              uint64_t b) {
+  uint64_t covered = 0;
+  UB_RETURN_IF_ERROR(ForEachExtentIn(src, tree, file, a, b, [&](uint64_t ks, uint64_t ke, bool on_disk) {
+    if (on_disk) covered += std::min(ke, b) - std::max(ks, a);
+  }));
   return covered;
 }
 
@@ -197,25 +209,14 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
       std::vector<std::pair<uint64_t, uint64_t>> holes;
       {
         UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
-        Cursor c(vol_->source(), tree);
-        UB_RETURN_IF_ERROR(SeekFileExtent(c, file, a));
-        for (; c.Valid();) {
-          const Key k = c.key();
-          if (k.objectid != file.ino || k.type != kExtentDataKey || k.offset >= b) break;
-          const auto d = c.data();
-          if (d.size() < sizeof(FileExtentItem)) return Status::Corrupt(InodeName(file) + ": short extent item");
-          const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
-          if (fe->type == kFileExtentInline) return Status::Corrupt(InodeName(file) + ": inline extent among others");
-          const uint64_t ks = k.offset, ke = ks + fe->num_bytes.get();
-          if (ke > a) {
-            if (fe->disk_bytenr.get() == 0) {
-              holes.emplace_back(std::max(ks, a), std::min(ke, b));
-            } else {
-              covered.emplace_back(ks, ke);
-            }
+        auto note = [&](uint64_t ks, uint64_t ke, bool on_disk) {
+          if (on_disk) {
+            covered.emplace_back(ks, ke);
+          } else {
+            holes.emplace_back(std::max(ks, a), std::min(ke, b));
           }
-          UB_RETURN_IF_ERROR(c.Next());
-        }
+        };
+        UB_RETURN_IF_ERROR(ForEachExtentIn(vol_->source(), tree, file, a, b, note));
       }
       for (const auto& [hs, he] : holes) UB_RETURN_IF_ERROR(DropExtents(file, hs, he, &nbytes_delta));
       std::vector<std::pair<uint64_t, uint64_t>> gaps;
