@@ -3,9 +3,10 @@
 
 #include <CLI/CLI.hpp>
 
-namespace ubtrfs {
-struct OpenOptions;
-}
+#include <string>
+#include <utility>
+
+#include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::cli {
 
@@ -33,6 +34,11 @@ std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv);
 
 // `cp HOST IMAGE:PATH`: copies a host file or tree into an image.
 void CopyIn(const std::string& host, const std::string& image, const std::string& path);
+// "a/b/c" -> ("a/b", "c"), ignoring trailing slashes.
+std::pair<std::string, std::string> SplitLast(std::string path);
+// Where `cp HOST IMAGE:PATH` puts HOST: inside PATH under HOST's own name
+// when PATH is a directory (as cp -r), else as PATH itself.
+Result<std::pair<InodeId, std::string>> CopyInTarget(Filesystem& fs, const std::string& host, const std::string& path);
 // Splits "IMAGE:PATH" when IMAGE names an existing file or block device.
 bool SplitImagePath(const std::string& arg, std::string* image, std::string* path);
 

@@ -35,23 +35,20 @@ using Body = std::function<Status(Filesystem&, const Paths&)>;
 Status Err(int code, std::string m) { return Status::Error(code, std::move(m)); }
 std::string Q(const std::string& p) { return "'" + Printable(p) + "'"; }
 
-// "a/b/c" -> ("a/b", "c"), ignoring trailing slashes.
-std::pair<std::string, std::string> SplitLast(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return {"/", path};
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
-
 std::string Join(const std::string& dir, const std::string& name) {
   return dir.ends_with('/') ? dir + name : dir + "/" + name;
 }
 
-NewInode Attrs(uint32_t mode) {
+// The process's umask (umask(2) can only be read by setting it).
+uint32_t CurrentUmask() {
   const mode_t mask = ::umask(0);
   ::umask(mask);
+  return static_cast<uint32_t>(mask);
+}
+
+NewInode Attrs(uint32_t mode) {
   NewInode a;
-  a.mode = mode & ~mask;
+  a.mode = mode & ~CurrentUmask();
   a.uid = ::geteuid();
   a.gid = ::getegid();
   return a;
@@ -189,11 +186,7 @@ Result<uint32_t> ParseMode(const std::string& text, uint32_t old, bool is_dir) {
         }
       }
       bits &= who;
-      if (all && op != '=') {
-        const mode_t mask = ::umask(0);
-        ::umask(mask);
-        bits &= ~static_cast<uint32_t>(mask);
-      }
+      if (all && op != '=') bits &= ~CurrentUmask();
       if (op == '+') mode |= bits;
       else if (op == '-') mode &= ~bits;
       else mode = (mode & ~(who & 07777)) | bits;
@@ -1092,23 +1085,8 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
     ci->add_option("path", o->path, "PATH in the image (an existing directory: copied into it)")->required();
     ci->callback([=] {
       Run(session, "copy-in", true, {o->path}, [=](Filesystem& fs, const Paths& p) -> Status {
-        std::string base = o->host;
-        while (base.size() > 1 && base.back() == '/') base.pop_back();
-        base = base.substr(base.find_last_of('/') + 1);
-        InodeId dir;
-        std::string name;
-        auto target = fs.Lookup(p[0]);
-        if (target.ok()) {
-          UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(*target));
-          if (!S_ISDIR(st.mode)) return Err(EEXIST, Q(p[0]) + " exists");
-          dir = *target;
-          name = base;
-        } else {
-          auto [dp, dn] = SplitLast(p[0]);
-          UB_ASSIGN_OR_RETURN(dir, Find(fs, dp, "cannot access"));
-          name = dn;
-        }
-        return ImportTree(fs, o->host, dir, name, ImportOptions{}, nullptr);
+        UB_ASSIGN_OR_RETURN(auto where, CopyInTarget(fs, o->host, p[0]));
+        return ImportTree(fs, o->host, where.first, where.second, ImportOptions{}, nullptr);
       });
     });
   }

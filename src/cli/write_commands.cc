@@ -32,7 +32,13 @@ std::unique_ptr<Filesystem> OpenWritable(const std::string& image) {
   return std::move(*fs);
 }
 
-// "a/b/c" -> ("a/b", "c"), ignoring trailing slashes.
+void Commit(Filesystem& fs, const std::string& image) {
+  Status st = fs.Commit();
+  if (!st.ok()) Report(image + ": commit", st);
+}
+
+}  // namespace
+
 std::pair<std::string, std::string> SplitLast(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   const size_t slash = path.find_last_of('/');
@@ -40,12 +46,22 @@ std::pair<std::string, std::string> SplitLast(std::string path) {
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-void Commit(Filesystem& fs, const std::string& image) {
-  Status st = fs.Commit();
-  if (!st.ok()) Report(image + ": commit", st);
+Result<std::pair<InodeId, std::string>> CopyInTarget(Filesystem& fs, const std::string& host, const std::string& path) {
+  std::string base = host;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  base = base.substr(base.find_last_of('/') + 1);
+  auto target = fs.Lookup(path);
+  if (target.ok()) {
+    auto st = fs.GetStat(*target);
+    if (!st.ok()) return st.status().WithContext(path);
+    if (!S_ISDIR(st->mode)) return Status::Error(EEXIST, path + ": exists");
+    return std::pair{*target, base};
+  }
+  auto [parent, last] = SplitLast(path);
+  auto p = fs.Lookup(parent);
+  if (!p.ok()) return p.status().WithContext(parent);
+  return std::pair{*p, last};
 }
-
-}  // namespace
 
 bool SplitImagePath(const std::string& arg, std::string* image, std::string* path) {
   const size_t colon = arg.find(':');
@@ -67,27 +83,12 @@ void CopyIn(const std::string& host, const std::string& image, const std::string
   }
   auto fs = OpenWritable(image);
   if (!fs) return;
-  // Like cp -r: into an existing directory under the source's own name,
-  // else as the named path.
-  std::string base = host;
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  base = base.substr(base.find_last_of('/') + 1);
-  InodeId dir;
-  std::string name;
-  auto target = fs->Lookup(path);
-  if (target.ok()) {
-    auto st = fs->GetStat(*target);
-    if (!st.ok()) return Report(path, st.status());
-    if (!S_ISDIR(st->mode)) return Report(path, Status::Error(EEXIST, "exists"));
-    dir = *target;
-    name = base;
-  } else {
-    auto [parent, last] = SplitLast(path);
-    auto p = fs->Lookup(parent);
-    if (!p.ok()) return Report(parent, p.status());
-    dir = *p;
-    name = last;
+  auto where = CopyInTarget(*fs, host, path);
+  if (!where.ok()) {
+    fmt::print(stderr, "ubtrfs: {}\n", where.status().ToString());
+    return SetExitCode(1);
   }
+  const auto& [dir, name] = *where;
   ImportStats stats;
   ImportOptions options;
   const bool tty = ::isatty(2);
