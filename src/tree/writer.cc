@@ -422,7 +422,7 @@ Result<bool> TreeWriter::SearchForWrite(const Key& key, uint32_t ins_len, WriteP
       // No room is made for a key that exists: the caller will not insert
       // it, and a split for nothing could leave an empty leaf behind.
       if (!found && ins_len > 0 && n.LeafFreeSpace() < ins_len) {
-        UB_ASSIGN_OR_RETURN(bool pushed, PushLeaf(path, ins_len));
+        UB_ASSIGN_OR_RETURN(bool pushed, PushLeaf(path, key, ins_len));
         if (!pushed) UB_RETURN_IF_ERROR(SplitLeaf(path, key, ins_len));
       }
       return found;
@@ -501,7 +501,7 @@ Status TreeWriter::SplitNode(WritePath* path, int level) {
 // split: items after the slot go to the right sibling, items before it to
 // the left one, as few as make the room. Nothing moves unless the plan makes
 // the room and leaves this leaf non-empty. Returns whether it did.
-Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
+Result<bool> TreeWriter::PushLeaf(WritePath* path, const Key& key, uint32_t ins_len) {
   if (IsRootLevel(path, 0) || path->nodes[1] == nullptr) return false;
   TreeBlock& leaf = *path->nodes[0];
   TreeBlock& parent = *path->nodes[1];
@@ -574,7 +574,13 @@ Result<bool> TreeWriter::PushLeaf(WritePath* path, uint32_t ins_len) {
     WriteLeafRefs(left, merged);
   }
   WriteLeafRefs(leaf, std::span(items).subspan(kl, kr - kl));
-  if (kl > 0) parent.SetKey(pslot, leaf.key(0));
+  // When the insert will land at the leaf's slot 0 the parent gets the new
+  // key now, under this write lock. Left at leaf.key(0) until the insert's
+  // FixupLowKeys, it would be too high for a moment: another writer would
+  // route a key between the new one and the old first key to the left leaf
+  // (its leaf-only path needs just a shared lock here) and put it after
+  // keys that the new one then precedes.
+  if (kl > 0) parent.SetKey(pslot, kl == slot ? key : leaf.key(0));
   path->slots[0] = slot - kl;
   ++stats_.leaf_pushes;
   return true;
@@ -642,7 +648,10 @@ Status TreeWriter::SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len) 
     if (double_split) {
       UB_RETURN_IF_ERROR(InsertPtr(parent, at++, key, middle->bytenr(), blocks_->transid()));
     }
-    const Key right_key = right->nritems() > 0 ? right->key(0) : key;
+    // The new item goes first in the right leaf when it lands at the cut:
+    // the parent takes its key now, for the reason given in PushLeaf.
+    const bool first_in_right = !double_split && best_right && slot == cut;
+    const Key right_key = right->nritems() > 0 && !first_in_right ? right->key(0) : key;
     UB_RETURN_IF_ERROR(InsertPtr(parent, at, right_key, right->bytenr(), blocks_->transid()));
   }
   if (next) {

@@ -200,7 +200,7 @@ class TreeWriter {
                      std::span<const std::span<const uint8_t>> data, std::span<const int> pos);
   Status InsertNewRoot(WritePath* path, int level);
   Status SplitNode(WritePath* path, int level);
-  Result<bool> PushLeaf(WritePath* path, uint32_t ins_len);
+  Result<bool> PushLeaf(WritePath* path, const Key& key, uint32_t ins_len);
   Status SplitLeaf(WritePath* path, const Key& key, uint32_t ins_len);
   Status InsertPtr(TreeBlock& node, int slot, const Key& key, uint64_t bytenr, uint64_t generation);
   Status DelPtr(WritePath* path, int level, int slot);
