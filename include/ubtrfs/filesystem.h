@@ -252,6 +252,18 @@ class UBTRFS_API Filesystem {
     (void)subvol, (void)read_only;
     return Status::Error(95 /* EOPNOTSUPP */, "subvolume flags are not supported here");
   }
+  // A snapshot of the subvolume whose top directory is `subvol`, made as
+  // `name` in directory `dir` (`btrfs subvolume snapshot [-r]`). It shares
+  // every tree block and data extent with the source until one side
+  // changes them, and costs one tree block whatever the subvolume's size.
+  // The running transaction is committed first and the snapshot after, as
+  // the kernel does. Returns the snapshot's top directory. EINVAL when
+  // `subvol` is not the top of a subvolume, EEXIST when the name is taken,
+  // EROFS when `dir` is in a read-only subvolume.
+  virtual Result<InodeId> CreateSnapshot(InodeId subvol, InodeId dir, std::string_view name, bool read_only) {
+    (void)subvol, (void)dir, (void)name, (void)read_only;
+    return Status::Error(95 /* EOPNOTSUPP */, "snapshots are not supported here");
+  }
 };
 
 }  // namespace ubtrfs

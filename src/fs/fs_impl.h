@@ -123,6 +123,12 @@ inline Status SeekFileExtent(tree::Cursor& c, InodeId file, uint64_t offset) {
   return Status::Ok();
 }
 
+// A DIR_ITEM/DIR_INDEX/XATTR_ITEM body: the header, the name, the data.
+std::vector<uint8_t> DirItemBytes(const format::Key& location, uint64_t transid, uint8_t type, std::string_view name,
+                                  std::string_view data);
+// A new entry's name: 1-255 bytes, no '/' or NUL, not "." or "..".
+Status CheckName(std::string_view name);
+
 class FilesystemImpl final : public Filesystem {
  public:
   enum class OpMode : uint8_t { kNone, kShared, kExclusive };  // of the operation lock (OpGuard)
@@ -159,6 +165,7 @@ class FilesystemImpl final : public Filesystem {
   // subvolume.cc
   Result<bool> SubvolumeReadOnly(InodeId subvol) override;
   Status SetSubvolumeReadOnly(InodeId subvol, bool read_only) override;
+  Result<InodeId> CreateSnapshot(InodeId subvol, InodeId dir, std::string_view name, bool read_only) override;
 
   // ---- Bulk import of new inodes under an empty directory (import.cc) ----
   struct BulkTarget {

@@ -88,8 +88,6 @@ Status FilesystemImpl::Init(const std::string& subvol_path, uint64_t subvolid) {
 
 namespace ubtrfs::fsimpl {
 
-namespace {
-
 Result<txn::Volume::TreeRoot> SubvolTop(txn::Volume& vol, InodeId subvol) {
   if (subvol.root != kFsTreeObjectid && (subvol.root < kFirstFreeObjectid || subvol.root > kLastFreeObjectid)) {
     return Status::Error(EINVAL, InodeName(subvol) + " is not in a subvolume");
@@ -100,8 +98,6 @@ Result<txn::Volume::TreeRoot> SubvolTop(txn::Volume& vol, InodeId subvol) {
   }
   return r;
 }
-
-}  // namespace
 
 Result<bool> FilesystemImpl::SubvolumeReadOnly(InodeId subvol) {
   auto guard = Guard();

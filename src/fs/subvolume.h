@@ -13,9 +13,7 @@
 #include "ubtrfs/filesystem.h"
 #include "ubtrfs/status.h"
 
-namespace ubtrfs::txn {
-class Volume;
-}
+#include "txn/volume.h"
 
 namespace ubtrfs::fsimpl {
 
@@ -50,6 +48,10 @@ class SubvolumeFlags {
   std::mutex mu_;                              // guards filling slots_ and overflow_
   std::unordered_map<uint64_t, bool> overflow_;  // subvolumes whose slot another holds
 };
+
+// The root item of the subvolume whose top directory is `subvol`; EINVAL
+// when it is no such top.
+Result<txn::Volume::TreeRoot> SubvolTop(txn::Volume& vol, InodeId subvol);
 
 }  // namespace ubtrfs::fsimpl
 

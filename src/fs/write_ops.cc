@@ -52,20 +52,6 @@ uint8_t FtFromMode(uint32_t mode) {
   return kFtUnknown;
 }
 
-std::vector<uint8_t> DirItemBytes(const Key& location, uint64_t transid, uint8_t type, std::string_view name,
-                                  std::string_view data) {
-  std::vector<uint8_t> b(sizeof(DirItem) + name.size() + data.size());
-  auto* di = reinterpret_cast<DirItem*>(b.data());
-  location.To(&di->location);
-  di->transid = transid;
-  di->data_len = static_cast<uint16_t>(data.size());
-  di->name_len = static_cast<uint16_t>(name.size());
-  di->type = type;
-  std::memcpy(b.data() + sizeof(DirItem), name.data(), name.size());
-  if (!data.empty()) std::memcpy(b.data() + sizeof(DirItem) + name.size(), data.data(), data.size());
-  return b;
-}
-
 template <typename T>
 std::vector<uint8_t> AsBytes(const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
@@ -80,17 +66,6 @@ uint64_t ExtrefHash(uint64_t parent, std::string_view name) {
 }
 
 constexpr size_t kMaxNameLen = 255;  // bytes of a directory entry's name, as Linux's NAME_MAX
-
-Status CheckName(std::string_view name) {
-  if (name.empty() || name.size() > kMaxNameLen) {
-    return Status::Error(ENAMETOOLONG, "bad name length " + std::to_string(name.size()));
-  }
-  if (name == "." || name == "..") return Status::Error(EEXIST, "'" + std::string(name) + "' is reserved");
-  if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
-    return Status::Invalid("name contains '/' or NUL");
-  }
-  return Status::Ok();
-}
 
 bool AllZero(std::span<const uint8_t> d) {
   for (uint8_t b : d) {
@@ -123,6 +98,32 @@ Result<std::optional<uint64_t>> TakeBackRef(std::vector<uint8_t>& item, uint64_t
 }
 
 }  // namespace
+
+std::vector<uint8_t> DirItemBytes(const Key& location, uint64_t transid, uint8_t type, std::string_view name,
+                                  std::string_view data) {
+  std::vector<uint8_t> b(sizeof(DirItem) + name.size() + data.size());
+  auto* di = reinterpret_cast<DirItem*>(b.data());
+  location.To(&di->location);
+  di->transid = transid;
+  di->data_len = static_cast<uint16_t>(data.size());
+  di->name_len = static_cast<uint16_t>(name.size());
+  di->type = type;
+  std::memcpy(b.data() + sizeof(DirItem), name.data(), name.size());
+  if (!data.empty()) std::memcpy(b.data() + sizeof(DirItem) + name.size(), data.data(), data.size());
+  return b;
+}
+
+Status CheckName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNameLen) {
+    return Status::Error(ENAMETOOLONG, "bad name length " + std::to_string(name.size()));
+  }
+  if (name == "." || name == "..") return Status::Error(EEXIST, "'" + std::string(name) + "' is reserved");
+  if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
+    return Status::Invalid("name contains '/' or NUL");
+  }
+  return Status::Ok();
+}
+
 
 FilesystemImpl::~FilesystemImpl() {
   if (txn_ && !aborted_) {

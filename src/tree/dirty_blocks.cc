@@ -120,8 +120,7 @@ Result<std::shared_ptr<TreeBlock>> DirtyBlocks::New(uint64_t owner, int level) {
   return b;
 }
 
-Result<std::shared_ptr<TreeBlock>> DirtyBlocks::Cow(const BlockRef& b, uint64_t owner) {
-  if (auto mine = Get(b->bytenr())) return mine;
+Result<std::shared_ptr<TreeBlock>> DirtyBlocks::CopyToNew(const BlockRef& b, uint64_t owner) {
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, alloc_->AllocTreeBlock(owner, b->level()));
   auto copy = b->Clone();
   Header& h = copy->mutable_header();
@@ -129,9 +128,15 @@ Result<std::shared_ptr<TreeBlock>> DirtyBlocks::Cow(const BlockRef& b, uint64_t 
   h.generation = transid_;
   h.owner = owner;
   h.flags = kMixedBackrefRev << kBackrefRevShift;
+  Put(bytenr, copy);
+  return copy;
+}
+
+Result<std::shared_ptr<TreeBlock>> DirtyBlocks::Cow(const BlockRef& b, uint64_t owner) {
+  if (auto mine = Get(b->bytenr())) return mine;
+  UB_ASSIGN_OR_RETURN(auto copy, CopyToNew(b, owner));  // first: ENOSPC here leaves no reference changed
   UB_RETURN_IF_ERROR(alloc_->RetireCommitted(*b, owner));
   UB_RETURN_IF_ERROR(alloc_->FreeTreeBlock(b->bytenr(), owner, b->level(), false));
-  Put(bytenr, copy);
   return copy;
 }
 

@@ -73,6 +73,9 @@ class DirtyBlocks final : public BlockSource {
   // A writable version of `b`: b itself when created in this transaction,
   // else a copy at a new address (the old one is freed after commit).
   Result<std::shared_ptr<TreeBlock>> Cow(const BlockRef& b, uint64_t owner);
+  // A copy of `b` at a new address for tree `owner`, b itself untouched and
+  // still referenced (a snapshot's own root block).
+  Result<std::shared_ptr<TreeBlock>> CopyToNew(const BlockRef& b, uint64_t owner);
   // Drops a block from the tree (the caller has unlinked it).
   Status Free(const TreeBlock& b, uint64_t owner);
 

@@ -105,11 +105,7 @@ Status TxnManager::LoadBlockGroups() {
       if (tree_block && k.type == kExtentItemKey) {
         return Status::Unsupported("writing to an image without skinny tree block references");
       }
-      if (tree_block && ei->refs.get() != 1) {
-        return Status::Unsupported("writing to an image with shared tree blocks (snapshots) at " +
-                                   std::to_string(k.objectid));
-      }
-      if (tree_block) UB_RETURN_IF_ERROR(NoteExtentItemForCow(k, ei->flags.get()));
+      if (tree_block) UB_RETURN_IF_ERROR(NoteExtentItemForCow(k, ei->refs.get(), ei->flags.get()));
       const uint64_t len = k.type == kMetadataItemKey ? nodesize : k.offset;
       UB_RETURN_IF_ERROR(space_->MarkUsed(k.objectid, len).WithContext("extent tree item " + KeyToString(k)));
     } else if (k.type == kTreeBlockRefKey || k.type == kSharedBlockRefKey) {
@@ -269,28 +265,34 @@ Result<uint64_t> TxnManager::AllocTreeBlock(uint64_t owner, int level) {
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kind, vol_->nodesize(), vol_->nodesize()));
   if (kind == kBlockGroupMetadata) chunk_alloc_->NoteMetadataAlloc();
   MarkGroupDirty(bytenr);
-  TreeRef& r = tree_refs_[bytenr];
-  r.delta += 1;
-  r.owner = owner;
-  r.level = level;
+  PendingExtent& p = pending_[bytenr];
+  p.fresh = true;
+  QueueRef(bytenr, true, static_cast<uint64_t>(level), RefId{kTreeBlockRefKey, owner}, +1);
   return bytenr;
 }
 
-Status TxnManager::FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool) {
+// The tree `owner` lets go of the block: its TREE_BLOCK_REF goes (see
+// shared_cow.cc for why it is always that one), and the space with it when
+// no other tree holds the block.
+Status TxnManager::FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool created_here) {
   auto lock = AllocLock();
+  const RefId r{kTreeBlockRefKey, owner};
+  if (created_here) {
+    QueueRef(bytenr, true, static_cast<uint64_t>(level), r, -1);
+  } else {
+    const BlockInfo before = InfoOf(bytenr);
+    ChangeCommittedRef(bytenr, level, r, -1);
+    if (before.refs > 1) return Status::Ok();  // still in another tree
+  }
   UB_RETURN_IF_ERROR(space_->Free(bytenr, vol_->nodesize()));
   MarkGroupDirty(bytenr);
-  TreeRef& r = tree_refs_[bytenr];
-  r.delta -= 1;
-  r.owner = owner;
-  r.level = level;
   freed_blocks_.push_back(bytenr);
   return Status::Ok();
 }
 
 bool TxnManager::HasChanges() {
   auto lock = AllocLock();
-  return dirty_->count() > 0 || !tree_refs_.empty() || !data_refs_.empty() || !new_data_.empty();
+  return dirty_->count() > 0 || !pending_.empty() || !new_data_.empty();
 }
 
 Result<uint64_t> TxnManager::AllocData(uint64_t len) {
@@ -329,195 +331,13 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
 
 Status TxnManager::AddDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset) {
   auto lock = AllocLock();
-  data_refs_[{bytenr, num_bytes, root, ino, offset}] += 1;
+  QueueRef(bytenr, false, num_bytes, RefId{kExtentDataRefKey, root, ino, offset}, +1);
   return Status::Ok();
 }
 
 Status TxnManager::DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset) {
   auto lock = AllocLock();
-  data_refs_[{bytenr, num_bytes, root, ino, offset}] -= 1;
-  return Status::Ok();
-}
-
-// ---- Delayed references ------------------------------------------------------------------
-
-Status TxnManager::ApplyTreeRef(uint64_t bytenr, int delta, uint64_t owner, int level) {
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
-  const Key key{bytenr, kMetadataItemKey, static_cast<uint64_t>(level)};
-  if (delta > 0) {
-    std::vector<uint8_t> item(sizeof(ExtentItem) + sizeof(ExtentInlineRef));
-    auto* ei = reinterpret_cast<ExtentItem*>(item.data());
-    ei->refs = 1;
-    ei->generation = transid();
-    ei->flags = kExtentFlagTreeBlock;
-    auto* ref = reinterpret_cast<ExtentInlineRef*>(item.data() + sizeof(ExtentItem));
-    ref->type = kTreeBlockRefKey;
-    ref->offset = owner;
-    return ext->Insert(key, item).WithContext("adding tree block " + std::to_string(bytenr));
-  }
-  return DeleteTreeBlockItems(bytenr, level);
-}
-
-Status TxnManager::ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>& ref, int delta) {
-  const auto [bytenr, num_bytes, root, ino, offset] = ref;
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
-  const Key key{bytenr, kExtentItemKey, num_bytes};
-  const std::string where = "data extent " + std::to_string(bytenr);
-  UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(dirty_.get(), vol_->MutableRoot(kExtentTreeObjectid).value()->ref, key));
-  constexpr size_t kInlineData = 1 + sizeof(ExtentDataRef);
-  if (!existing) {
-    if (delta < 0) return Status::Corrupt(where + ": dropping a reference to an extent with no EXTENT_ITEM");
-    std::vector<uint8_t> item(sizeof(ExtentItem) + kInlineData);
-    auto* ei = reinterpret_cast<ExtentItem*>(item.data());
-    ei->refs = static_cast<uint64_t>(delta);
-    ei->generation = transid();
-    ei->flags = kExtentFlagData;
-    item[sizeof(ExtentItem)] = kExtentDataRefKey;
-    auto* dr = reinterpret_cast<ExtentDataRef*>(item.data() + sizeof(ExtentItem) + 1);
-    dr->root = root;
-    dr->objectid = ino;
-    dr->offset = offset;
-    dr->count = static_cast<uint32_t>(delta);
-    return ext->Insert(key, item).WithContext(where);
-  }
-  std::vector<uint8_t>& item = *existing;
-  auto* ei = reinterpret_cast<ExtentItem*>(item.data());
-  // Find the inline data ref for (root, ino, offset).
-  size_t pos = sizeof(ExtentItem);
-  ExtentDataRef* match = nullptr;
-  bool keyed = false;  // the item has an EXTENT_DATA_REF
-  while (pos < item.size()) {
-    const uint8_t type = item[pos];
-    if (type == kExtentDataRefKey) {
-      keyed = true;
-      if (pos + kInlineData > item.size()) return Status::Corrupt(where + ": truncated inline ref");
-      auto* dr = reinterpret_cast<ExtentDataRef*>(item.data() + pos + 1);
-      if (dr->root.get() == root && dr->objectid.get() == ino && dr->offset.get() == offset) {
-        match = dr;
-        break;
-      }
-      pos += kInlineData;
-    } else if (type == kSharedDataRefKey) {
-      pos += 1 + 8 + sizeof(SharedDataRef);
-    } else {
-      return Status::Unsupported(where + ": inline reference type " + std::to_string(type));
-    }
-  }
-  if (!match && delta > 0 && !keyed) {
-    // The extent was referenced only by parent (SHARED_DATA_REF from a leaf
-    // with full backrefs), and that leaf was copied: the first keyed ref.
-    UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, sizeof(ExtentItem), key));
-    InlineRef r;
-    r.type = kExtentDataRefKey;
-    r.root = root;
-    r.objectid = ino;
-    r.data_offset = offset;
-    r.count = static_cast<uint32_t>(delta);
-    InsertInlineRef(item, refs, sizeof(ExtentItem), r);
-    ei = reinterpret_cast<ExtentItem*>(item.data());
-    ei->refs = ei->refs.get() + static_cast<uint64_t>(delta);
-    return ext->Update(key, item).WithContext(where);
-  }
-  if (!match) return Status::Unsupported(where + ": a second owner of a data extent (reflinks/snapshots)");
-  const int64_t count = int64_t{match->count.get()} + delta;
-  const int64_t refs = static_cast<int64_t>(ei->refs.get()) + delta;
-  if (count < 0 || refs < 0) return Status::Corrupt(where + ": reference count below zero");
-  if (refs == 0) {
-    UB_RETURN_IF_ERROR(ext->Delete(key).WithContext(where));
-    UB_RETURN_IF_ERROR(space_->Free(bytenr, num_bytes));
-    MarkGroupDirty(bytenr);
-    return DeleteCsums(bytenr, num_bytes);
-  }
-  ei->refs = static_cast<uint64_t>(refs);
-  if (count == 0) {
-    item.erase(item.begin() + static_cast<long>(pos), item.begin() + static_cast<long>(pos + kInlineData));
-  } else {
-    match->count = static_cast<uint32_t>(count);
-  }
-  return ext->Update(key, item).WithContext(where);
-}
-
-Status TxnManager::RunDelayedRefs(bool* changed) {
-  while (!tree_refs_.empty() || !data_refs_.empty() || !new_data_.empty() || !shared_data_refs_.empty() ||
-         !tree_ref_moves_.empty()) {
-    auto data = std::move(data_refs_);
-    data_refs_.clear();
-    // Data extents written in this transaction have no EXTENT_ITEM yet: the
-    // sum of their reference changes creates it, or, when every reference was
-    // dropped again (data overwritten before the commit), nothing of them may
-    // remain: space and checksums go back.
-    std::map<uint64_t, std::vector<std::pair<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>, int>>> fresh;
-    // References are added before any is dropped, so that an extent whose
-    // shared ref moves to a keyed one (full_backref.cc) never reaches zero
-    // references on the way.
-    for (const auto& [ref, delta] : data) {
-      const uint64_t bytenr = std::get<0>(ref);
-      if (new_data_.count(bytenr)) {
-        fresh[bytenr].push_back({ref, delta});
-        continue;
-      }
-      if (delta <= 0) continue;
-      *changed = true;
-      UB_RETURN_IF_ERROR(ApplyDataRef(ref, delta));
-    }
-    auto shared = std::move(shared_data_refs_);
-    shared_data_refs_.clear();
-    for (const auto& [ref, delta] : shared) {
-      if (delta == 0) continue;
-      *changed = true;
-      UB_RETURN_IF_ERROR(ApplySharedDataRef(ref, delta));
-    }
-    for (const auto& [ref, delta] : data) {
-      if (delta >= 0 || new_data_.count(std::get<0>(ref))) continue;
-      *changed = true;
-      UB_RETURN_IF_ERROR(ApplyDataRef(ref, delta));
-    }
-    auto unreferenced = std::move(new_data_);
-    new_data_.clear();
-    for (const auto& [bytenr, len] : unreferenced) {
-      *changed = true;
-      const auto it = fresh.find(bytenr);
-      int live_refs = 0;
-      const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>* owner = nullptr;
-      if (it != fresh.end()) {
-        for (const auto& [ref, delta] : it->second) {
-          if (delta < 0) return Status::Error(EIO, "internal: new data extent " + std::to_string(bytenr) + " over-released");
-          if (delta == 0) continue;
-          if (owner && std::make_tuple(std::get<2>(ref), std::get<3>(ref), std::get<4>(ref)) !=
-                           std::make_tuple(std::get<2>(*owner), std::get<3>(*owner), std::get<4>(*owner))) {
-            return Status::Unsupported("a new data extent with two owners (reflink)");
-          }
-          owner = &ref;
-          live_refs += delta;
-        }
-      }
-      if (live_refs == 0) {
-        UB_RETURN_IF_ERROR(space_->Free(bytenr, len));
-        MarkGroupDirty(bytenr);
-        UB_RETURN_IF_ERROR(DeleteCsums(bytenr, len));
-        continue;
-      }
-      UB_RETURN_IF_ERROR(ApplyDataRef(*owner, live_refs));
-    }
-    auto trees = std::move(tree_refs_);
-    tree_refs_.clear();
-    auto moves = std::move(tree_ref_moves_);
-    tree_ref_moves_.clear();
-    for (const auto& [bytenr, r] : trees) {
-      if (r.delta == 0) continue;
-      if (r.delta != 1 && r.delta != -1) {
-        return Status::Error(EIO, "internal: tree block " + std::to_string(bytenr) + " reference delta " +
-                                      std::to_string(r.delta));
-      }
-      *changed = true;
-      UB_RETURN_IF_ERROR(ApplyTreeRef(bytenr, r.delta, r.owner, r.level));
-    }
-    for (const auto& [bytenr, m] : moves) {
-      if (auto it = trees.find(bytenr); it != trees.end() && it->second.delta < 0) continue;  // freed: gone anyway
-      *changed = true;
-      UB_RETURN_IF_ERROR(MoveTreeRef(bytenr, m));
-    }
-  }
+  QueueRef(bytenr, false, num_bytes, RefId{kExtentDataRefKey, root, ino, offset}, -1);
   return Status::Ok();
 }
 
@@ -753,7 +573,7 @@ Status TxnManager::Commit() {
     UB_RETURN_IF_ERROR(chunk_alloc_->FinishPending(&changed));  // new chunks' items, before their groups'
     UB_RETURN_IF_ERROR(UpdateBlockGroups(&changed));
     UB_RETURN_IF_ERROR(UpdateRootItems(&changed));
-    if (!changed && tree_refs_.empty() && data_refs_.empty() && new_data_.empty() && dirty_groups_.empty() &&
+    if (!changed && pending_.empty() && new_data_.empty() && dirty_groups_.empty() &&
         !chunk_alloc_->HasPending()) {
       break;
     }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "alloc/space_manager.h"
 #include "tree/writer.h"
@@ -34,8 +35,8 @@ struct TxnStats {
 class TxnManager final : public tree::BlockAllocator {
  public:
   // Checks that the image is one we can change safely (skinny metadata, a
-  // free space tree that matches the extent tree, no log, no shared tree
-  // blocks) and loads its block groups.
+  // free space tree that matches the extent tree, no log) and loads its
+  // block groups.
   static Result<std::unique_ptr<TxnManager>> Open(Volume* vol);
   ~TxnManager() override;
 
@@ -54,12 +55,18 @@ class TxnManager final : public tree::BlockAllocator {
 
   Status Commit();
 
+  // Makes tree `new_id` a snapshot of tree `src`, whose root must be
+  // committed (snapshot.cc): its root item (uuid given, parent uuid the
+  // source's, read-only or not), its own copy of the source's root block.
+  // Root refs, the directory entry and the UUID tree are the caller's.
+  Status SnapshotTree(uint64_t src, uint64_t new_id, bool read_only, const uint8_t (&uuid)[format::kUuidSize]);
+
   // tree::BlockAllocator
   Result<uint64_t> AllocTreeBlock(uint64_t owner, int level) override;
   Status FreeTreeBlock(uint64_t bytenr, uint64_t owner, int level, bool created_here) override;
-  // A committed block with full backrefs leaves its tree: its children's
-  // references keyed by it as parent move to references keyed by the tree
-  // (full_backref.cc).
+  // Tree `owner` stops pointing at committed block b (copied, or its
+  // pointers merged into another block): the references of b's children
+  // follow the kernel's rules for shared blocks (shared_cow.cc).
   Status RetireCommitted(const tree::TreeBlock& b, uint64_t owner) override;
 
   const TxnStats& stats() const { return stats_; }
@@ -84,21 +91,47 @@ class TxnManager final : public tree::BlockAllocator {
   Status LoadBlockGroups();
   Status ExcludeSuperStripes();
   Status CheckFreeSpaceTree();
-  Status RunDelayedRefs(bool* changed);
-  Status ApplyTreeRef(uint64_t bytenr, int delta, uint64_t owner, int level);
-  Status ApplyDataRef(const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>& ref, int delta);
-  // full_backref.cc: a SHARED_DATA_REF (bytenr, num_bytes, parent) dropped
-  // `-delta` times; a tree block's SHARED_BLOCK_REF moved to a TREE_BLOCK_REF.
-  Status ApplySharedDataRef(const std::tuple<uint64_t, uint64_t, uint64_t>& ref, int delta);
-  struct RefMove {
-    uint64_t parent = 0;  // the SHARED_BLOCK_REF's parent
-    uint64_t root = 0;    // the TREE_BLOCK_REF's root
-    int level = 0;
+  // ---- Delayed references (delayed_refs.cc) ----
+  // One back reference of an extent: TREE_BLOCK_REF (a = root),
+  // SHARED_BLOCK_REF (a = parent), EXTENT_DATA_REF (a = root, ino, off) or
+  // SHARED_DATA_REF (a = parent).
+  struct RefId {
+    uint8_t type = 0;
+    uint64_t a = 0, ino = 0, off = 0;
+    auto operator<=>(const RefId&) const = default;
   };
-  Status MoveTreeRef(uint64_t bytenr, const RefMove& move);
+  // The net reference changes of one extent in the running transaction.
+  struct PendingExtent {
+    bool tree = false;
+    bool fresh = false;       // allocated in this transaction: no extent item yet
+    int64_t base_refs = -1;   // committed tree block: its refs when first touched (-1: not known)
+    uint64_t num_bytes = 0;   // data: the EXTENT_ITEM's length
+    int level = 0;            // tree: the METADATA_ITEM's level
+    uint64_t set_flags = 0;
+    std::map<RefId, int64_t> refs;
+  };
+  void QueueRef(uint64_t bytenr, bool tree, uint64_t size_or_level, const RefId& r, int64_t delta);
+  Status RunDelayedRefs(bool* changed);
+  // Writes one extent's changes into its EXTENT_ITEM/METADATA_ITEM and its
+  // keyed ref items; an extent left with no reference is deleted (and a data
+  // extent's space and checksums released).
+  Status ApplyExtent(uint64_t bytenr, const PendingExtent& p);
+  Status CreateExtent(uint64_t bytenr, const PendingExtent& p);
   // Deletes a tree block's METADATA_ITEM and any keyed ref items of it.
   Status DeleteTreeBlockItems(uint64_t bytenr, int level);
-  Status NoteExtentItemForCow(const format::Key& k, uint64_t flags);
+  // A committed tree block shared between trees or referenced by parent:
+  // its reference count and flags now (shared_cow.cc).
+  struct BlockInfo {
+    int64_t refs = 1;
+    uint64_t flags = 0;
+  };
+  BlockInfo InfoOf(uint64_t bytenr) const;
+  void ChangeCommittedRef(uint64_t bytenr, int level, const RefId& r, int delta);
+  // References for every pointer of committed block b (child blocks, or the
+  // data extents of its file extent items): keyed by `root`, or by b as
+  // parent when root is 0.
+  void ChangeChildRefs(const tree::TreeBlock& b, uint64_t root, int delta);
+  Status NoteExtentItemForCow(const format::Key& k, uint64_t refs, uint64_t flags);
   Status UpdateBlockGroups(bool* changed);
   Status UpdateRootItems(bool* changed);
   Status DeleteCsums(uint64_t start, uint64_t len);
@@ -112,30 +145,22 @@ class TxnManager final : public tree::BlockAllocator {
   std::unique_ptr<alloc::SpaceManager> space_;
   std::unique_ptr<tree::DirtyBlocks> dirty_;
   std::map<uint64_t, std::unique_ptr<tree::TreeWriter>> writers_;
-  // Net reference changes since the last commit. Tree blocks by bytenr:
-  // (delta, owner, level). Data by (bytenr, num_bytes, root, ino, offset).
-  struct TreeRef {
-    int delta = 0;
-    uint64_t owner = 0;
-    int level = 0;
-  };
-  std::map<uint64_t, TreeRef> tree_refs_;
-  std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>, int> data_refs_;
+  // Reference changes since the last commit, by extent bytenr.
+  std::map<uint64_t, PendingExtent> pending_;
   std::map<uint64_t, uint64_t> new_data_;     // data extents allocated this transaction: bytenr -> length
   std::set<uint64_t> dirty_groups_;           // starts of groups whose space changed
   std::map<uint64_t, uint64_t> excluded_;     // group start -> superblock-stripe bytes in it
   std::vector<std::pair<uint64_t, uint64_t>> excluded_ranges_;
   std::vector<uint64_t> freed_blocks_;        // tree blocks freed this transaction (cache invalidation)
-  // Committed tree blocks with the FULL_BACKREF flag (relocation leaves
-  // them): their children are referenced by parent (full_backref.cc).
-  std::set<uint64_t> full_backref_;
-  std::atomic<bool> any_full_backref_{false};
+  // Committed tree blocks with more than one reference (snapshots) or the
+  // FULL_BACKREF flag (snapshots, relocation), kept current as references
+  // change; every other committed block has one reference, keyed by its
+  // tree. any_shared_ is false while there are none: copy on write then
+  // needs no lookup at all.
+  std::unordered_map<uint64_t, BlockInfo> shared_info_;
+  std::atomic<bool> any_shared_{false};
   // Tree blocks whose references are items of their own (not inline).
   std::map<uint64_t, std::vector<format::Key>> tree_ref_items_;
-  // This transaction's moves of children's references (bytenr -> move) and
-  // dropped shared data refs ((bytenr, num_bytes, parent) -> delta).
-  std::map<uint64_t, RefMove> tree_ref_moves_;
-  std::map<std::tuple<uint64_t, uint64_t, uint64_t>, int> shared_data_refs_;
   TxnStats stats_;
   friend class ChunkAllocator;
   std::unique_ptr<ChunkAllocator> chunk_alloc_;

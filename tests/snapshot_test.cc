@@ -1,0 +1,379 @@
+// Snapshots the kernel made, changed by ubtrfs: tree blocks and data extents
+// shared between a subvolume and its snapshots are copied on write with the
+// kernel's reference rules, so each side changes alone, btrfs check counts
+// every reference right, and the kernel sees what ubtrfs sees.
+//
+// Needs root and working loop mounts; skipped otherwise.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "ubtrfs/filesystem.h"
+
+namespace ubtrfs_test {
+namespace {
+
+void WriteHostFile(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  f << data;
+}
+
+std::string ReadHostFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string Random(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+std::string Must(const std::vector<std::string>& argv) {
+  CommandResult r = RunCommand(argv);
+  return r.ok() ? "" : ShellJoin(argv) + ": " + r.Describe();
+}
+
+size_t CountInDump(const std::string& img, const std::string& word) {
+  CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "extent", img});
+  size_t n = 0;
+  for (size_t at = r.out.find(word); at != std::string::npos; at = r.out.find(word, at + 1)) ++n;
+  return n;
+}
+
+// The file's bytes, or the error as text.
+std::string ReadAll(ubtrfs::Filesystem& f, const std::string& path) {
+  auto id = f.Lookup(path);
+  if (!id.ok()) return path + ": " + id.status().ToString();
+  auto a = f.GetStat(*id);
+  if (!a.ok()) return path + ": " + a.status().ToString();
+  std::string out(a->size, '\0');
+  auto n = f.Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(out.data()), out.size()));
+  if (!n.ok()) return path + ": " + n.status().ToString();
+  out.resize(*n);
+  return out;
+}
+
+// The kernel's layout: subvolume /sv with small and big files in a tree of
+// several levels (4 KiB nodes), then /snap (writable) and /snap_ro
+// (read-only) snapshots of it, a snapshot of the top level, and changes to
+// /sv after the snapshots so that some blocks are shared and some not.
+struct SnapshotImage {
+  TempDir tmp{"ubtrfs-snap"};
+  std::string img = tmp.Sub("img"), mnt = tmp.Sub("mnt");
+
+  std::string Make() {
+    if (mkdir(mnt.c_str(), 0755) != 0) return "mkdir " + mnt + ": " + strerror(errno);
+    if (std::string e = RunMkfs(img, "", 4096, "crc32c", 512ull << 20); !e.empty()) return e;
+    LoopMount m;
+    if (std::string e = m.Mount(img, mnt); !e.empty()) return e;
+    if (std::string e = Must({"btrfs", "subvolume", "create", mnt + "/sv"}); !e.empty()) return e;
+    if (mkdir((mnt + "/sv/d").c_str(), 0755) != 0) return "mkdir sv/d";
+    for (int i = 0; i < 600; ++i) WriteHostFile(mnt + "/sv/d/f" + std::to_string(i), "file " + std::to_string(i));
+    for (int i = 0; i < 8; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), Random(300000, i));
+    WriteHostFile(mnt + "/top", "top file");
+    if (std::string e = Must({"sync"}); !e.empty()) return e;
+    for (const auto& argv : std::vector<std::vector<std::string>>{
+             {"btrfs", "subvolume", "snapshot", mnt + "/sv", mnt + "/snap"},
+             {"btrfs", "subvolume", "snapshot", "-r", mnt + "/sv", mnt + "/snap_ro"},
+             {"btrfs", "subvolume", "snapshot", mnt, mnt + "/topsnap"}}) {
+      if (std::string e = Must(argv); !e.empty()) return e;
+    }
+    // Unshare a little of /sv before ubtrfs sees it.
+    WriteHostFile(mnt + "/sv/d/f0", "changed by the kernel");
+    WriteHostFile(mnt + "/sv/after", Random(40000, 77));
+    return m.Unmount();
+  }
+};
+
+TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  SnapshotImage im;
+  ASSERT_EQ(im.Make(), "");
+  ASSERT_EQ(BtrfsCheck(im.img), "");
+  const size_t full_before = CountInDump(im.img, "FULL_BACKREF");
+
+  const std::string patch(4096, 'P');
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(im.img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ubtrfs::Filesystem& f = **fs;
+    ubtrfs::NewInode attrs;
+    attrs.mode = 0644;
+    // The subvolume: an overwrite inside a shared extent, a truncate, an
+    // unlink of a shared file, many unlinks and creates (splits and merges
+    // of shared leaves).
+    for (const std::string side : {"/sv", "/snap"}) {
+      auto d = f.Lookup(side + "/d");
+      ASSERT_TRUE(d.ok()) << side << ": " << d.status().ToString();
+      auto b1 = f.Lookup(side + "/big1");
+      ASSERT_TRUE(b1.ok());
+      ASSERT_TRUE(f.Write(*b1, side == "/sv" ? 8192 : 65536, Bytes(patch)).ok());
+      auto b2 = f.Lookup(side + "/big2");
+      ASSERT_TRUE(b2.ok());
+      ubtrfs::AttrChange t;
+      t.size = side == "/sv" ? 100000 : 5000;
+      ASSERT_TRUE(f.SetAttr(*b2, t).ok());
+      auto root = f.Lookup(side);
+      ASSERT_TRUE(root.ok());
+      ASSERT_TRUE(f.Unlink(*root, side == "/sv" ? "big3" : "big4").ok());
+      const int first = side == "/sv" ? 1 : 2;
+      for (int i = first; i < 600; i += 3) ASSERT_TRUE(f.Unlink(*d, "f" + std::to_string(i)).ok()) << side << i;
+      for (int i = 0; i < 300; ++i) {
+        auto c = f.Create(*d, "new" + std::to_string(i), attrs);
+        ASSERT_TRUE(c.ok()) << c.status().ToString();
+        ASSERT_TRUE(f.Write(*c, 0, Bytes(side + " " + std::to_string(i))).ok());
+      }
+    }
+    // The read-only snapshot refuses.
+    auto ro = f.Lookup("/snap_ro/d");
+    ASSERT_TRUE(ro.ok());
+    EXPECT_EQ(f.Unlink(*ro, "f5").code(), EROFS);
+    // The top-level snapshot holds the subvolumes only as empty dirs; its
+    // own file changes.
+    auto top = f.Lookup("/topsnap/top");
+    ASSERT_TRUE(top.ok()) << top.status().ToString();
+    ASSERT_TRUE(f.Write(*top, 0, Bytes(std::string("TOP"))).ok());
+    auto st = f.Commit();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  ASSERT_EQ(BtrfsCheck(im.img), "");
+  EXPECT_GT(CountInDump(im.img, "FULL_BACKREF"), full_before) << "no shared block was copied: nothing tested";
+
+  // Each side kept its own bytes.
+  {
+    auto fs = ubtrfs::Filesystem::Open(im.img);
+    ASSERT_TRUE(fs.ok());
+    std::string sv1 = Random(300000, 1), snap1 = sv1, ro1 = sv1;
+    sv1.replace(8192, patch.size(), patch);
+    snap1.replace(65536, patch.size(), patch);
+    EXPECT_TRUE(ReadAll(**fs, "/sv/big1") == sv1) << "content of " "/sv/big1";
+    EXPECT_TRUE(ReadAll(**fs, "/snap/big1") == snap1) << "content of " "/snap/big1";
+    EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big1") == ro1) << "content of " "/snap_ro/big1";
+    EXPECT_TRUE(ReadAll(**fs, "/snap/big3") == Random(300000, 3)) << "content of " "/snap/big3";
+    EXPECT_TRUE(ReadAll(**fs, "/sv/big4") == Random(300000, 4)) << "content of " "/sv/big4";
+    EXPECT_EQ(ReadAll(**fs, "/snap_ro/d/f0"), "file 0");
+    EXPECT_EQ(ReadAll(**fs, "/sv/d/f0"), "changed by the kernel");
+    EXPECT_EQ(ReadAll(**fs, "/top"), "top file");
+    EXPECT_EQ(ReadAll(**fs, "/topsnap/top"), "TOP file");
+  }
+
+  // The CLI on both sides.
+  const std::string host = im.tmp.Sub("host");
+  ASSERT_EQ(mkdir(host.c_str(), 0755), 0);
+  for (int i = 0; i < 30; ++i) WriteHostFile(host + "/h" + std::to_string(i), Random(5000 + i * 100, 500 + i));
+  for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
+           {UBTRFS_CLI_PATH, "cp", host, im.img + ":/snap/"},
+           {UBTRFS_CLI_PATH, "rm", "-r", im.img + ":/sv/d"}}) {
+    CommandResult r = RunCommand(argv);
+    EXPECT_TRUE(r.ok()) << ShellJoin(argv) << ": " << r.Describe();
+    EXPECT_EQ(BtrfsCheck(im.img), "") << "after " << ShellJoin(argv);
+  }
+
+  // The kernel sees what ubtrfs sees, writes, and ubtrfs changes it again.
+  {
+    auto fs = ubtrfs::Filesystem::Open(im.img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    LoopMount m;
+    ASSERT_EQ(m.Mount(im.img, im.mnt, "ro"), "");
+    CompareOptions opts = KernelMountCompareOptions();
+    // Where a subvolume was when the top level was snapshotted the kernel
+    // shows an empty directory stamped with the time of each lookup.
+    opts.skip_times = [](const std::string& rel) { return rel.rfind("topsnap/", 0) == 0 && rel.find('/', 8) == std::string::npos && rel != "topsnap/top"; };
+    auto mismatches = CompareTreeToImage(im.mnt, **fs, opts);
+    EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
+    EXPECT_TRUE(ReadHostFile(im.mnt + "/snap/host/h7") == Random(5700, 507)) << "content of " "/snap/host/h7";
+    EXPECT_EQ(m.Unmount(), "");
+  }
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(im.img, im.mnt), "");
+    WriteHostFile(im.mnt + "/snap/d/kernel", Random(70000, 9));
+    EXPECT_EQ(unlink((im.mnt + "/snap/big5").c_str()), 0);
+    WriteHostFile(im.mnt + "/sv/big6", "rewritten by the kernel");
+    EXPECT_EQ(m.Unmount(), "");
+  }
+  ASSERT_EQ(BtrfsCheck(im.img), "");
+  for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
+           {UBTRFS_CLI_PATH, "rm", "-r", im.img + ":/snap/d"},
+           {UBTRFS_CLI_PATH, "rm", im.img + ":/snap/big0", im.img + ":/sv/big0"}}) {
+    CommandResult r = RunCommand(argv);
+    EXPECT_TRUE(r.ok()) << ShellJoin(argv) << ": " << r.Describe();
+    EXPECT_EQ(BtrfsCheck(im.img), "") << "after " << ShellJoin(argv);
+  }
+  auto fs = ubtrfs::Filesystem::Open(im.img);
+  ASSERT_TRUE(fs.ok());
+  EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big0") == Random(300000, 0)) << "content of " "/snap_ro/big0";
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
+
+namespace ubtrfs_test {
+namespace {
+
+// Snapshots ubtrfs makes: the kernel lists them with the right parent and
+// flags, mounts them, sends the read-only one, deletes them; each side
+// changes alone and btrfs check counts every shared reference right.
+TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  TempDir tmp("ubtrfs-mksnap");
+  const std::string img = tmp.Sub("img"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 4096, "crc32c", 512ull << 20), "");
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    ASSERT_EQ(Must({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
+    ASSERT_EQ(mkdir((mnt + "/sv/d").c_str(), 0755), 0);
+    for (int i = 0; i < 500; ++i) WriteHostFile(mnt + "/sv/d/f" + std::to_string(i), "file " + std::to_string(i));
+    for (int i = 0; i < 4; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), Random(200000, i));
+    WriteHostFile(mnt + "/top", "top");
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  const std::string patch(4096, 'Q');
+  uint64_t snap_id = 0, ro_id = 0;
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ubtrfs::Filesystem& f = **fs;
+    auto sv = f.Lookup("/sv");
+    ASSERT_TRUE(sv.ok());
+    // An uncommitted change goes into the snapshot too: it is committed first.
+    auto b0 = f.Lookup("/sv/big0");
+    ASSERT_TRUE(b0.ok());
+    ASSERT_TRUE(f.Write(*b0, 0, Bytes(patch)).ok());
+    auto snap = f.CreateSnapshot(*sv, f.Root(), "snap", false);
+    ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+    auto ro = f.CreateSnapshot(*sv, f.Root(), "snap_ro", true);
+    ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+    snap_id = snap->root;
+    ro_id = ro->root;
+    EXPECT_NE(snap_id, sv->root);
+    EXPECT_EQ(f.CreateSnapshot(*sv, f.Root(), "snap", false).status().code(), EEXIST);
+    auto d = f.Lookup("/sv/d");
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(f.CreateSnapshot(*d, f.Root(), "x", false).status().code(), EINVAL);
+    auto top = f.CreateSnapshot(f.Root(), *sv, "topsnap", false);
+    ASSERT_TRUE(top.ok()) << top.status().ToString();
+    // Each side changes alone.
+    auto b1 = f.Lookup("/sv/big1");
+    ASSERT_TRUE(b1.ok());
+    ASSERT_TRUE(f.Write(*b1, 4096, Bytes(patch)).ok());
+    auto sd = f.Lookup("/snap/d");
+    ASSERT_TRUE(sd.ok()) << sd.status().ToString();
+    for (int i = 0; i < 500; i += 2) ASSERT_TRUE(f.Unlink(*sd, "f" + std::to_string(i)).ok()) << i;
+    ubtrfs::NewInode attrs;
+    attrs.mode = 0644;
+    auto c = f.Create(*sd, "in_snap", attrs);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(f.Write(*c, 0, Bytes(Random(30000, 5))).ok());
+    auto rod = f.Lookup("/snap_ro/d");
+    ASSERT_TRUE(rod.ok());
+    EXPECT_EQ(f.Unlink(*rod, "f1").code(), EROFS);
+    ASSERT_TRUE(f.Commit().ok());
+  }
+  ASSERT_EQ(BtrfsCheck(img), "");
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok());
+    std::string big0 = Random(200000, 0), big1 = Random(200000, 1), big1_sv = big1;
+    big0.replace(0, patch.size(), patch);
+    big1_sv.replace(4096, patch.size(), patch);
+    EXPECT_TRUE(ReadAll(**fs, "/snap/big0") == big0) << "content of " "/snap/big0";
+    EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big1") == big1) << "content of " "/snap_ro/big1";
+    EXPECT_TRUE(ReadAll(**fs, "/sv/big1") == big1_sv) << "content of " "/sv/big1";
+    EXPECT_EQ(ReadAll(**fs, "/sv/d/f0"), "file 0");
+    EXPECT_EQ(ReadAll(**fs, "/sv/topsnap/top"), "top");
+    auto gone = (*fs)->Lookup("/snap/d/f0");
+    EXPECT_FALSE(gone.ok());
+  }
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok());
+    CompareOptions opts = KernelMountCompareOptions();
+    // The kernel's placeholders for the subvolumes the top level held.
+    opts.skip_times = [](const std::string& rel) {
+      return rel == "sv/topsnap/sv" || rel == "sv/topsnap/snap" || rel == "sv/topsnap/snap_ro";
+    };
+    auto mismatches = CompareTreeToImage(mnt, **fs, opts);
+    EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
+    CommandResult list = RunCommand({"btrfs", "subvolume", "list", "-quR", mnt});
+    ASSERT_TRUE(list.ok()) << list.Describe();
+    CommandResult show = RunCommand({"btrfs", "subvolume", "show", mnt + "/sv"});
+    ASSERT_TRUE(show.ok()) << show.Describe();
+    const size_t at = show.out.find("UUID:");
+    ASSERT_NE(at, std::string::npos) << show.out;
+    std::string sv_uuid = show.out.substr(at + 5);
+    sv_uuid = sv_uuid.substr(sv_uuid.find_first_not_of(" \t"), 36);
+    EXPECT_NE(list.out.find("ID " + std::to_string(snap_id) + " "), std::string::npos) << list.out;
+    EXPECT_NE(list.out.find("parent_uuid " + sv_uuid), std::string::npos) << list.out;
+    CommandResult prop = RunCommand({"btrfs", "property", "get", mnt + "/snap_ro", "ro"});
+    EXPECT_NE(prop.out.find("ro=true"), std::string::npos) << prop.Describe();
+    // send of the read-only snapshot, received into a fresh file system.
+    const std::string stream = tmp.Sub("stream");
+    EXPECT_EQ(Must({"btrfs", "send", "-f", stream, mnt + "/snap_ro"}), "");
+    EXPECT_EQ(m.Unmount(), "");
+    (void)ro_id;
+    const std::string img2 = tmp.Sub("img2"), mnt2 = tmp.Sub("mnt2");
+    ASSERT_EQ(mkdir(mnt2.c_str(), 0755), 0);
+    ASSERT_EQ(RunMkfs(img2, "", 16384, "crc32c", 512ull << 20), "");
+    LoopMount m2;
+    ASSERT_EQ(m2.Mount(img2, mnt2), "");
+    EXPECT_EQ(Must({"btrfs", "receive", "-f", stream, mnt2}), "");
+    EXPECT_TRUE(ReadHostFile(mnt2 + "/snap_ro/big1") == Random(200000, 1)) << "content of " "/snap_ro/big1";
+    EXPECT_EQ(ReadHostFile(mnt2 + "/snap_ro/d/f7"), "file 7");
+    EXPECT_EQ(m2.Unmount(), "");
+  }
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "subvol=snap"), "");
+    EXPECT_TRUE(ReadHostFile(mnt + "/d/in_snap") == Random(30000, 5));
+    EXPECT_EQ(m.Unmount(), "");
+  }
+  {
+    // The kernel deletes them and frees what only they held.
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    EXPECT_EQ(Must({"btrfs", "subvolume", "delete", mnt + "/snap", mnt + "/snap_ro", mnt + "/sv/topsnap"}), "");
+    EXPECT_EQ(Must({"btrfs", "subvolume", "sync", mnt}), "");
+    EXPECT_EQ(m.Unmount(), "");
+  }
+  EXPECT_EQ(BtrfsCheck(img), "");
+  // ubtrfs changes the rest again.
+  CommandResult r = RunCommand({UBTRFS_CLI_PATH, "rm", "-r", img + ":/sv/d"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(BtrfsCheck(img), "");
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
