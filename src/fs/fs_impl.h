@@ -155,6 +155,8 @@ class FilesystemImpl final : public Filesystem {
   void set_max_dirty_bytes(uint64_t n) { max_dirty_bytes_ = n; }
   void set_compression(const CompressOptions& c) { compress_ = c; }
   const CompressOptions& compression() const { return compress_; }
+  // Data of `type` was written: its incompat flag goes in at the next commit.
+  void NoteCompressed(uint8_t type);
   // Write with ranges compressed ahead (the import's workers); the same
   // result as Write, sooner.
   Result<size_t> WritePrecompressed(InodeId file, uint64_t offset, std::span<const uint8_t> data,
@@ -881,7 +883,6 @@ class FilesystemImpl final : public Filesystem {
   Result<std::vector<DataPiece>> AllocCompressedPieces(const fs::WriteCompression& c, uint64_t start,
                                                        std::span<const uint8_t> aligned, uint64_t file_len,
                                                        std::span<const fs::Precompressed> pre, bool* mark_nocompress);
-  void NoteCompressed(uint8_t type);
   void ApplyPendingIncompat();
   // Setting (value) or removing (nullopt) the btrfs.compression property:
   // EINVAL for a bad value, else the inode's flags as the kernel sets them.
