@@ -20,9 +20,9 @@ _ubtrfs_options() {
     info) echo "$common --json" ;;
     cat|mv|chmod|chown|rmdir|put) echo "$common" ;;
     ls) echo "$common -l --json" ;;
-    cp) echo "$common --strict --no-devices --no-xattrs" ;;
+    cp) echo "$common --strict --no-devices --no-xattrs --compress" ;;
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
-    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir -f --force -q --quiet" ;;
+    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -f --force -q --quiet" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;
     stats) echo "$common --json" ;;
@@ -72,8 +72,11 @@ _ubtrfs() {
     mkfs:-r|mkfs:--rootdir)
       COMPREPLY=($(compgen -d -- "$cur"))
       return 0 ;;
+    mkfs:--compress|cp:--compress)
+      COMPREPLY=($(compgen -W "zstd zlib lzo" -- "$cur"))
+      return 0 ;;
     mount:-o|mount:--options)
-      COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= noreaddirplus writeback_cache stats nodefault_permissions debug allow_other auto_unmount" -- "$cur"))
+      COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= noreaddirplus writeback_cache stats nodefault_permissions debug compress= compress-force= allow_other auto_unmount" -- "$cur"))
       return 0 ;;
     find:-type)
       COMPREPLY=($(compgen -W "f d l c b p s" -- "$cur"))

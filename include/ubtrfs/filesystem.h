@@ -118,6 +118,69 @@ inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
 // the global metadata reserve, so it works on a metadata-full device.
 inline constexpr unsigned kRenameForDeletion = 1u << 16;
 
+// Compression of file data on write, as the kernel's compress= and
+// compress-force= mount options. Without `force`, a file whose data does not
+// compress (a 128 KiB range saving less than a sector) is marked NOCOMPRESS
+// and written plain from then on; with it every range is tried. A file's
+// btrfs.compression property ("zlib", "lzo", "zstd"; "no" or "none" turns it
+// off) and its COMPRESS/NOCOMPRESS flags take precedence as in the kernel.
+enum class CompressAlgorithm : uint8_t { kNone = 0, kZlib = 1, kLzo = 2, kZstd = 3 };
+
+struct CompressOptions {
+  CompressAlgorithm algorithm = CompressAlgorithm::kNone;
+  // 0: the algorithm's default (zlib 3, zstd 3). zlib 1..9, zstd -15..15
+  // (0 excluded); lzo has no levels.
+  int level = 0;
+  bool force = false;
+};
+
+// Parses "zstd", "zlib:9", "lzo", "zstd:-5", "no"/"none" (the kernel's
+// compress= values) into `out`, keeping out->force. Inline so that the
+// front ends need no exported symbol for it.
+inline Status ParseCompressSpec(std::string_view spec, CompressOptions* out) {
+  std::string_view alg = spec, lvl;
+  if (auto colon = spec.find(':'); colon != std::string_view::npos) {
+    alg = spec.substr(0, colon);
+    lvl = spec.substr(colon + 1);
+  }
+  const auto bad = [&](std::string_view why) {
+    return Status::Invalid("compression \"" + std::string(spec) + "\": " + std::string(why));
+  };
+  CompressOptions c;
+  c.force = out->force;
+  int lo = 0, hi = 0;
+  if (alg == "zlib") {
+    c.algorithm = CompressAlgorithm::kZlib, lo = 1, hi = 9;
+  } else if (alg == "zstd") {
+    c.algorithm = CompressAlgorithm::kZstd, lo = -15, hi = 15;
+  } else if (alg == "lzo") {
+    c.algorithm = CompressAlgorithm::kLzo;
+  } else if (alg == "no" || alg == "none") {
+    c.algorithm = CompressAlgorithm::kNone;
+  } else {
+    return bad("unknown algorithm (zlib, lzo, zstd or no)");
+  }
+  if (!lvl.empty() || spec.size() != alg.size()) {
+    if (lo == hi) return bad("this algorithm takes no level");
+    int v = 0;
+    bool neg = false;
+    size_t i = 0;
+    if (i < lvl.size() && lvl[i] == '-') neg = true, ++i;
+    if (i == lvl.size() || lvl.size() - i > 3) return bad("level must be a number");
+    for (; i < lvl.size(); ++i) {
+      if (lvl[i] < '0' || lvl[i] > '9') return bad("level must be a number");
+      v = v * 10 + (lvl[i] - '0');
+    }
+    if (neg) v = -v;
+    if (v < lo || v > hi || v == 0) {
+      return bad("level must be in " + std::to_string(lo) + ".." + std::to_string(hi) + " (not 0)");
+    }
+    c.level = v;
+  }
+  *out = c;
+  return Status::Ok();
+}
+
 struct OpenOptions {
   // Open for writing: changes join a running transaction that Commit()
   // makes durable (and the destructor commits what is left).
@@ -163,6 +226,9 @@ struct OpenOptions {
   // libblkid). Nothing outside it is read or written.
   uint64_t offset = 0;
   int partition = 0;
+  // Compress file data written through this handle (Write, and the imports
+  // of ubtrfs/import.h); see CompressOptions. Default: none, as the kernel.
+  CompressOptions compress;
 };
 
 class UBTRFS_API Filesystem {

@@ -33,7 +33,8 @@ void RegisterEdit(CLI::App& app);          // edit (edit_command.cc); the verbs:
 std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv);
 
 // `cp HOST IMAGE:PATH`: copies a host file or tree into an image.
-void CopyIn(const std::string& host, const std::string& image, const std::string& path);
+// `compress`: "" or a --compress value (ALG[:LEVEL]).
+void CopyIn(const std::string& host, const std::string& image, const std::string& path, const std::string& compress);
 // "a/b/c" -> ("a/b", "c"), ignoring trailing slashes.
 std::pair<std::string, std::string> SplitLast(std::string path);
 // Where `cp HOST IMAGE:PATH` puts HOST: inside PATH under HOST's own name

@@ -38,6 +38,7 @@ struct MkfsArgs {
   std::string label;
   std::string uuid;
   std::string rootdir;
+  std::string compress;
   bool force = false;
   bool quiet = false;
 };
@@ -142,6 +143,11 @@ void CmdMkfs(const MkfsArgs& a) {
     return Fail(msg);
   }
 
+  CompressOptions compress;
+  if (!a.compress.empty()) {
+    if (a.rootdir.empty()) return Fail("--compress needs --rootdir (it compresses the data copied in)");
+    if (Status c = ParseCompressSpec(a.compress, &compress); !c.ok()) return Fail("--compress: " + c.message());
+  }
   if (!a.rootdir.empty()) {
     struct stat rs;
     if (::stat(a.rootdir.c_str(), &rs) != 0) return Fail("--rootdir " + a.rootdir + ": " + std::strerror(errno));
@@ -222,6 +228,7 @@ void CmdMkfs(const MkfsArgs& a) {
     oo.writable = true;
     oo.node_cache_bytes = 16ull << 20;  // an import writes through the transaction, not the read cache
     oo.max_dirty_bytes = 32ull << 20;    // peak memory below mkfs.btrfs's on large trees
+    oo.compress = compress;
     PlacementInto(&oo);
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
@@ -296,6 +303,8 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_option("-r,--rootdir", args.rootdir,
                   "Copy this host directory's contents into the new filesystem (owners, modes, times, xattrs, "
                   "hard links, special files)");
+  cmd->add_option("--compress", args.compress,
+                  "Compress the --rootdir data with zlib, lzo or zstd (ALG[:LEVEL]), as mount -o compress=");
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });

@@ -173,11 +173,12 @@ void CmdCat(const std::string& image, const std::string& path) {
 }
 
 ExportOptions cp_out_options;
+std::string cp_compress;  // cp in: --compress
 
 void CmdCp(const std::string& source, const std::string& dest) {
   std::string image, path;
   if (!SplitImagePath(source, &image, &path)) {
-    if (SplitImagePath(dest, &image, &path)) return CopyIn(source, image, path);
+    if (SplitImagePath(dest, &image, &path)) return CopyIn(source, image, path, cp_compress);
     fmt::print(stderr, "ubtrfs: cp: one side must be IMAGE:PATH with IMAGE an existing image, got '{}' and '{}'\n",
                source, dest);
     SetExitCode(2);
@@ -240,6 +241,8 @@ void RegisterReadCommands(CLI::App& app) {
                "Copying out: an image entry with an invalid or duplicate name is an error, not a warning");
   cp->add_flag("--no-devices{false}", cp_out_options.devices, "Copying out: make no device nodes");
   cp->add_flag("--no-xattrs{false}", cp_out_options.xattrs, "Copying out: copy no extended attributes");
+  cp->add_option("--compress", cp_compress,
+                 "Copying in: compress file data with zlib, lzo or zstd (ALG[:LEVEL]), as mount -o compress=");
   cp->callback([] { CmdCp(source, dest); });
 }
 

@@ -17,9 +17,10 @@ void Report(const std::string& what, const Status& st) {
   SetExitCode(1);
 }
 
-std::unique_ptr<Filesystem> OpenWritable(const std::string& image) {
+std::unique_ptr<Filesystem> OpenWritable(const std::string& image, const CompressOptions& compress) {
   OpenOptions o;
   o.writable = true;
+  o.compress = compress;
   o.node_cache_bytes = 16ull << 20;  // writes go through the transaction, not the read cache
   SubvolOptionsInto(&o);
   PlacementInto(&o);
@@ -75,13 +76,20 @@ bool SplitImagePath(const std::string& arg, std::string* image, std::string* pat
   return true;
 }
 
-void CopyIn(const std::string& host, const std::string& image, const std::string& path) {
+void CopyIn(const std::string& host, const std::string& image, const std::string& path, const std::string& compress) {
+  CompressOptions co;
+  if (!compress.empty()) {
+    if (Status c = ParseCompressSpec(compress, &co); !c.ok()) {
+      fmt::print(stderr, "ubtrfs: cp: --compress: {}\n", c.message());
+      return SetExitCode(1);
+    }
+  }
   struct stat hst;
   if (::lstat(host.c_str(), &hst) != 0) {
     fmt::print(stderr, "ubtrfs: cp: {}: {}\n", host, strerror(errno));
     return SetExitCode(1);
   }
-  auto fs = OpenWritable(image);
+  auto fs = OpenWritable(image, co);
   if (!fs) return;
   auto where = CopyInTarget(*fs, host, path);
   if (!where.ok()) {

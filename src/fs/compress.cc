@@ -100,9 +100,9 @@ Status InflateZlib(std::span<const uint8_t> in, std::span<uint8_t> out) {
   return Status::Ok();
 }
 
-Result<std::vector<uint8_t>> DeflateZlib(std::span<const uint8_t> in) {
+Result<std::vector<uint8_t>> DeflateZlib(std::span<const uint8_t> in, int level) {
   z_stream s{};
-  int rc = deflateInit(&s, kZlibLevel);
+  int rc = deflateInit(&s, level != 0 ? level : kZlibLevel);
   if (rc != Z_OK) {
     return Status::Error(rc == Z_MEM_ERROR ? ENOMEM : EIO, "zlib: deflateInit failed (" + Num(rc) + ")");
   }
@@ -179,10 +179,14 @@ struct ZstdCctxDeleter {
   void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
 };
 
-Result<std::vector<uint8_t>> CompressZstd(std::span<const uint8_t> in) {
-  std::unique_ptr<ZSTD_CCtx, ZstdCctxDeleter> cctx(ZSTD_createCCtx());
+Result<std::vector<uint8_t>> CompressZstd(std::span<const uint8_t> in, int level) {
+  // One context per thread: creating one per 128 KiB extent cost more than
+  // compressing it.
+  thread_local std::unique_ptr<ZSTD_CCtx, ZstdCctxDeleter> cctx;
+  if (!cctx) cctx.reset(ZSTD_createCCtx());
   if (!cctx) return Status::Error(ENOMEM, "zstd: cannot create a compression context");
-  if (ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, kZstdLevel)) ||
+  ZSTD_CCtx_reset(cctx.get(), ZSTD_reset_session_and_parameters);
+  if (ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, level != 0 ? level : kZstdLevel)) ||
       ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_windowLog, kZstdBtrfsWindowLog))) {
     return Status::IoError("zstd: cannot set compression parameters");
   }
@@ -321,7 +325,7 @@ Status Decompress(uint8_t type, std::span<const uint8_t> in, std::span<uint8_t> 
   }
 }
 
-Result<std::vector<uint8_t>> Compress(uint8_t type, std::span<const uint8_t> in, uint32_t sectorsize) {
+Result<std::vector<uint8_t>> Compress(uint8_t type, std::span<const uint8_t> in, uint32_t sectorsize, int level) {
   if (type != kTypeZlib && type != kTypeLzo && type != kTypeZstd) {
     return Status::Unsupported("compression type " + Num(type));
   }
@@ -330,11 +334,11 @@ Result<std::vector<uint8_t>> Compress(uint8_t type, std::span<const uint8_t> in,
   }
   switch (type) {
     case kTypeZlib:
-      return DeflateZlib(in);
+      return DeflateZlib(in, level);
     case kTypeLzo:
       return CompressLzo(in, sectorsize);
     default:
-      return CompressZstd(in);
+      return CompressZstd(in, level);
   }
 }
 

@@ -50,9 +50,10 @@ Status Decompress(uint8_t type, std::span<const uint8_t> in, std::span<uint8_t> 
 // zstd level 3 with window log 17; lzo1x-1 per sector with the btrfs segment
 // framing and padding, as the kernel writes them). The result may be larger
 // than `in`; deciding whether compression is worthwhile is the caller's job.
-// Unknown type: Status::Unsupported; for lzo a bad sectorsize is
-// Status::Invalid.
-Result<std::vector<uint8_t>> Compress(uint8_t type, std::span<const uint8_t> in, uint32_t sectorsize);
+// `level` 0 is those defaults; otherwise it goes to zlib / zstd as given
+// (lzo ignores it). Unknown type: Status::Unsupported; for lzo a bad
+// sectorsize is Status::Invalid.
+Result<std::vector<uint8_t>> Compress(uint8_t type, std::span<const uint8_t> in, uint32_t sectorsize, int level = 0);
 
 }  // namespace ubtrfs::fs
 

@@ -50,6 +50,7 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
   impl->set_legacy_dir_index_batching(options.legacy_dir_index_batching);
   impl->set_dir_item_options(options.dir_item_index_after, options.dir_item_batch);
   impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));
+  impl->set_compression(options.compress);
   UB_RETURN_IF_ERROR(impl->Init(options.subvol, options.subvolid));
   if (options.writable) UB_RETURN_IF_ERROR(impl->InitWrite());
   return std::unique_ptr<Filesystem>(std::move(impl));

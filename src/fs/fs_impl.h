@@ -27,6 +27,7 @@
 #include "fs/dir_names.h"
 #include "format/superblock.h"
 #include "fs/compress.h"
+#include "fs/compress_write.h"
 #include "fs/subvolume.h"
 #include "inode/delayed_dir_items.h"
 #include "inode/delayed_index.h"
@@ -64,6 +65,21 @@ inline FileExtentItem WholeExtentItem(uint64_t transid, uint8_t type, uint64_t b
   fe.offset = 0;
   fe.num_bytes = len;
   return fe;
+}
+
+// A DIR_ITEM / XATTR_ITEM entry: the header, the name, then the data.
+inline std::vector<uint8_t> DirItemBytes(const Key& location, uint64_t transid, uint8_t type, std::string_view name,
+                                  std::string_view data) {
+  std::vector<uint8_t> b(sizeof(DirItem) + name.size() + data.size());
+  auto* di = reinterpret_cast<DirItem*>(b.data());
+  location.To(&di->location);
+  di->transid = transid;
+  di->data_len = static_cast<uint16_t>(data.size());
+  di->name_len = static_cast<uint16_t>(name.size());
+  di->type = type;
+  std::memcpy(b.data() + sizeof(DirItem), name.data(), name.size());
+  if (!data.empty()) std::memcpy(b.data() + sizeof(DirItem) + name.size(), data.data(), data.size());
+  return b;
 }
 
 inline std::string InodeName(InodeId id) {
@@ -143,6 +159,14 @@ class FilesystemImpl final : public Filesystem {
     if (batch) dir_item_options_.dir_batch = batch;
   }
   void set_max_dirty_bytes(uint64_t n) { max_dirty_bytes_ = n; }
+  void set_compression(const CompressOptions& c) { compress_ = c; }
+  const CompressOptions& compression() const { return compress_; }
+  // Data of `type` was written: its incompat flag goes in at the next commit.
+  void NoteCompressed(uint8_t type);
+  // Write with ranges compressed ahead (the import's workers); the same
+  // result as Write, sooner.
+  Result<size_t> WritePrecompressed(InodeId file, uint64_t offset, std::span<const uint8_t> data,
+                                    std::span<const fs::Precompressed> pre);
   void set_undo_device(io::UndoDevice* u) { undo_ = u; }
 
   // ---- Write side (write_ops.cc) ----
@@ -669,7 +693,8 @@ class FilesystemImpl final : public Filesystem {
   Status UnlinkImpl(InodeId dir, std::string_view name);
   Status RmdirImpl(InodeId dir, std::string_view name);
   Status RenameImpl(InodeId old_dir, std::string_view old_name, InodeId new_dir, std::string_view new_name, unsigned flags);
-  Result<size_t> WriteImpl(InodeId file, uint64_t offset, std::span<const uint8_t> data);
+  Result<size_t> WriteImpl(InodeId file, uint64_t offset, std::span<const uint8_t> data,
+                           std::span<const fs::Precompressed> pre = {});
   Status SetAttrImpl(InodeId id, const AttrChange& change);
   Status SetXattrImpl(InodeId id, std::string_view name, std::string_view value, int flags);
   Status RemoveXattrImpl(InodeId id, std::string_view name);
@@ -845,14 +870,32 @@ class FilesystemImpl final : public Filesystem {
   Status FlushDirItems(InodeId dir);
   Status MaybeIndexDir(InodeId dir, uint64_t creates);
   Status DropExtents(InodeId id, uint64_t start, uint64_t end, int64_t* nbytes_delta);
-  Status WriteInline(InodeId id, std::span<const uint8_t> content);
+  // `content` is the file's data, or its compressed form (`compression`)
+  // of `ram_bytes` bytes.
+  Status WriteInline(InodeId id, std::span<const uint8_t> content, uint64_t ram_bytes = 0,
+                     uint8_t compression = kCompressNone);
   Status WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> aligned, bool csum, int64_t* nbytes_delta);
   struct DataPiece {
     uint64_t file_off, data_pos, bytenr, len;
+    uint8_t compression = kCompressNone;  // else `zdata` goes to disk in place of data[data_pos, +len)
+    std::vector<uint8_t> zdata;
   };
   Result<std::vector<DataPiece>> AllocPieces(uint64_t start, std::span<const uint8_t> aligned);
   Status WritePieces(InodeId id, const std::vector<DataPiece>& pieces, std::span<const uint8_t> aligned, bool csum,
                      int64_t* nbytes_delta);
+  // Compression on write (compress_write.cc).
+  Result<fs::WriteCompression> CompressionFor(InodeId id, const InodeItem& ii);
+  // As AllocPieces, with ranges compressed where worth it; `file_len` is
+  // the file's size less `start`; `pre` ranges already compressed.
+  Result<std::vector<DataPiece>> AllocCompressedPieces(const fs::WriteCompression& c, uint64_t start,
+                                                       std::span<const uint8_t> aligned, uint64_t file_len,
+                                                       std::span<const fs::Precompressed> pre, bool* mark_nocompress);
+  void ApplyPendingIncompat();
+  // Setting (value) or removing (nullopt) the btrfs.compression property:
+  // EINVAL for a bad value, else the inode's flags as the kernel sets them.
+  Status CheckCompressionProperty(std::string_view name, std::optional<std::string_view> value, InodeItem* ii);
+  // A new inode takes its directory's property, as the kernel's inherited props.
+  Status InheritCompressionProperty(InodeId dir, InodeId child);
   Status TruncateLocked(InodeId id, uint64_t new_size);
   Result<bool> IsAncestor(InodeId maybe_ancestor, InodeId dir);
   Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
@@ -932,6 +975,8 @@ class FilesystemImpl final : public Filesystem {
   bool legacy_batching_ = false;  // OpenOptions::legacy_dir_index_batching
   inode::DelayedDirItems::Options dir_item_options_;  // OpenOptions::dir_item_*
   uint64_t max_dirty_bytes_ = 256ull << 20;  // OpenOptions::max_dirty_bytes
+  CompressOptions compress_;                  // OpenOptions::compress
+  std::atomic<uint64_t> pending_incompat_{0};  // compression incompat flags for the next commit
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume
   // The open-inode cache (a radix tree per subvolume, inode/inode_cache.h):
   // inode items read or changed recently. Changed ones are dirty until

@@ -269,7 +269,9 @@ struct HostNode {
 
 struct Extra {
   std::vector<std::pair<std::string, std::string>> xattrs;
-  std::string inline_data;         // inline file content or symlink target
+  std::string inline_data;         // inline file content (compressed: inline_compression) or symlink target
+  uint8_t inline_compression = 0;
+  bool nocompress = false;         // data did not compress: the inode gets NOCOMPRESS
   std::vector<uint32_t> children;  // directories: entries in name order
   std::vector<uint32_t> links;     // further hard links (nodes with link_of)
   bool deferred_data = false;      // data through the write path later
@@ -323,6 +325,8 @@ class BulkImporter {
     auto t = fs_.BulkBegin(dest);
     if (!t.ok() && t.status().code() == ENOTEMPTY) return false;
     UB_ASSIGN_OR_RETURN(t_, std::move(t));
+    // The directory's property is not looked up: a new image has none.
+    zc_ = ChooseCompression(fs_.compression(), t_.inode_flags, 0);
     next_ino_ = t_.first_ino;
     {
       int fd = ::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -449,7 +453,9 @@ class BulkImporter {
   // at once, on two threads for a large directory.
   struct Probe {
     struct stat st {};
-    std::string data;  // inline file content or symlink target
+    std::string data;  // inline file content (compressed: compression) or symlink target
+    uint8_t compression = 0;
+    bool nocompress = false;
     std::vector<std::pair<std::string, std::string>> xattrs;
     bool deferred_data = false;
     Status status;
@@ -466,7 +472,9 @@ class BulkImporter {
     if (!all && !S_ISDIR(st.st_mode) && st.st_nlink > 1) return;
     if (S_ISREG(st.st_mode)) {
       const uint64_t size = static_cast<uint64_t>(st.st_size);
-      if (size > 0 && size <= kMaxInline && size < t_.sectorsize) {
+      // With compression a file of up to a sector may still go inline.
+      const uint64_t inline_max = zc_.on() ? t_.sectorsize : std::min<uint64_t>(kMaxInline, t_.sectorsize - 1);
+      if (size > 0 && size <= inline_max) {
         p->data.assign(size, '\0');
         int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
@@ -484,6 +492,19 @@ class BulkImporter {
         if (static_cast<size_t>(got) != p->data.size()) {
           p->data.clear();
           p->deferred_data = true;  // changed under us: the write path copies what is there
+        } else if (zc_.on()) {
+          // Here, on the probing threads, as the write path would decide.
+          bool failed = false;
+          auto z = CompressInline(zc_, std::span(reinterpret_cast<const uint8_t*>(p->data.data()), p->data.size()),
+                                  t_.sectorsize, kMaxInline, &failed);
+          p->nocompress = failed && !zc_.force;
+          if (z) {
+            p->data.assign(z->begin(), z->end());
+            p->compression = zc_.type;
+          } else if (size > kMaxInline || size >= t_.sectorsize) {
+            p->data.clear();
+            p->deferred_data = true;  // a plain regular extent, through the write path
+          }
         }
       } else if (size > 0) {
         p->deferred_data = true;
@@ -553,9 +574,12 @@ class BulkImporter {
       if (p.deferred_data) {
         ExtraOf(id).deferred_data = true;
       } else if (!p.data.empty()) {
-        stats_->bytes += p.data.size();
+        stats_->bytes += n.size;
         ExtraOf(id).inline_data = std::move(p.data);
+        ExtraOf(id).inline_compression = p.compression;
+        if (p.compression) fs_.NoteCompressed(p.compression);
       }
+      if (p.nocompress) ExtraOf(id).nocompress = true;
     } else if (S_ISLNK(st.st_mode)) {
       ++stats_->symlinks;
       if (p.data.empty()) return Status::Error(ENOENT, path + ": empty symlink target");
@@ -650,7 +674,7 @@ class BulkImporter {
       const dev_t rdev = static_cast<dev_t>(n.rdev);
       ii.rdev = (uint64_t{major(rdev)} << 20) | minor(rdev);
     }
-    ii.flags = t_.inode_flags;
+    ii.flags = t_.inode_flags | (x && x->nocompress ? format::kInodeNocompress : 0);
     SetTs(ii.atime, n.atime);
     SetTs(ii.mtime, n.mtime);
     SetTs(ii.ctime, n.ctime);
@@ -664,7 +688,7 @@ class BulkImporter {
       ii.size = dir_size;
     } else if (has_inline || !(x && x->deferred_data)) {
       ii.size = n.size;
-      ii.nbytes = has_inline ? x->inline_data.size() : 0;
+      ii.nbytes = has_inline ? n.size : 0;
     }  // deferred data: size 0 until the write path adds the data
     const auto* ib = reinterpret_cast<const uint8_t*>(&ii);
     UB_RETURN_IF_ERROR(Add(Key{n.ino, format::kInodeItemKey, 0}, std::vector<uint8_t>(ib, ib + sizeof ii)));
@@ -721,8 +745,8 @@ class BulkImporter {
       std::vector<uint8_t> item(format::kFileExtentInlineDataStart + x->inline_data.size());
       auto* fe = reinterpret_cast<format::FileExtentItem*>(item.data());
       fe->generation = t_.transid;
-      fe->ram_bytes = x->inline_data.size();
-      fe->compression = format::kCompressNone;
+      fe->ram_bytes = x->inline_compression ? n.size : x->inline_data.size();
+      fe->compression = x->inline_compression;
       fe->type = format::kFileExtentInline;
       std::memcpy(item.data() + format::kFileExtentInlineDataStart, x->inline_data.data(), x->inline_data.size());
       UB_RETURN_IF_ERROR(Add(Key{n.ino, format::kExtentDataKey, 0}, std::move(item)));
@@ -749,6 +773,7 @@ class BulkImporter {
   ImportStats* stats_;
   InodeId dest_;
   fsimpl::FilesystemImpl::BulkTarget t_;
+  WriteCompression zc_;  // for the new files (inline data here, the rest in the write path)
   std::vector<HostNode> nodes_;
   std::vector<Extra> extras_;
   std::vector<uint32_t> top_;  // entries of the destination directory

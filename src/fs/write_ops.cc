@@ -632,6 +632,7 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   // anything else changed.
   UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), &ii, dir_rec.get()));
   CacheInode(id, ii);
+  if (parent.flags.get() & kInodeCompress) UB_RETURN_IF_ERROR(InheritCompressionProperty(dir, id));
   if (S_ISLNK(mode)) {
     UB_RETURN_IF_ERROR(WriteInline(id, std::span(reinterpret_cast<const uint8_t*>(symlink_target.data()), symlink_target.size())));
     UB_ASSIGN_OR_RETURN(InodeItem li, LoadInode(id));
@@ -872,13 +873,14 @@ Status FilesystemImpl::DropExtents(InodeId id, uint64_t start, uint64_t end, int
   return Status::Ok();
 }
 
-Status FilesystemImpl::WriteInline(InodeId id, std::span<const uint8_t> content) {
+Status FilesystemImpl::WriteInline(InodeId id, std::span<const uint8_t> content, uint64_t ram_bytes,
+                                   uint8_t compression) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
   std::vector<uint8_t> item(kFileExtentInlineDataStart + content.size());
   auto* fe = reinterpret_cast<FileExtentItem*>(item.data());
   fe->generation = txn_->transid();
-  fe->ram_bytes = content.size();
-  fe->compression = kCompressNone;
+  fe->ram_bytes = compression != kCompressNone ? ram_bytes : content.size();
+  fe->compression = compression;
   fe->type = kFileExtentInline;
   std::memcpy(item.data() + kFileExtentInlineDataStart, content.data(), content.size());
   return w->Insert(Key{id.ino, kExtentDataKey, 0}, item);
@@ -926,10 +928,18 @@ Status FilesystemImpl::WritePieces(InodeId id, const std::vector<DataPiece>& pie
                                    bool csum, int64_t* nbytes_delta) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
   for (const DataPiece& p : pieces) {
-    UB_RETURN_IF_ERROR(txn_->WriteData(p.bytenr, data.subspan(p.data_pos, p.len), csum));
-    const FileExtentItem fe = WholeExtentItem(txn_->transid(), kFileExtentReg, p.bytenr, p.len);
+    FileExtentItem fe = WholeExtentItem(txn_->transid(), kFileExtentReg, p.bytenr, p.len);
+    if (p.compression != kCompressNone) {
+      // Checksums cover the compressed bytes as they lie on disk.
+      UB_RETURN_IF_ERROR(txn_->WriteData(p.bytenr, p.zdata, csum));
+      fe.compression = p.compression;
+      fe.disk_num_bytes = p.zdata.size();
+      NoteCompressed(p.compression);
+    } else {
+      UB_RETURN_IF_ERROR(txn_->WriteData(p.bytenr, data.subspan(p.data_pos, p.len), csum));
+    }
     UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, p.file_off}, AsBytes(fe)));
-    UB_RETURN_IF_ERROR(txn_->AddDataRef(p.bytenr, p.len, id.root, id.ino, p.file_off));
+    UB_RETURN_IF_ERROR(txn_->AddDataRef(p.bytenr, fe.disk_num_bytes.get(), id.root, id.ino, p.file_off));
     *nbytes_delta += static_cast<int64_t>(p.len);
   }
   return Status::Ok();
@@ -941,7 +951,8 @@ Status FilesystemImpl::WriteRegular(InodeId id, uint64_t start, std::span<const 
   return WritePieces(id, pieces, data, csum, nbytes_delta);
 }
 
-Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::span<const uint8_t> data) {
+Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::span<const uint8_t> data,
+                                         std::span<const fs::Precompressed> pre) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(file));
@@ -957,7 +968,26 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
   UB_ASSIGN_OR_RETURN(auto first, tree::LookupItem(vol_->source(), tree, Key{file.ino, kExtentDataKey, 0}));
   const bool has_inline = first && first->size() >= kFileExtentInlineDataStart &&
                           reinterpret_cast<const FileExtentItem*>(first->data())->type == kFileExtentInline;
-  if (new_size <= kMaxInline && new_size < ss) {
+  UB_ASSIGN_OR_RETURN(const fs::WriteCompression zc, CompressionFor(file, ii));
+  bool mark_nocompress = false;
+  std::optional<std::vector<uint8_t>> zinline;
+  std::vector<uint8_t> content;
+  if (zc.on() && new_size <= ss) {
+    // The whole file is rewritten; at one sector at most it may become a
+    // compressed inline extent (compressing costs nothing on disk yet).
+    content.assign(new_size, 0);
+    UB_RETURN_IF_ERROR(Read(file, 0, std::span(content).subspan(0, old_size)).status());
+    std::memcpy(content.data() + offset, data.data(), data.size());
+    bool failed = false;
+    zinline = fs::CompressInline(zc, content, ss, kMaxInline, &failed);
+    if (failed && !zc.force && !zc.by_property) mark_nocompress = true;
+  }
+  if (zinline) {
+    UB_RETURN_IF_ERROR(DropExtents(file, 0, UINT64_MAX, &nbytes_delta));
+    UB_RETURN_IF_ERROR(WriteInline(file, *zinline, new_size, zc.type));
+    NoteCompressed(zc.type);
+    nbytes_delta += static_cast<int64_t>(new_size);
+  } else if (new_size <= kMaxInline && new_size < ss) {
     std::vector<uint8_t> content(new_size, 0);
     UB_RETURN_IF_ERROR(Read(file, 0, std::span(content).subspan(0, old_size)).status());
     std::memcpy(content.data() + offset, data.data(), data.size());
@@ -972,7 +1002,8 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
       UB_RETURN_IF_ERROR(Read(file, a, std::span(buf).subspan(0, std::min(b, old_size) - a)).status());
     }
     std::memcpy(buf.data() + (offset - a), data.data(), data.size());
-    auto pieces = AllocPieces(a, buf);
+    // Files of one sector were tried above (inline or nothing).
+    auto pieces = zc.on() && new_size > ss ? AllocCompressedPieces(zc, a, buf, new_size - a, pre, &mark_nocompress) : AllocPieces(a, buf);
     if (!pieces.ok()) {
       t_clean_failure = true;  // nothing changed yet
       return pieces.status();
@@ -983,6 +1014,8 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
   UB_ASSIGN_OR_RETURN(ii, LoadInode(file));
   ii.size = new_size;
   ii.nbytes = static_cast<uint64_t>(static_cast<int64_t>(ii.nbytes.get()) + nbytes_delta);
+  // Data that did not compress: the kernel stops trying for this file.
+  if (mark_nocompress) ii.flags = ii.flags.get() | kInodeNocompress;
   const Time now = Now();
   SetTime(ii.mtime, now);
   SetTime(ii.ctime, now);
@@ -1113,8 +1146,11 @@ Status FilesystemImpl::SetXattrImpl(InodeId id, std::string_view name, std::stri
     return Status::Error(E2BIG, "xattr " + std::string(name) + " of " + std::to_string(value.size()) + " bytes does not fit");
   }
   out.insert(out.end(), mine.begin(), mine.end());
+  UB_RETURN_IF_ERROR(CheckCompressionProperty(name, value, &ii));
+  const uint64_t prop_flags = ii.flags.get();
   UB_RETURN_IF_ERROR(PutXattrItem(id, key, std::move(out)));
   UB_ASSIGN_OR_RETURN(ii, LoadInode(id));
+  ii.flags = prop_flags;
   SetTime(ii.ctime, Now());
   return StoreInode(id, ii);
 }
@@ -1139,6 +1175,7 @@ Status FilesystemImpl::RemoveXattrImpl(InodeId id, std::string_view name) {
     out.insert(out.end(), b.begin(), b.end());
   }
   if (!found) return Status::Error(ENODATA, std::string(name) + ": no such xattr");
+  UB_RETURN_IF_ERROR(CheckCompressionProperty(name, std::nullopt, &ii));
   UB_RETURN_IF_ERROR(PutXattrItem(id, key, std::move(out)));
   SetTime(ii.ctime, Now());
   return StoreInode(id, ii);
@@ -1156,6 +1193,7 @@ Status FilesystemImpl::CommitImpl() {
   UB_RETURN_IF_ERROR(dir_items_->FlushAll(queued_dir_items_inserter_));
   UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
   UB_RETURN_IF_ERROR(FlushInodes());
+  ApplyPendingIncompat();
   UB_RETURN_IF_ERROR(txn_->Commit());
   if (undo_ != nullptr) undo_->Forget();  // what the commit made durable stays
   const txn::TxnStats& after = txn_->stats();
@@ -1268,6 +1306,11 @@ Result<size_t> FilesystemImpl::Write(InodeId file, uint64_t offset, std::span<co
   static stats::Histogram& latency = stats::GetHistogram("op.write", "ns");
   stats::ScopedTimer timer(latency);
   return ChangeIn(file, kItemsPerOp + data.size() / (1 << 20), [&] { return WriteImpl(file, offset, data); });
+}
+
+Result<size_t> FilesystemImpl::WritePrecompressed(InodeId file, uint64_t offset, std::span<const uint8_t> data,
+                                                  std::span<const fs::Precompressed> pre) {
+  return ChangeIn(file, kItemsPerOp + data.size() / (1 << 20), [&] { return WriteImpl(file, offset, data, pre); });
 }
 
 Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {

@@ -50,6 +50,7 @@ struct Parsed {
   std::vector<std::string> fuse_options;  // passed through to libfuse
   std::string subvol;                     // subvol=, subvolid= (OpenOptions)
   uint64_t subvolid = 0;
+  CompressOptions compress;               // compress=, compress-force=
 };
 
 bool ParseSeconds(const std::string& text, double* out) {
@@ -127,6 +128,13 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         errno = 0;
         p->subvolid = std::strtoull(val.c_str(), &end, 10);
         if (errno || val.empty() || *end || val[0] == '-') return *error = "bad subvolid '" + val + "'", false;
+      } else if (key == "compress" || key == "compress-force") {
+        // As the kernel: a bare compress means zlib; the last one given wins.
+        CompressOptions c;
+        c.force = key == "compress-force";
+        Status s = ParseCompressSpec(has_val ? val : "zlib", &c);
+        if (!s.ok()) return *error = s.message(), false;
+        p->compress = c;
       } else if (opt == "stats") {
         p->stats = true;
       } else if (opt == "debug") {
@@ -264,6 +272,7 @@ int RunMount(const MountConfig& cfg) {
   oo.writable = !p.read_only;
   oo.subvol = p.subvol;
   oo.subvolid = p.subvolid;
+  oo.compress = p.compress;
   oo.offset = cfg.offset;
   oo.partition = cfg.partition;
   auto opened = Filesystem::Open(cfg.image, oo);
