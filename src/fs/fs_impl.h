@@ -139,9 +139,6 @@ inline Status SeekFileExtent(tree::Cursor& c, InodeId file, uint64_t offset) {
   return Status::Ok();
 }
 
-// A DIR_ITEM/DIR_INDEX/XATTR_ITEM body: the header, the name, the data.
-std::vector<uint8_t> DirItemBytes(const format::Key& location, uint64_t transid, uint8_t type, std::string_view name,
-                                  std::string_view data);
 // A new entry's name: 1-255 bytes, no '/' or NUL, not "." or "..".
 Status CheckName(std::string_view name);
 

@@ -99,20 +99,6 @@ Result<std::optional<uint64_t>> TakeBackRef(std::vector<uint8_t>& item, uint64_t
 
 }  // namespace
 
-std::vector<uint8_t> DirItemBytes(const Key& location, uint64_t transid, uint8_t type, std::string_view name,
-                                  std::string_view data) {
-  std::vector<uint8_t> b(sizeof(DirItem) + name.size() + data.size());
-  auto* di = reinterpret_cast<DirItem*>(b.data());
-  location.To(&di->location);
-  di->transid = transid;
-  di->data_len = static_cast<uint16_t>(data.size());
-  di->name_len = static_cast<uint16_t>(name.size());
-  di->type = type;
-  std::memcpy(b.data() + sizeof(DirItem), name.data(), name.size());
-  if (!data.empty()) std::memcpy(b.data() + sizeof(DirItem) + name.size(), data.data(), data.size());
-  return b;
-}
-
 Status CheckName(std::string_view name) {
   if (name.empty() || name.size() > kMaxNameLen) {
     return Status::Error(ENAMETOOLONG, "bad name length " + std::to_string(name.size()));
