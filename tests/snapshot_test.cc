@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -373,6 +374,142 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
   CommandResult r = RunCommand({UBTRFS_CLI_PATH, "rm", "-r", img + ":/sv/d"});
   EXPECT_TRUE(r.ok()) << r.Describe();
   EXPECT_EQ(BtrfsCheck(img), "");
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
+
+namespace ubtrfs_test {
+namespace {
+
+uint64_t UsedBytes(const std::string& img) {
+  auto fs = ubtrfs::Filesystem::Open(img);
+  if (!fs.ok()) return 0;
+  auto st = (*fs)->StatFs();
+  return st.ok() ? st->used_bytes : 0;
+}
+
+// Subvolumes ubtrfs creates, lists and deletes: the kernel lists the same
+// ids and paths, deleting a subvolume whose blocks a snapshot shares keeps
+// the snapshot whole, and deleting the last holder gives the space back.
+TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  TempDir tmp("ubtrfs-subvols");
+  const std::string img = tmp.Sub("img"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 4096, "crc32c", 512ull << 20), "");
+  const uint64_t used_empty = UsedBytes(img);
+  uint64_t a_id = 0, snap_id = 0, nested_id = 0;
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ubtrfs::Filesystem& f = **fs;
+    ubtrfs::NewInode attrs;
+    attrs.mode = 0750;
+    attrs.uid = 1234;
+    auto a = f.CreateSubvolume(f.Root(), "a", attrs);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    a_id = a->root;
+    EXPECT_EQ(f.CreateSubvolume(f.Root(), "a", attrs).status().code(), EEXIST);
+    attrs.mode = 0644;
+    auto d = f.Mkdir(*a, "d", ubtrfs::NewInode{0755});
+    ASSERT_TRUE(d.ok());
+    for (int i = 0; i < 400; ++i) {
+      auto c = f.Create(*d, "f" + std::to_string(i), attrs);
+      ASSERT_TRUE(c.ok());
+      ASSERT_TRUE(f.Write(*c, 0, Bytes(i % 40 == 0 ? Random(100000, i) : "small " + std::to_string(i))).ok());
+    }
+    auto nested = f.CreateSubvolume(*d, "nested", attrs);
+    ASSERT_TRUE(nested.ok()) << nested.status().ToString();
+    nested_id = nested->root;
+    auto nf = f.Create(*nested, "in_nested", attrs);
+    ASSERT_TRUE(nf.ok());
+    ASSERT_TRUE(f.Write(*nf, 0, Bytes(std::string("nested"))).ok());
+    auto snap = f.CreateSnapshot(*a, f.Root(), "a_snap", false);
+    ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+    snap_id = snap->root;
+
+    auto list = f.ListSubvolumes();
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+    std::map<uint64_t, std::string> paths;
+    for (const auto& s : *list) paths[s.id] = s.path;
+    EXPECT_EQ(paths[a_id], "a");
+    EXPECT_EQ(paths[nested_id], "a/d/nested");
+    EXPECT_EQ(paths[snap_id], "a_snap");
+    for (const auto& s : *list) {
+      if (s.id == snap_id) {
+        bool same = true;
+        for (const auto& o : *list) if (o.id == a_id) same = o.uuid == s.parent_uuid;
+        EXPECT_TRUE(same) << "the snapshot's parent uuid is a's uuid";
+      }
+      if (s.id == nested_id) EXPECT_EQ(s.parent_id, a_id);
+    }
+    // a holds nested: not deletable yet.
+    EXPECT_EQ(f.DeleteSubvolume(f.Root(), "a").code(), ENOTEMPTY);
+    EXPECT_EQ(f.DeleteSubvolume(*a, "d").code(), EINVAL);
+    ASSERT_TRUE(f.DeleteSubvolume(*d, "nested").ok());
+    // The snapshot changes; then a, which shares its blocks, goes.
+    auto sd = f.Lookup("/a_snap/d");
+    ASSERT_TRUE(sd.ok());
+    for (int i = 0; i < 400; i += 3) ASSERT_TRUE(f.Unlink(*sd, "f" + std::to_string(i)).ok());
+    ASSERT_TRUE(f.Commit().ok());
+    ASSERT_TRUE(f.DeleteSubvolume(f.Root(), "a").ok());
+    EXPECT_FALSE(f.Lookup("/a").ok());
+  }
+  ASSERT_EQ(BtrfsCheck(img), "");
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok());
+    EXPECT_EQ(ReadAll(**fs, "/a_snap/d/f1"), "small 1");
+    EXPECT_TRUE(ReadAll(**fs, "/a_snap/d/f40") == Random(100000, 40)) << "content of /a_snap/d/f40";
+    EXPECT_FALSE((*fs)->Lookup("/a_snap/d/f3").ok());
+    auto list = (*fs)->ListSubvolumes();
+    ASSERT_TRUE(list.ok());
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_EQ((*list)[0].id, snap_id);
+  }
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    CommandResult list = RunCommand({"btrfs", "subvolume", "list", mnt});
+    ASSERT_TRUE(list.ok()) << list.Describe();
+    EXPECT_NE(list.out.find("ID " + std::to_string(snap_id) + " "), std::string::npos) << list.out;
+    EXPECT_NE(list.out.find("path a_snap"), std::string::npos) << list.out;
+    EXPECT_EQ(list.out.find("path a\n"), std::string::npos) << list.out;
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok());
+    CompareOptions opts = KernelMountCompareOptions();
+    opts.skip_times = [](const std::string& rel) { return rel == "a_snap/d/nested"; };  // the kernel's placeholder
+    auto mismatches = CompareTreeToImage(mnt, **fs, opts);
+    EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
+    // The kernel makes one, and ubtrfs deletes it.
+    EXPECT_EQ(Must({"btrfs", "subvolume", "create", mnt + "/k"}), "");
+    WriteHostFile(mnt + "/k/file", Random(50000, 3));
+    EXPECT_EQ(m.Unmount(), "");
+  }
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok());
+    ASSERT_TRUE((*fs)->DeleteSubvolume((*fs)->Root(), "k").ok());
+    ASSERT_TRUE((*fs)->DeleteSubvolume((*fs)->Root(), "a_snap").ok());
+  }
+  ASSERT_EQ(BtrfsCheck(img), "");
+  // Every data extent and every tree block the subvolumes held is free
+  // again (the trees ubtrfs keeps, e.g. the UUID tree, may hold a block more).
+  const uint64_t used_end = UsedBytes(img);
+  EXPECT_LE(used_end, used_empty + 8 * 4096) << "empty " << used_empty << " end " << used_end;
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    CommandResult list = RunCommand({"btrfs", "subvolume", "list", mnt});
+    EXPECT_EQ(list.out, "") << list.Describe();
+    EXPECT_EQ(m.Unmount(), "");
+  }
 }
 
 }  // namespace

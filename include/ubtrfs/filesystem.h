@@ -13,6 +13,7 @@
 #ifndef UBTRFS_FILESYSTEM_H_
 #define UBTRFS_FILESYSTEM_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -231,6 +232,18 @@ struct OpenOptions {
   CompressOptions compress;
 };
 
+// One subvolume or snapshot, as `btrfs subvolume list` shows it.
+struct SubvolumeInfo {
+  uint64_t id = 0;
+  uint64_t parent_id = 0;  // the subvolume holding its entry; 0 for the top level (5)
+  uint64_t dir_ino = 0;    // the directory of that entry, in the parent
+  std::string path;        // from the top level, without a leading slash ("" for the top level)
+  std::array<uint8_t, 16> uuid{}, parent_uuid{}, received_uuid{};
+  uint64_t generation = 0, ctransid = 0, otransid = 0;
+  Time ctime, otime;
+  bool read_only = false;
+};
+
 class UBTRFS_API Filesystem {
  public:
   static Result<std::unique_ptr<Filesystem>> Open(const std::string& path, const OpenOptions& options = {});
@@ -329,6 +342,27 @@ class UBTRFS_API Filesystem {
   virtual Result<InodeId> CreateSnapshot(InodeId subvol, InodeId dir, std::string_view name, bool read_only) {
     (void)subvol, (void)dir, (void)name, (void)read_only;
     return Status::Error(95 /* EOPNOTSUPP */, "snapshots are not supported here");
+  }
+  // A new, empty subvolume `name` in directory `dir` (`btrfs subvolume
+  // create`); its top directory takes attrs' mode, uid and gid. Committed
+  // when the call returns.
+  virtual Result<InodeId> CreateSubvolume(InodeId dir, std::string_view name, const NewInode& attrs) {
+    (void)dir, (void)name, (void)attrs;
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolumes are not supported here");
+  }
+  // Deletes the subvolume or snapshot whose entry is `name` in `dir`
+  // (`btrfs subvolume delete`): every block and extent only it held is
+  // freed, shared ones keep their other owners. Committed when the call
+  // returns; a crash leaves it whole or gone. EPERM for the default
+  // subvolume, EBUSY for the one this view is opened at, ENOTEMPTY when it
+  // holds other subvolumes, EINVAL when `name` is no subvolume.
+  virtual Status DeleteSubvolume(InodeId dir, std::string_view name) {
+    (void)dir, (void)name;
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolumes are not supported here");
+  }
+  // Every subvolume and snapshot but the top level, by id.
+  virtual Result<std::vector<SubvolumeInfo>> ListSubvolumes() {
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolumes are not supported here");
   }
 };
 

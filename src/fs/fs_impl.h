@@ -187,6 +187,16 @@ class FilesystemImpl final : public Filesystem {
   Result<bool> SubvolumeReadOnly(InodeId subvol) override;
   Status SetSubvolumeReadOnly(InodeId subvol, bool read_only) override;
   Result<InodeId> CreateSnapshot(InodeId subvol, InodeId dir, std::string_view name, bool read_only) override;
+  // subvolume_admin.cc
+  Result<InodeId> CreateSubvolume(InodeId dir, std::string_view name, const NewInode& attrs) override;
+  Status DeleteSubvolume(InodeId dir, std::string_view name) override;
+  Result<std::vector<SubvolumeInfo>> ListSubvolumes() override;
+  // The entry `name` in `dir` for subvolume `id` (DIR_ITEM, DIR_INDEX,
+  // ROOT_REF/ROOT_BACKREF) and its UUID tree item.
+  Status LinkSubvolume(InodeId dir, std::string_view name, uint64_t id, const uint8_t (&uuid)[16]);
+  // The next free subvolume id (never one this view deleted).
+  Result<uint64_t> NewSubvolumeId();
+  uint64_t min_subvol_id_ = 0;
 
   // ---- Bulk import of new inodes under an empty directory (import.cc) ----
   struct BulkTarget {
@@ -208,8 +218,8 @@ class FilesystemImpl final : public Filesystem {
   // Paths start at the chosen subvolume (OpenOptions::subvol / subvolid),
   // else at the default one (subvolume.cc).
   Status Init(const std::string& subvol_path, uint64_t subvolid);
-  Status InitDefault() {
-    // The kernel mounts the default subvolume; so do we.
+  // The subvolume the "default" entry of the root tree names (5 without one).
+  Result<uint64_t> DefaultSubvolumeId() {
     uint64_t subvol = kFsTreeObjectid;
     tree::Cursor c(vol_->source(), vol_->root_tree());
     const Key k{kRootTreeDirObjectid, kDirItemKey, NameHash("default")};
@@ -220,6 +230,11 @@ class FilesystemImpl final : public Filesystem {
         if (di.name == "default" && di.location.type == kRootItemKey) subvol = di.location.objectid;
       }
     }
+    return subvol;
+  }
+  Status InitDefault() {
+    // The kernel mounts the default subvolume; so do we.
+    UB_ASSIGN_OR_RETURN(const uint64_t subvol, DefaultSubvolumeId());
     UB_ASSIGN_OR_RETURN(root_, SubvolRoot(subvol));
     return GetStat(root_).status().WithContext("root directory");
   }
@@ -858,6 +873,10 @@ class FilesystemImpl final : public Filesystem {
   Status AddBackRef(tree::TreeWriter* w, const tree::RootPtr& tree, InodeId dir, std::string_view name, InodeId target,
                     uint64_t index, std::span<const uint8_t> ref);
   Status RemoveLink(InodeId dir, std::string_view name, InodeId target, bool* was_dir_entry);
+  Status DropNameFromDirItem(InodeId dir, std::string_view name);
+  // What a subvolume deletion reserves up front (its entry and refs; the
+  // drop itself frees more than it takes).
+  static constexpr uint64_t kItemsPerDeleteSubvol = 16;
   Status DropInode(InodeId id);
   Status TouchDir(InodeId dir, int64_t size_delta, inode::InodeRecord* rec = nullptr);
   Status InsertDirItem(tree::TreeWriter* w, InodeId dir, uint32_t hash, std::span<const uint8_t> entry);

@@ -505,29 +505,34 @@ Status FilesystemImpl::MaybeIndexDir(InodeId dir, uint64_t creates) {
   return Status::Ok();
 }
 
-Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId target, bool*) {
+// The name's entry out of its DIR_ITEM (names whose hashes collide share
+// the item).
+Status FilesystemImpl::DropNameFromDirItem(InodeId dir, std::string_view name) {
   UB_RETURN_IF_ERROR(FlushDirItems(dir));  // the name's DIR_ITEM may still be queued
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
-  // DIR_ITEM: drop this name from the item.
   const Key dkey{dir.ino, kDirItemKey, NameHash(name)};
   UB_ASSIGN_OR_RETURN(auto ditem, tree::LookupItem(vol_->source(), tree, dkey));
   if (!ditem) return Status::NotFound(std::string(name) + ": no such entry");
-  {
-    UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*ditem, dkey));
-    std::vector<uint8_t> rest;
-    bool found = false;
-    for (const auto& e : entries) {
-      if (e.name == name && !found) {
-        found = true;
-        continue;
-      }
-      auto b = DirItemBytes(e.location, txn_->transid(), e.type, e.name, e.data);
-      rest.insert(rest.end(), b.begin(), b.end());
+  UB_ASSIGN_OR_RETURN(auto entries, ParseDirItems(*ditem, dkey));
+  std::vector<uint8_t> rest;
+  bool found = false;
+  for (const auto& e : entries) {
+    if (e.name == name && !found) {
+      found = true;
+      continue;
     }
-    if (!found) return Status::NotFound(std::string(name) + ": no such entry");
-    UB_RETURN_IF_ERROR(rest.empty() ? w->Delete(dkey) : w->Update(dkey, rest));
+    auto b = DirItemBytes(e.location, txn_->transid(), e.type, e.name, e.data);
+    rest.insert(rest.end(), b.begin(), b.end());
   }
+  if (!found) return Status::NotFound(std::string(name) + ": no such entry");
+  return rest.empty() ? w->Delete(dkey) : w->Update(dkey, rest);
+}
+
+Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId target, bool*) {
+  UB_RETURN_IF_ERROR(DropNameFromDirItem(dir, name));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+  tree::RootPtr tree;
   // INODE_REF or INODE_EXTREF: find the name, learn its index, drop it.
   uint64_t index = 0;
   bool have_index = false;

@@ -69,3 +69,20 @@ Status TxnManager::SnapshotTree(uint64_t src, uint64_t new_id, bool read_only, c
 }
 
 }  // namespace ubtrfs::txn
+
+namespace ubtrfs::txn {
+
+Result<tree::TreeWriter*> TxnManager::CreateTree(uint64_t id, format::RootItem item, uint64_t item_offset) {
+  if (vol_->FindRoot(id).ok()) return Status::Error(EEXIST, "tree " + std::to_string(id) + " exists");
+  UB_ASSIGN_OR_RETURN(auto leaf, dirty_->New(id, 0));
+  item.bytenr = leaf->bytenr();
+  item.level = 0;
+  item.generation = transid();
+  item.generation_v2 = transid();
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, Writer(kRootTreeObjectid));
+  UB_RETURN_IF_ERROR(rootw->Insert(Key{id, kRootItemKey, item_offset},
+                                   std::span(reinterpret_cast<const uint8_t*>(&item), sizeof(item))));
+  return Writer(id);
+}
+
+}  // namespace ubtrfs::txn

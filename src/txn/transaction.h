@@ -60,6 +60,14 @@ class TxnManager final : public tree::BlockAllocator {
   // source's, read-only or not), its own copy of the source's root block.
   // Root refs, the directory entry and the UUID tree are the caller's.
   Status SnapshotTree(uint64_t src, uint64_t new_id, bool read_only, const uint8_t (&uuid)[format::kUuidSize]);
+  // A new tree `id` of one empty leaf with `item` as its ROOT_ITEM at
+  // (id, ROOT_ITEM, item_offset); bytenr, level and generations are set here.
+  Result<tree::TreeWriter*> CreateTree(uint64_t id, format::RootItem item, uint64_t item_offset);
+  // Drops committed tree `root` (drop_tree.cc): every block and data extent
+  // only it held is freed, shared ones lose its reference; its ROOT_ITEM
+  // goes. Returns the number of tree blocks freed. The tree is NotFound
+  // afterwards.
+  Result<uint64_t> DropTree(uint64_t root);
 
   // tree::BlockAllocator
   Result<uint64_t> AllocTreeBlock(uint64_t owner, int level) override;
@@ -132,6 +140,8 @@ class TxnManager final : public tree::BlockAllocator {
   // parent when root is 0.
   void ChangeChildRefs(const tree::TreeBlock& b, uint64_t root, int delta);
   Status NoteExtentItemForCow(const format::Key& k, uint64_t refs, uint64_t flags);
+  // One block of a tree being dropped, reached through `via` (drop_tree.cc).
+  Status DropBlock(uint64_t root, uint64_t bytenr, int level, uint64_t generation, const RefId& via, uint64_t* freed);
   Status UpdateBlockGroups(bool* changed);
   Status UpdateRootItems(bool* changed);
   Status DeleteCsums(uint64_t start, uint64_t len);

@@ -150,7 +150,10 @@ Result<Volume::TreeRoot*> Volume::MutableRoot(uint64_t objectid) {
   {
     std::lock_guard<std::mutex> lock(roots_mu_);
     auto it = roots_.find(objectid);
-    if (it != roots_.end()) return &it->second;
+    if (it != roots_.end()) {
+      if (it->second.deleted) return Status::NotFound("tree " + std::to_string(objectid) + " was deleted");
+      return &it->second;
+    }
   }
   tree::Cursor c(source(), root_tree());
   UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{objectid, kRootItemKey, UINT64_MAX}).WithContext("root tree"));
@@ -177,7 +180,9 @@ Result<Volume::TreeRoot*> Volume::MutableRoot(uint64_t objectid) {
 std::vector<uint64_t> Volume::LoadedRoots() {
   std::lock_guard<std::mutex> lock(roots_mu_);
   std::vector<uint64_t> out;
-  for (auto& [id, r] : roots_) out.push_back(id);
+  for (auto& [id, r] : roots_) {
+    if (!r.deleted) out.push_back(id);
+  }
   return out;
 }
 

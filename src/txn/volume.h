@@ -66,6 +66,7 @@ class Volume {
     format::Key item_key;     // where the ROOT_ITEM sits in the root tree
     uint32_t item_size = 0;   // its size on disk (v1 items are shorter)
     bool dirty = false;       // moved in the running transaction
+    bool deleted = false;     // dropped (subvolume deletion): NotFound from now on
   };
   Result<TreeRoot> FindRoot(uint64_t objectid);
   // The cached entry itself, for the transaction layer to move roots in

@@ -1,0 +1,286 @@
+// Subvolumes as `btrfs subvolume create|delete|list` manage them: the entry
+// that names a subvolume in its parent (DIR_ITEM and DIR_INDEX whose
+// location is the subvolume's ROOT_ITEM, type directory), the ROOT_REF /
+// ROOT_BACKREF pair in the root tree that carries the same name and index,
+// the UUID tree item, and the tree itself (txn/snapshot.cc creates it,
+// txn/drop_tree.cc drops it). Each call commits before it returns.
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "fs/fs_impl.h"
+#include "fs/subvolume.h"
+
+namespace ubtrfs::fsimpl {
+
+using namespace ubtrfs::format;
+
+namespace {
+
+std::vector<uint8_t> RootRefBytes(uint64_t dirid, uint64_t index, std::string_view name) {
+  std::vector<uint8_t> b(sizeof(RootRef) + name.size());
+  auto* rr = reinterpret_cast<RootRef*>(b.data());
+  rr->dirid = dirid;
+  rr->sequence = index;
+  rr->name_len = static_cast<uint16_t>(name.size());
+  std::memcpy(b.data() + sizeof(RootRef), name.data(), name.size());
+  return b;
+}
+
+Key UuidKey(const uint8_t* uuid, uint8_t type) {
+  return Key{LoadLe<uint64_t>(uuid), type, LoadLe<uint64_t>(uuid + 8)};
+}
+
+bool IsZeroUuid(const uint8_t* u) {
+  for (int i = 0; i < 16; ++i) {
+    if (u[i]) return false;
+  }
+  return true;
+}
+
+void SetNow(Timespec& ts) {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  ts.sec = static_cast<uint64_t>(now.tv_sec);
+  ts.nsec = static_cast<uint32_t>(now.tv_nsec);
+}
+
+}  // namespace
+
+// The kernel takes the next id above the largest objectid of the root tree
+// in the subvolume range; ids this view deleted are not handed out again.
+Result<uint64_t> FilesystemImpl::NewSubvolumeId() {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
+  tree::Cursor c(vol_->source(), rootw->LiveRef());
+  UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{kLastFreeObjectid, 255, UINT64_MAX}));
+  uint64_t id = kFirstFreeObjectid;
+  if (c.Valid() && c.key().objectid >= kFirstFreeObjectid) id = c.key().objectid + 1;
+  id = std::max(id, min_subvol_id_);
+  if (id >= kLastFreeObjectid) return Status::Error(ENOSPC, "no free subvolume id");
+  min_subvol_id_ = id + 1;
+  return id;
+}
+
+Status FilesystemImpl::LinkSubvolume(InodeId dir, std::string_view name, uint64_t id, const uint8_t (&uuid)[16]) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+  auto entry = DirItemBytes(Key{id, kRootItemKey, UINT64_MAX}, txn_->transid(), kFtDir, name, {});
+  const uint32_t hash = static_cast<uint32_t>(NameHash(name));
+  UB_RETURN_IF_ERROR(FlushDirItems(dir));
+  dir_items_->NoteInserted(dir.root, dir.ino, hash);
+  UB_RETURN_IF_ERROR(InsertDirItem(w, dir, hash, entry));
+  UB_ASSIGN_OR_RETURN(uint64_t index, NextDirIndex(dir));
+  UB_RETURN_IF_ERROR(w->Insert(Key{dir.ino, kDirIndexKey, index}, entry));
+  const auto ref = RootRefBytes(dir.ino, index, name);
+  UB_RETURN_IF_ERROR(rootw->Insert(Key{dir.root, kRootRefKey, id}, ref));
+  UB_RETURN_IF_ERROR(rootw->Insert(Key{id, kRootBackrefKey, dir.root}, ref));
+  UB_RETURN_IF_ERROR(TouchDir(dir, 2 * static_cast<int64_t>(name.size())));
+  // The UUID tree finds subvolumes by uuid (send/receive). An image
+  // without one gets it from the kernel's next mount, which rescans.
+  if (!vol_->FindRoot(kUuidTreeObjectid).ok()) return Status::Ok();
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
+  const Key ukey = UuidKey(uuid, kUuidKeySubvol);
+  std::vector<uint8_t> ids(8);
+  StoreLe<uint64_t>(ids.data(), id);
+  UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(vol_->source(), uw->LiveRef(), ukey));
+  if (!have) return uw->Insert(ukey, ids);
+  have->insert(have->end(), ids.begin(), ids.end());
+  return uw->Update(ukey, *have);
+}
+
+Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view name, const NewInode& attrs) {
+  return Change({dir}, 16, [&]() -> Result<InodeId> {
+    UB_RETURN_IF_ERROR(CheckName(name));
+    UB_ASSIGN_OR_RETURN(Stat dst, GetStat(dir));
+    if ((dst.mode & S_IFMT) != S_IFDIR) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
+    auto existing = LookupChild(dir, name);
+    if (existing.ok()) return Status::Error(EEXIST, std::string(name) + " exists");
+    if (existing.status().code() != ENOENT) return existing.status();
+    UB_ASSIGN_OR_RETURN(const uint64_t id, NewSubvolumeId());
+    const uint64_t transid = txn_->transid();
+    // The root item as the kernel's create_subvol fills it.
+    RootItem item{};
+    item.inode.generation = 1;
+    item.inode.size = 3;
+    item.inode.nlink = 1;
+    item.inode.nbytes = vol_->nodesize();
+    item.inode.mode = S_IFDIR | 0755;
+    item.root_dirid = kFirstFreeObjectid;
+    item.refs = 1;
+    if (getrandom(item.uuid, sizeof(item.uuid), 0) != static_cast<ssize_t>(sizeof(item.uuid))) {
+      return Status::Error(errno, "getrandom for the subvolume's uuid");
+    }
+    item.ctransid = transid;
+    item.otransid = transid;
+    SetNow(item.ctime);
+    item.otime = item.ctime;
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->CreateTree(id, item, 0));
+    // Its top directory, with the ".." back reference to itself.
+    InodeItem ii{};
+    ii.generation = transid;
+    ii.transid = transid;
+    ii.nlink = 1;
+    ii.uid = attrs.uid;
+    ii.gid = attrs.gid;
+    ii.mode = S_IFDIR | (attrs.mode & 07777);
+    ii.atime = item.ctime;
+    ii.ctime = item.ctime;
+    ii.mtime = item.ctime;
+    ii.otime = item.ctime;
+    std::vector<uint8_t> ref(sizeof(InodeRef) + 2);
+    auto* ir = reinterpret_cast<InodeRef*>(ref.data());
+    ir->index = 0;
+    ir->name_len = 2;
+    std::memcpy(ref.data() + sizeof(InodeRef), "..", 2);
+    UB_RETURN_IF_ERROR(w->Insert(Key{kFirstFreeObjectid, kInodeItemKey, 0},
+                                 std::span(reinterpret_cast<const uint8_t*>(&ii), sizeof(ii))));
+    UB_RETURN_IF_ERROR(w->Insert(Key{kFirstFreeObjectid, kInodeRefKey, kFirstFreeObjectid}, ref));
+    uint8_t uuid[16];
+    std::memcpy(uuid, item.uuid, 16);
+    UB_RETURN_IF_ERROR(LinkSubvolume(dir, name, id, uuid));
+    UB_RETURN_IF_ERROR(CommitImpl());
+    return InodeId{id, kFirstFreeObjectid};
+  });
+}
+
+Status FilesystemImpl::DeleteSubvolume(InodeId dir, std::string_view name) {
+  return Change({dir}, kItemsPerDeleteSubvol, [&]() -> Status {
+    UB_RETURN_IF_ERROR(CheckName(name));
+    UB_ASSIGN_OR_RETURN(InodeId target, LookupChild(dir, name));
+    auto top = SubvolTop(*vol_, target);
+    if (target.root == dir.root || !top.ok()) {
+      return Status::Error(EINVAL, std::string(name) + " is not a subvolume");
+    }
+    const uint64_t id = target.root;
+    UB_ASSIGN_OR_RETURN(const uint64_t def, DefaultSubvolumeId());
+    if (id == def) return Status::Error(EPERM, std::string(name) + " is the default subvolume");
+    if (id == root_.root) return Status::Error(EBUSY, std::string(name) + " is where this view's paths start");
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
+    {
+      tree::Cursor c(vol_->source(), rootw->LiveRef());
+      UB_RETURN_IF_ERROR(c.Seek(Key{id, kRootRefKey, 0}));
+      if (c.Valid() && c.key().objectid == id && c.key().type == kRootRefKey) {
+        return Status::Error(ENOTEMPTY, std::string(name) + " holds other subvolumes");
+      }
+    }
+    // The tree as committed: the drop reads every block from disk.
+    UB_RETURN_IF_ERROR(CommitImpl());
+    // The entry: DIR_ITEM, then the index the ROOT_REF records.
+    UB_RETURN_IF_ERROR(DropNameFromDirItem(dir, name));
+    const Key ref_key{dir.root, kRootRefKey, id};
+    UB_ASSIGN_OR_RETURN(auto ref, tree::LookupItem(vol_->source(), rootw->LiveRef(), ref_key));
+    if (!ref || ref->size() < sizeof(RootRef)) return Status::Corrupt("subvolume " + std::to_string(id) + ": no ROOT_REF");
+    const uint64_t index = reinterpret_cast<const RootRef*>(ref->data())->sequence.get();
+    UB_RETURN_IF_ERROR(rootw->Delete(ref_key));
+    UB_RETURN_IF_ERROR(rootw->Delete(Key{id, kRootBackrefKey, dir.root}));
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
+    UB_RETURN_IF_ERROR(w->Delete(Key{dir.ino, kDirIndexKey, index}).WithContext("dir index of '" + std::string(name) + "'"));
+    UB_RETURN_IF_ERROR(TouchDir(dir, -2 * static_cast<int64_t>(name.size())));
+    // The UUID tree items that name it.
+    if (vol_->FindRoot(kUuidTreeObjectid).ok()) {
+      UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
+      for (auto [uuid, type] : {std::pair{top->item.uuid, kUuidKeySubvol}, std::pair{top->item.received_uuid, kUuidKeyReceivedSubvol}}) {
+        if (IsZeroUuid(uuid)) continue;
+        const Key ukey = UuidKey(uuid, type);
+        UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(vol_->source(), uw->LiveRef(), ukey));
+        if (!have) continue;
+        std::vector<uint8_t> rest;
+        for (size_t i = 0; i + 8 <= have->size(); i += 8) {
+          if (LoadLe<uint64_t>(have->data() + i) != id) rest.insert(rest.end(), have->begin() + i, have->begin() + i + 8);
+        }
+        UB_RETURN_IF_ERROR(rest.empty() ? uw->Delete(ukey) : uw->Update(ukey, rest));
+      }
+    }
+    UB_RETURN_IF_ERROR(txn_->DropTree(id).status());
+    min_subvol_id_ = std::max(min_subvol_id_, id + 1);
+    subvols_->Forget();
+    return CommitImpl();
+  });
+}
+
+Result<std::vector<SubvolumeInfo>> FilesystemImpl::ListSubvolumes() {
+  auto guard = Guard();
+  struct Back {
+    uint64_t parent = 0, dirid = 0;
+    std::string name;
+  };
+  std::map<uint64_t, SubvolumeInfo> subvols;
+  std::map<uint64_t, Back> backs;
+  {
+    tree::Cursor c(vol_->source(), txn_ ? txn_->Writer(kRootTreeObjectid).value()->LiveRef() : vol_->root_tree());
+    UB_RETURN_IF_ERROR(c.Seek(Key{kFirstFreeObjectid, 0, 0}));
+    for (; c.Valid() && c.key().objectid <= kLastFreeObjectid;) {
+      const Key k = c.key();
+      auto d = c.data();
+      if (k.type == kRootItemKey) {
+        RootItem ri{};
+        std::memcpy(&ri, d.data(), std::min(d.size(), sizeof(ri)));
+        SubvolumeInfo& s = subvols[k.objectid];
+        s.id = k.objectid;
+        std::memcpy(s.uuid.data(), ri.uuid, 16);
+        std::memcpy(s.parent_uuid.data(), ri.parent_uuid, 16);
+        std::memcpy(s.received_uuid.data(), ri.received_uuid, 16);
+        s.generation = ri.generation.get();
+        s.ctransid = ri.ctransid.get();
+        s.otransid = ri.otransid.get();
+        s.ctime = Time{static_cast<int64_t>(ri.ctime.sec.get()), ri.ctime.nsec.get()};
+        s.otime = Time{static_cast<int64_t>(ri.otime.sec.get()), ri.otime.nsec.get()};
+        s.read_only = ri.flags.get() & kRootSubvolRdonly;
+      } else if (k.type == kRootBackrefKey && d.size() >= sizeof(RootRef)) {
+        const auto* rr = reinterpret_cast<const RootRef*>(d.data());
+        const size_t n = std::min<size_t>(rr->name_len.get(), d.size() - sizeof(RootRef));
+        backs[k.objectid] = Back{k.offset, rr->dirid.get(),
+                                 std::string(reinterpret_cast<const char*>(d.data() + sizeof(RootRef)), n)};
+      }
+      UB_RETURN_IF_ERROR(c.Next());
+    }
+  }
+  // Paths: the parent's path, the directory inside the parent (INODE_REF
+  // chain up to its top), the name.
+  std::map<uint64_t, std::string> paths{{kFsTreeObjectid, ""}};
+  std::function<std::string(uint64_t, int)> path_of = [&](uint64_t id, int depth) -> std::string {
+    if (auto it = paths.find(id); it != paths.end()) return it->second;
+    auto b = backs.find(id);
+    if (b == backs.end() || depth > 64) return "";  // an orphan (being deleted) or a loop
+    std::string p = path_of(b->second.parent, depth + 1);
+    std::string inner;
+    auto parent_top = vol_->FindRoot(b->second.parent);
+    const uint64_t top_ino = parent_top.ok() ? parent_top->item.root_dirid.get() : kFirstFreeObjectid;
+    InodeId at{b->second.parent, b->second.dirid};
+    for (int hops = 0; at.ino != top_ino && hops < 4096; ++hops) {
+      auto up = LookupChild(at, "..");
+      if (!up.ok()) break;
+      auto entries = ReadDir(*up);
+      if (!entries.ok()) break;
+      std::string name;
+      for (const auto& e : *entries) {
+        if (e.id == at) name = e.name;
+      }
+      if (name.empty()) break;
+      inner = name + (inner.empty() ? "" : "/" + inner);
+      at = *up;
+    }
+    std::string full = p;
+    for (const std::string& part : {inner, b->second.name}) {
+      if (part.empty()) continue;
+      full += (full.empty() ? "" : "/") + part;
+    }
+    paths[id] = full;
+    return full;
+  };
+  std::vector<SubvolumeInfo> out;
+  for (auto& [id, s] : subvols) {
+    if (auto b = backs.find(id); b != backs.end()) {
+      s.parent_id = b->second.parent;
+      s.dir_ino = b->second.dirid;
+    }
+    s.path = path_of(id, 0);
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace ubtrfs::fsimpl
