@@ -215,7 +215,7 @@ TEST(Reflink, WithinAcrossFilesAndSubvolumesThenEachSideChanges) {
     f.NewFile("/", "t", m["/t"]);
     m["/small"] = "a small file that lives inline";
     f.NewFile("/", "small", m["/small"]);
-    ASSERT_OK(f->Mkdir(f.Root(), "dir", ubtrfs::NewInode{.mode = 0755}).status());
+    ASSERT_OK(f->Mkdir(f->Root(), "dir", ubtrfs::NewInode{.mode = 0755}).status());
     // A snapshot is a subvolume of its own: clones cross into it below.
     auto snap = f->CreateSnapshot(f->Root(), f->Root(), "snap", false);
     ASSERT_TRUE(snap.ok()) << snap.status().ToString();
@@ -238,6 +238,7 @@ TEST(Reflink, WithinAcrossFilesAndSubvolumesThenEachSideChanges) {
     CloneModel(m, "/a", 256 * K, "/a", 960 * K, 128 * K);
     // Past the destination's end: a hole in between.
     f.NewFile("/dir", "c", "head");
+    m["/dir/c"] = "head";
     ASSERT_OK(f.Clone("/b", 4 * K, "/dir/c", 12 * K, 8 * K));
     CloneModel(m, "/b", 4 * K, "/dir/c", 12 * K, 8 * K);
     // A reference whose offset lies below 0 (the kernel's wrapped value).
@@ -257,6 +258,7 @@ TEST(Reflink, WithinAcrossFilesAndSubvolumesThenEachSideChanges) {
     ASSERT_OK(f.Clone("/t", 0, "/u", 0, m["/t"].size()));
     CloneModel(m, "/t", 0, "/u", 0, m["/t"].size());
     f.NewFile("/", "u2", "short");
+    m["/u2"] = "short";
     ASSERT_OK(f.Clone("/t", 8 * K, "/u2", 8 * K, 0));
     CloneModel(m, "/t", 8 * K, "/u2", 8 * K, m["/t"].size() - 8 * K);
     // An inline source: copied, at 0 (inline again) and further in.
@@ -271,11 +273,12 @@ TEST(Reflink, WithinAcrossFilesAndSubvolumesThenEachSideChanges) {
   }
   ASSERT_EQ(Verify(img, m), "");
   {
-    // No data space for any of it but four sectors: the inline files that
-    // took a clone past their first sector became regular (c, u2, s1), and
-    // the inline source's data was written into s1.
+    // No data space for any of it: only /snap/x's own 20,000 bytes (five
+    // sectors) and four more: the inline files that took a clone past their
+    // first sector became regular (c, u2, s1), and the inline source's data
+    // was written into s1.
     const DataExtents after = CountDataExtents(img);
-    EXPECT_EQ(after.bytes, base.bytes + 16 * K) << "a clone took data space";
+    EXPECT_EQ(after.bytes, base.bytes + 20 * K + 16 * K) << "a clone took data space";
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok());
     auto st = (*fs)->GetStat(*(*fs)->Lookup("/b"));
