@@ -177,7 +177,10 @@ class Writable {
   } while (0)
 
 // Compares the whole image as the kernel mounts it, where loop mounts work.
-void KernelAgrees(const std::string& img, const std::string& mnt, const Model& model) {
+// `skip_times`: the kernel's placeholders for subvolumes a snapshot held
+// (empty directories stamped at each lookup).
+void KernelAgrees(const std::string& img, const std::string& mnt, const Model& model,
+                  std::function<bool(const std::string&)> skip_times = {}) {
   std::string why;
   if (!LoopMountsAvailable(&why)) {
     std::cout << "[ INFO ] kernel comparison left out: loop mounts unavailable: " << why << "\n";
@@ -188,6 +191,7 @@ void KernelAgrees(const std::string& img, const std::string& mnt, const Model& m
   LoopMount m;
   ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
   CompareOptions opts = KernelMountCompareOptions();
+  opts.skip_times = std::move(skip_times);
   auto mismatches = CompareTreeToImage(mnt, **fs, opts);
   EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
   for (const auto& [path, want] : model) EXPECT_TRUE(ReadHostFile(mnt + path) == want) << "kernel reads " << path;
@@ -524,6 +528,86 @@ TEST(KernelReflinks, UbtrfsChangesThemAndTheKernelAgrees) {
   KernelAgrees(img, mnt, m);
 }
 
+
+// `ubtrfs cp --reflink IMAGE:SRC IMAGE:DST`: a tree copied inside the image,
+// across subvolumes too, its regular files sharing their data; the rest
+// (directories, symlinks, fifos, hard links, xattrs, modes and times) as cp
+// keeps them.
+TEST(CliReflink, CopiesATreeSharingTheData) {
+  if (std::string r = MkfsMissingReason(); !r.empty()) GTEST_SKIP() << r;
+  TempDir tmp("ubtrfs-cli-reflink");
+  const std::string img = tmp.Sub("img"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 4096, "crc32c", 512ull << 20), "");
+  Model m;
+  {
+    Writable f(img);
+    ASSERT_TRUE(f.ok()) << f.error();
+    ASSERT_OK(f->Mkdir(f->Root(), "tree", ubtrfs::NewInode{.mode = 0750}).status());
+    ASSERT_OK(f->Mkdir(f.Id("/tree"), "sub", ubtrfs::NewInode{.mode = 0700}).status());
+    for (int i = 0; i < 5; ++i) {
+      m["/tree/f" + std::to_string(i)] = Random(50000 + i * 70000, 30 + i);
+      f.NewFile("/tree", "f" + std::to_string(i), m["/tree/f" + std::to_string(i)]);
+    }
+    m["/tree/sub/small"] = "small";
+    const ubtrfs::InodeId small = f.NewFile("/tree/sub", "small", "small");
+    ASSERT_OK(f->Link(small, f.Id("/tree"), "hard"));
+    m["/tree/hard"] = "small";
+    ASSERT_OK(f->SetXattr(f.Id("/tree/f1"), "user.note", "kept"));
+    ASSERT_OK(f->Symlink(f.Id("/tree"), "link", "sub/small", FileAttrs()).status());
+    ubtrfs::NewInode fifo = FileAttrs();
+    fifo.mode = S_IFIFO | 0600;
+    ASSERT_OK(f->Mknod(f.Id("/tree/sub"), "fifo", fifo).status());
+    ubtrfs::AttrChange t;
+    t.mtime = ubtrfs::Time{1000000000, 5};
+    ASSERT_OK(f->SetAttr(f.Id("/tree/f2"), t));
+    ASSERT_OK(f->CreateSnapshot(f->Root(), f->Root(), "sv", false).status());
+    ASSERT_OK(f->CreateSnapshot(f->Root(), f->Root(), "ro", true).status());
+    ASSERT_OK(f->Commit());
+  }
+  const DataExtents before = CountDataExtents(img);
+  for (const auto& [dst, prefix] : std::vector<std::pair<std::string, std::string>>{{"/copy", "/copy"},
+                                                                                     {"/sv/tree2", "/sv/tree2"}}) {
+    CommandResult r = RunCommand({UBTRFS_CLI_PATH, "cp", "--reflink", img + ":/tree", img + ":" + dst});
+    ASSERT_TRUE(r.ok()) << r.Describe();
+    for (const auto& [path, data] : Model(m)) {
+      if (path.rfind("/tree/", 0) == 0) m[prefix + path.substr(5)] = data;
+    }
+  }
+  ASSERT_EQ(Verify(img, m), "");
+  EXPECT_EQ(CountDataExtents(img).bytes, before.bytes) << "the copies took data space";
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok());
+    ubtrfs::Filesystem& f = **fs;
+    for (const std::string top : {"/copy", "/sv/tree2"}) {
+      auto a = f.GetStat(*f.Lookup("/tree/f2")), b = f.GetStat(*f.Lookup(top + "/f2"));
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(b->mtime.sec, a->mtime.sec);
+      EXPECT_EQ(b->mtime.nsec, a->mtime.nsec);
+      auto d = f.GetStat(*f.Lookup(top));
+      ASSERT_TRUE(d.ok());
+      EXPECT_EQ(d->mode & 07777, 0750u);
+      EXPECT_EQ(*f.GetXattr(*f.Lookup(top + "/f1"), "user.note"), "kept");
+      EXPECT_EQ(*f.ReadLink(*f.Lookup(top + "/link")), "sub/small");
+      auto fifo = f.GetStat(*f.Lookup(top + "/sub/fifo"));
+      ASSERT_TRUE(fifo.ok());
+      EXPECT_TRUE(S_ISFIFO(fifo->mode));
+      EXPECT_EQ(*f.Lookup(top + "/hard"), *f.Lookup(top + "/sub/small")) << "hard link kept";
+    }
+  }
+  // Refused: into a read-only snapshot, into itself, across images.
+  CommandResult ro = RunCommand({UBTRFS_CLI_PATH, "cp", "--reflink", img + ":/tree", img + ":/ro/tree2"});
+  EXPECT_EQ(ro.exit_code, 1) << ro.Describe();
+  EXPECT_NE(ro.err.find("read-only"), std::string::npos) << ro.err;
+  CommandResult self = RunCommand({UBTRFS_CLI_PATH, "cp", "--reflink", img + ":/tree", img + ":/tree/sub"});
+  EXPECT_EQ(self.exit_code, 1) << self.Describe();
+  EXPECT_NE(self.err.find("into itself"), std::string::npos) << self.err;
+  CommandResult other = RunCommand({UBTRFS_CLI_PATH, "cp", "--reflink", img + ":/tree", tmp.Sub("host")});
+  EXPECT_EQ(other.exit_code, 2) << other.Describe();
+  ASSERT_EQ(Verify(img, m), "");
+  KernelAgrees(img, mnt, m, [](const std::string& rel) { return rel == "ro/sv"; });
+}
 
 // copy_file_range through the FUSE mount shares whole sectors (no new data
 // extent) and copies what is not whole sectors; cp (coreutils' default
