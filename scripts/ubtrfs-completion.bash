@@ -20,7 +20,7 @@ _ubtrfs_options() {
     info) echo "$common --json" ;;
     cat|mv|chmod|chown|rmdir|put) echo "$common" ;;
     ls) echo "$common -l --json" ;;
-    cp) echo "$common --strict --no-devices --no-xattrs --compress" ;;
+    cp) echo "$common --strict --no-devices --no-xattrs --compress --reflink" ;;
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
     mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -f --force -q --quiet" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;

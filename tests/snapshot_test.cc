@@ -445,7 +445,9 @@ TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
         for (const auto& o : *list) if (o.id == a_id) same = o.uuid == s.parent_uuid;
         EXPECT_TRUE(same) << "the snapshot's parent uuid is a's uuid";
       }
-      if (s.id == nested_id) EXPECT_EQ(s.parent_id, a_id);
+      if (s.id == nested_id) {
+        EXPECT_EQ(s.parent_id, a_id);
+      }
     }
     // a holds nested: not deletable yet.
     EXPECT_EQ(f.DeleteSubvolume(f.Root(), "a").code(), ENOTEMPTY);

@@ -364,6 +364,25 @@ class UBTRFS_API Filesystem {
   virtual Result<std::vector<SubvolumeInfo>> ListSubvolumes() {
     return Status::Error(95 /* EOPNOTSUPP */, "subvolumes are not supported here");
   }
+
+  // ---- Reflinks ----
+  // Makes [dst_offset, dst_offset + len) of `dst` share the data of
+  // [src_offset, src_offset + len) of `src`, as the kernel's FICLONERANGE:
+  // no data is copied and no data space is used; the two stay independent
+  // (a later write to either is copied on write). `src` and `dst` may be one
+  // file (ranges must not overlap) or lie in different subvolumes. Offsets
+  // and len are whole sectors, except that a range ending at the end of
+  // `src` may end there (the destination must then end there too or be
+  // extended). len 0 means up to the end of `src`. `dst` grows to the end of
+  // the range if shorter; its mtime and ctime are set. EISDIR for a
+  // directory, EINVAL for other non-regular files, bad alignment, a range
+  // past the end of `src`, overlapping ranges or files that differ in
+  // NODATASUM; EPERM for an immutable `dst`; EROFS when `dst` is in a
+  // read-only subvolume (`src` may be).
+  virtual Status Clone(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len) {
+    (void)src, (void)src_offset, (void)dst, (void)dst_offset, (void)len;
+    return Status::Error(95 /* EOPNOTSUPP */, "reflinks are not supported here");
+  }
 };
 
 }  // namespace ubtrfs

@@ -35,6 +35,9 @@ std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv);
 // `cp HOST IMAGE:PATH`: copies a host file or tree into an image.
 // `compress`: "" or a --compress value (ALG[:LEVEL]).
 void CopyIn(const std::string& host, const std::string& image, const std::string& path, const std::string& compress);
+// `cp --reflink IMAGE:SRC IMAGE:DST` (reflink_copy.cc): a copy inside one
+// image whose regular files share their data with the originals.
+void CopyReflink(const std::string& image, const std::string& src_path, const std::string& dst_path);
 // "a/b/c" -> ("a/b", "c"), ignoring trailing slashes.
 std::pair<std::string, std::string> SplitLast(std::string path);
 // Where `cp HOST IMAGE:PATH` puts HOST: inside PATH under HOST's own name

@@ -174,9 +174,23 @@ void CmdCat(const std::string& image, const std::string& path) {
 
 ExportOptions cp_out_options;
 std::string cp_compress;  // cp in: --compress
+bool cp_reflink = false;  // cp inside one image: --reflink
 
 void CmdCp(const std::string& source, const std::string& dest) {
   std::string image, path;
+  if (cp_reflink) {
+    std::string dst_image, dst_path;
+    struct stat a, b;
+    if (!SplitImagePath(source, &image, &path) || !SplitImagePath(dest, &dst_image, &dst_path) ||
+        ::stat(image.c_str(), &a) != 0 || ::stat(dst_image.c_str(), &b) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino) {
+      fmt::print(stderr, "ubtrfs: cp --reflink: both sides must be IMAGE:PATH in one image, got '{}' and '{}'\n",
+                 source, dest);
+      SetExitCode(2);
+      return;
+    }
+    return CopyReflink(image, path, dst_path);
+  }
   if (!SplitImagePath(source, &image, &path)) {
     if (SplitImagePath(dest, &image, &path)) return CopyIn(source, image, path, cp_compress);
     fmt::print(stderr, "ubtrfs: cp: one side must be IMAGE:PATH with IMAGE an existing image, got '{}' and '{}'\n",
@@ -243,6 +257,8 @@ void RegisterReadCommands(CLI::App& app) {
   cp->add_flag("--no-xattrs{false}", cp_out_options.xattrs, "Copying out: copy no extended attributes");
   cp->add_option("--compress", cp_compress,
                  "Copying in: compress file data with zlib, lzo or zstd (ALG[:LEVEL]), as mount -o compress=");
+  cp->add_flag("--reflink", cp_reflink,
+               "Inside one image (IMAGE:SRC IMAGE:DST): regular files share their data with the originals");
   cp->callback([] { CmdCp(source, dest); });
 }
 

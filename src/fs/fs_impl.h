@@ -197,6 +197,7 @@ class FilesystemImpl final : public Filesystem {
   // The next free subvolume id (never one this view deleted).
   Result<uint64_t> NewSubvolumeId();
   uint64_t min_subvol_id_ = 0;
+  Status Clone(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len) override;  // reflink.cc
 
   // ---- Bulk import of new inodes under an empty directory (import.cc) ----
   struct BulkTarget {
@@ -913,6 +914,7 @@ class FilesystemImpl final : public Filesystem {
   // A new inode takes its directory's property, as the kernel's inherited props.
   Status InheritCompressionProperty(InodeId dir, InodeId child);
   Status TruncateLocked(InodeId id, uint64_t new_size);
+  Status CloneImpl(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len);
   Result<bool> IsAncestor(InodeId maybe_ancestor, InodeId dir);
   Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
 

@@ -928,11 +928,37 @@ void Adapter::CopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fus
   // reply's count is 32 bits, and one request should not hold a thread for
   // long: at most 1 GiB per call.
   len = std::min<size_t>(len, size_t{1} << 30);
-  constexpr size_t kChunk = 1 << 20;
-  thread_local std::vector<uint8_t> buf;
-  if (buf.size() < kChunk) buf.resize(kChunk);
   size_t done = 0;
   Status s;
+  // A reflink for the whole sectors of the range (and the source's partial
+  // last sector where it may land: at or past the destination's end); the
+  // rest, and any range the library refuses to share, is copied.
+  auto src_st = fs_.GetStat(*in);
+  if (!src_st.ok()) return ReplyStatus(req, src_st.status());
+  auto dst_st = fs_.GetStat(*out);
+  if (!dst_st.ok()) return ReplyStatus(req, dst_st.status());
+  const uint64_t bs = fs_.Info().sectorsize, uin = static_cast<uint64_t>(off_in), uout = static_cast<uint64_t>(off_out);
+  if (uin >= src_st->size) {
+    fuse_reply_write(req, 0);
+    return;
+  }
+  len = static_cast<size_t>(std::min<uint64_t>(len, src_st->size - uin));
+  if (bs != 0 && uin % bs == 0 && uout % bs == 0) {
+    uint64_t share = len;
+    if (uin + len != src_st->size || uout + len < dst_st->size) share = share / bs * bs;
+    if (share > 0) {
+      Status c = fs_.Clone(*in, uin, *out, uout, share);
+      if (c.ok()) {
+        MarkDirty();
+        done = static_cast<size_t>(share);
+      } else if (c.code() != EINVAL && c.code() != EOPNOTSUPP) {
+        return ReplyStatus(req, c);
+      }
+    }
+  }
+  constexpr size_t kChunk = 1 << 20;
+  thread_local std::vector<uint8_t> buf;
+  if (done < len && buf.size() < kChunk) buf.resize(kChunk);
   while (done < len) {
     const size_t want = std::min(len - done, kChunk);
     auto n = fs_.Read(*in, static_cast<uint64_t>(off_in) + done, std::span(buf.data(), want));

@@ -15,8 +15,8 @@
 //     them (no FUSE_POSIX_ACL), permission checks use the mode bits
 //     (default_permissions);
 //   - open(O_TRUNC) truncates here (libfuse's default atomic O_TRUNC);
-//   - copy_file_range copies through the library (no reflink yet), which
-//     saves the kernel's read and write round trips, not the data copy.
+//   - copy_file_range shares the range's whole sectors (Filesystem::Clone,
+//     a reflink) and copies the rest through the library.
 #ifndef UBTRFS_FUSE_ADAPTER_H_
 #define UBTRFS_FUSE_ADAPTER_H_
 
