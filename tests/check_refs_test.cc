@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -333,21 +334,37 @@ TEST_F(CheckRefsTest, InlineRefRemoved) {
   }
 }
 
-// FULL_BACKREF cleared on a node of the balanced image: its children's
-// SHARED_BLOCK_REFs then name no parent that refers by address.
+// FULL_BACKREF cleared on a block of the balanced image that is a parent by
+// address (of a shared block or shared data ref): those refs then name a
+// parent that refers by tree, or (a block relocation rewrote, RELOC in its
+// header) the block lacks the flag relocation gives it; btrfs check calls
+// either a bad full backref.
 TEST_F(CheckRefsTest, FullBackrefCleared) {
   const Image& im = Img("balance-snapshot");
-  auto it = im.Find([](const Key& k, auto d) {
-    return IsTreeBlock(k, d) && (Ei(d).flags.get() & fmtd::kBlockFlagFullBackref) && k.type == fmtd::kMetadataItemKey &&
-           k.offset >= 1;
+  std::set<uint64_t> parents;
+  im.Find([&](const Key& k, std::span<const uint8_t> d) {
+    if (k.type == fmtd::kSharedBlockRefKey || k.type == fmtd::kSharedDataRefKey) parents.insert(k.offset);
+    if (k.type != fmtd::kExtentItemKey && k.type != fmtd::kMetadataItemKey) return false;
+    size_t p = sizeof(fmtd::ExtentItem);
+    if (k.type == fmtd::kExtentItemKey && (Ei(d).flags.get() & fmtd::kExtentFlagTreeBlock)) p += sizeof(fmtd::TreeBlockInfo);
+    for (const auto& [type, n] : InlineRefs(k, d)) {
+      if (type == fmtd::kSharedBlockRefKey || type == fmtd::kSharedDataRefKey) {
+        parents.insert(fmtd::LoadLe<uint64_t>(d.data() + p + 1));
+      }
+      p += n;
+    }
+    return false;
   });
-  ASSERT_TRUE(it) << "no FULL_BACKREF node";
+  auto it = im.Find([&](const Key& k, auto d) {
+    return IsTreeBlock(k, d) && (Ei(d).flags.get() & fmtd::kBlockFlagFullBackref) && parents.count(k.objectid);
+  });
+  ASSERT_TRUE(it) << "no FULL_BACKREF block is a parent of a shared ref";
   Patcher p(im.path);
   im.Patch(p, *it, [&](Block& b) {
     auto& ei = ItemAs<fmtd::ExtentItem>(b, it->slot);
     ei.flags.set(ei.flags.get() & ~fmtd::kBlockFlagFullBackref);
   });
-  ExpectBothFind(im, "SHARED_BLOCK_REF parent " + std::to_string(it->key.objectid));
+  ExpectBothFind(im, "FULL_BACKREF");
 }
 
 // FULL_BACKREF set on a leaf of the top-level fs tree, which was never

@@ -4,7 +4,8 @@
 // BlockReader:
 //  - on the first visit of a block, what its parent pointer implies for the
 //    extent tree is recorded (the expected backref of every child, the data
-//    backref of every file extent), and the items of the global trees are
+//    backref of every file extent: check/backrefs.cc, compared with the
+//    extent tree streamed after the walk), and the items of the global trees are
 //    collected (extent items, block groups, chunks, dev extents, csums, free
 //    space tree);
 //  - fs trees are walked in full even through blocks shared with an earlier
