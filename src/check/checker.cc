@@ -4,7 +4,8 @@
 // BlockReader:
 //  - on the first visit of a block, what its parent pointer implies for the
 //    extent tree is recorded (the expected backref of every child, the data
-//    backref of every file extent), and the items of the global trees are
+//    backref of every file extent: check/backrefs.cc, compared with the
+//    extent tree streamed after the walk), and the items of the global trees are
 //    collected (extent items, block groups, chunks, dev extents, csums, free
 //    space tree);
 //  - fs trees are walked in full even through blocks shared with an earlier
@@ -24,6 +25,7 @@
 #include <unordered_set>
 
 #include "alloc/chunk_map.h"
+#include "check/backrefs.h"
 #include "check/fs_tree_check.h"
 #include "check/report.h"
 #include "format/checksum.h"
@@ -124,56 +126,6 @@ struct TreeCtx {
   FsTreeChecker* fs = nullptr;  // inode checks, for fs trees with refs > 0
 };
 
-struct FoundRef {  // parent != 0: SHARED_BLOCK_REF; else TREE_BLOCK_REF of root
-  uint64_t parent = 0, root = 0;
-  friend bool operator==(const FoundRef&, const FoundRef&) = default;
-};
-
-struct BlockUse {
-  int level = -1;
-  uint64_t owner = 0;
-  uint64_t first_tree = 0;
-  bool read_ok = false;
-  bool full_backref = false;
-  bool bad_full_reported = false;
-  uint32_t pointers = 0;  // parent pointers and root items naming it
-  std::vector<FoundRef> refs;
-  std::vector<uint64_t> reached_from;  // trees that walked through it
-  uint64_t referrer = 0;               // a parent block, for messages (0: a root)
-  uint64_t referrer_tree = 0;
-};
-
-struct DataRefKey {
-  uint64_t parent = 0, root = 0, ino = 0, offset = 0;
-  friend auto operator<=>(const DataRefKey&, const DataRefKey&) = default;
-};
-
-struct DataUse {
-  std::map<DataRefKey, uint64_t> refs;
-  uint64_t total = 0;
-  uint64_t disk_num_bytes = 0;
-  bool size_mismatch = false;
-  bool reg = false;  // some REG (not PREALLOC) file extent points at it
-  uint64_t tree = 0, ino = 0, file_offset = 0;  // one referrer, for messages
-};
-
-struct DeclRef {
-  uint8_t type = 0;  // TREE_BLOCK_REF, SHARED_BLOCK_REF, EXTENT_DATA_REF, SHARED_DATA_REF
-  uint64_t a = 0;    // root or parent
-  uint64_t ino = 0, offset = 0;
-  uint64_t count = 1;
-  bool keyed = false;
-};
-
-struct ExtentRec {
-  Key key{};
-  uint64_t start = 0, len = 0;
-  uint64_t refs = 0, generation = 0, flags = 0;
-  int level = -1;
-  bool tree_block = false;
-  std::vector<DeclRef> decl;
-};
-
 struct BlockGroupRec {
   uint64_t start = 0, len = 0, used = 0, flags = 0;
   uint64_t actual = 0;
@@ -211,7 +163,13 @@ struct FstItem {
 class Checker {
  public:
   Checker(txn::Volume& vol, const CheckOptions& opts, CheckResult* out)
-      : vol_(vol), reader_(vol.reader()), opts_(opts), out_(out), report_(out, opts.max_errors) {
+      : vol_(vol),
+        reader_(vol.reader()),
+        opts_(opts),
+        out_(out),
+        report_(out, opts.max_errors),
+        tally_(vol.chunks(), vol.super().sectorsize.get(), vol.super().nodesize.get(), vol.super().generation.get(),
+               &report_) {
     const SuperBlock& sb = vol_.super();
     ss_ = sb.sectorsize.get();
     nodesize_ = sb.nodesize.get();
@@ -232,11 +190,10 @@ class Checker {
   void Visit(TreeCtx& t, const BlockCheck& bc, uint64_t parent, int slot);
   int FirstChildSlot(const TreeCtx& t, const TreeBlock& b) const;
   bool SkipChild(const TreeCtx& t, const TreeBlock& b, int slot) const;
-  bool Account(TreeCtx& t, const TreeBlock& b, BlockUse& u);
-  bool DecideFullBackref(const TreeCtx& t, const TreeBlock& b, BlockUse& u);
+  bool Account(TreeCtx& t, const TreeBlock& b);
+  bool DecideFullBackref(const TreeCtx& t, const TreeBlock& b, bool* reported);
   void LeafItems(const TreeCtx& t, const TreeBlock& b, bool full);
   void RootTreeItem(const Key& k, std::span<const uint8_t> d);
-  void ExtentTreeItem(const Key& k, std::span<const uint8_t> d);
   void BlockGroupItem(const Key& k, std::span<const uint8_t> d);
   void ChunkTreeItem(const Key& k, std::span<const uint8_t> d);
   void DevTreeItem(const Key& k, std::span<const uint8_t> d);
@@ -246,9 +203,9 @@ class Checker {
   void VerifyData(uint64_t logical, std::span<const uint8_t> csums);
 
   // comparisons after the walk
-  void CheckTreeBlockExtents();
-  void CheckDataExtents();
-  void CheckExtentPlacement();
+  void PlaceExtent(const ExtentRec& e, uint64_t owner);
+  void CheckBlockGroupUsage();
+  void NoteRootNode(const ExtentRec& e);
   void CheckChunks();
   void CheckFreeSpaceTree();
   void CheckCsumCoverage();
@@ -269,11 +226,18 @@ class Checker {
   uint64_t compat_ro_ = 0;
 
   std::vector<TreeCtx> roots_;  // from ROOT_ITEMs, in key order
-  std::unordered_set<uint64_t> seen_;
   std::unordered_set<uint64_t> unreadable_;
-  std::unordered_map<uint64_t, BlockUse> blocks_;
-  std::map<uint64_t, DataUse> data_;
-  std::map<uint64_t, ExtentRec> extents_;
+  RefTally tally_;
+  // What the checks after the walk keep of the extents streamed past them.
+  Ranges used_runs_, data_runs_;
+  bool have_prev_extent_ = false;
+  uint64_t prev_extent_end_ = 0;
+  Key prev_extent_key_{};
+  struct RootNode {
+    int level = -1;
+    uint64_t bytenr = 0, generation = 0, count = 0;
+  };
+  std::map<uint64_t, RootNode> root_nodes_;  // by the root its first inline TREE_BLOCK_REF names
   std::map<uint64_t, BlockGroupRec> bgs_;
   std::map<uint64_t, ChunkRec> chunks_;
   std::map<std::pair<uint64_t, uint64_t>, DevExtentRec> dev_extents_;
@@ -288,7 +252,7 @@ class Checker {
   std::vector<SubvolEntry> subvol_entries_;
   std::vector<PreallocCsum> prealloc_csums_;
   std::set<uint64_t> fs_roots_with_item_;  // fs trees with refs > 0
-  uint64_t trees_ = 0, inodes_ = 0, file_extent_refs_ = 0;
+  uint64_t trees_ = 0, inodes_ = 0;
   uint64_t data_csum_errors_ = 0;
 };
 
@@ -313,19 +277,14 @@ void Checker::WalkTree(TreeCtx& t) {
 
 void Checker::Visit(TreeCtx& t, const BlockCheck& bc, uint64_t parent, int slot) {
   const bool is_root = parent == 0;
-  if (is_root) {
-    BlockUse& u = blocks_[bc.bytenr];
-    ++u.pointers;
-    u.referrer_tree = t.id;
+  if (is_root && bc.bytenr % ss_ != 0) {
+    Error(TreeLabel(t.id) + ": the root item points at unaligned block " + N(bc.bytenr));
+    return;
   }
   const uint64_t repairs = reader_->stats().mirror_repairs.load();
   auto r = reader_->Read(bc);
   if (!r.ok()) {
-    if (is_root) {
-      BlockUse& u = blocks_[bc.bytenr];
-      FoundRef ref{0, t.id};
-      if (std::find(u.refs.begin(), u.refs.end(), ref) == u.refs.end()) u.refs.push_back(ref);
-    }
+    if (is_root) tally_.TreeRef(bc.bytenr, 0, t.id);
     if (unreadable_.insert(bc.bytenr).second) {
       const std::string from =
           is_root ? "root of the tree" : "pointed to by block " + N(parent) + " slot " + N(static_cast<uint64_t>(slot));
@@ -342,18 +301,13 @@ void Checker::Visit(TreeCtx& t, const BlockCheck& bc, uint64_t parent, int slot)
   if (is_root) {
     // The root's own backref: a shared one (to itself) for reloc trees and
     // blocks older than mixed backrefs, else one naming the tree.
-    BlockUse& u = blocks_[b.bytenr()];
     const bool self = t.id == kTreeRelocObjectid || (b.header().flags.get() >> kBackrefRevShift) < kMixedBackrefRev;
-    FoundRef ref = self ? FoundRef{b.bytenr(), 0} : FoundRef{0, t.id};
-    if (std::find(u.refs.begin(), u.refs.end(), ref) == u.refs.end()) u.refs.push_back(ref);
+    tally_.TreeRef(b.bytenr(), self ? b.bytenr() : 0, t.id);
   }
-  const bool first = seen_.insert(b.bytenr()).second;
+  const bool first = tally_.FirstVisit(b.bytenr());
   if (!first && t.fs == nullptr) return;
-  BlockUse& u = blocks_[b.bytenr()];
-  if (std::find(u.reached_from.begin(), u.reached_from.end(), t.id) == u.reached_from.end()) {
-    u.reached_from.push_back(t.id);
-  }
-  if (first) Account(t, b, u);
+  if (b.owner() == t.id) tally_.OwnerReached(b.bytenr());
+  if (first) Account(t, b);
   if (b.is_leaf()) {
     if (t.fs != nullptr) t.fs->Leaf(b);
     return;
@@ -364,22 +318,23 @@ void Checker::Visit(TreeCtx& t, const BlockCheck& bc, uint64_t parent, int slot)
   }
 }
 
-bool Checker::DecideFullBackref(const TreeCtx& t, const TreeBlock& b, BlockUse& u) {
+// As btrfs check decides it (calc_extent_flag and run_next_block in
+// btrfs-progs): the extent tree's flag where it has an item for the block,
+// else what the tree implies; FULL_BACKREF where it cannot be (a block newer
+// than its tree's last snapshot, walked from its owner) and its absence where
+// it must be (relocation trees) are errors, and the right state is assumed.
+bool Checker::DecideFullBackref(const TreeCtx& t, const TreeBlock& b, bool* reported) {
   bool full;
   const uint64_t hflags = b.header().flags.get();
-  auto it = extents_.find(b.bytenr());
-  if (it != extents_.end() && it->second.tree_block) {
-    full = it->second.flags & kBlockFlagFullBackref;
+  const int flag = tally_.ExtentFullBackref(b.bytenr());
+  if (flag >= 0) {
+    full = flag == 1;
   } else if (t.id < kFirstFreeObjectid || b.bytenr() == t.root.bytenr) {
     full = false;  // only fs and reloc trees share blocks
   } else if (hflags & kHeaderFlagReloc) {
     full = true;
-  } else if (b.owner() == t.id) {
-    full = false;
   } else {
-    // Reached from a root that does not own it: unless the owner's pointer
-    // was seen, its parent refers to it by address.
-    full = std::find(u.refs.begin(), u.refs.end(), FoundRef{0, b.owner()}) == u.refs.end();
+    full = b.owner() != t.id;
   }
   if (full) {
     if (t.id != kTreeRelocObjectid && t.id == b.owner() && !(hflags & kHeaderFlagReloc) &&
@@ -387,27 +342,23 @@ bool Checker::DecideFullBackref(const TreeCtx& t, const TreeBlock& b, BlockUse& 
       Error("extent tree: tree block " + N(b.bytenr()) + " (" + TreeLabel(t.id) + ") has FULL_BACKREF, but it is " +
             "newer (generation " + N(b.generation()) + ") than the last snapshot of its tree (" +
             N(t.last_snapshot) + ")");
-      u.bad_full_reported = true;
+      *reported = true;
       full = false;
     }
   } else if (t.id == kTreeRelocObjectid || (hflags & kHeaderFlagReloc)) {
     Error("extent tree: tree block " + N(b.bytenr()) + " (" + TreeLabel(t.id) +
           ") of a relocation tree lacks FULL_BACKREF");
-    u.bad_full_reported = true;
+    *reported = true;
     full = true;
   }
   return full;
 }
 
-bool Checker::Account(TreeCtx& t, const TreeBlock& b, BlockUse& u) {
+bool Checker::Account(TreeCtx& t, const TreeBlock& b) {
   if (b.generation() > super_gen_ + 1) {
     Error(TreeLabel(t.id) + ": tree block " + N(b.bytenr()) + " has generation " + N(b.generation()) +
           ", beyond the superblock generation " + N(super_gen_));
   }
-  u.level = b.level();
-  u.owner = b.owner();
-  u.read_ok = true;
-  u.first_tree = t.id;
   if (!IsFsTree(t.id)) {
     if (b.owner() != t.id) {
       Error(TreeLabel(t.id) + ": tree block " + N(b.bytenr()) + " has owner " + ObjectidName(b.owner()) +
@@ -417,22 +368,16 @@ bool Checker::Account(TreeCtx& t, const TreeBlock& b, BlockUse& u) {
     Error(TreeLabel(t.id) + ": tree block " + N(b.bytenr()) + " has owner " + ObjectidName(b.owner()) +
           ", not an fs tree");
   }
-  const bool full = DecideFullBackref(t, b, u);
-  u.full_backref = full;
+  bool reported = false;
+  const bool full = DecideFullBackref(t, b, &reported);
+  tally_.Block(b.bytenr(), b.level(), b.owner(), full, reported);
   if (b.is_leaf()) {
     LeafItems(t, b, full);
     return full;
   }
-  const FoundRef ref = full ? FoundRef{b.bytenr(), 0} : FoundRef{0, b.owner()};
   for (int i = FirstChildSlot(t, b); i < b.nritems(); ++i) {
     if (SkipChild(t, b, i)) continue;
-    BlockUse& c = blocks_[b.child_bytenr(i)];
-    ++c.pointers;
-    if (c.referrer_tree == 0) {
-      c.referrer_tree = t.id;
-      c.referrer = b.bytenr();
-    }
-    if (std::find(c.refs.begin(), c.refs.end(), ref) == c.refs.end()) c.refs.push_back(ref);
+    tally_.TreeRef(b.child_bytenr(i), full ? b.bytenr() : 0, b.owner());
   }
   return full;
 }
@@ -447,7 +392,7 @@ void Checker::LeafItems(const TreeCtx& t, const TreeBlock& b, bool full) {
         if (k.type == kBlockGroupItemKey) {
           if (!(compat_ro_ & kCompatRoBlockGroupTree)) BlockGroupItem(k, d);
         } else {
-          ExtentTreeItem(k, d);
+          tally_.NoteExtentItem(k, d);
         }
         break;
       case kBlockGroupTreeObjectid:
@@ -512,135 +457,6 @@ void Checker::RootTreeItem(const Key& k, std::span<const uint8_t> d) {
   } else if (k.type == kOrphanItemKey && k.objectid == kOrphanObjectid) {
     root_orphans_.insert(k.offset);
   }
-}
-
-void Checker::ExtentTreeItem(const Key& k, std::span<const uint8_t> d) {
-  const std::string where = "extent tree: " + KeyToString(k);
-  if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
-    ExtentRec e;
-    e.key = k;
-    e.start = k.objectid;
-    e.len = k.type == kMetadataItemKey ? nodesize_ : k.offset;
-    if (e.start % ss_ != 0) {
-      Error(where + ": extent start is not aligned to the sector size " + N(ss_));
-      return;
-    }
-    if (d.size() < sizeof(ExtentItem)) {
-      Error(where + ": item is " + N(d.size()) + " bytes, shorter than an EXTENT_ITEM");
-      return;
-    }
-    const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
-    e.refs = ei->refs.get();
-    e.generation = ei->generation.get();
-    e.flags = ei->flags.get();
-    e.tree_block = e.flags & kExtentFlagTreeBlock;
-    if (e.tree_block && e.len != nodesize_) {
-      Error(where + ": tree block extent of " + N(e.len) + " bytes, node size is " + N(nodesize_));
-      return;
-    }
-    if (!e.tree_block && (e.len == 0 || e.len % ss_ != 0)) {
-      Error(where + ": data extent length " + N(e.len) + " is not a multiple of the sector size");
-      return;
-    }
-    size_t p = sizeof(ExtentItem);
-    if (e.tree_block) {
-      if (k.type == kExtentItemKey) {
-        if (d.size() < p + sizeof(TreeBlockInfo)) {
-          Error(where + ": tree block EXTENT_ITEM without its tree_block_info");
-          return;
-        }
-        e.level = reinterpret_cast<const TreeBlockInfo*>(d.data() + p)->level;
-        p += sizeof(TreeBlockInfo);
-      } else {
-        e.level = static_cast<int>(std::min<uint64_t>(k.offset, 255));
-      }
-      if (e.level >= kMaxLevel) {
-        Error(where + ": tree block level " + N(static_cast<uint64_t>(e.level)));
-        return;
-      }
-    }
-    while (p < d.size()) {
-      const uint8_t type = d[p];
-      auto need = [&](size_t n) {
-        if (p + n <= d.size()) return true;
-        Error(where + ": inline ref of type " + KeyTypeName(type) + " at byte " + N(p) + " overruns the item");
-        return false;
-      };
-      DeclRef r;
-      r.type = type;
-      if (type == kTreeBlockRefKey || type == kSharedBlockRefKey) {
-        if (!need(sizeof(ExtentInlineRef))) break;
-        r.a = LoadLe<uint64_t>(d.data() + p + 1);
-        p += sizeof(ExtentInlineRef);
-      } else if (type == kExtentDataRefKey) {
-        if (!need(1 + sizeof(ExtentDataRef))) break;
-        const auto* dr = reinterpret_cast<const ExtentDataRef*>(d.data() + p + 1);
-        r.a = dr->root.get();
-        r.ino = dr->objectid.get();
-        r.offset = dr->offset.get();
-        r.count = dr->count.get();
-        p += 1 + sizeof(ExtentDataRef);
-      } else if (type == kSharedDataRefKey) {
-        if (!need(sizeof(ExtentInlineRef) + sizeof(SharedDataRef))) break;
-        r.a = LoadLe<uint64_t>(d.data() + p + 1);
-        r.count = LoadLe<uint32_t>(d.data() + p + sizeof(ExtentInlineRef));
-        p += sizeof(ExtentInlineRef) + sizeof(SharedDataRef);
-      } else if (type == kExtentOwnerRefKey) {  // simple quotas: not a backref
-        if (!need(sizeof(ExtentInlineRef))) break;
-        p += sizeof(ExtentInlineRef);
-        continue;
-      } else {
-        Error(where + ": unknown inline ref type " + N(type) + " at byte " + N(p));
-        break;
-      }
-      e.decl.push_back(r);
-    }
-    if (e.generation > super_gen_ + 1) {
-      Error(where + ": generation " + N(e.generation) + " beyond the superblock generation " + N(super_gen_));
-    }
-    auto [it, inserted] = extents_.emplace(e.start, std::move(e));
-    if (!inserted) Error(where + ": a second extent item for extent " + N(k.objectid));
-    return;
-  }
-  DeclRef r;
-  r.type = k.type;
-  r.keyed = true;
-  switch (k.type) {
-    case kTreeBlockRefKey:
-      r.a = k.offset;
-      break;
-    case kSharedBlockRefKey:
-      r.a = k.offset;
-      break;
-    case kExtentDataRefKey: {
-      if (d.size() < sizeof(ExtentDataRef)) {
-        Error(where + ": item is " + N(d.size()) + " bytes");
-        return;
-      }
-      const auto* dr = reinterpret_cast<const ExtentDataRef*>(d.data());
-      r.a = dr->root.get();
-      r.ino = dr->objectid.get();
-      r.offset = dr->offset.get();
-      r.count = dr->count.get();
-      break;
-    }
-    case kSharedDataRefKey:
-      if (d.size() < sizeof(SharedDataRef)) {
-        Error(where + ": item is " + N(d.size()) + " bytes");
-        return;
-      }
-      r.a = k.offset;
-      r.count = LoadLe<uint32_t>(d.data());
-      break;
-    default:
-      return;  // EXTENT_OWNER_REF, qgroup leftovers, ...
-  }
-  auto it = extents_.find(k.objectid);
-  if (it == extents_.end()) {
-    Error(where + ": backref item without an EXTENT_ITEM/METADATA_ITEM for " + N(k.objectid));
-    return;
-  }
-  it->second.decl.push_back(r);
 }
 
 void Checker::BlockGroupItem(const Key& k, std::span<const uint8_t> d) {
@@ -807,233 +623,76 @@ void Checker::FileExtentRef(const TreeCtx& t, const TreeBlock& b, int slot, cons
     Error(where + ": file extent generation " + N(fe->generation.get()) + " beyond the superblock generation " +
           N(super_gen_));
   }
-  ++file_extent_refs_;
-  DataUse& u = data_[disk];
-  const DataRefKey key =
-      full ? DataRefKey{b.bytenr(), 0, 0, 0} : DataRefKey{0, b.owner(), k.objectid, k.offset - fe->offset.get()};
-  ++u.refs[key];
-  if (u.total++ == 0) {
-    u.disk_num_bytes = fe->disk_num_bytes.get();
-    u.tree = b.owner();
-    u.ino = k.objectid;
-    u.file_offset = k.offset;
-  } else if (u.disk_num_bytes != fe->disk_num_bytes.get()) {
-    u.size_mismatch = true;
-  }
-  if (fe->type == kFileExtentReg) u.reg = true;
+  tally_.DataRef(disk, fe->disk_num_bytes.get(), fe->type == kFileExtentReg, full ? b.bytenr() : 0, b.owner(),
+                 k.objectid, k.offset - fe->offset.get());
 }
 
 // ------------------------------------------------------------------ comparisons
 
-std::string RefText(const FoundRef& r) {
-  return r.parent != 0 ? "SHARED_BLOCK_REF parent " + N(r.parent) : "TREE_BLOCK_REF root " + ObjectidName(r.root);
-}
-
-void Checker::CheckTreeBlockExtents() {
-  // Deterministic order for the report.
-  std::vector<uint64_t> order;
-  order.reserve(blocks_.size());
-  for (const auto& [b, u] : blocks_) order.push_back(b);
-  std::sort(order.begin(), order.end());
-  for (uint64_t bytenr : order) {
-    const BlockUse& u = blocks_[bytenr];
-    const std::string blk = "tree block " + N(bytenr) + " (" + TreeLabel(u.referrer_tree) +
-                            (u.read_ok ? ", level " + N(static_cast<uint64_t>(u.level)) : "") +
-                            (u.referrer != 0 ? ", child of " + N(u.referrer) : ", a tree root") + ")";
-    auto it = extents_.find(bytenr);
-    if (it == extents_.end()) {
-      auto prev = extents_.upper_bound(bytenr);
-      std::string inside;
-      if (prev != extents_.begin()) {
-        --prev;
-        if (prev->second.start + prev->second.len > bytenr) inside = " (it lies inside extent " + KeyToString(prev->second.key) + ")";
-      }
-      Error("extent tree: " + blk + " has no METADATA_ITEM or EXTENT_ITEM" + inside);
-      continue;
-    }
-    const ExtentRec& e = it->second;
-    const std::string item = "extent tree: " + KeyToString(e.key) + " for " + blk;
-    if (!e.tree_block) {
-      Error(item + ": the extent item is not flagged TREE_BLOCK");
-      continue;
-    }
-    std::vector<FoundRef> decl;
-    for (const auto& r : e.decl) {
-      FoundRef f;
-      if (r.type == kTreeBlockRefKey) {
-        f.root = r.a;
-      } else if (r.type == kSharedBlockRefKey) {
-        f.parent = r.a;
-      } else {
-        Error(item + ": carries a data backref (" + KeyTypeName(r.type) + ")");
-        continue;
-      }
-      if (std::find(decl.begin(), decl.end(), f) != decl.end()) {
-        Error(item + ": " + RefText(f) + " listed twice");
-        continue;
-      }
-      decl.push_back(f);
-    }
-    for (const auto& f : u.refs) {
-      if (std::find(decl.begin(), decl.end(), f) == decl.end()) {
-        Error(item + ": no " + RefText(f) + ", though " +
-              (f.parent != 0 ? "block " + N(f.parent) + " points to it" : ObjectidName(f.root) + " reaches it"));
-      }
-    }
-    for (const auto& f : decl) {
-      if (std::find(u.refs.begin(), u.refs.end(), f) == u.refs.end()) {
-        Error(item + ": " + RefText(f) + ", but no such reference to the block exists");
-      }
-    }
-    if (e.refs != u.pointers) {
-      Error(item + ": refs " + N(e.refs) + ", but " + N(u.pointers) + " reference(s) found");
-    }
-    if (!u.read_ok) continue;
-    if (e.level != u.level) {
-      Error(item + ": level " + N(static_cast<uint64_t>(e.level)) + " in the extent tree, the block is level " +
-            N(static_cast<uint64_t>(u.level)));
-    }
-    if (!u.bad_full_reported && ((e.flags & kBlockFlagFullBackref) != 0) != u.full_backref) {
-      Error(item + ": FULL_BACKREF flag " + ((e.flags & kBlockFlagFullBackref) ? "set" : "clear") +
-            ", but its references say otherwise");
-    }
-    if (!u.full_backref) {
-      const bool owner_ref =
-          std::find(u.refs.begin(), u.refs.end(), FoundRef{0, u.owner}) != u.refs.end() ||
-          std::find(u.reached_from.begin(), u.reached_from.end(), u.owner) != u.reached_from.end();
-      if (!owner_ref) {
-        Error(item + ": owner " + ObjectidName(u.owner) + " neither refers to the block nor reaches it");
-      }
-    }
-  }
-  for (const auto& [start, e] : extents_) {
-    if (!e.tree_block || blocks_.count(start) != 0) continue;
-    std::string owner;
-    for (const auto& r : e.decl) {
-      if (r.type == kTreeBlockRefKey) owner = ", root " + ObjectidName(r.a);
-    }
-    Error("extent tree: " + KeyToString(e.key) + ": tree block extent with refs " + N(e.refs) + owner +
-          ", but no tree references block " + N(start));
+// Runs of [start, end) in address order, merged as they come.
+void AddRun(Ranges* runs, uint64_t start, uint64_t end) {
+  if (!runs->empty() && start <= runs->back().second) {
+    runs->back().second = std::max(runs->back().second, end);
+  } else {
+    runs->emplace_back(start, end);
   }
 }
 
-void Checker::CheckDataExtents() {
-  for (const auto& [start, e] : extents_) {
-    if (e.tree_block) continue;
-    const std::string item = "extent tree: data extent " + KeyToString(e.key);
-    auto it = data_.find(start);
-    if (it == data_.end()) {
-      Error(item + ": refs " + N(e.refs) + ", but no file extent item points to it");
-      continue;
+// One extent of the extent tree, in key order (RefTally::Compare streams
+// them): overlap, block group, stripe, and what the later checks need of it.
+void Checker::PlaceExtent(const ExtentRec& e, uint64_t owner) {
+  const uint64_t start = e.start;
+  AddRun(&used_runs_, start, start + e.len);
+  if (!e.tree_block) AddRun(&data_runs_, start, start + e.len);
+  NoteRootNode(e);
+  const std::string item = "extent " + KeyToString(e.key);
+  if (have_prev_extent_ && start < prev_extent_end_) {
+    Error("extent tree: " + item + " overlaps " + KeyToString(prev_extent_key_));
+  }
+  if (!have_prev_extent_ || start + e.len > prev_extent_end_) {
+    prev_extent_end_ = start + e.len;
+    prev_extent_key_ = e.key;
+    have_prev_extent_ = true;
+  }
+  auto bg = bgs_.upper_bound(start);
+  if (bg == bgs_.begin() || std::prev(bg)->second.start + std::prev(bg)->second.len <= start) {
+    Error("extent tree: " + item + " is not inside any block group");
+    return;
+  }
+  BlockGroupRec& g = std::prev(bg)->second;
+  g.actual += e.len;
+  if (start + e.len > g.start + g.len) {
+    Error("extent tree: " + item + " runs past the end of block group " + Range(g.start, g.start + g.len));
+  }
+  if (!e.tree_block) {
+    if (!(g.flags & kBlockGroupData)) {
+      Error("extent tree: data " + item + " lies in a " + BgType(g.flags) + " block group");
     }
-    const DataUse& u = it->second;
-    std::map<DataRefKey, uint64_t> decl;
-    for (const auto& r : e.decl) {
-      DataRefKey key;
-      if (r.type == kExtentDataRefKey) {
-        key = DataRefKey{0, r.a, r.ino, r.offset};
-      } else if (r.type == kSharedDataRefKey) {
-        key = DataRefKey{r.a, 0, 0, 0};
-      } else {
-        Error(item + ": carries a tree block backref (" + KeyTypeName(r.type) + ")");
-        continue;
+    return;
+  }
+  if (!(g.flags & (kBlockGroupMetadata | kBlockGroupSystem))) {
+    Error("extent tree: tree block " + item + " lies in a " + BgType(g.flags) + " block group");
+  } else {
+    uint64_t tree = owner;
+    if (tree == 0) {
+      for (const auto& r : e.decl) {
+        if (r.type == kTreeBlockRefKey) tree = r.a;
       }
-      if (decl.count(key)) Error(item + ": " + KeyTypeName(r.type) + " listed twice");
-      decl[key] += r.count;
     }
-    auto text = [](const DataRefKey& k) {
-      return k.parent != 0 ? "SHARED_DATA_REF parent " + N(k.parent)
-                           : "EXTENT_DATA_REF root " + ObjectidName(k.root) + " inode " + N(k.ino) + " offset " +
-                                 N(k.offset);
-    };
-    for (const auto& [k, n] : u.refs) {
-      auto d = decl.find(k);
-      if (d == decl.end()) {
-        Error(item + ": no " + text(k) + ", though " + N(n) + " file extent item(s) use it that way");
-      } else if (d->second != n) {
-        Error(item + ": " + text(k) + " count " + N(d->second) + ", but " + N(n) + " file extent item(s) found");
+    if (tree != 0) {
+      const uint64_t want = tree == kChunkTreeObjectid ? kBlockGroupSystem : kBlockGroupMetadata;
+      if (!(g.flags & want)) {
+        Error("extent tree: tree block " + item + " of the " + TreeLabel(tree) + " lies in a " + BgType(g.flags) +
+              " block group");
       }
-    }
-    for (const auto& [k, n] : decl) {
-      if (u.refs.count(k) == 0) Error(item + ": " + text(k) + " count " + N(n) + ", but no such file extent item");
-    }
-    if (e.refs != u.total) {
-      Error(item + ": refs " + N(e.refs) + ", but " + N(u.total) + " file extent item(s) point to it");
-    }
-    if (u.disk_num_bytes != e.len || u.size_mismatch) {
-      Error(item + ": file extent items give disk_num_bytes " + N(u.disk_num_bytes) + " (e.g. " + TreeLabel(u.tree) +
-            " inode " + N(u.ino) + " offset " + N(u.file_offset) + "), the extent is " + N(e.len) + " bytes");
     }
   }
-  for (const auto& [disk, u] : data_) {
-    auto it = extents_.find(disk);
-    if (it != extents_.end() && !it->second.tree_block) continue;
-    std::string why = " has no EXTENT_ITEM";
-    if (it != extents_.end()) {
-      why = " is a tree block extent, " + KeyToString(it->second.key);
-    } else {
-      auto prev = extents_.upper_bound(disk);
-      if (prev != extents_.begin()) {
-        --prev;
-        if (prev->second.start + prev->second.len > disk) why += " (it lies inside " + KeyToString(prev->second.key) + ")";
-      }
-    }
-    Error("extent tree: data extent " + N(disk) + " (" + N(u.disk_num_bytes) + " bytes), used by " + TreeLabel(u.tree) +
-          " inode " + N(u.ino) + " offset " + N(u.file_offset) + (u.total > 1 ? " and " + N(u.total - 1) + " more" : "") +
-          "," + why);
+  if (start / kBtrfsStripeLen != (start + nodesize_ - 1) / kBtrfsStripeLen) {
+    Error("extent tree: tree block " + item + " crosses a 64 KiB stripe boundary");
   }
 }
 
-void Checker::CheckExtentPlacement() {
-  uint64_t prev_end = 0;
-  const ExtentRec* prev = nullptr;
-  for (const auto& [start, e] : extents_) {
-    const std::string item = "extent " + KeyToString(e.key);
-    if (prev != nullptr && start < prev_end) {
-      Error("extent tree: " + item + " overlaps " + KeyToString(prev->key));
-    }
-    if (start + e.len > prev_end) {
-      prev_end = start + e.len;
-      prev = &e;
-    }
-    auto bg = bgs_.upper_bound(start);
-    if (bg == bgs_.begin() || std::prev(bg)->second.start + std::prev(bg)->second.len <= start) {
-      Error("extent tree: " + item + " is not inside any block group");
-      continue;
-    }
-    BlockGroupRec& g = std::prev(bg)->second;
-    g.actual += e.len;
-    if (start + e.len > g.start + g.len) {
-      Error("extent tree: " + item + " runs past the end of block group " + Range(g.start, g.start + g.len));
-    }
-    if (!e.tree_block) {
-      if (!(g.flags & kBlockGroupData)) {
-        Error("extent tree: data " + item + " lies in a " + BgType(g.flags) + " block group");
-      }
-      continue;
-    }
-    if (!(g.flags & (kBlockGroupMetadata | kBlockGroupSystem))) {
-      Error("extent tree: tree block " + item + " lies in a " + BgType(g.flags) + " block group");
-    } else {
-      auto u = blocks_.find(start);
-      uint64_t tree = u != blocks_.end() ? u->second.first_tree : 0;
-      if (tree == 0) {
-        for (const auto& r : e.decl) {
-          if (r.type == kTreeBlockRefKey) tree = r.a;
-        }
-      }
-      if (tree != 0) {
-        const uint64_t want = tree == kChunkTreeObjectid ? kBlockGroupSystem : kBlockGroupMetadata;
-        if (!(g.flags & want)) {
-          Error("extent tree: tree block " + item + " of the " + TreeLabel(tree) + " lies in a " + BgType(g.flags) +
-                " block group");
-        }
-      }
-    }
-    if (start / kBtrfsStripeLen != (start + nodesize_ - 1) / kBtrfsStripeLen) {
-      Error("extent tree: tree block " + item + " crosses a 64 KiB stripe boundary");
-    }
-  }
+void Checker::CheckBlockGroupUsage() {
   uint64_t total = 0;
   for (const auto& [start, g] : bgs_) {
     total += g.actual;
@@ -1187,9 +846,7 @@ void Checker::CheckFreeSpaceTree() {
             "check accepts them): " + stale);
   }
 
-  Ranges used;
-  for (const auto& [start, e] : extents_) used.emplace_back(start, start + e.len);
-  used = Normalize(std::move(used));
+  const Ranges& used = used_runs_;
 
   for (const auto& [bstart, g] : bgs_) {
     const uint64_t gend = g.start + g.len;
@@ -1284,11 +941,7 @@ void Checker::CheckFreeSpaceTree() {
 }
 
 void Checker::CheckCsumCoverage() {
-  Ranges data;
-  for (const auto& [start, e] : extents_) {
-    if (!e.tree_block) data.emplace_back(start, start + e.len);
-  }
-  data = Normalize(std::move(data));
+  const Ranges& data = data_runs_;
   Ranges runs(csums_.runs().begin(), csums_.runs().end());
   int shown = 0;
   for (const auto& [s, e] : Subtract(runs, data)) {
@@ -1301,21 +954,18 @@ void Checker::CheckCsumCoverage() {
 // inline backref is TREE_BLOCK_REF of a subvolume must be the block its
 // ROOT_ITEM names (a root item left pointing at an older root node is how
 // the 3.17 snapshot bug showed).
-void Checker::CheckRootNodes() {
-  struct Found {
-    int level = -1;
-    uint64_t bytenr = 0, generation = 0, count = 0;
-  };
-  std::map<uint64_t, Found> found;
-  for (const auto& [start, e] : extents_) {
-    if (!e.tree_block || e.decl.empty() || e.decl[0].keyed || e.decl[0].type != kTreeBlockRefKey) continue;
-    Found& f = found[e.decl[0].a];
-    if (e.level > f.level) {
-      f = Found{e.level, start, e.generation, 1};
-    } else if (e.level == f.level) {
-      ++f.count;
-    }
+void Checker::NoteRootNode(const ExtentRec& e) {
+  if (!e.tree_block || e.decl.empty() || e.decl[0].keyed || e.decl[0].type != kTreeBlockRefKey) return;
+  RootNode& f = root_nodes_[e.decl[0].a];
+  if (e.level > f.level) {
+    f = RootNode{e.level, e.start, e.generation, 1};
+  } else if (e.level == f.level) {
+    ++f.count;
   }
+}
+
+void Checker::CheckRootNodes() {
+  const auto& found = root_nodes_;
   for (const auto& t : roots_) {
     if (t.id < kFirstFreeObjectid || t.id == kTreeRelocObjectid) continue;
     const std::string item = "root tree: ROOT_ITEM of " + TreeLabel(t.id);
@@ -1324,7 +974,7 @@ void Checker::CheckRootNodes() {
       Error(item + ": no tree block in the extent tree carries TREE_BLOCK_REF " + N(t.id));
       continue;
     }
-    const Found& f = it->second;
+    const RootNode& f = it->second;
     if (f.count != 1) {
       Error(item + ": " + N(f.count) + " tree blocks at level " + N(static_cast<uint64_t>(f.level)) +
             " carry TREE_BLOCK_REF " + N(t.id) + ", so none is clearly its root");
@@ -1338,8 +988,7 @@ void Checker::CheckRootNodes() {
 
 void Checker::CheckPrealloc() {
   for (const auto& p : prealloc_csums_) {
-    auto it = data_.find(p.disk_bytenr);
-    if (it != data_.end() && it->second.reg) continue;
+    if (tally_.HasRegularRef(p.disk_bytenr)) continue;
     Error(TreeLabel(p.tree) + ": inode " + N(p.ino) + " offset " + N(p.file_offset) + ": preallocated extent " +
           N(p.disk_bytenr) + " has checksums but was never written");
   }
@@ -1530,9 +1179,12 @@ void Checker::Run() {
     }
   }
 
-  CheckTreeBlockExtents();
-  CheckDataExtents();
-  CheckExtentPlacement();
+  tree::RootPtr extent_root;  // none: every reference is reported as missing its extent item
+  for (const auto& t : roots_) {
+    if (t.id == kExtentTreeObjectid && !t.dropping) extent_root = t.root;
+  }
+  tally_.Compare(reader_, extent_root, [this](const ExtentRec& e, uint64_t owner) { PlaceExtent(e, owner); });
+  CheckBlockGroupUsage();
   CheckChunks();
   CheckFreeSpaceTree();
   CheckCsumCoverage();
@@ -1540,15 +1192,13 @@ void Checker::Run() {
   CheckRootNodes();
   CheckRootRefs();
 
-  uint64_t data_extents = 0;
-  for (const auto& [s, e] : extents_) data_extents += !e.tree_block;
   auto& c = out_->counts;
   c.insert(c.begin(), {{"trees", trees_},
-                       {"tree_blocks", seen_.size()},
+                       {"tree_blocks", tally_.tree_blocks()},
                        {"unreadable_tree_blocks", unreadable_.size()},
-                       {"extent_items", extents_.size()},
-                       {"data_extents", data_extents},
-                       {"file_extent_refs", file_extent_refs_},
+                       {"extent_items", tally_.extent_items()},
+                       {"data_extents", tally_.data_extents()},
+                       {"file_extent_refs", tally_.file_extent_refs()},
                        {"block_groups", bgs_.size()},
                        {"chunks", chunks_.size()},
                        {"inodes", inodes_},

@@ -12,7 +12,8 @@
 //     parent's owner, or SHARED_BLOCK_REF of a FULL_BACKREF parent); every
 //     data extent named by EXTENT_DATA items has its EXTENT_ITEM whose
 //     EXTENT_DATA_REF / SHARED_DATA_REF counts equal the file extent items
-//     pointing at it; refs counts; no extent item nobody references;
+//     pointing at it; refs counts; no extent item nobody references
+//     (check/backrefs.cc, with bounded memory);
 //  3. chunks, block groups and dev extents agree; BLOCK_GROUP_ITEM.used is
 //     the sum of the extents in the group; superblock bytes_used is the
 //     total; no extent outside a block group, of the wrong type, or
