@@ -516,3 +516,73 @@ TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
 
 }  // namespace
 }  // namespace ubtrfs_test
+
+namespace ubtrfs_test {
+namespace {
+
+CommandResult Cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {UBTRFS_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
+// `ubtrfs subvolume` on an image ubtrfs made: the kernel agrees with what
+// create, snapshot, list and delete did; wrong uses exit non-zero.
+TEST(SubvolumeCli, CreateSnapshotListDelete) {
+  TempDir tmp("ubtrfs-subvol-cli");
+  const std::string img = tmp.Sub("img"), host = tmp.Sub("f");
+  ASSERT_EQ(truncate(img.c_str(), 0), -1);
+  {
+    std::ofstream f(img);
+  }
+  ASSERT_EQ(truncate(img.c_str(), 300 << 20), 0);
+  ASSERT_TRUE(Cli({"mkfs", img}).ok());
+  WriteHostFile(host, Random(70000, 11));
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"subvolume", "create", img + ":/a"},
+           {"cp", host, img + ":/a/"},
+           {"subvolume", "snapshot", "-r", img + ":/a", img + ":/snap"},
+           {"subvolume", "snapshot", img + ":/a", img + ":/a"},
+           {"rm", img + ":/a/f"}}) {
+    CommandResult r = Cli(args);
+    ASSERT_TRUE(r.ok()) << ShellJoin(args) << ": " << r.Describe();
+  }
+  EXPECT_EQ(BtrfsCheck(img), "");
+  CommandResult list = Cli({"subvolume", "list", img});
+  ASSERT_TRUE(list.ok()) << list.Describe();
+  EXPECT_NE(list.out.find("top level 5 path a\n"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("top level 5 path snap\n"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("top level 256 path a/a\n"), std::string::npos) << list.out;
+  CommandResult json = Cli({"subvolume", "list", "--json", img});
+  EXPECT_NE(json.out.find("\"path\": \"snap\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"read_only\": true"), std::string::npos) << json.out;
+  // The read-only snapshot refuses; the writable one took the file along.
+  EXPECT_FALSE(Cli({"rm", img + ":/snap/f"}).ok());
+  EXPECT_EQ(Cli({"subvolume", "delete", img + ":/a"}).exit_code, 1);  // holds a/a: ENOTEMPTY
+  EXPECT_NE(Cli({"subvolume", "delete", img + ":/nope"}).exit_code, 0);
+  EXPECT_NE(Cli({"subvolume", "snapshot", img + ":/a"}).exit_code, 0);
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok());
+    EXPECT_TRUE(ReadAll(**fs, "/snap/f") == Random(70000, 11)) << "content of /snap/f";
+    EXPECT_TRUE(ReadAll(**fs, "/a/a/f") == Random(70000, 11)) << "content of /a/a/f";
+    EXPECT_FALSE((*fs)->Lookup("/a/f").ok());
+  }
+  ASSERT_TRUE(Cli({"subvolume", "delete", img + ":/a/a", img + ":/snap"}).ok());
+  EXPECT_EQ(BtrfsCheck(img), "");
+  list = Cli({"subvolume", "list", img});
+  EXPECT_EQ(list.out, "ID 256 gen " + list.out.substr(11, list.out.find(' ', 11) - 11) + " top level 5 path a\n");
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "kernel view not compared: loop mounts unavailable: " << why;
+  LoopMount m;
+  const std::string mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+  CommandResult klist = RunCommand({"btrfs", "subvolume", "list", mnt});
+  EXPECT_NE(klist.out.find("top level 5 path a\n"), std::string::npos) << klist.Describe();
+  EXPECT_EQ(klist.out.find("snap"), std::string::npos) << klist.out;
+  EXPECT_EQ(m.Unmount(), "");
+}
+
+}  // namespace
+}  // namespace ubtrfs_test

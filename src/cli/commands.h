@@ -21,7 +21,8 @@ void RegisterMkfs(CLI::App& app);          // mkfs
 void RegisterCheck(CLI::App& app);         // check
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats
-void RegisterProperty(CLI::App& app);      // property get|set (a subvolume's ro flag)
+void RegisterProperty(CLI::App& app);
+void RegisterSubvolume(CLI::App& app);     // subvolume create|snapshot|delete|list      // property get|set (a subvolume's ro flag)
 void RegisterEdit(CLI::App& app);          // edit (edit_command.cc); the verbs: verbs.h
 
 // mount.fuse3 runs an /etc/fstab entry of type fuse.ubtrfs as
