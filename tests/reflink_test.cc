@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "support/fuse_mount.h"
+#include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -33,37 +34,6 @@ namespace ubtrfs_test {
 namespace {
 
 constexpr uint64_t K = 1024;
-
-std::string Random(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& c : s) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
-std::span<const uint8_t> Bytes(const std::string& s) {
-  return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
-void WriteHostFile(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-}
-
-std::string ReadHostFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-std::string Must(const std::vector<std::string>& argv) {
-  CommandResult r = RunCommand(argv);
-  return r.ok() ? "" : ShellJoin(argv) + ": " + r.Describe();
-}
 
 std::string ReadAll(ubtrfs::Filesystem& f, const std::string& path) {
   auto id = f.Lookup(path);
@@ -156,7 +126,7 @@ class Writable {
     EXPECT_TRUE(c.ok()) << name << ": " << c.status().ToString();
     if (!c.ok()) return {};
     if (!data.empty()) {
-      auto w = fs_->Write(*c, 0, Bytes(data));
+      auto w = fs_->Write(*c, 0, SpanOf(data));
       EXPECT_TRUE(w.ok()) << name << ": " << w.status().ToString();
     }
     return *c;
@@ -212,10 +182,10 @@ TEST(Reflink, WithinAcrossFilesAndSubvolumesThenEachSideChanges) {
     ASSERT_TRUE(f.ok()) << f.error();
     // Two extents of 1 MiB and 512 KiB, a small (inline) file and one of
     // 10,000 bytes (a partial last sector).
-    m["/a"] = Random(1536 * K, 1);
+    m["/a"] = SeededBytes(1536 * K, 1);
     f.NewFile("/", "a", m["/a"].substr(0, 1024 * K));
-    ASSERT_TRUE(f->Write(f.Id("/a"), 1024 * K, Bytes(m["/a"].substr(1024 * K))).ok());
-    m["/t"] = Random(10000, 2);
+    ASSERT_TRUE(f->Write(f.Id("/a"), 1024 * K, SpanOf(m["/a"].substr(1024 * K))).ok());
+    m["/t"] = SeededBytes(10000, 2);
     f.NewFile("/", "t", m["/t"]);
     m["/small"] = "a small file that lives inline";
     f.NewFile("/", "small", m["/small"]);
@@ -295,7 +265,7 @@ TEST(Reflink, WithinAcrossFilesAndSubvolumesThenEachSideChanges) {
   const std::vector<std::function<void(Writable&)>> steps = {
       [&](Writable& f) {
         const std::string p(4 * K, 'P');
-        ASSERT_TRUE(f->Write(f.Id("/a"), 300 * K, Bytes(p)).ok());
+        ASSERT_TRUE(f->Write(f.Id("/a"), 300 * K, SpanOf(p)).ok());
         m["/a"].replace(300 * K, p.size(), p);
         ubtrfs::AttrChange t;
         t.size = 700 * K + 123;
@@ -304,7 +274,7 @@ TEST(Reflink, WithinAcrossFilesAndSubvolumesThenEachSideChanges) {
       },
       [&](Writable& f) {
         const std::string p(10 * K, 'Q');
-        ASSERT_TRUE(f->Write(f.Id("/b"), 2 * K, Bytes(p)).ok());
+        ASSERT_TRUE(f->Write(f.Id("/b"), 2 * K, SpanOf(p)).ok());
         m["/b"].replace(2 * K, p.size(), p);
         ubtrfs::AttrChange t;
         t.size = 5000;
@@ -393,7 +363,7 @@ TEST(Reflink, CompressedExtentsArePartlyShared) {
     ASSERT_OK(f->Unlink(f.Id("/"), "z"));
     m.erase("/z");
     const std::string p(8 * K, 'p');
-    ASSERT_TRUE(f->Write(f.Id("/z1"), 60 * K, Bytes(p)).ok());
+    ASSERT_TRUE(f->Write(f.Id("/z1"), 60 * K, SpanOf(p)).ok());
     m["/z1"].replace(60 * K, p.size(), p);
     ASSERT_OK(f->Commit());
   }
@@ -408,7 +378,7 @@ TEST(Reflink, ErrorsAsTheKernelGivesThem) {
   ASSERT_EQ(RunMkfs(img, "", 4096, "crc32c", 256ull << 20), "");
   Writable f(img);
   ASSERT_TRUE(f.ok()) << f.error();
-  const std::string data = Random(64 * K + 100, 3);
+  const std::string data = SeededBytes(64 * K + 100, 3);
   f.NewFile("/", "f", data);
   f.NewFile("/", "g", std::string(128 * K, 'g'));
   ASSERT_OK(f->Mkdir(f->Root(), "dir", ubtrfs::NewInode{.mode = 0755}).status());
@@ -455,25 +425,25 @@ TEST(KernelReflinks, UbtrfsChangesThemAndTheKernelAgrees) {
   ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
   ASSERT_EQ(RunMkfs(img, "", 4096, "crc32c", 512ull << 20), "");
   Model m;
-  m["/sv/f"] = Random(1024 * K, 11);
-  m["/sv/h"] = m["/sv/f"].substr(0, 256 * K) + Random(256 * K, 12);
+  m["/sv/f"] = SeededBytes(1024 * K, 11);
+  m["/sv/h"] = m["/sv/f"].substr(0, 256 * K) + SeededBytes(256 * K, 12);
   {
     LoopMount lm;
     ASSERT_EQ(lm.Mount(img, mnt), "");
-    ASSERT_EQ(Must({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
     WriteHostFile(mnt + "/sv/f", m["/sv/f"]);
     WriteHostFile(mnt + "/sv/h", m["/sv/h"]);
-    ASSERT_EQ(Must({"sync"}), "");
-    ASSERT_EQ(Must({"cp", "--reflink=always", mnt + "/sv/f", mnt + "/sv/g"}), "");
+    ASSERT_EQ(MustRun({"sync"}), "");
+    ASSERT_EQ(MustRun({"cp", "--reflink=always", mnt + "/sv/f", mnt + "/sv/g"}), "");
     m["/sv/g"] = m["/sv/f"];
-    ASSERT_EQ(Must({"cp", "--reflink=always", mnt + "/sv/f", mnt + "/top"}), "");
+    ASSERT_EQ(MustRun({"cp", "--reflink=always", mnt + "/sv/f", mnt + "/top"}), "");
     m["/top"] = m["/sv/f"];
     if (have_xfs_io) {
       WriteHostFile(mnt + "/sv/r", std::string(512 * K, 'r'));
       m["/sv/r"] = std::string(512 * K, 'r');
-      ASSERT_EQ(Must({"xfs_io", "-c", "reflink " + mnt + "/sv/f 64k 128k 256k", mnt + "/sv/r"}), "");
+      ASSERT_EQ(MustRun({"xfs_io", "-c", "reflink " + mnt + "/sv/f 64k 128k 256k", mnt + "/sv/r"}), "");
       CloneModel(m, "/sv/f", 64 * K, "/sv/r", 128 * K, 256 * K);
-      ASSERT_EQ(Must({"xfs_io", "-c", "dedupe " + mnt + "/sv/f 0 0 256k", mnt + "/sv/h"}), "");
+      ASSERT_EQ(MustRun({"xfs_io", "-c", "dedupe " + mnt + "/sv/f 0 0 256k", mnt + "/sv/h"}), "");
     } else {
       std::cout << "[ INFO ] xfs_io missing (package xfsprogs): no xfs_io reflink or dedupe\n";
     }
@@ -486,7 +456,7 @@ TEST(KernelReflinks, UbtrfsChangesThemAndTheKernelAgrees) {
     ASSERT_TRUE(f.ok()) << f.error();
     // Overwrite inside the shared extents, truncate, delete, clone across.
     const std::string p(12 * K, 'P');
-    ASSERT_TRUE(f->Write(f.Id("/sv/g"), 100 * K, Bytes(p)).ok());
+    ASSERT_TRUE(f->Write(f.Id("/sv/g"), 100 * K, SpanOf(p)).ok());
     m["/sv/g"].replace(100 * K, p.size(), p);
     ubtrfs::AttrChange t;
     t.size = 300 * K + 1;
@@ -496,7 +466,7 @@ TEST(KernelReflinks, UbtrfsChangesThemAndTheKernelAgrees) {
     ASSERT_OK(f.Clone("/sv/g", 0, "/c", 0, 0));
     CloneModel(m, "/sv/g", 0, "/c", 0, m["/sv/g"].size());
     if (have_xfs_io) {
-      ASSERT_TRUE(f->Write(f.Id("/sv/h"), 0, Bytes(p)).ok());
+      ASSERT_TRUE(f->Write(f.Id("/sv/h"), 0, SpanOf(p)).ok());
       m["/sv/h"].replace(0, p.size(), p);
       ASSERT_OK(f->Unlink(f.Id("/sv"), "r"));
       m.erase("/sv/r");
@@ -546,7 +516,7 @@ TEST(CliReflink, CopiesATreeSharingTheData) {
     ASSERT_OK(f->Mkdir(f->Root(), "tree", ubtrfs::NewInode{.mode = 0750}).status());
     ASSERT_OK(f->Mkdir(f.Id("/tree"), "sub", ubtrfs::NewInode{.mode = 0700}).status());
     for (int i = 0; i < 5; ++i) {
-      m["/tree/f" + std::to_string(i)] = Random(50000 + i * 70000, 30 + i);
+      m["/tree/f" + std::to_string(i)] = SeededBytes(50000 + i * 70000, 30 + i);
       f.NewFile("/tree", "f" + std::to_string(i), m["/tree/f" + std::to_string(i)]);
     }
     m["/tree/sub/small"] = "small";
@@ -617,7 +587,7 @@ TEST(FuseReflink, CopyFileRangeSharesAlignedRanges) {
   Scratch s;
   ASSERT_EQ(s.Make(512ull << 20), "");
   Model m;
-  m["/src"] = Random(1024 * K + 100, 21);
+  m["/src"] = SeededBytes(1024 * K + 100, 21);
   {
     Writable f(s.img);
     ASSERT_TRUE(f.ok()) << f.error();

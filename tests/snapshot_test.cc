@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -24,37 +25,6 @@
 
 namespace ubtrfs_test {
 namespace {
-
-void WriteHostFile(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-}
-
-std::string ReadHostFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-std::string Random(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& c : s) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
-std::span<const uint8_t> Bytes(const std::string& s) {
-  return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
-std::string Must(const std::vector<std::string>& argv) {
-  CommandResult r = RunCommand(argv);
-  return r.ok() ? "" : ShellJoin(argv) + ": " + r.Describe();
-}
 
 size_t CountInDump(const std::string& img, const std::string& word) {
   CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "extent", img});
@@ -89,21 +59,21 @@ struct SnapshotImage {
     if (std::string e = RunMkfs(img, "", 4096, "crc32c", 512ull << 20); !e.empty()) return e;
     LoopMount m;
     if (std::string e = m.Mount(img, mnt); !e.empty()) return e;
-    if (std::string e = Must({"btrfs", "subvolume", "create", mnt + "/sv"}); !e.empty()) return e;
+    if (std::string e = MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}); !e.empty()) return e;
     if (mkdir((mnt + "/sv/d").c_str(), 0755) != 0) return "mkdir sv/d";
     for (int i = 0; i < 600; ++i) WriteHostFile(mnt + "/sv/d/f" + std::to_string(i), "file " + std::to_string(i));
-    for (int i = 0; i < 8; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), Random(300000, i));
+    for (int i = 0; i < 8; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), SeededBytes(300000, i));
     WriteHostFile(mnt + "/top", "top file");
-    if (std::string e = Must({"sync"}); !e.empty()) return e;
+    if (std::string e = MustRun({"sync"}); !e.empty()) return e;
     for (const auto& argv : std::vector<std::vector<std::string>>{
              {"btrfs", "subvolume", "snapshot", mnt + "/sv", mnt + "/snap"},
              {"btrfs", "subvolume", "snapshot", "-r", mnt + "/sv", mnt + "/snap_ro"},
              {"btrfs", "subvolume", "snapshot", mnt, mnt + "/topsnap"}}) {
-      if (std::string e = Must(argv); !e.empty()) return e;
+      if (std::string e = MustRun(argv); !e.empty()) return e;
     }
     // Unshare a little of /sv before ubtrfs sees it.
     WriteHostFile(mnt + "/sv/d/f0", "changed by the kernel");
-    WriteHostFile(mnt + "/sv/after", Random(40000, 77));
+    WriteHostFile(mnt + "/sv/after", SeededBytes(40000, 77));
     return m.Unmount();
   }
 };
@@ -133,7 +103,7 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
       ASSERT_TRUE(d.ok()) << side << ": " << d.status().ToString();
       auto b1 = f.Lookup(side + "/big1");
       ASSERT_TRUE(b1.ok());
-      ASSERT_TRUE(f.Write(*b1, side == "/sv" ? 8192 : 65536, Bytes(patch)).ok());
+      ASSERT_TRUE(f.Write(*b1, side == "/sv" ? 8192 : 65536, SpanOf(patch)).ok());
       auto b2 = f.Lookup(side + "/big2");
       ASSERT_TRUE(b2.ok());
       ubtrfs::AttrChange t;
@@ -147,7 +117,7 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
       for (int i = 0; i < 300; ++i) {
         auto c = f.Create(*d, "new" + std::to_string(i), attrs);
         ASSERT_TRUE(c.ok()) << c.status().ToString();
-        ASSERT_TRUE(f.Write(*c, 0, Bytes(side + " " + std::to_string(i))).ok());
+        ASSERT_TRUE(f.Write(*c, 0, SpanOf(side + " " + std::to_string(i))).ok());
       }
     }
     // The read-only snapshot refuses.
@@ -158,7 +128,7 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
     // own file changes.
     auto top = f.Lookup("/topsnap/top");
     ASSERT_TRUE(top.ok()) << top.status().ToString();
-    ASSERT_TRUE(f.Write(*top, 0, Bytes(std::string("TOP"))).ok());
+    ASSERT_TRUE(f.Write(*top, 0, SpanOf(std::string("TOP"))).ok());
     auto st = f.Commit();
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
@@ -169,14 +139,14 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
   {
     auto fs = ubtrfs::Filesystem::Open(im.img);
     ASSERT_TRUE(fs.ok());
-    std::string sv1 = Random(300000, 1), snap1 = sv1, ro1 = sv1;
+    std::string sv1 = SeededBytes(300000, 1), snap1 = sv1, ro1 = sv1;
     sv1.replace(8192, patch.size(), patch);
     snap1.replace(65536, patch.size(), patch);
     EXPECT_TRUE(ReadAll(**fs, "/sv/big1") == sv1) << "content of " "/sv/big1";
     EXPECT_TRUE(ReadAll(**fs, "/snap/big1") == snap1) << "content of " "/snap/big1";
     EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big1") == ro1) << "content of " "/snap_ro/big1";
-    EXPECT_TRUE(ReadAll(**fs, "/snap/big3") == Random(300000, 3)) << "content of " "/snap/big3";
-    EXPECT_TRUE(ReadAll(**fs, "/sv/big4") == Random(300000, 4)) << "content of " "/sv/big4";
+    EXPECT_TRUE(ReadAll(**fs, "/snap/big3") == SeededBytes(300000, 3)) << "content of " "/snap/big3";
+    EXPECT_TRUE(ReadAll(**fs, "/sv/big4") == SeededBytes(300000, 4)) << "content of " "/sv/big4";
     EXPECT_EQ(ReadAll(**fs, "/snap_ro/d/f0"), "file 0");
     EXPECT_EQ(ReadAll(**fs, "/sv/d/f0"), "changed by the kernel");
     EXPECT_EQ(ReadAll(**fs, "/top"), "top file");
@@ -186,7 +156,7 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
   // The CLI on both sides.
   const std::string host = im.tmp.Sub("host");
   ASSERT_EQ(mkdir(host.c_str(), 0755), 0);
-  for (int i = 0; i < 30; ++i) WriteHostFile(host + "/h" + std::to_string(i), Random(5000 + i * 100, 500 + i));
+  for (int i = 0; i < 30; ++i) WriteHostFile(host + "/h" + std::to_string(i), SeededBytes(5000 + i * 100, 500 + i));
   for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
            {UBTRFS_CLI_PATH, "cp", host, im.img + ":/snap/"},
            {UBTRFS_CLI_PATH, "rm", "-r", im.img + ":/sv/d"}}) {
@@ -207,13 +177,13 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
     opts.skip_times = [](const std::string& rel) { return rel.rfind("topsnap/", 0) == 0 && rel.find('/', 8) == std::string::npos && rel != "topsnap/top"; };
     auto mismatches = CompareTreeToImage(im.mnt, **fs, opts);
     EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
-    EXPECT_TRUE(ReadHostFile(im.mnt + "/snap/host/h7") == Random(5700, 507)) << "content of " "/snap/host/h7";
+    EXPECT_TRUE(ReadHostFile(im.mnt + "/snap/host/h7") == SeededBytes(5700, 507)) << "content of " "/snap/host/h7";
     EXPECT_EQ(m.Unmount(), "");
   }
   {
     LoopMount m;
     ASSERT_EQ(m.Mount(im.img, im.mnt), "");
-    WriteHostFile(im.mnt + "/snap/d/kernel", Random(70000, 9));
+    WriteHostFile(im.mnt + "/snap/d/kernel", SeededBytes(70000, 9));
     EXPECT_EQ(unlink((im.mnt + "/snap/big5").c_str()), 0);
     WriteHostFile(im.mnt + "/sv/big6", "rewritten by the kernel");
     EXPECT_EQ(m.Unmount(), "");
@@ -228,7 +198,7 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
   }
   auto fs = ubtrfs::Filesystem::Open(im.img);
   ASSERT_TRUE(fs.ok());
-  EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big0") == Random(300000, 0)) << "content of " "/snap_ro/big0";
+  EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big0") == SeededBytes(300000, 0)) << "content of " "/snap_ro/big0";
 }
 
 }  // namespace
@@ -250,10 +220,10 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
   {
     LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
-    ASSERT_EQ(Must({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
     ASSERT_EQ(mkdir((mnt + "/sv/d").c_str(), 0755), 0);
     for (int i = 0; i < 500; ++i) WriteHostFile(mnt + "/sv/d/f" + std::to_string(i), "file " + std::to_string(i));
-    for (int i = 0; i < 4; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), Random(200000, i));
+    for (int i = 0; i < 4; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), SeededBytes(200000, i));
     WriteHostFile(mnt + "/top", "top");
     ASSERT_EQ(m.Unmount(), "");
   }
@@ -270,7 +240,7 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
     // An uncommitted change goes into the snapshot too: it is committed first.
     auto b0 = f.Lookup("/sv/big0");
     ASSERT_TRUE(b0.ok());
-    ASSERT_TRUE(f.Write(*b0, 0, Bytes(patch)).ok());
+    ASSERT_TRUE(f.Write(*b0, 0, SpanOf(patch)).ok());
     auto snap = f.CreateSnapshot(*sv, f.Root(), "snap", false);
     ASSERT_TRUE(snap.ok()) << snap.status().ToString();
     auto ro = f.CreateSnapshot(*sv, f.Root(), "snap_ro", true);
@@ -287,7 +257,7 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
     // Each side changes alone.
     auto b1 = f.Lookup("/sv/big1");
     ASSERT_TRUE(b1.ok());
-    ASSERT_TRUE(f.Write(*b1, 4096, Bytes(patch)).ok());
+    ASSERT_TRUE(f.Write(*b1, 4096, SpanOf(patch)).ok());
     auto sd = f.Lookup("/snap/d");
     ASSERT_TRUE(sd.ok()) << sd.status().ToString();
     for (int i = 0; i < 500; i += 2) ASSERT_TRUE(f.Unlink(*sd, "f" + std::to_string(i)).ok()) << i;
@@ -295,7 +265,7 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
     attrs.mode = 0644;
     auto c = f.Create(*sd, "in_snap", attrs);
     ASSERT_TRUE(c.ok());
-    ASSERT_TRUE(f.Write(*c, 0, Bytes(Random(30000, 5))).ok());
+    ASSERT_TRUE(f.Write(*c, 0, SpanOf(SeededBytes(30000, 5))).ok());
     auto rod = f.Lookup("/snap_ro/d");
     ASSERT_TRUE(rod.ok());
     EXPECT_EQ(f.Unlink(*rod, "f1").code(), EROFS);
@@ -305,7 +275,7 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
   {
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok());
-    std::string big0 = Random(200000, 0), big1 = Random(200000, 1), big1_sv = big1;
+    std::string big0 = SeededBytes(200000, 0), big1 = SeededBytes(200000, 1), big1_sv = big1;
     big0.replace(0, patch.size(), patch);
     big1_sv.replace(4096, patch.size(), patch);
     EXPECT_TRUE(ReadAll(**fs, "/snap/big0") == big0) << "content of " "/snap/big0";
@@ -342,7 +312,7 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
     EXPECT_NE(prop.out.find("ro=true"), std::string::npos) << prop.Describe();
     // send of the read-only snapshot, received into a fresh file system.
     const std::string stream = tmp.Sub("stream");
-    EXPECT_EQ(Must({"btrfs", "send", "-f", stream, mnt + "/snap_ro"}), "");
+    EXPECT_EQ(MustRun({"btrfs", "send", "-f", stream, mnt + "/snap_ro"}), "");
     EXPECT_EQ(m.Unmount(), "");
     (void)ro_id;
     const std::string img2 = tmp.Sub("img2"), mnt2 = tmp.Sub("mnt2");
@@ -350,23 +320,23 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
     ASSERT_EQ(RunMkfs(img2, "", 16384, "crc32c", 512ull << 20), "");
     LoopMount m2;
     ASSERT_EQ(m2.Mount(img2, mnt2), "");
-    EXPECT_EQ(Must({"btrfs", "receive", "-f", stream, mnt2}), "");
-    EXPECT_TRUE(ReadHostFile(mnt2 + "/snap_ro/big1") == Random(200000, 1)) << "content of " "/snap_ro/big1";
+    EXPECT_EQ(MustRun({"btrfs", "receive", "-f", stream, mnt2}), "");
+    EXPECT_TRUE(ReadHostFile(mnt2 + "/snap_ro/big1") == SeededBytes(200000, 1)) << "content of " "/snap_ro/big1";
     EXPECT_EQ(ReadHostFile(mnt2 + "/snap_ro/d/f7"), "file 7");
     EXPECT_EQ(m2.Unmount(), "");
   }
   {
     LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt, "subvol=snap"), "");
-    EXPECT_TRUE(ReadHostFile(mnt + "/d/in_snap") == Random(30000, 5));
+    EXPECT_TRUE(ReadHostFile(mnt + "/d/in_snap") == SeededBytes(30000, 5));
     EXPECT_EQ(m.Unmount(), "");
   }
   {
     // The kernel deletes them and frees what only they held.
     LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
-    EXPECT_EQ(Must({"btrfs", "subvolume", "delete", mnt + "/snap", mnt + "/snap_ro", mnt + "/sv/topsnap"}), "");
-    EXPECT_EQ(Must({"btrfs", "subvolume", "sync", mnt}), "");
+    EXPECT_EQ(MustRun({"btrfs", "subvolume", "delete", mnt + "/snap", mnt + "/snap_ro", mnt + "/sv/topsnap"}), "");
+    EXPECT_EQ(MustRun({"btrfs", "subvolume", "sync", mnt}), "");
     EXPECT_EQ(m.Unmount(), "");
   }
   EXPECT_EQ(BtrfsCheck(img), "");
@@ -420,14 +390,14 @@ TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
     for (int i = 0; i < 400; ++i) {
       auto c = f.Create(*d, "f" + std::to_string(i), attrs);
       ASSERT_TRUE(c.ok());
-      ASSERT_TRUE(f.Write(*c, 0, Bytes(i % 40 == 0 ? Random(100000, i) : "small " + std::to_string(i))).ok());
+      ASSERT_TRUE(f.Write(*c, 0, SpanOf(i % 40 == 0 ? SeededBytes(100000, i) : "small " + std::to_string(i))).ok());
     }
     auto nested = f.CreateSubvolume(*d, "nested", attrs);
     ASSERT_TRUE(nested.ok()) << nested.status().ToString();
     nested_id = nested->root;
     auto nf = f.Create(*nested, "in_nested", attrs);
     ASSERT_TRUE(nf.ok());
-    ASSERT_TRUE(f.Write(*nf, 0, Bytes(std::string("nested"))).ok());
+    ASSERT_TRUE(f.Write(*nf, 0, SpanOf(std::string("nested"))).ok());
     auto snap = f.CreateSnapshot(*a, f.Root(), "a_snap", false);
     ASSERT_TRUE(snap.ok()) << snap.status().ToString();
     snap_id = snap->root;
@@ -466,7 +436,7 @@ TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok());
     EXPECT_EQ(ReadAll(**fs, "/a_snap/d/f1"), "small 1");
-    EXPECT_TRUE(ReadAll(**fs, "/a_snap/d/f40") == Random(100000, 40)) << "content of /a_snap/d/f40";
+    EXPECT_TRUE(ReadAll(**fs, "/a_snap/d/f40") == SeededBytes(100000, 40)) << "content of /a_snap/d/f40";
     EXPECT_FALSE((*fs)->Lookup("/a_snap/d/f3").ok());
     auto list = (*fs)->ListSubvolumes();
     ASSERT_TRUE(list.ok());
@@ -488,8 +458,8 @@ TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
     auto mismatches = CompareTreeToImage(mnt, **fs, opts);
     EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
     // The kernel makes one, and ubtrfs deletes it.
-    EXPECT_EQ(Must({"btrfs", "subvolume", "create", mnt + "/k"}), "");
-    WriteHostFile(mnt + "/k/file", Random(50000, 3));
+    EXPECT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/k"}), "");
+    WriteHostFile(mnt + "/k/file", SeededBytes(50000, 3));
     EXPECT_EQ(m.Unmount(), "");
   }
   {
@@ -537,7 +507,7 @@ TEST(SubvolumeCli, CreateSnapshotListDelete) {
   }
   ASSERT_EQ(truncate(img.c_str(), 300 << 20), 0);
   ASSERT_TRUE(Cli({"mkfs", img}).ok());
-  WriteHostFile(host, Random(70000, 11));
+  WriteHostFile(host, SeededBytes(70000, 11));
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"subvolume", "create", img + ":/a"},
            {"cp", host, img + ":/a/"},
@@ -564,8 +534,8 @@ TEST(SubvolumeCli, CreateSnapshotListDelete) {
   {
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok());
-    EXPECT_TRUE(ReadAll(**fs, "/snap/f") == Random(70000, 11)) << "content of /snap/f";
-    EXPECT_TRUE(ReadAll(**fs, "/a/a/f") == Random(70000, 11)) << "content of /a/a/f";
+    EXPECT_TRUE(ReadAll(**fs, "/snap/f") == SeededBytes(70000, 11)) << "content of /snap/f";
+    EXPECT_TRUE(ReadAll(**fs, "/a/a/f") == SeededBytes(70000, 11)) << "content of /a/a/f";
     EXPECT_FALSE((*fs)->Lookup("/a/f").ok());
   }
   ASSERT_TRUE(Cli({"subvolume", "delete", img + ":/a/a", img + ":/snap"}).ok());

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "support/fuse_mount.h"
+#include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -34,36 +35,10 @@ namespace {
     if (!LoopMountsAvailable(&why_)) GTEST_SKIP() << "loop mounts unavailable: " << why_; \
   } while (0)
 
-void WriteHostFile(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-}
-
-std::string ReadHostFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 // Runs a shell-free command and records failures.
 void Must(const std::vector<std::string>& argv) {
   CommandResult r = RunCommand(argv);
   EXPECT_TRUE(r.ok()) << ShellJoin(argv) << ": " << r.Describe();
-}
-
-std::string Random(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& c : s) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
-std::span<const uint8_t> Bytes(const std::string& s) {
-  return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
 // An image the kernel wrote: /ro (a subvolume, then made read-only) with a
@@ -279,9 +254,9 @@ TEST(ReadOnlySubvolume, TopLevelFlagAcrossReopen) {
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
     auto f = (*fs)->Create((*fs)->Root(), "f", attrs);
     ASSERT_TRUE(f.ok());
-    ASSERT_TRUE((*fs)->Write(*f, 0, Bytes("before")).ok());
+    ASSERT_TRUE((*fs)->Write(*f, 0, SpanOf("before")).ok());
     ASSERT_TRUE((*fs)->SetSubvolumeReadOnly((*fs)->Root(), true).ok());
-    EXPECT_EQ((*fs)->Write(*f, 0, Bytes("after")).status().code(), EROFS);
+    EXPECT_EQ((*fs)->Write(*f, 0, SpanOf("after")).status().code(), EROFS);
     ASSERT_TRUE((*fs)->Commit().ok());
   }
   EXPECT_EQ(BtrfsCheck(img), "");
@@ -391,10 +366,10 @@ TEST_P(BalancedImage, WritableAfterBalance) {
     ASSERT_EQ(m.Mount(img, mnt), "");
     ASSERT_EQ(mkdir((mnt + "/a").c_str(), 0755), 0);
     for (int i = 0; i < 800; ++i) WriteHostFile(mnt + "/a/f" + std::to_string(i), "file " + std::to_string(i));
-    for (int i = 0; i < 12; ++i) WriteHostFile(mnt + "/a/big" + std::to_string(i), Random(200000, i));
+    for (int i = 0; i < 12; ++i) WriteHostFile(mnt + "/a/big" + std::to_string(i), SeededBytes(200000, i));
     Must({"btrfs", "subvolume", "create", mnt + "/sv"});
     for (int i = 0; i < 300; ++i) WriteHostFile(mnt + "/sv/s" + std::to_string(i), "sub " + std::to_string(i));
-    for (int i = 0; i < 6; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), Random(150000, 100 + i));
+    for (int i = 0; i < 6; ++i) WriteHostFile(mnt + "/sv/big" + std::to_string(i), SeededBytes(150000, 100 + i));
     Must({"sync"});
     std::vector<std::string> balance = {"btrfs", "balance", "start"};
     balance.insert(balance.end(), GetParam().args.begin(), GetParam().args.end());
@@ -407,7 +382,7 @@ TEST_P(BalancedImage, WritableAfterBalance) {
   EXPECT_GT(full, 0u) << "the balance left no tree block with full backrefs: nothing tested";
   EXPECT_GT(shared, 0u) << "the balance left no shared data refs: nothing tested";
 
-  std::string big3 = Random(200000, 3);
+  std::string big3 = SeededBytes(200000, 3);
   {
     ubtrfs::OpenOptions o;
     o.writable = true;
@@ -421,7 +396,7 @@ TEST_P(BalancedImage, WritableAfterBalance) {
     auto b3 = f.LookupChild(*a, "big3");
     ASSERT_TRUE(b3.ok());
     const std::string patch(4096, 'P');
-    ASSERT_TRUE(f.Write(*b3, 8192, Bytes(patch)).ok());
+    ASSERT_TRUE(f.Write(*b3, 8192, SpanOf(patch)).ok());
     big3.replace(8192, patch.size(), patch);
     // A truncate, a whole-file unlink, many small unlinks, many creates.
     auto b4 = f.LookupChild(*a, "big4");
@@ -439,14 +414,14 @@ TEST_P(BalancedImage, WritableAfterBalance) {
     for (int i = 0; i < 400; ++i) {
       auto c = f.Create(*nd, "n" + std::to_string(i), attrs);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
-      ASSERT_TRUE(f.Write(*c, 0, Bytes(i % 50 == 0 ? Random(20000, 1000 + i) : "new " + std::to_string(i))).ok());
+      ASSERT_TRUE(f.Write(*c, 0, SpanOf(i % 50 == 0 ? SeededBytes(20000, 1000 + i) : "new " + std::to_string(i))).ok());
     }
     // The other subvolume too.
     ASSERT_TRUE(f.Unlink(*sv, "big0").ok());
     for (int i = 0; i < 300; i += 3) ASSERT_TRUE(f.Unlink(*sv, "s" + std::to_string(i)).ok());
     auto ns = f.Create(*sv, "made", attrs);
     ASSERT_TRUE(ns.ok());
-    ASSERT_TRUE(f.Write(*ns, 0, Bytes(Random(50000, 7))).ok());
+    ASSERT_TRUE(f.Write(*ns, 0, SpanOf(SeededBytes(50000, 7))).ok());
     auto st = f.Commit();
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
@@ -456,7 +431,7 @@ TEST_P(BalancedImage, WritableAfterBalance) {
   // The CLI: cp in, rm -r, mkdir.
   const std::string host = tmp.Sub("host");
   ASSERT_EQ(mkdir(host.c_str(), 0755), 0);
-  for (int i = 0; i < 50; ++i) WriteHostFile(host + "/h" + std::to_string(i), Random(3000 + i * 100, 500 + i));
+  for (int i = 0; i < 50; ++i) WriteHostFile(host + "/h" + std::to_string(i), SeededBytes(3000 + i * 100, 500 + i));
   for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
            {UBTRFS_CLI_PATH, "cp", host, img + ":/sv/"},
            {UBTRFS_CLI_PATH, "rm", "-r", img + ":/a"},
@@ -474,8 +449,8 @@ TEST_P(BalancedImage, WritableAfterBalance) {
     ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
     auto mismatches = CompareTreeToImage(mnt, **fs, KernelMountCompareOptions());
     EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
-    EXPECT_EQ(ReadHostFile(mnt + "/sv/host/h7"), Random(3700, 507));
-    EXPECT_EQ(ReadHostFile(mnt + "/sv/made"), Random(50000, 7));
+    EXPECT_EQ(ReadHostFile(mnt + "/sv/host/h7"), SeededBytes(3700, 507));
+    EXPECT_EQ(ReadHostFile(mnt + "/sv/made"), SeededBytes(50000, 7));
     struct stat st;
     EXPECT_NE(lstat((mnt + "/a").c_str(), &st), 0);
     EXPECT_EQ(m.Unmount(), "");
@@ -484,7 +459,7 @@ TEST_P(BalancedImage, WritableAfterBalance) {
   {
     LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
-    WriteHostFile(mnt + "/new/kernel", Random(70000, 9));
+    WriteHostFile(mnt + "/new/kernel", SeededBytes(70000, 9));
     EXPECT_EQ(unlink((mnt + "/new/n1").c_str()), 0);
     EXPECT_EQ(m.Unmount(), "");
   }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,24 +66,32 @@ Result<std::unique_ptr<Filesystem>> OpenTargets(const std::vector<std::string>& 
   return std::move(*fs);
 }
 
-void Create(const SubvolArgs& a) {
+// Runs `op` on the parent directory and name of each target, in order,
+// printing `done` with the path after each; stops at the first failure.
+void ForEachTarget(const std::vector<std::string>& targets, const char* done,
+                   const std::function<Status(Filesystem&, InodeId, const std::string&)>& op) {
   std::vector<std::string> paths;
-  auto fs = OpenTargets(a.targets, true, &paths);
+  auto fs = OpenTargets(targets, true, &paths);
   if (!fs.ok()) return FailOpen(fs.status());
   for (const std::string& p : paths) {
     auto [dir_path, name] = SplitLast(p);
     auto dir = (*fs)->Lookup(dir_path.empty() ? "/" : dir_path);
     if (!dir.ok()) return Fail(p, dir.status());
+    if (Status st = op(**fs, *dir, name); !st.ok()) return Fail(p, st);
+    fmt::print("{} '{}'\n", done, p);
+  }
+}
+
+void Create(const SubvolArgs& a) {
+  ForEachTarget(a.targets, "Create subvolume", [](Filesystem& fs, InodeId dir, const std::string& name) {
     NewInode attrs;
     const mode_t mask = ::umask(0);
     ::umask(mask);
     attrs.mode = 0755 & ~mask;
     attrs.uid = ::geteuid();
     attrs.gid = ::getegid();
-    auto made = (*fs)->CreateSubvolume(*dir, name, attrs);
-    if (!made.ok()) return Fail(p, made.status());
-    fmt::print("Create subvolume '{}'\n", p);
-  }
+    return fs.CreateSubvolume(dir, name, attrs).status();
+  });
 }
 
 void Snapshot(const SubvolArgs& a) {
@@ -113,16 +122,9 @@ void Snapshot(const SubvolArgs& a) {
 }
 
 void Delete(const SubvolArgs& a) {
-  std::vector<std::string> paths;
-  auto fs = OpenTargets(a.targets, true, &paths);
-  if (!fs.ok()) return FailOpen(fs.status());
-  for (const std::string& p : paths) {
-    auto [dir_path, name] = SplitLast(p);
-    auto dir = (*fs)->Lookup(dir_path.empty() ? "/" : dir_path);
-    if (!dir.ok()) return Fail(p, dir.status());
-    if (Status st = (*fs)->DeleteSubvolume(*dir, name); !st.ok()) return Fail(p, st);
-    fmt::print("Delete subvolume '{}'\n", p);
-  }
+  ForEachTarget(a.targets, "Delete subvolume", [](Filesystem& fs, InodeId dir, const std::string& name) {
+    return fs.DeleteSubvolume(dir, name);
+  });
 }
 
 void List(const SubvolArgs& a) {

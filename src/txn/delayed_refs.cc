@@ -41,6 +41,37 @@ struct KeyedRef {
   uint32_t count = 1;
 };
 
+// The ref item of its own that carries `r` with `count`: its key (an
+// EXTENT_DATA_REF at its hash; the caller moves it on a collision) and body.
+std::pair<Key, std::vector<uint8_t>> KeyedItem(uint64_t bytenr, const TxnManager::RefId& r, int64_t count) {
+  std::vector<uint8_t> body;
+  uint64_t off = r.a;
+  if (r.type == kExtentDataRefKey) {
+    body.resize(sizeof(ExtentDataRef));
+    auto* dr = reinterpret_cast<ExtentDataRef*>(body.data());
+    dr->root = r.a;
+    dr->objectid = r.ino;
+    dr->offset = r.off;
+    dr->count = static_cast<uint32_t>(count);
+    off = ExtentDataRefHash(r.a, r.ino, r.off);
+  } else if (r.type == kSharedDataRefKey) {
+    body.resize(sizeof(SharedDataRef));
+    reinterpret_cast<SharedDataRef*>(body.data())->count = static_cast<uint32_t>(count);
+  }
+  return {Key{bytenr, r.type, off}, std::move(body)};
+}
+
+InlineRef AsInline(const TxnManager::RefId& r, int64_t count) {
+  InlineRef ir;
+  ir.type = r.type;
+  ir.offset = r.a;
+  ir.root = r.a;
+  ir.objectid = r.ino;
+  ir.data_offset = r.off;
+  ir.count = static_cast<uint32_t>(count);
+  return ir;
+}
+
 }  // namespace
 
 void TxnManager::QueueRef(uint64_t bytenr, bool tree, uint64_t size_or_level, const RefId& r, int64_t delta) {
@@ -80,35 +111,14 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
     if (delta < 0) return Status::Error(EIO, "internal: " + where + ": a reference dropped more often than added");
     if (delta > 1 && !IsDataRef(r.type)) return Status::Error(EIO, "internal: " + where + ": a tree reference twice");
     refs += static_cast<uint64_t>(delta);
-    InlineRef ir;
-    ir.type = r.type;
-    ir.offset = r.a;
-    ir.root = r.a;
-    ir.objectid = r.ino;
-    ir.data_offset = r.off;
-    ir.count = static_cast<uint32_t>(delta);
     if (item.size() + InlineSize(r.type) < max_item) {
       UB_ASSIGN_OR_RETURN(auto have, ParseInlineRefs(item, sizeof(ExtentItem), key));
-      InsertInlineRef(item, have, sizeof(ExtentItem), ir);
+      InsertInlineRef(item, have, sizeof(ExtentItem), AsInline(r, delta));
       continue;
     }
     // Too many for the item: a ref item of its own (the first free hash slot
     // for an EXTENT_DATA_REF is found when it is written below).
-    std::vector<uint8_t> body;
-    uint64_t off = r.a;
-    if (r.type == kExtentDataRefKey) {
-      body.resize(sizeof(ExtentDataRef));
-      auto* dr = reinterpret_cast<ExtentDataRef*>(body.data());
-      dr->root = r.a;
-      dr->objectid = r.ino;
-      dr->offset = r.off;
-      dr->count = static_cast<uint32_t>(delta);
-      off = ExtentDataRefHash(r.a, r.ino, r.off);
-    } else if (r.type == kSharedDataRefKey) {
-      body.resize(sizeof(SharedDataRef));
-      reinterpret_cast<SharedDataRef*>(body.data())->count = static_cast<uint32_t>(delta);
-    }
-    keyed.push_back({Key{bytenr, r.type, off}, std::move(body)});
+    keyed.push_back(KeyedItem(bytenr, r, delta));
   }
   auto* ei = reinterpret_cast<ExtentItem*>(item.data());
   ei->refs = refs;
@@ -172,12 +182,7 @@ Status TxnManager::ApplyExtent(uint64_t bytenr, const PendingExtent& p) {
   for (const auto& [r, delta] : p.refs) {
     refs += delta;
     UB_ASSIGN_OR_RETURN(auto inl, ParseInlineRefs(item, refs_start, key));
-    InlineRef want;
-    want.type = r.type;
-    want.offset = r.a;
-    want.root = r.a;
-    want.objectid = r.ino;
-    want.data_offset = r.off;
+    InlineRef want = AsInline(r, delta);
     if (auto m = FindInlineRef(inl, want)) {
       const int64_t count = int64_t{m->count} + delta;
       if (count < 0 || (!IsDataRef(r.type) && count > 1)) {
@@ -216,31 +221,17 @@ Status TxnManager::ApplyExtent(uint64_t bytenr, const PendingExtent& p) {
     }
     if (!IsDataRef(r.type) && delta > 1) return Status::Corrupt(where + ": a tree reference added twice");
     if (item.size() + InlineSize(r.type) < max_item) {
-      want.count = static_cast<uint32_t>(delta);
       InsertInlineRef(item, inl, refs_start, want);
       continue;
     }
-    std::vector<uint8_t> body;
-    uint64_t off = r.a;
-    if (r.type == kExtentDataRefKey) {
-      body.resize(sizeof(ExtentDataRef));
-      auto* dr = reinterpret_cast<ExtentDataRef*>(body.data());
-      dr->root = r.a;
-      dr->objectid = r.ino;
-      dr->offset = r.off;
-      dr->count = static_cast<uint32_t>(delta);
-      off = ExtentDataRefHash(r.a, r.ino, r.off);
-      for (bool taken = true; taken;) {  // a hash collision takes the next free offset, as the kernel
-        taken = false;
-        for (const auto& kv : keyed) taken |= kv.first == Key{bytenr, kExtentDataRefKey, off};
-        for (const auto& kv : added) taken |= kv.first == Key{bytenr, kExtentDataRefKey, off};
-        if (taken) ++off;
-      }
-    } else if (r.type == kSharedDataRefKey) {
-      body.resize(sizeof(SharedDataRef));
-      reinterpret_cast<SharedDataRef*>(body.data())->count = static_cast<uint32_t>(delta);
+    auto kv = KeyedItem(bytenr, r, delta);
+    for (bool taken = true; taken && r.type == kExtentDataRefKey;) {  // a hash collision: the next free offset, as the kernel
+      taken = false;
+      for (const auto& k : keyed) taken |= k.first == kv.first;
+      for (const auto& k : added) taken |= k.first == kv.first;
+      if (taken) ++kv.first.offset;
     }
-    added.push_back({Key{bytenr, r.type, off}, body});
+    added.push_back(kv);
     keyed.push_back(added.back());
   }
   if (refs < 0) return Status::Corrupt(where + ": reference count below zero");

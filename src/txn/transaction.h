@@ -34,6 +34,15 @@ struct TxnStats {
 
 class TxnManager final : public tree::BlockAllocator {
  public:
+  // One back reference of an extent: TREE_BLOCK_REF (a = root),
+  // SHARED_BLOCK_REF (a = parent), EXTENT_DATA_REF (a = root, ino, off) or
+  // SHARED_DATA_REF (a = parent).
+  struct RefId {
+    uint8_t type = 0;
+    uint64_t a = 0, ino = 0, off = 0;
+    auto operator<=>(const RefId&) const = default;
+  };
+
   // Checks that the image is one we can change safely (skinny metadata, a
   // free space tree that matches the extent tree, no log) and loads its
   // block groups.
@@ -100,14 +109,6 @@ class TxnManager final : public tree::BlockAllocator {
   Status ExcludeSuperStripes();
   Status CheckFreeSpaceTree();
   // ---- Delayed references (delayed_refs.cc) ----
-  // One back reference of an extent: TREE_BLOCK_REF (a = root),
-  // SHARED_BLOCK_REF (a = parent), EXTENT_DATA_REF (a = root, ino, off) or
-  // SHARED_DATA_REF (a = parent).
-  struct RefId {
-    uint8_t type = 0;
-    uint64_t a = 0, ino = 0, off = 0;
-    auto operator<=>(const RefId&) const = default;
-  };
   // The net reference changes of one extent in the running transaction.
   struct PendingExtent {
     bool tree = false;

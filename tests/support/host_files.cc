@@ -1,0 +1,37 @@
+#include "support/host_files.h"
+
+#include <fstream>
+#include <iterator>
+
+#include "support/test_util.h"
+
+namespace ubtrfs_test {
+
+void WriteHostFile(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  f << data;
+}
+
+std::string ReadHostFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string SeededBytes(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+std::string MustRun(const std::vector<std::string>& argv) {
+  CommandResult r = RunCommand(argv);
+  return r.ok() ? "" : ShellJoin(argv) + ": " + r.Describe();
+}
+
+}  // namespace ubtrfs_test

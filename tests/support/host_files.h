@@ -1,0 +1,26 @@
+// Small helpers the image tests share: host files as strings, seeded
+// pseudo-random contents (the same bytes for the same seed in every test and
+// run), and commands that must succeed.
+#ifndef UBTRFS_TESTS_SUPPORT_HOST_FILES_H_
+#define UBTRFS_TESTS_SUPPORT_HOST_FILES_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ubtrfs_test {
+
+void WriteHostFile(const std::string& path, const std::string& data);
+std::string ReadHostFile(const std::string& path);
+// n bytes from a xorshift generator seeded with `seed`.
+std::string SeededBytes(size_t n, uint64_t seed);
+inline std::span<const uint8_t> SpanOf(const std::string& s) {
+  return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+// "" when the command exits 0, else the command line and what it printed.
+std::string MustRun(const std::vector<std::string>& argv);
+
+}  // namespace ubtrfs_test
+
+#endif  // UBTRFS_TESTS_SUPPORT_HOST_FILES_H_
