@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Snapshot and snapshot-delete cost, ubtrfs vs the kernel, on one image with a
+# subvolume of N small files (default 200000):
+#   bench/snapshot_bench.sh [UBTRFS_BINARY] [N]
+# Prints wall times of `ubtrfs subvolume snapshot` (open, commit, copy of one
+# root block, commit), of `btrfs subvolume snapshot` on a loop mount (with
+# the sync that makes it durable), the tree blocks each wrote, and of the
+# deletes. Needs root and loop devices for the kernel side.
+set -euo pipefail
+cli=${1:-build/ubtrfs}
+n=${2:-200000}
+work=$(mktemp -d /tmp/ubtrfs-snapbench.XXXXXX)
+trap 'umount "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir -p "$work/src/d" "$work/mnt"
+python3 - "$work/src/d" "$n" <<'PY'
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    sub = os.path.join(d, str(i // 1000))
+    if i % 1000 == 0:
+        os.mkdir(sub)
+    with open(os.path.join(sub, "f%d" % i), "w") as f:
+        f.write("file %d\n" % i)
+PY
+truncate -s 8G "$work/img"
+"$cli" mkfs --rootdir "$work/src" "$work/img" >/dev/null
+"$cli" subvolume snapshot "$work/img:/" "$work/img:/base" >/dev/null   # the files, as a subvolume
+blocks() { btrfs inspect-internal dump-tree -t extent "$1" | grep -c "METADATA_ITEM" || true; }
+t() { local s e; s=$(date +%s.%N); "$@" >/dev/null; e=$(date +%s.%N); awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f", b - a }'; }
+cp --sparse=always "$work/img" "$work/kimg"
+b0=$(blocks "$work/img")
+echo "ubtrfs snapshot: $(t "$cli" subvolume snapshot -r "$work/img:/base" "$work/img:/snap") s, tree blocks $b0 -> $(blocks "$work/img")"
+echo "ubtrfs delete (all shared): $(t "$cli" subvolume delete "$work/img:/snap") s"
+mount -o loop "$work/kimg" "$work/mnt"
+s=$(date +%s.%N); btrfs subvolume snapshot -r "$work/mnt/base" "$work/mnt/snap" >/dev/null; sync -f "$work/mnt"; e=$(date +%s.%N)
+echo "kernel snapshot + sync: $(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f", b - a }') s"
+s=$(date +%s.%N); btrfs subvolume delete "$work/mnt/snap" >/dev/null; btrfs subvolume sync "$work/mnt" >/dev/null; e=$(date +%s.%N)
+echo "kernel delete + cleaner: $(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f", b - a }') s"
+umount "$work/mnt"
+btrfs check --readonly "$work/img" >/dev/null 2>&1 && echo "ubtrfs image: btrfs check clean"
