@@ -35,18 +35,6 @@ namespace {
 
 constexpr uint64_t K = 1024;
 
-std::string ReadAll(ubtrfs::Filesystem& f, const std::string& path) {
-  auto id = f.Lookup(path);
-  if (!id.ok()) return path + ": " + id.status().ToString();
-  auto a = f.GetStat(*id);
-  if (!a.ok()) return path + ": " + a.status().ToString();
-  std::string out(a->size, '\0');
-  auto n = f.Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(out.data()), out.size()));
-  if (!n.ok()) return path + ": " + n.status().ToString();
-  out.resize(*n);
-  return out;
-}
-
 // The data extents of an image, from the kernel tools' dump of its extent
 // tree (skinny metadata: every EXTENT_ITEM is data).
 struct DataExtents {
@@ -77,7 +65,7 @@ std::string Verify(const std::string& img, const Model& model) {
   auto fs = ubtrfs::Filesystem::Open(img);
   if (!fs.ok()) return "open: " + fs.status().ToString();
   for (const auto& [path, want] : model) {
-    const std::string got = ReadAll(**fs, path);
+    const std::string got = ReadImageFile(**fs, path);
     if (got != want) {
       size_t i = 0;
       while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;

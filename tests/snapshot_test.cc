@@ -33,19 +33,6 @@ size_t CountInDump(const std::string& img, const std::string& word) {
   return n;
 }
 
-// The file's bytes, or the error as text.
-std::string ReadAll(ubtrfs::Filesystem& f, const std::string& path) {
-  auto id = f.Lookup(path);
-  if (!id.ok()) return path + ": " + id.status().ToString();
-  auto a = f.GetStat(*id);
-  if (!a.ok()) return path + ": " + a.status().ToString();
-  std::string out(a->size, '\0');
-  auto n = f.Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(out.data()), out.size()));
-  if (!n.ok()) return path + ": " + n.status().ToString();
-  out.resize(*n);
-  return out;
-}
-
 // The kernel's layout: subvolume /sv with small and big files in a tree of
 // several levels (4 KiB nodes), then /snap (writable) and /snap_ro
 // (read-only) snapshots of it, a snapshot of the top level, and changes to
@@ -142,15 +129,15 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
     std::string sv1 = SeededBytes(300000, 1), snap1 = sv1, ro1 = sv1;
     sv1.replace(8192, patch.size(), patch);
     snap1.replace(65536, patch.size(), patch);
-    EXPECT_TRUE(ReadAll(**fs, "/sv/big1") == sv1) << "content of " "/sv/big1";
-    EXPECT_TRUE(ReadAll(**fs, "/snap/big1") == snap1) << "content of " "/snap/big1";
-    EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big1") == ro1) << "content of " "/snap_ro/big1";
-    EXPECT_TRUE(ReadAll(**fs, "/snap/big3") == SeededBytes(300000, 3)) << "content of " "/snap/big3";
-    EXPECT_TRUE(ReadAll(**fs, "/sv/big4") == SeededBytes(300000, 4)) << "content of " "/sv/big4";
-    EXPECT_EQ(ReadAll(**fs, "/snap_ro/d/f0"), "file 0");
-    EXPECT_EQ(ReadAll(**fs, "/sv/d/f0"), "changed by the kernel");
-    EXPECT_EQ(ReadAll(**fs, "/top"), "top file");
-    EXPECT_EQ(ReadAll(**fs, "/topsnap/top"), "TOP file");
+    EXPECT_TRUE(ReadImageFile(**fs, "/sv/big1") == sv1) << "content of " "/sv/big1";
+    EXPECT_TRUE(ReadImageFile(**fs, "/snap/big1") == snap1) << "content of " "/snap/big1";
+    EXPECT_TRUE(ReadImageFile(**fs, "/snap_ro/big1") == ro1) << "content of " "/snap_ro/big1";
+    EXPECT_TRUE(ReadImageFile(**fs, "/snap/big3") == SeededBytes(300000, 3)) << "content of " "/snap/big3";
+    EXPECT_TRUE(ReadImageFile(**fs, "/sv/big4") == SeededBytes(300000, 4)) << "content of " "/sv/big4";
+    EXPECT_EQ(ReadImageFile(**fs, "/snap_ro/d/f0"), "file 0");
+    EXPECT_EQ(ReadImageFile(**fs, "/sv/d/f0"), "changed by the kernel");
+    EXPECT_EQ(ReadImageFile(**fs, "/top"), "top file");
+    EXPECT_EQ(ReadImageFile(**fs, "/topsnap/top"), "TOP file");
   }
 
   // The CLI on both sides.
@@ -198,7 +185,7 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
   }
   auto fs = ubtrfs::Filesystem::Open(im.img);
   ASSERT_TRUE(fs.ok());
-  EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big0") == SeededBytes(300000, 0)) << "content of " "/snap_ro/big0";
+  EXPECT_TRUE(ReadImageFile(**fs, "/snap_ro/big0") == SeededBytes(300000, 0)) << "content of " "/snap_ro/big0";
 }
 
 }  // namespace
@@ -278,11 +265,11 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
     std::string big0 = SeededBytes(200000, 0), big1 = SeededBytes(200000, 1), big1_sv = big1;
     big0.replace(0, patch.size(), patch);
     big1_sv.replace(4096, patch.size(), patch);
-    EXPECT_TRUE(ReadAll(**fs, "/snap/big0") == big0) << "content of " "/snap/big0";
-    EXPECT_TRUE(ReadAll(**fs, "/snap_ro/big1") == big1) << "content of " "/snap_ro/big1";
-    EXPECT_TRUE(ReadAll(**fs, "/sv/big1") == big1_sv) << "content of " "/sv/big1";
-    EXPECT_EQ(ReadAll(**fs, "/sv/d/f0"), "file 0");
-    EXPECT_EQ(ReadAll(**fs, "/sv/topsnap/top"), "top");
+    EXPECT_TRUE(ReadImageFile(**fs, "/snap/big0") == big0) << "content of " "/snap/big0";
+    EXPECT_TRUE(ReadImageFile(**fs, "/snap_ro/big1") == big1) << "content of " "/snap_ro/big1";
+    EXPECT_TRUE(ReadImageFile(**fs, "/sv/big1") == big1_sv) << "content of " "/sv/big1";
+    EXPECT_EQ(ReadImageFile(**fs, "/sv/d/f0"), "file 0");
+    EXPECT_EQ(ReadImageFile(**fs, "/sv/topsnap/top"), "top");
     auto gone = (*fs)->Lookup("/snap/d/f0");
     EXPECT_FALSE(gone.ok());
   }
@@ -435,8 +422,8 @@ TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
   {
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok());
-    EXPECT_EQ(ReadAll(**fs, "/a_snap/d/f1"), "small 1");
-    EXPECT_TRUE(ReadAll(**fs, "/a_snap/d/f40") == SeededBytes(100000, 40)) << "content of /a_snap/d/f40";
+    EXPECT_EQ(ReadImageFile(**fs, "/a_snap/d/f1"), "small 1");
+    EXPECT_TRUE(ReadImageFile(**fs, "/a_snap/d/f40") == SeededBytes(100000, 40)) << "content of /a_snap/d/f40";
     EXPECT_FALSE((*fs)->Lookup("/a_snap/d/f3").ok());
     auto list = (*fs)->ListSubvolumes();
     ASSERT_TRUE(list.ok());
@@ -534,8 +521,8 @@ TEST(SubvolumeCli, CreateSnapshotListDelete) {
   {
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok());
-    EXPECT_TRUE(ReadAll(**fs, "/snap/f") == SeededBytes(70000, 11)) << "content of /snap/f";
-    EXPECT_TRUE(ReadAll(**fs, "/a/a/f") == SeededBytes(70000, 11)) << "content of /a/a/f";
+    EXPECT_TRUE(ReadImageFile(**fs, "/snap/f") == SeededBytes(70000, 11)) << "content of /snap/f";
+    EXPECT_TRUE(ReadImageFile(**fs, "/a/a/f") == SeededBytes(70000, 11)) << "content of /a/a/f";
     EXPECT_FALSE((*fs)->Lookup("/a/f").ok());
   }
   ASSERT_TRUE(Cli({"subvolume", "delete", img + ":/a/a", img + ":/snap"}).ok());

@@ -191,6 +191,9 @@ class FilesystemImpl final : public Filesystem {
   Result<InodeId> CreateSubvolume(InodeId dir, std::string_view name, const NewInode& attrs) override;
   Status DeleteSubvolume(InodeId dir, std::string_view name) override;
   Result<std::vector<SubvolumeInfo>> ListSubvolumes() override;
+  // `name` is free in directory `dir` for a new subvolume's entry (EEXIST,
+  // ENOTDIR and name errors otherwise).
+  Status CheckNewSubvolumeEntry(InodeId dir, std::string_view name);
   // The entry `name` in `dir` for subvolume `id` (DIR_ITEM, DIR_INDEX,
   // ROOT_REF/ROOT_BACKREF) and its UUID tree item.
   Status LinkSubvolume(InodeId dir, std::string_view name, uint64_t id, const uint8_t (&uuid)[16]);

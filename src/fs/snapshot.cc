@@ -16,13 +16,8 @@ using namespace ubtrfs::format;
 
 Result<InodeId> FilesystemImpl::CreateSnapshot(InodeId subvol, InodeId dir, std::string_view name, bool read_only) {
   return Change({dir}, 16, [&]() -> Result<InodeId> {
-    UB_RETURN_IF_ERROR(CheckName(name));
     UB_ASSIGN_OR_RETURN(auto src, SubvolTop(*vol_, subvol));
-    UB_ASSIGN_OR_RETURN(Stat dst, GetStat(dir));
-    if ((dst.mode & S_IFMT) != S_IFDIR) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
-    auto existing = LookupChild(dir, name);
-    if (existing.ok()) return Status::Error(EEXIST, std::string(name) + " exists");
-    if (existing.status().code() != ENOENT) return existing.status();
+    UB_RETURN_IF_ERROR(CheckNewSubvolumeEntry(dir, name));
     // The source as committed: what the copy shares is on disk.
     UB_RETURN_IF_ERROR(CommitImpl());
     UB_ASSIGN_OR_RETURN(const uint64_t id, NewSubvolumeId());

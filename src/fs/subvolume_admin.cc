@@ -64,6 +64,15 @@ Result<uint64_t> FilesystemImpl::NewSubvolumeId() {
   return id;
 }
 
+Status FilesystemImpl::CheckNewSubvolumeEntry(InodeId dir, std::string_view name) {
+  UB_RETURN_IF_ERROR(CheckName(name));
+  UB_ASSIGN_OR_RETURN(Stat dst, GetStat(dir));
+  if ((dst.mode & S_IFMT) != S_IFDIR) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
+  auto existing = LookupChild(dir, name);
+  if (existing.ok()) return Status::Error(EEXIST, std::string(name) + " exists");
+  return existing.status().code() == ENOENT ? Status::Ok() : existing.status();
+}
+
 Status FilesystemImpl::LinkSubvolume(InodeId dir, std::string_view name, uint64_t id, const uint8_t (&uuid)[16]) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
@@ -93,12 +102,7 @@ Status FilesystemImpl::LinkSubvolume(InodeId dir, std::string_view name, uint64_
 
 Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view name, const NewInode& attrs) {
   return Change({dir}, 16, [&]() -> Result<InodeId> {
-    UB_RETURN_IF_ERROR(CheckName(name));
-    UB_ASSIGN_OR_RETURN(Stat dst, GetStat(dir));
-    if ((dst.mode & S_IFMT) != S_IFDIR) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
-    auto existing = LookupChild(dir, name);
-    if (existing.ok()) return Status::Error(EEXIST, std::string(name) + " exists");
-    if (existing.status().code() != ENOENT) return existing.status();
+    UB_RETURN_IF_ERROR(CheckNewSubvolumeEntry(dir, name));
     UB_ASSIGN_OR_RETURN(const uint64_t id, NewSubvolumeId());
     const uint64_t transid = txn_->transid();
     // The root item as the kernel's create_subvol fills it.

@@ -28,13 +28,7 @@ Status TxnManager::DropBlock(uint64_t root, uint64_t bytenr, int level, uint64_t
   const bool full = info.flags & kBlockFlagFullBackref;
   if (info.refs > 1) {
     if (b->header().owner.get() == root && !full) {
-      ChangeChildRefs(*b, 0, +1);
-      PendingExtent& p = pending_[bytenr];
-      if (p.base_refs < 0 && !p.fresh) p.base_refs = info.refs;
-      p.tree = true;
-      p.level = level;
-      p.set_flags |= kBlockFlagFullBackref;
-      shared_info_[bytenr].flags |= kBlockFlagFullBackref;
+      ReferenceChildrenByParent(*b);
       ChangeChildRefs(*b, root, -1);
     }
     ChangeCommittedRef(bytenr, level, via, -1);

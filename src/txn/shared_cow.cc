@@ -79,6 +79,16 @@ void TxnManager::ChangeChildRefs(const tree::TreeBlock& b, uint64_t root, int de
   }
 }
 
+void TxnManager::ReferenceChildrenByParent(const tree::TreeBlock& b) {
+  ChangeChildRefs(b, 0, +1);
+  PendingExtent& p = pending_[b.bytenr()];
+  if (p.base_refs < 0 && !p.fresh) p.base_refs = InfoOf(b.bytenr()).refs;
+  p.tree = true;
+  p.level = b.level();
+  p.set_flags |= kBlockFlagFullBackref;
+  shared_info_[b.bytenr()].flags |= kBlockFlagFullBackref;
+}
+
 Status TxnManager::RetireCommitted(const tree::TreeBlock& b, uint64_t owner) {
   if (!any_shared_.load(std::memory_order_relaxed)) return Status::Ok();
   auto lock = AllocLock();
@@ -86,13 +96,7 @@ Status TxnManager::RetireCommitted(const tree::TreeBlock& b, uint64_t owner) {
   const bool full = info.flags & kBlockFlagFullBackref;
   if (info.refs > 1) {
     if (b.header().owner.get() == owner && !full) {
-      ChangeChildRefs(b, 0, +1);
-      PendingExtent& p = pending_[b.bytenr()];
-      if (p.base_refs < 0 && !p.fresh) p.base_refs = info.refs;
-      p.tree = true;
-      p.level = b.level();
-      p.set_flags |= kBlockFlagFullBackref;
-      shared_info_[b.bytenr()].flags |= kBlockFlagFullBackref;
+      ReferenceChildrenByParent(b);
     } else {
       ChangeChildRefs(b, owner, +1);
     }

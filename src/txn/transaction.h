@@ -140,6 +140,9 @@ class TxnManager final : public tree::BlockAllocator {
   // data extents of its file extent items): keyed by `root`, or by b as
   // parent when root is 0.
   void ChangeChildRefs(const tree::TreeBlock& b, uint64_t root, int delta);
+  // A shared block its owner lets go of: its children gain references by
+  // parent (b) and b turns FULL_BACKREF, as update_ref_for_cow does.
+  void ReferenceChildrenByParent(const tree::TreeBlock& b);
   Status NoteExtentItemForCow(const format::Key& k, uint64_t refs, uint64_t flags);
   // One block of a tree being dropped, reached through `via` (drop_tree.cc).
   Status DropBlock(uint64_t root, uint64_t bytenr, int level, uint64_t generation, const RefId& via, uint64_t* freed);

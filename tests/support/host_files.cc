@@ -29,6 +29,18 @@ std::string SeededBytes(size_t n, uint64_t seed) {
   return s;
 }
 
+std::string ReadImageFile(ubtrfs::Filesystem& fs, const std::string& path) {
+  auto id = fs.Lookup(path);
+  if (!id.ok()) return path + ": " + id.status().ToString();
+  auto st = fs.GetStat(*id);
+  if (!st.ok()) return path + ": " + st.status().ToString();
+  std::string out(st->size, '\0');
+  auto n = fs.Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(out.data()), out.size()));
+  if (!n.ok()) return path + ": " + n.status().ToString();
+  out.resize(*n);
+  return out;
+}
+
 std::string MustRun(const std::vector<std::string>& argv) {
   CommandResult r = RunCommand(argv);
   return r.ok() ? "" : ShellJoin(argv) + ": " + r.Describe();

@@ -1,4 +1,4 @@
-// Small helpers the image tests share: host files as strings, seeded
+// Small helpers the image tests share: host and image files as strings, seeded
 // pseudo-random contents (the same bytes for the same seed in every test and
 // run), and commands that must succeed.
 #ifndef UBTRFS_TESTS_SUPPORT_HOST_FILES_H_
@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "ubtrfs/filesystem.h"
+
 namespace ubtrfs_test {
 
 void WriteHostFile(const std::string& path, const std::string& data);
@@ -18,6 +20,8 @@ std::string SeededBytes(size_t n, uint64_t seed);
 inline std::span<const uint8_t> SpanOf(const std::string& s) {
   return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
+// A file's bytes read through ubtrfs, or the error as text.
+std::string ReadImageFile(ubtrfs::Filesystem& fs, const std::string& path);
 // "" when the command exits 0, else the command line and what it printed.
 std::string MustRun(const std::vector<std::string>& argv);
 
