@@ -48,6 +48,7 @@
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_gen.h"
+#include "tree/cursor.h"
 #include "txn/mkfs.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
@@ -225,6 +226,9 @@ void HostSnapshot(const std::string& host, const std::string& prefix, State* st)
 // ---- Workloads ---------------------------------------------------------------------------------
 
 constexpr uint64_t kImageBytes = 128ull << 20;  // two superblock copies (64 KiB and 64 MiB)
+// Small drop steps: a subvolume deletion commits many times, and crashes
+// land in the middle of its drop.
+constexpr uint64_t kDropBlocksPerCommit = 3;
 
 // The generation in a primary superblock write, or 0 when the entry is not one.
 uint64_t SuperGeneration(const LogEntry& e) {
@@ -240,10 +244,12 @@ uint64_t SuperGeneration(const LogEntry& e) {
 // every commit, by generation.
 class WorkloadRun {
  public:
-  explicit WorkloadRun(uint64_t seed) : rng_(seed), rec_("crash-image", kImageBytes) {}
+  explicit WorkloadRun(uint64_t seed, uint32_t nodesize = 16384)
+      : rng_(seed), rec_("crash-image", kImageBytes), nodesize_(nodesize) {}
 
   void Start() {
     txn::MkfsOptions o;
+    o.nodesize = nodesize_;
     o.fsid = txn::Uuid{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     o.time_sec = 1700000000;
     Status st = txn::MakeFilesystem(&rec_, o);
@@ -251,6 +257,7 @@ class WorkloadRun {
     rec_.ResetLog();
     OpenOptions oo;
     oo.writable = true;
+    oo.drop_blocks_per_commit = kDropBlocksPerCommit;
     auto fs = OpenOnDevice(io::NewUnownedDevice(&rec_), oo);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
     fs_ = std::move(*fs);
@@ -284,6 +291,15 @@ class WorkloadRun {
     fs_.reset();
   }
 
+  // After an operation that committed inside: every generation it made
+  // shows the model as it is now; the live view must too.
+  void CommitsInside() {
+    const uint64_t gen = fs_->Info().generation;
+    for (uint64_t g = generation_ + 1; g <= gen; ++g) states_[g] = model_;
+    generation_ = gen;
+    Commit();
+  }
+
   // Checks the generation has not moved since the last Commit() (no commit
   // the model does not know of).
   void ExpectNoHiddenCommit() { ASSERT_EQ(fs_->Info().generation, generation_) << "an unexpected commit"; }
@@ -294,6 +310,7 @@ class WorkloadRun {
   const io::RecordingDevice& rec() const { return rec_; }
   const std::map<uint64_t, State>& states() const { return states_; }
   int commits() const { return commits_; }
+  uint64_t longest_drop() const { return longest_drop_; }
 
   InodeId Id(const std::string& path) {
     auto r = fs_->Lookup("/" + path);
@@ -444,6 +461,64 @@ class WorkloadRun {
     }
   }
 
+  // Subvolume operations commit inside (before and after, and a deletion
+  // once per drop step): the workload commits first, so that every
+  // generation they make shows the state after them.
+  void CreateSubvolume(const std::string& path) {
+    Commit();
+    auto r = fs_->CreateSubvolume(Id(Parent(path)), Base(path), NewInode{0755});
+    ASSERT_TRUE(r.ok()) << path << ": " << r.status().ToString();
+    Node n;
+    n.type = 'd';
+    n.perm = 0755;
+    model_[path] = n;
+    CommitsInside();
+  }
+  void TakeSnapshot(const std::string& from, const std::string& to, bool read_only) {
+    Commit();
+    auto r = fs_->CreateSnapshot(Id(from), Id(Parent(to)), Base(to), read_only);
+    ASSERT_TRUE(r.ok()) << from << " -> " << to << ": " << r.status().ToString();
+    State copy;
+    for (const auto& [p, n] : model_) {
+      if (p == from) copy[to] = n;
+      if (p.compare(0, from.size() + 1, from + "/") == 0) {
+        Node m = n;
+        if (m.type == 'f') m.model_ino += kSnapshotInoStep * static_cast<uint64_t>(++snapshots_);  // links stay within a copy
+        copy[to + p.substr(from.size())] = m;
+      }
+    }
+    for (auto& [p, n] : copy) model_[p] = n;
+    CommitsInside();
+  }
+  void DeleteSubvolume(const std::string& path) {
+    Commit();
+    const uint64_t before = fs_->Info().generation;
+    Status st = fs_->DeleteSubvolume(Id(Parent(path)), Base(path));
+    ASSERT_TRUE(st.ok()) << path << ": " << st.ToString();
+    longest_drop_ = std::max(longest_drop_, fs_->Info().generation - before);
+    for (auto it = model_.begin(); it != model_.end();) {
+      const std::string& p = it->first;
+      it = (p == path || p.compare(0, path.size() + 1, path + "/") == 0) ? model_.erase(it) : std::next(it);
+    }
+    CommitsInside();
+  }
+  // A reflink copy of a whole file into a new one.
+  void CloneFile(const std::string& from, const std::string& to) {
+    const Node src = model_.at(from);
+    NewInode a;
+    a.mode = src.perm;
+    auto dst = fs_->Create(Id(Parent(to)), Base(to), a);
+    ASSERT_TRUE(dst.ok()) << to << ": " << dst.status().ToString();
+    Status st = fs_->Clone(Id(from), 0, *dst, 0, 0);  // to the source's end
+    ASSERT_TRUE(st.ok()) << from << " -> " << to << ": " << st.ToString();
+    Node n;
+    n.type = 'f';
+    n.perm = src.perm;
+    n.data = src.data;
+    n.model_ino = ++next_model_ino_;
+    model_[to] = n;
+  }
+
   // Random existing path of a kind ('f', 'd', 'l', 0 = any), "" if none.
   std::string Pick(char type) {
     std::vector<std::string> c;
@@ -485,6 +560,10 @@ class WorkloadRun {
   uint64_t generation_ = 0;
   uint64_t next_model_ino_ = 0;
   int commits_ = 0;
+  uint32_t nodesize_;
+  int snapshots_ = 0;
+  uint64_t longest_drop_ = 0;  // commits of the longest subvolume deletion
+  static constexpr uint64_t kSnapshotInoStep = 1ull << 32;
 };
 
 // Namespace churn: creates, links, unlinks, renames, directories, symlinks,
@@ -601,6 +680,70 @@ void TreesWorkload(WorkloadRun& r, int rounds) {
     if (::testing::Test::HasFatalFailure()) return;
     r.Commit();
   }
+}
+
+// A subvolume of a few hundred files (4 KiB nodes: a tree of two levels),
+// snapshots of it (some read-only) and of those, changes on every writable
+// side, reflinks across subvolumes, and deletions of snapshots and, last, of
+// the source, each dropped in many small committed steps.
+void SubvolumesWorkload(WorkloadRun& r, int rounds) {
+  r.CreateSubvolume("sv");
+  r.Mkdir("sv/d");
+  for (int i = 0; i < 260; ++i) r.CreateFile("sv/d/f" + std::to_string(i), r.Bytes(i % 4 == 0 ? 4000 + i : 50 + i));
+  r.Commit();
+  std::vector<std::string> rw{"sv"}, snaps;
+  auto any_file = [&](const std::string& top) {
+    std::vector<std::string> c;
+    for (const auto& [p, n] : r.model()) {
+      if (n.type == 'f' && p.compare(0, top.size() + 1, top + "/") == 0) c.push_back(p);
+    }
+    return c.empty() ? std::string() : c[r.rng()() % c.size()];
+  };
+  for (int round = 0; round < rounds; ++round) {
+    const std::string src = rw[r.rng()() % rw.size()];
+    const std::string snap = "snap" + std::to_string(round);
+    const bool ro = round % 3 == 1;
+    r.TakeSnapshot(src, snap, ro);
+    snaps.push_back(snap);
+    if (!ro) rw.push_back(snap);
+    if (::testing::Test::HasFatalFailure()) return;
+    for (int k = 0; k < 12; ++k) {
+      const std::string top = rw[r.rng()() % rw.size()];
+      const std::string f = any_file(top);
+      if (f.empty()) continue;
+      const int op = static_cast<int>(r.rng()() % 4);
+      if (op == 0) {
+        r.Unlink(f);
+      } else if (op == 1) {
+        const std::string from = any_file(snaps[r.rng()() % snaps.size()]);
+        const std::string to = top + "/d/c" + std::to_string(round) + "_" + std::to_string(k);
+        if (!from.empty() && !r.model().count(to)) r.CloneFile(from, to);
+      } else {
+        r.WriteAt(f, r.rng()() % 5000, r.Bytes(1 + r.rng()() % 3000));
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    r.Commit();
+    if (snaps.size() > 2) {
+      const size_t i = r.rng()() % (snaps.size() - 1);
+      const std::string gone = snaps[i];
+      r.DeleteSubvolume(gone);
+      snaps.erase(snaps.begin() + static_cast<long>(i));
+      rw.erase(std::remove(rw.begin(), rw.end(), gone), rw.end());
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // The source goes while snapshots share its blocks; they change after.
+  r.DeleteSubvolume("sv");
+  EXPECT_GE(r.longest_drop(), 4u) << "no deletion was dropped in steps: no crash lands inside a drop";
+  rw.erase(std::remove(rw.begin(), rw.end(), std::string("sv")), rw.end());
+  for (const std::string& top : rw) {
+    for (int k = 0; k < 6; ++k) {
+      const std::string f = any_file(top);
+      if (!f.empty()) r.WriteAt(f, r.rng()() % 3000, r.Bytes(1 + r.rng()() % 2000));
+    }
+  }
+  r.Commit();
 }
 
 // Generated host trees imported through the library (fs/import.h), one
@@ -804,6 +947,10 @@ class CrashVerifier {
         }
       }
     }
+    // 4. A subvolume deletion cut short resumes at a writable open: the drop
+    // ends, no dead tree is left, nothing visible changes, the checker
+    // passes.
+    if (resume_drops_ && gen != 0) failure += ResumeDrops(img, gen);
     // 3. btrfs check on a sample.
     if (run_btrfs_check) {
       const std::string path = scratch_ + "/crash.img";
@@ -816,6 +963,37 @@ class CrashVerifier {
       if (!out.empty()) failure += out.substr(0, 3000) + "\n";
     }
     return failure;
+  }
+
+  std::string ResumeDrops(const io::CrashImage& img, uint64_t gen) {
+    auto copy = img.Clone();
+    {
+      OpenOptions o;
+      o.writable = true;
+      o.drop_blocks_per_commit = kDropBlocksPerCommit;
+      auto fs = OpenOnDevice(io::NewUnownedDevice(copy.get()), o);
+      if (!fs.ok()) return "does not open writable (resuming drops): " + fs.status().ToString() + "\n";
+      auto it = run_.states().find(gen);
+      auto snap = Snapshot(**fs);
+      if (!snap.ok()) return "after resuming drops, reading the tree fails: " + snap.status().ToString() + "\n";
+      if (it != run_.states().end() && !(*snap == it->second)) {
+        return "after resuming drops, content differs from the model after commit " + std::to_string(gen) + ":\n" +
+               Diff(it->second, *snap);
+      }
+    }
+    auto vol = txn::Volume::Open(copy->Clone(), txn::VolumeOptions{});
+    if (!vol.ok()) return "after resuming drops, the volume does not open: " + vol.status().ToString() + "\n";
+    tree::Cursor c((*vol)->source(), (*vol)->root_tree());
+    Status st = c.Seek(format::Key{format::kOrphanObjectid, format::kOrphanItemKey, 0});
+    if (!st.ok()) return "after resuming drops, the root tree: " + st.ToString() + "\n";
+    if (c.Valid() && c.key().objectid == format::kOrphanObjectid) {
+      return "after resuming drops, tree " + std::to_string(c.key().offset) + " is still dead\n";
+    }
+    check::CheckResult cr = check::CheckVolume(**vol);
+    if (cr.clean()) return "";
+    std::string out = "after resuming drops, ubtrfs check: " + std::to_string(cr.error_count) + " errors:\n";
+    for (size_t i = 0; i < cr.errors.size() && i < 8; ++i) out += "  " + cr.errors[i] + "\n";
+    return out;
   }
 
   void Verify(const CrashPoint& p, bool run_btrfs_check) {
@@ -940,6 +1118,7 @@ class CrashVerifier {
   }
 
   void set_have_btrfs(bool b) { have_btrfs_ = b; }
+  void set_resume_drops(bool b) { resume_drops_ = b; }
   uint64_t failures() const { return failures_; }
 
  private:
@@ -949,6 +1128,7 @@ class CrashVerifier {
   std::vector<uint64_t> gen_issued_;
   std::set<size_t> super_writes_;
   bool have_btrfs_ = false;
+  bool resume_drops_ = false;
   uint64_t failures_ = 0;  // crash points of this workload that failed
 };
 
@@ -978,9 +1158,10 @@ class CrashTest : public ::testing::Test {
   }
 
   // Runs a workload, then its crash points.
-  void RunWorkload(const std::string& name, const std::function<void(WorkloadRun&)>& workload, const Plan& plan, uint64_t seed) {
+  void RunWorkload(const std::string& name, const std::function<void(WorkloadRun&)>& workload, const Plan& plan,
+                   uint64_t seed, uint32_t nodesize = 16384) {
     auto t0 = std::chrono::steady_clock::now();
-    WorkloadRun run(seed);
+    WorkloadRun run(seed, nodesize);
     run.Start();
     ASSERT_FALSE(HasFatalFailure());
     workload(run);
@@ -991,6 +1172,7 @@ class CrashTest : public ::testing::Test {
     const uint64_t before = t.points, checks = t.btrfs_checks;
     CrashVerifier v(run, scratch_.path(), name);
     v.set_have_btrfs(have_btrfs_);
+    v.set_resume_drops(resume_drops_);
     v.RunPlan(plan, seed ^ 0x5eed);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++t.workloads;
@@ -1004,6 +1186,7 @@ class CrashTest : public ::testing::Test {
   }
 
   bool have_btrfs_ = false;
+  bool resume_drops_ = false;
   TempDir scratch_{"ubtrfs-crash"};
 };
 
@@ -1040,6 +1223,13 @@ TEST_F(CrashTest, RenameOverExisting) {
 TEST_F(CrashTest, TreesCreatedAndDeleted) {
   const uint64_t seed = BaseSeed() * 1000 + 4;
   RunWorkload("trees", [&](WorkloadRun& r) { TreesWorkload(r, Soak() ? 30 : 8); }, Soak() ? ShortPlan() : LongPlan(600), seed);
+}
+
+TEST_F(CrashTest, SnapshotsReflinksAndSubvolumeDrops) {
+  const uint64_t seed = BaseSeed() * 1000 + 6;
+  resume_drops_ = true;
+  RunWorkload("subvolumes", [&](WorkloadRun& r) { SubvolumesWorkload(r, Soak() ? 12 : 5); },
+              Soak() ? ShortPlan() : LongPlan(500), seed, 4096);
 }
 
 TEST_F(CrashTest, ImportGeneratedTrees) {

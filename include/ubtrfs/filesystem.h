@@ -209,6 +209,11 @@ struct OpenOptions {
   // them low to run every directory through the queue.
   uint32_t dir_item_index_after = 0;
   uint32_t dir_item_batch = 0;
+  // A deleted subvolume's tree is dropped in steps of this many freed tree
+  // blocks, each committed (a crash between them resumes at the next
+  // writable open, as the kernel's cleaner does). 0 keeps the default, 4096;
+  // tests set it low to stop a drop half way.
+  uint64_t drop_blocks_per_commit = 0;
   // Where paths start, as the kernel's subvol= and subvolid= mount options:
   // `subvol` is a subvolume's path from the top level, `subvolid` its id
   // (5 is the top level). Given both, they must name the same subvolume

@@ -474,6 +474,8 @@ inline constexpr uint64_t kBlockFlagFullBackref = 1ULL << 8;
 
 // root_item.flags
 inline constexpr uint64_t kRootSubvolRdonly = 1ULL << 0;
+// A subvolume being deleted (its ROOT_ITEM refs are 0; the kernel sets it).
+inline constexpr uint64_t kRootSubvolDead = 1ULL << 48;
 
 // ---- Published sizes ---------------------------------------------------------------
 static_assert(sizeof(DiskKey) == 17);

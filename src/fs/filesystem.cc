@@ -52,7 +52,11 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
   impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));
   impl->set_compression(options.compress);
   UB_RETURN_IF_ERROR(impl->Init(options.subvol, options.subvolid));
-  if (options.writable) UB_RETURN_IF_ERROR(impl->InitWrite());
+  if (options.drop_blocks_per_commit) impl->set_drop_step_blocks(options.drop_blocks_per_commit);
+  if (options.writable) {
+    UB_RETURN_IF_ERROR(impl->InitWrite());
+    UB_RETURN_IF_ERROR(impl->FinishDeadTrees());
+  }
   return std::unique_ptr<Filesystem>(std::move(impl));
 }
 

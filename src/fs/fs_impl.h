@@ -156,6 +156,10 @@ class FilesystemImpl final : public Filesystem {
     if (batch) dir_item_options_.dir_batch = batch;
   }
   void set_max_dirty_bytes(uint64_t n) { max_dirty_bytes_ = n; }
+  void set_drop_step_blocks(uint64_t n) { drop_step_blocks_ = n; }
+  // Drops the subvolumes a deletion left dead (a crash, or the kernel's
+  // cleaner not done at unmount), a commit per step (subvolume_admin.cc).
+  Status FinishDeadTrees();
   void set_compression(const CompressOptions& c) { compress_ = c; }
   const CompressOptions& compression() const { return compress_; }
   // Data of `type` was written: its incompat flag goes in at the next commit.
@@ -190,6 +194,8 @@ class FilesystemImpl final : public Filesystem {
   // subvolume_admin.cc
   Result<InodeId> CreateSubvolume(InodeId dir, std::string_view name, const NewInode& attrs) override;
   Status DeleteSubvolume(InodeId dir, std::string_view name) override;
+  // Drops dead tree `id` to its end, committing each step.
+  Status DropDeadTree(uint64_t id);
   Result<std::vector<SubvolumeInfo>> ListSubvolumes() override;
   // `name` is free in directory `dir` for a new subvolume's entry (EEXIST,
   // ENOTDIR and name errors otherwise).
@@ -996,6 +1002,7 @@ class FilesystemImpl final : public Filesystem {
   bool legacy_batching_ = false;  // OpenOptions::legacy_dir_index_batching
   inode::DelayedDirItems::Options dir_item_options_;  // OpenOptions::dir_item_*
   uint64_t max_dirty_bytes_ = 256ull << 20;  // OpenOptions::max_dirty_bytes
+  uint64_t drop_step_blocks_ = 4096;         // OpenOptions::drop_blocks_per_commit
   CompressOptions compress_;                  // OpenOptions::compress
   std::atomic<uint64_t> pending_incompat_{0};  // compression incompat flags for the next commit
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume

@@ -198,10 +198,33 @@ Status FilesystemImpl::DeleteSubvolume(InodeId dir, std::string_view name) {
         UB_RETURN_IF_ERROR(rest.empty() ? uw->Delete(ukey) : uw->Update(ukey, rest));
       }
     }
-    UB_RETURN_IF_ERROR(txn_->DropTree(id).status());
+    UB_RETURN_IF_ERROR(txn_->MarkTreeDead(id));
     min_subvol_id_ = std::max(min_subvol_id_, id + 1);
     subvols_->Forget();
-    return CommitImpl();
+    // Committed dead, the subvolume is gone for good: a crash from here on
+    // leaves the drop to whoever opens the image next.
+    UB_RETURN_IF_ERROR(CommitImpl());
+    return DropDeadTree(id);
+  });
+}
+
+Status FilesystemImpl::DropDeadTree(uint64_t id) {
+  uint64_t freed = 0;
+  for (;;) {
+    UB_ASSIGN_OR_RETURN(bool done, txn_->DropTreeStep(id, drop_step_blocks_, &freed));
+    UB_RETURN_IF_ERROR(CommitImpl());
+    if (done) return Status::Ok();
+  }
+}
+
+Status FilesystemImpl::FinishDeadTrees() {
+  return Change({}, kItemsPerDeleteSubvol, [&]() -> Status {
+    UB_ASSIGN_OR_RETURN(auto dead, txn_->DeadTrees());
+    for (uint64_t id : dead) {
+      min_subvol_id_ = std::max(min_subvol_id_, id + 1);
+      UB_RETURN_IF_ERROR(DropDeadTree(id).WithContext("finishing the deletion of subvolume " + std::to_string(id)));
+    }
+    return Status::Ok();
   });
 }
 
@@ -222,6 +245,10 @@ Result<std::vector<SubvolumeInfo>> FilesystemImpl::ListSubvolumes() {
       if (k.type == kRootItemKey) {
         RootItem ri{};
         std::memcpy(&ri, d.data(), std::min(d.size(), sizeof(ri)));
+        if (ri.refs.get() == 0) {  // deleted, its tree not yet dropped: gone, as for btrfs subvolume list
+          UB_RETURN_IF_ERROR(c.Next());
+          continue;
+        }
         SubvolumeInfo& s = subvols[k.objectid];
         s.id = k.objectid;
         std::memcpy(s.uuid.data(), ri.uuid, 16);

@@ -72,11 +72,19 @@ class TxnManager final : public tree::BlockAllocator {
   // A new tree `id` of one empty leaf with `item` as its ROOT_ITEM at
   // (id, ROOT_ITEM, item_offset); bytenr, level and generations are set here.
   Result<tree::TreeWriter*> CreateTree(uint64_t id, format::RootItem item, uint64_t item_offset);
-  // Drops committed tree `root` (drop_tree.cc): every block and data extent
-  // only it held is freed, shared ones lose its reference; its ROOT_ITEM
-  // goes. Returns the number of tree blocks freed. The tree is NotFound
-  // afterwards.
-  Result<uint64_t> DropTree(uint64_t root);
+  // Subvolume deletion, in steps a crash cannot break (drop_tree.cc).
+  // MarkTreeDead makes committed tree `root` unreachable (NotFound from now
+  // on) and records that it is to be dropped: ROOT_ITEM refs 0 and an
+  // ORPHAN_ITEM. DropTreeStep drops up to `max_blocks` more of its blocks
+  // (adding them to *freed): every block and data extent only it held is
+  // freed, shared ones lose its reference. It records where it stopped in
+  // the ROOT_ITEM and returns false, or, done, removes the ROOT_ITEM and the
+  // orphan item and returns true. Commit after each call.
+  Status MarkTreeDead(uint64_t root);
+  Result<bool> DropTreeStep(uint64_t root, uint64_t max_blocks, uint64_t* freed);
+  // Trees that are dead and not yet dropped (by us or the kernel): the
+  // root tree's orphan items.
+  Result<std::vector<uint64_t>> DeadTrees();
 
   // tree::BlockAllocator
   Result<uint64_t> AllocTreeBlock(uint64_t owner, int level) override;
@@ -144,8 +152,13 @@ class TxnManager final : public tree::BlockAllocator {
   // parent (b) and b turns FULL_BACKREF, as update_ref_for_cow does.
   void ReferenceChildrenByParent(const tree::TreeBlock& b);
   Status NoteExtentItemForCow(const format::Key& k, uint64_t refs, uint64_t flags);
-  // One block of a tree being dropped, reached through `via` (drop_tree.cc).
-  Status DropBlock(uint64_t root, uint64_t bytenr, int level, uint64_t generation, const RefId& via, uint64_t* freed);
+  // One block of tree `root` (made at transaction `created`) being dropped,
+  // reached through `via`, and all of it the tree alone holds (drop_tree.cc).
+  Status DropBlock(uint64_t root, uint64_t created, uint64_t bytenr, int level, uint64_t generation, const RefId& via,
+                   uint64_t* freed);
+  // Every block tree `root` owns from b down turns to references by parent.
+  Status HandOverOwned(uint64_t root, uint64_t created, const tree::TreeBlock& b);
+  Status FreeDroppedBlock(uint64_t bytenr, int level, const RefId& via, uint64_t* freed);
   Status UpdateBlockGroups(bool* changed);
   Status UpdateRootItems(bool* changed);
   Status DeleteCsums(uint64_t start, uint64_t len);

@@ -146,12 +146,12 @@ Result<Volume::TreeRoot> Volume::FindRoot(uint64_t objectid) {
   return *r;
 }
 
-Result<Volume::TreeRoot*> Volume::MutableRoot(uint64_t objectid) {
+Result<Volume::TreeRoot*> Volume::MutableRoot(uint64_t objectid, bool even_deleted) {
   {
     std::lock_guard<std::mutex> lock(roots_mu_);
     auto it = roots_.find(objectid);
     if (it != roots_.end()) {
-      if (it->second.deleted) return Status::NotFound("tree " + std::to_string(objectid) + " was deleted");
+      if (it->second.deleted && !even_deleted) return Status::NotFound("tree " + std::to_string(objectid) + " was deleted");
       return &it->second;
     }
   }
@@ -173,8 +173,12 @@ Result<Volume::TreeRoot*> Volume::MutableRoot(uint64_t objectid) {
   if (r.ref.level >= kMaxLevel) {
     return Status::Corrupt("ROOT_ITEM of tree " + std::to_string(objectid) + ": level " + std::to_string(r.ref.level));
   }
+  const bool subvol = objectid == kFsTreeObjectid || (objectid >= kFirstFreeObjectid && objectid <= kLastFreeObjectid);
+  r.deleted = subvol && r.item.refs.get() == 0;
   std::lock_guard<std::mutex> lock(roots_mu_);
-  return &roots_.emplace(objectid, r).first->second;
+  TreeRoot* e = &roots_.emplace(objectid, r).first->second;
+  if (e->deleted && !even_deleted) return Status::NotFound("tree " + std::to_string(objectid) + " is being deleted");
+  return e;
 }
 
 std::vector<uint64_t> Volume::LoadedRoots() {

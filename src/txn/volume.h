@@ -71,7 +71,9 @@ class Volume {
   Result<TreeRoot> FindRoot(uint64_t objectid);
   // The cached entry itself, for the transaction layer to move roots in
   // place (entries never move once created).
-  Result<TreeRoot*> MutableRoot(uint64_t objectid);
+  // A dead tree (deleted, or a subvolume whose ROOT_ITEM has refs 0: being
+  // dropped) is NotFound unless `even_deleted`.
+  Result<TreeRoot*> MutableRoot(uint64_t objectid, bool even_deleted = false);
   // Guards the fields of cached TreeRoot entries (MutableRoot).
   std::mutex& roots_mutex() { return roots_mu_; }
   // Every tree root loaded so far.
