@@ -14,6 +14,13 @@
 //       while another worker removes. --interleave: one thread removes one
 //       entry of each directory in turn (the workers' order, no concurrency).
 //
+//   lib_bench snapshot IMAGE SUBVOL FILE
+//       Times CreateSnapshot of the subvolume whose top is SUBVOL (read-only,
+//       as SUBVOL-bench-snap next to it; the call commits before and after),
+//       then the first write into the new snapshot (4 KiB over the start of
+//       FILE, a path inside SUBVOL, and Commit()), with the tree blocks each
+//       commit wrote (commit.blocks_written).
+//
 // Both print the library's statistics snapshot (CollectStats(), reset just
 // before the timed part) in the JSON under "stats"; with LIB_BENCH_STATS_TEXT
 // set in the environment also as text (funclatency-style histograms) on
@@ -49,7 +56,8 @@ using ubtrfs::Status;
   std::fprintf(stderr,
                "lib_bench: %s\n"
                "usage: lib_bench create IMAGE --threads T --files N --loops L [--size BYTES] [--max-dirty-mib M]\n"
-               "       lib_bench delete IMAGE --threads T [--list-first|--interleave] DIR...\n",
+               "       lib_bench delete IMAGE --threads T [--list-first|--interleave] DIR...\n"
+               "       lib_bench snapshot IMAGE SUBVOL FILE\n",
                why);
   std::exit(2);
 }
@@ -325,12 +333,55 @@ int Delete(const std::string& image, int argc, char** argv) {
   return 0;
 }
 
+int Snapshot(const char* image, int argc, char** argv) {
+  if (argc != 2) Usage("snapshot needs SUBVOL and FILE");
+  const std::string subvol = argv[0], file = argv[1];
+  ubtrfs::OpenOptions o;
+  o.writable = true;
+  auto fs = ubtrfs::Filesystem::Open(image, o);
+  if (!fs.ok()) Fail(image, fs.status());
+  ubtrfs::Filesystem& f = **fs;
+  auto src = f.Lookup(subvol);
+  if (!src.ok()) Fail(subvol, src.status());
+  const size_t slash = subvol.find_last_of('/');
+  const std::string parent = slash == 0 || slash == std::string::npos ? "/" : subvol.substr(0, slash);
+  const std::string name = subvol.substr(slash == std::string::npos ? 0 : slash + 1) + "-bench-snap";
+  auto dir = f.Lookup(parent);
+  if (!dir.ok()) Fail(parent, dir.status());
+  if (auto st = f.Commit(); !st.ok()) Fail("commit", st);
+  auto blocks = [] { return ubtrfs::CollectStats().Counter("commit.blocks_written"); };
+  ubtrfs::ResetStats();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto snap = f.CreateSnapshot(*src, *dir, name, false);
+  const auto t1 = std::chrono::steady_clock::now();
+  if (!snap.ok()) Fail("snapshot", snap.status());
+  const uint64_t snap_blocks = blocks();
+  const std::string in_snap = parent + (parent == "/" ? "" : "/") + name + file.substr(subvol.size());
+  auto target = f.Lookup(in_snap);
+  if (!target.ok()) Fail(in_snap, target.status());
+  std::vector<uint8_t> bytes(4096, 0x5a);
+  ubtrfs::ResetStats();
+  const auto t2 = std::chrono::steady_clock::now();
+  auto w = f.Write(*target, 0, bytes);
+  if (!w.ok()) Fail("write", w.status());
+  if (auto st = f.Commit(); !st.ok()) Fail("commit", st);
+  const auto t3 = std::chrono::steady_clock::now();
+  const uint64_t write_blocks = blocks();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  std::printf("{\"workload\": \"snapshot\", \"snapshot_ms\": %.3f, \"snapshot_blocks_written\": %llu, "
+              "\"first_write_ms\": %.3f, \"first_write_blocks_written\": %llu}\n",
+              ms(t0, t1), static_cast<unsigned long long>(snap_blocks), ms(t2, t3),
+              static_cast<unsigned long long>(write_blocks));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) Usage("need a workload (create or delete) and an image");
+  if (argc < 3) Usage("need a workload (create, delete or snapshot) and an image");
   const std::string_view workload = argv[1];
   if (workload == "create") return Create(argv[2], argc - 3, argv + 3);
   if (workload == "delete") return Delete(argv[2], argc - 3, argv + 3);
+  if (workload == "snapshot") return Snapshot(argv[2], argc - 3, argv + 3);
   Usage(("unknown workload '" + std::string(workload) + "'").c_str());
 }

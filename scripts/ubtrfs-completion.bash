@@ -17,7 +17,7 @@ _ubtrfs_options() {
   esac
   case "$1" in
     property) echo "$common get set" ;;
-    subvolume) echo "$common create snapshot delete list -r --json --subvol --subvolid" ;;
+    subvolume) echo "$common create snapshot delete list get-default set-default -r --json --subvol --subvolid" ;;
     info) echo "$common --json" ;;
     cat|mv|chmod|chown|rmdir|put) echo "$common" ;;
     ls) echo "$common -l --json" ;;

@@ -33,6 +33,8 @@ struct InodeId {
   uint64_t ino = 0;
   friend bool operator==(const InodeId&, const InodeId&) = default;
 };
+// The inode number of every subvolume's top directory.
+inline constexpr uint64_t kSubvolTopIno = 256;
 
 struct Time {
   int64_t sec = 0;
@@ -358,7 +360,8 @@ class UBTRFS_API Filesystem {
   // Deletes the subvolume or snapshot whose entry is `name` in `dir`
   // (`btrfs subvolume delete`): every block and extent only it held is
   // freed, shared ones keep their other owners. Committed when the call
-  // returns; a crash leaves it whole or gone. EPERM for the default
+  // returns; a crash leaves it gone, its space freed in steps that the next
+  // writable open (or the kernel) finishes. EPERM for the default
   // subvolume, EBUSY for the one this view is opened at, ENOTEMPTY when it
   // holds other subvolumes, EINVAL when `name` is no subvolume.
   virtual Status DeleteSubvolume(InodeId dir, std::string_view name) {
@@ -367,6 +370,19 @@ class UBTRFS_API Filesystem {
   }
   // Every subvolume and snapshot but the top level, by id.
   virtual Result<std::vector<SubvolumeInfo>> ListSubvolumes() {
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolumes are not supported here");
+  }
+  // The subvolume the kernel mounts (and Open starts paths at) when no
+  // subvol=/subvolid= is given: 5, the top level, unless set otherwise
+  // (`btrfs subvolume get-default`).
+  virtual Result<uint64_t> DefaultSubvolume() {
+    return Status::Error(95 /* EOPNOTSUPP */, "subvolumes are not supported here");
+  }
+  // Makes subvolume `id` (5: the top level) the default, committed when the
+  // call returns (`btrfs subvolume set-default`). This view keeps its paths.
+  // ENOENT when `id` is no subvolume.
+  virtual Status SetDefaultSubvolume(uint64_t id) {
+    (void)id;
     return Status::Error(95 /* EOPNOTSUPP */, "subvolumes are not supported here");
   }
 

@@ -1,4 +1,4 @@
-// `ubtrfs subvolume create|snapshot|delete|list`, in btrfs-progs' words and
+// `ubtrfs subvolume create|snapshot|delete|list|get-default|set-default`, in btrfs-progs' words and
 // output format, on an image instead of a mount.
 #include <fmt/core.h>
 #include <sys/stat.h>
@@ -154,10 +154,65 @@ void List(const SubvolArgs& a) {
   fmt::print("{}]\n", list->empty() ? "" : "\n");
 }
 
+void GetDefault(const SubvolArgs& a) {
+  OpenOptions o;
+  PlacementInto(&o);
+  auto fs = Filesystem::Open(a.image, o);
+  if (!fs.ok()) return Fail(a.image, fs.status());
+  auto id = (*fs)->DefaultSubvolume();
+  if (!id.ok()) return Fail(a.image, id.status());
+  const SubvolumeInfo* info = nullptr;
+  auto list = (*fs)->ListSubvolumes();
+  if (!list.ok()) return Fail(a.image, list.status());
+  for (const auto& s : *list) {
+    if (s.id == *id) info = &s;
+  }
+  if (a.json) {
+    fmt::print("{{\"id\": {}, \"path\": {}}}\n", *id, JsonString(info ? info->path : ""));
+  } else if (info == nullptr) {
+    fmt::print("ID 5 (FS_TREE)\n");
+  } else {
+    fmt::print("ID {} gen {} top level {} path {}\n", info->id, info->generation, info->parent_id, info->path);
+  }
+}
+
+// set-default IMAGE:PATH (PATH a subvolume's top) or set-default ID IMAGE.
+void SetDefault(const SubvolArgs& a) {
+  uint64_t id = 0;
+  std::unique_ptr<Filesystem> fs;
+  if (a.targets.size() == 2) {
+    const std::string& n = a.targets[0];
+    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || n.size() > 19) {
+      fmt::print(stderr, "ubtrfs: subvolume set-default: expected a subvolume id, got '{}'\n", n);
+      return SetExitCode(2);
+    }
+    id = std::stoull(n);
+    OpenOptions o;
+    o.writable = true;
+    PlacementInto(&o);
+    auto opened = Filesystem::Open(a.targets[1], o);
+    if (!opened.ok()) return FailOpen(opened.status().WithContext(a.targets[1]));
+    fs = std::move(*opened);
+  } else if (a.targets.size() == 1) {
+    std::vector<std::string> paths;
+    auto opened = OpenTargets(a.targets, true, &paths);
+    if (!opened.ok()) return FailOpen(opened.status());
+    fs = std::move(*opened);
+    auto at = fs->Lookup(paths[0]);
+    if (!at.ok()) return Fail(paths[0], at.status());
+    if (at->ino != kSubvolTopIno) return Fail(paths[0], Status::Error(EINVAL, "not the top of a subvolume"));
+    id = at->root;
+  } else {
+    fmt::print(stderr, "ubtrfs: subvolume set-default: expected IMAGE:PATH, or ID IMAGE\n");
+    return SetExitCode(2);
+  }
+  if (Status st = fs->SetDefaultSubvolume(id); !st.ok()) return Fail(std::to_string(id), st);
+}
+
 }  // namespace
 
 void RegisterSubvolume(CLI::App& app) {
-  static SubvolArgs create_args, snap_args, delete_args, list_args;
+  static SubvolArgs create_args, snap_args, delete_args, list_args, get_default_args, set_default_args;
   auto* sv = app.add_subcommand("subvolume", "Create, snapshot, delete and list subvolumes, as btrfs subvolume");
   sv->require_subcommand(1);
   auto* create = sv->add_subcommand("create", "Create an empty subvolume at each IMAGE:PATH");
@@ -178,6 +233,14 @@ void RegisterSubvolume(CLI::App& app) {
   list->add_flag("--json", list_args.json, "Print a JSON array");
   AddSubvolOptions(list);
   list->callback([] { List(list_args); });
+  auto* getdef = sv->add_subcommand("get-default", "Show the default subvolume of IMAGE (where paths and mounts start)");
+  getdef->add_option("image", get_default_args.image, "Image file or block device")->required();
+  getdef->add_flag("--json", get_default_args.json, "Print a JSON object");
+  getdef->callback([] { GetDefault(get_default_args); });
+  auto* setdef = sv->add_subcommand("set-default", "Make the subvolume at IMAGE:PATH (or ID in IMAGE) the default");
+  setdef->add_option("targets", set_default_args.targets, "IMAGE:PATH, or ID IMAGE")->required()->expected(1, 2);
+  AddSubvolOptions(setdef);
+  setdef->callback([] { SetDefault(set_default_args); });
 }
 
 }  // namespace ubtrfs::cli

@@ -197,6 +197,11 @@ class FilesystemImpl final : public Filesystem {
   // Drops dead tree `id` to its end, committing each step.
   Status DropDeadTree(uint64_t id);
   Result<std::vector<SubvolumeInfo>> ListSubvolumes() override;
+  Result<uint64_t> DefaultSubvolume() override {
+    auto guard = Guard();
+    return DefaultSubvolumeId();
+  }
+  Status SetDefaultSubvolume(uint64_t id) override;
   // `name` is free in directory `dir` for a new subvolume's entry (EEXIST,
   // ENOTDIR and name errors otherwise).
   Status CheckNewSubvolumeEntry(InodeId dir, std::string_view name);
@@ -231,7 +236,7 @@ class FilesystemImpl final : public Filesystem {
   // The subvolume the "default" entry of the root tree names (5 without one).
   Result<uint64_t> DefaultSubvolumeId() {
     uint64_t subvol = kFsTreeObjectid;
-    tree::Cursor c(vol_->source(), vol_->root_tree());
+    tree::Cursor c(vol_->source(), txn_ ? txn_->Writer(kRootTreeObjectid).value()->LiveRef() : vol_->root_tree());
     const Key k{kRootTreeDirObjectid, kDirItemKey, NameHash("default")};
     UB_RETURN_IF_ERROR(c.Seek(k).WithContext("root tree"));
     if (c.Valid() && c.key() == k) {

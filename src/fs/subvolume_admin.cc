@@ -208,6 +208,41 @@ Status FilesystemImpl::DeleteSubvolume(InodeId dir, std::string_view name) {
   });
 }
 
+Status FilesystemImpl::SetDefaultSubvolume(uint64_t id) {
+  return Change({}, kItemsPerDeleteSubvol, [&]() -> Status {
+    if (id != kFsTreeObjectid && (id < kFirstFreeObjectid || id > kLastFreeObjectid)) {
+      return Status::Error(ENOENT, "tree " + std::to_string(id) + " is no subvolume");
+    }
+    auto root = vol_->FindRoot(id);
+    if (!root.ok()) return Status::Error(ENOENT, "no subvolume " + std::to_string(id));
+    // The kernel changes the location of the root tree directory's
+    // "default" entry, which mkfs makes; it refuses an image without one.
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
+    const Key k{kRootTreeDirObjectid, kDirItemKey, NameHash("default")};
+    UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), rootw->LiveRef(), k));
+    if (!item) return Status::Error(ENOENT, "the root tree has no \"default\" entry to point at the subvolume");
+    std::vector<uint8_t> d = *item;
+    bool found = false;
+    for (size_t at = 0; at + sizeof(DirItem) <= d.size();) {
+      auto* di = reinterpret_cast<DirItem*>(d.data() + at);
+      const size_t len = sizeof(DirItem) + di->name_len.get() + di->data_len.get();
+      if (at + len > d.size()) break;
+      if (std::string_view(reinterpret_cast<const char*>(di + 1), di->name_len.get()) == "default") {
+        di->location.objectid = id;
+        di->location.type = kRootItemKey;
+        di->location.offset = root->item_key.offset;
+        found = true;
+      }
+      at += len;
+    }
+    if (!found) return Status::Error(ENOENT, "the root tree has no \"default\" entry to point at the subvolume");
+    UB_RETURN_IF_ERROR(rootw->Update(k, d));
+    SuperBlock& sb = vol_->mutable_super();
+    sb.incompat_flags = sb.incompat_flags.get() | kIncompatDefaultSubvol;
+    return CommitImpl();
+  });
+}
+
 Status FilesystemImpl::DropDeadTree(uint64_t id) {
   uint64_t freed = 0;
   for (;;) {

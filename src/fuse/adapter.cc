@@ -585,6 +585,12 @@ void Adapter::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto id = Resolve(req, ino);
   if (!id) return;
   if (opts_.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) return Err(req, EROFS);
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+    // A read-only subvolume refuses the open, as the kernel's permission
+    // check does, not only the first write.
+    auto ro = fs_.SubvolumeReadOnly(InodeId{id->root, kSubvolTopIno});
+    if (ro.ok() && *ro) return Err(req, EROFS);
+  }
   if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
     // With atomic O_TRUNC (libfuse's default) the truncation is ours, and so
     // is the setuid/setgid clearing the kernel skips on this path.
