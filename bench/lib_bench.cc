@@ -349,7 +349,11 @@ int Snapshot(const char* image, int argc, char** argv) {
   auto dir = f.Lookup(parent);
   if (!dir.ok()) Fail(parent, dir.status());
   if (auto st = f.Commit(); !st.ok()) Fail("commit", st);
-  auto blocks = [] { return ubtrfs::CollectStats().Counter("commit.blocks_written"); };
+  auto blocks = []() -> uint64_t {
+    const ubtrfs::StatsSnapshot snap = ubtrfs::CollectStats();
+    const ubtrfs::HistogramSnapshot* h = snap.FindHistogram("commit.blocks_written");
+    return h ? h->sum : 0;
+  };
   ubtrfs::ResetStats();
   const auto t0 = std::chrono::steady_clock::now();
   auto snap = f.CreateSnapshot(*src, *dir, name, false);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -74,7 +75,12 @@ class SnapshotModel {
     if (op < 82) return Clone();
     if (op < 92) return Snapshot();
     if (op < 97) return DropSnapshot();
+    if (op < 98) return FlipReadOnly();
+    if (op < 99) return NewSubvolume();
+    return RefusedWrite();
   }
+  int ro_flips() const { return ro_flips_; }
+  int refused() const { return refused_; }
 
   void CompareAll() {
     CompareOptions o;
@@ -291,6 +297,59 @@ class SnapshotModel {
       ASSERT_EQ(link((copy + "/" + it->second).c_str(), (copy + "/" + rel).c_str()), 0);
     }
   }
+  // `btrfs property set SV ro true|false` on any subvolume.
+  void FlipReadOnly() {
+    Subvol& s = subvols_[rng_() % subvols_.size()];
+    auto top = fs_->Lookup("/" + s.name);
+    ASSERT_TRUE(top.ok());
+    ubtrfs::Status st = fs_->SetSubvolumeReadOnly(*top, !s.read_only);
+    ASSERT_TRUE(st.ok()) << "ro " << s.name << ": " << st.ToString();
+    s.read_only = !s.read_only;
+    auto now = fs_->SubvolumeReadOnly(*top);
+    ASSERT_TRUE(now.ok());
+    EXPECT_EQ(*now, s.read_only) << s.name;
+    ++ro_flips_;
+  }
+  void NewSubvolume() {
+    if (subvols_.size() >= 8) return;
+    const std::string name = "v" + std::to_string(++snap_seq_);
+    auto made = fs_->CreateSubvolume(fs_->Root(), name, ubtrfs::NewInode{0755});
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    ASSERT_TRUE(stdfs::create_directory(host_ + "/" + name));
+    ASSERT_EQ(chmod((host_ + "/" + name).c_str(), 0755), 0);
+    subvols_.push_back({name, false});
+  }
+  // A change inside a read-only subvolume: EROFS, nothing changes (the
+  // comparison after the next commit says so).
+  void RefusedWrite() {
+    std::vector<const Subvol*> ro;
+    for (const Subvol& s : subvols_) {
+      if (s.read_only) ro.push_back(&s);
+    }
+    if (ro.empty()) return;
+    const Subvol& s = *ro[rng_() % ro.size()];
+    const std::string f = PickIn(s, false);
+    ubtrfs::Status st;
+    if (!f.empty() && rng_() % 2) {
+      auto id = fs_->Lookup(ImgPath(s, f));
+      ASSERT_TRUE(id.ok());
+      st = rng_() % 2 ? fs_->Write(*id, 0, Data(100)).status() : fs_->Unlink(*fs_->Lookup(ImgPath(s, Parent(f))), Base(f));
+    } else {
+      auto dir = fs_->Lookup(ImgPath(s, PickIn(s, true)));
+      ASSERT_TRUE(dir.ok());
+      st = fs_->Create(*dir, Name(), ubtrfs::NewInode{0644}).status();
+    }
+    EXPECT_EQ(st.code(), EROFS) << "a change in read-only " << s.name << ": " << st.ToString();
+    ++refused_;
+  }
+  static std::string Parent(const std::string& rel) {
+    const size_t at = rel.rfind('/');
+    return at == std::string::npos ? "" : rel.substr(0, at);
+  }
+  static std::string Base(const std::string& rel) {
+    const size_t at = rel.rfind('/');
+    return at == std::string::npos ? rel : rel.substr(at + 1);
+  }
   void DropSnapshot() {
     if (subvols_.size() < 2) return;
     const size_t i = 1 + rng_() % (subvols_.size() - 1);
@@ -305,7 +364,7 @@ class SnapshotModel {
   std::mt19937_64 rng_;
   std::unique_ptr<ubtrfs::Filesystem> fs_;
   std::vector<Subvol> subvols_;
-  int snap_seq_ = 0, snapshots_made_ = 0, clones_made_ = 0;
+  int snap_seq_ = 0, snapshots_made_ = 0, clones_made_ = 0, ro_flips_ = 0, refused_ = 0;
 };
 
 void RunSnapshotModel(uint64_t seed, int steps, uint32_t nodesize) {
@@ -336,8 +395,11 @@ void RunSnapshotModel(uint64_t seed, int steps, uint32_t nodesize) {
   const auto subvols = m.subvols();
   EXPECT_GT(m.snapshots_made(), 3) << "too few snapshots for the test to mean much";
   EXPECT_GT(m.clones_made(), 10);
-  std::printf("[ model    ] seed %llu: %d snapshots, %d clones, %zu subvolumes at the end\n",
-              static_cast<unsigned long long>(seed), m.snapshots_made(), m.clones_made(), m.subvols().size());
+  EXPECT_GE(m.ro_flips(), steps / 400) << "too few read-only flips";
+  EXPECT_GE(m.refused(), steps / 400) << "too few refused changes";
+  std::printf("[ model    ] seed %llu: %d snapshots, %d clones, %d ro flips, %d refused changes, %zu subvolumes at the end\n",
+              static_cast<unsigned long long>(seed), m.snapshots_made(), m.clones_made(), m.ro_flips(), m.refused(),
+              m.subvols().size());
   m.Close();
   ASSERT_EQ(BtrfsCheck(img), "") << "seed " << seed;
   std::string why;
@@ -359,6 +421,16 @@ void RunSnapshotModel(uint64_t seed, int steps, uint32_t nodesize) {
 TEST(SnapshotModel, RandomOpsSeed1Node4K) { RunSnapshotModel(1, 1200, 4096); }
 TEST(SnapshotModel, RandomOpsSeed2Node16K) { RunSnapshotModel(2, 1200, 16384); }
 TEST(SnapshotModel, RandomOpsSeed3Node4K) { RunSnapshotModel(3, 1200, 4096); }
+// Soak: UBTRFS_SNAPSHOT_MODEL_SEEDS=N runs N more seeds of 600 steps each
+// (from seed 100), alternating 4 KiB and 16 KiB nodes.
+TEST(SnapshotModel, RandomOpsManySeeds) {
+  const char* e = std::getenv("UBTRFS_SNAPSHOT_MODEL_SEEDS");
+  const int n = e ? std::atoi(e) : 0;
+  if (n <= 0) GTEST_SKIP() << "set UBTRFS_SNAPSHOT_MODEL_SEEDS=N to run N more seeds";
+  for (int i = 0; i < n && !::testing::Test::HasFailure(); ++i) {
+    RunSnapshotModel(100 + static_cast<uint64_t>(i), 600, i % 2 ? 16384 : 4096);
+  }
+}
 
 }  // namespace
 }  // namespace ubtrfs_test

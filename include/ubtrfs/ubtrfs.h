@@ -232,6 +232,38 @@ UBTRFS_C_API int ubtrfs_statfs(ubtrfs_fs *fs, ubtrfs_statfs_t *out);
 #define UBTRFS_EXPORT_NO_XATTRS 0x4u  /* copy no extended attributes */
 UBTRFS_C_API int ubtrfs_export(ubtrfs_fs *fs, const char *src_path, const char *dest, unsigned flags);
 
+/* ---- Subvolumes, snapshots and reflinks ----
+ * As `btrfs subvolume` and FICLONERANGE (see include/ubtrfs/filesystem.h):
+ * each subvolume call commits before it returns. A subvolume's top
+ * directory is the ubtrfs_ino {id, 256}. */
+UBTRFS_C_API int ubtrfs_subvol_create(ubtrfs_fs *fs, ubtrfs_ino dir, const char *name, uint32_t mode,
+                                      ubtrfs_ino *out);
+/* A snapshot of the subvolume whose top is `subvol`, as `name` in `dir`. */
+UBTRFS_C_API int ubtrfs_snapshot(ubtrfs_fs *fs, ubtrfs_ino subvol, ubtrfs_ino dir, const char *name, int read_only,
+                                 ubtrfs_ino *out);
+/* -EPERM for the default subvolume, -ENOTEMPTY while it holds others. */
+UBTRFS_C_API int ubtrfs_subvol_delete(ubtrfs_fs *fs, ubtrfs_ino dir, const char *name);
+typedef struct ubtrfs_subvol_t {
+  uint64_t id, parent_id, dir_ino; /* parent subvolume, and the directory in it holding the entry */
+  const char *path;                /* from the top level; valid during the callback only */
+  uint8_t uuid[16], parent_uuid[16], received_uuid[16];
+  uint64_t generation, ctransid, otransid;
+  ubtrfs_time ctime, otime;
+  int read_only;
+} ubtrfs_subvol_t;
+/* Calls fn for every subvolume but the top level, by id; a non-zero return
+ * stops the walk and is returned. */
+typedef int (*ubtrfs_subvol_fn)(void *ctx, const ubtrfs_subvol_t *subvol);
+UBTRFS_C_API int ubtrfs_subvol_list(ubtrfs_fs *fs, ubtrfs_subvol_fn fn, void *ctx);
+UBTRFS_C_API int ubtrfs_subvol_get_default(ubtrfs_fs *fs, uint64_t *id);
+UBTRFS_C_API int ubtrfs_subvol_set_default(ubtrfs_fs *fs, uint64_t id);
+UBTRFS_C_API int ubtrfs_subvol_get_readonly(ubtrfs_fs *fs, ubtrfs_ino subvol, int *read_only);
+UBTRFS_C_API int ubtrfs_subvol_set_readonly(ubtrfs_fs *fs, ubtrfs_ino subvol, int read_only);
+/* Shares [src_offset, +len) of src with dst at dst_offset (len 0: to src's
+ * end); whole sectors, or up to src's end. */
+UBTRFS_C_API int ubtrfs_clone(ubtrfs_fs *fs, ubtrfs_ino src, uint64_t src_offset, ubtrfs_ino dst, uint64_t dst_offset,
+                              uint64_t len);
+
 #ifdef __cplusplus
 }
 #endif

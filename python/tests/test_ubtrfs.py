@@ -309,6 +309,36 @@ def test_export_to_the_host(tmp_path):
     assert os.readlink(tmp_path / "out" / "ln") == "b/file"
 
 
+def test_subvolumes_snapshots_and_reflinks(tmp_path, btrfs_check):
+    img = tmp_path / "s.img"
+    ubtrfs.mkfs(img, 128 << 20)
+    with ubtrfs.open(img, writable=True) as fs:
+        fs.create_subvolume("/@")
+        fs.write_bytes("/@/data", BLOB)
+        fs.snapshot("/@", "/snap", readonly=True)
+        assert fs.is_readonly("/snap") and not fs.is_readonly("/@")
+        with pytest.raises(OSError) as e:
+            fs.write_bytes("/snap/new", b"x")
+        assert e.value.errno == errno.EROFS
+        with pytest.raises(FileExistsError):
+            fs.create_subvolume("/@")
+        fs.reflink("/snap/data", "/@/copy")
+        assert fs.read_bytes("/@/copy") == BLOB
+        subs = fs.list_subvolumes()
+        assert [(s.path, s.read_only) for s in subs] == [("@", False), ("snap", True)]
+        assert subs[1].parent_uuid == subs[0].uuid and subs[0].parent_uuid is None
+        assert fs.default_subvolume == 5
+        fs.default_subvolume = subs[0].id
+        with pytest.raises(PermissionError):
+            fs.delete_subvolume("/@")
+        fs.default_subvolume = 5
+        fs.set_readonly("/snap", False)
+        fs.delete_subvolume("/snap")
+        assert [s.path for s in fs.list_subvolumes()] == ["@"]
+        assert fs.read_bytes("/@/copy") == BLOB
+    btrfs_check(img)
+
+
 def test_public_api_has_docstrings():
     assert ubtrfs.__doc__ and "OSError" in ubtrfs.__doc__
     for obj in (ubtrfs.open, ubtrfs.mkfs, ubtrfs.Filesystem, ubtrfs.File, ubtrfs.DirEntry):

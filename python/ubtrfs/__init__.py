@@ -41,7 +41,7 @@ import threading
 from collections import namedtuple
 
 __all__ = [
-    "open", "mkfs", "Filesystem", "File", "DirEntry", "StatVFS", "library_path",
+    "open", "mkfs", "Filesystem", "File", "DirEntry", "StatVFS", "Subvolume", "library_path",
     "RENAME_NOREPLACE", "RENAME_EXCHANGE", "XATTR_CREATE", "XATTR_REPLACE",
 ]
 __version__ = "0.1.0"
@@ -82,6 +82,17 @@ class _StatFs(ctypes.Structure):
                 ("total_bytes", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
                 ("free_bytes", ctypes.c_uint64), ("name_max", ctypes.c_uint64),
                 ("avail_bytes", ctypes.c_uint64)]
+
+
+class _Subvol(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("parent_id", ctypes.c_uint64), ("dir_ino", ctypes.c_uint64),
+                ("path", ctypes.c_char_p), ("uuid", ctypes.c_uint8 * 16), ("parent_uuid", ctypes.c_uint8 * 16),
+                ("received_uuid", ctypes.c_uint8 * 16), ("generation", ctypes.c_uint64),
+                ("ctransid", ctypes.c_uint64), ("otransid", ctypes.c_uint64), ("ctime", _Time), ("otime", _Time),
+                ("read_only", ctypes.c_int)]
+
+
+_SUBVOL_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_Subvol))
 
 
 class _SetAttr(ctypes.Structure):
@@ -130,6 +141,15 @@ _SIGNATURES = {
     "ubtrfs_removexattr": (_c_int, [_FS, _Ino, _c_str]),
     "ubtrfs_statfs": (_c_int, [_FS, _P(_StatFs)]),
     "ubtrfs_export": (_c_int, [_FS, _c_str, _c_str, ctypes.c_uint]),
+    "ubtrfs_subvol_create": (_c_int, [_FS, _Ino, _c_str, _c_u32, _P(_Ino)]),
+    "ubtrfs_snapshot": (_c_int, [_FS, _Ino, _Ino, _c_str, _c_int, _P(_Ino)]),
+    "ubtrfs_subvol_delete": (_c_int, [_FS, _Ino, _c_str]),
+    "ubtrfs_subvol_list": (_c_int, [_FS, _SUBVOL_FN, _c_void]),
+    "ubtrfs_subvol_get_default": (_c_int, [_FS, _P(_c_u64)]),
+    "ubtrfs_subvol_set_default": (_c_int, [_FS, _c_u64]),
+    "ubtrfs_subvol_get_readonly": (_c_int, [_FS, _Ino, _P(_c_int)]),
+    "ubtrfs_subvol_set_readonly": (_c_int, [_FS, _Ino, _c_int]),
+    "ubtrfs_clone": (_c_int, [_FS, _Ino, _c_u64, _Ino, _c_u64, _c_u64]),
 }
 
 _lib = None
@@ -241,6 +261,10 @@ def open(image, writable=False, verify_checksums=True, offset=0, partition=0, un
     return Filesystem(image, writable=writable, verify_checksums=verify_checksums, offset=offset,
                       partition=partition, undo=undo)
 
+
+Subvolume = namedtuple("Subvolume", "id parent_id path uuid parent_uuid received_uuid generation ctransid "
+                       "otransid ctime_ns otime_ns read_only")
+Subvolume.__doc__ = """A subvolume or snapshot as `btrfs subvolume list` shows it (uuids as uuid.UUID or None)."""
 
 StatVFS = namedtuple("StatVFS", "f_bsize f_frsize f_blocks f_bfree f_bavail f_namemax "
                                 "total_bytes used_bytes free_bytes node_size")
@@ -666,6 +690,80 @@ class Filesystem:
         bs = s.block_size or 4096
         return StatVFS(bs, bs, s.total_bytes // bs, s.free_bytes // bs, s.avail_bytes // bs, s.name_max,
                        s.total_bytes, s.used_bytes, s.free_bytes, s.node_size)
+
+    # -- subvolumes, snapshots, reflinks --
+
+    def create_subvolume(self, path, mode=0o755):
+        """Create an empty subvolume at `path` (committed on return), as `btrfs subvolume create`."""
+        parent, name, p = self._parent(path, _errno.EEXIST)
+        _check(self._lib.ubtrfs_subvol_create(self._handle(), parent, name, mode & 0o7777, None), p)
+
+    def snapshot(self, source, path, readonly=False):
+        """Snapshot the subvolume whose top is `source` as `path` (O(1); committed on return)."""
+        src = self._lookup(source)
+        parent, name, p = self._parent(path, _errno.EEXIST)
+        _check(self._lib.ubtrfs_snapshot(self._handle(), src, parent, name, 1 if readonly else 0, None),
+               os.fsdecode(os.fspath(source)), p)
+
+    def delete_subvolume(self, path):
+        """Delete the subvolume or snapshot at `path`; what only it held is freed."""
+        parent, name, p = self._parent(path)
+        _check(self._lib.ubtrfs_subvol_delete(self._handle(), parent, name), p)
+
+    def list_subvolumes(self):
+        """Every subvolume and snapshot but the top level, by id, as Subvolume tuples."""
+        import uuid as _uuid
+        out = []
+
+        def u(raw):
+            b = bytes(raw)
+            return None if not any(b) else _uuid.UUID(bytes=b)
+
+        def each(_ctx, sp):
+            s = sp.contents
+            out.append(Subvolume(s.id, s.parent_id, os.fsdecode(s.path or b""), u(s.uuid), u(s.parent_uuid),
+                                 u(s.received_uuid), s.generation, s.ctransid, s.otransid,
+                                 s.ctime.sec * 10**9 + s.ctime.nsec, s.otime.sec * 10**9 + s.otime.nsec,
+                                 bool(s.read_only)))
+            return 0
+
+        _check(self._lib.ubtrfs_subvol_list(self._handle(), _SUBVOL_FN(each), None), self._image)
+        return out
+
+    @property
+    def default_subvolume(self):
+        """Id of the subvolume the kernel mounts by default (5: the top level); settable."""
+        v = ctypes.c_uint64()
+        _check(self._lib.ubtrfs_subvol_get_default(self._handle(), ctypes.byref(v)), self._image)
+        return v.value
+
+    @default_subvolume.setter
+    def default_subvolume(self, subvol_id):
+        _check(self._lib.ubtrfs_subvol_set_default(self._handle(), int(subvol_id)), self._image)
+
+    def is_readonly(self, path):
+        """The read-only flag of the subvolume whose top is `path` (`btrfs property get ro`)."""
+        v = ctypes.c_int()
+        _check(self._lib.ubtrfs_subvol_get_readonly(self._handle(), self._lookup(path), ctypes.byref(v)),
+               os.fsdecode(os.fspath(path)))
+        return bool(v.value)
+
+    def set_readonly(self, path, readonly=True):
+        """Set or clear that flag: while set, every change inside is EROFS (an OSError)."""
+        _check(self._lib.ubtrfs_subvol_set_readonly(self._handle(), self._lookup(path), 1 if readonly else 0),
+               os.fsdecode(os.fspath(path)))
+
+    def reflink(self, src, dst, src_offset=0, dst_offset=0, length=0):
+        """Share src's bytes with dst (created if missing) without copying, as FICLONERANGE.
+
+        length 0 means to src's end; offsets and length in whole sectors.
+        """
+        s = self._lookup(src)
+        if not self.exists(dst):
+            with self.open(dst, "wb"):
+                pass
+        _check(self._lib.ubtrfs_clone(self._handle(), s, src_offset, self._lookup(dst), dst_offset, length),
+               os.fsdecode(os.fspath(src)), os.fsdecode(os.fspath(dst)))
 
     def export(self, path, dest, strict=False, devices=True, xattrs=True):
         """Copy the image's `path` (a directory recursively) to the host path `dest`.

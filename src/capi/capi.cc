@@ -590,6 +590,101 @@ int ubtrfs_removexattr(ubtrfs_fs* fs, ubtrfs_ino ino, const char* name) {
   });
 }
 
+int ubtrfs_subvol_create(ubtrfs_fs* fs, ubtrfs_ino dir, const char* name, uint32_t mode, ubtrfs_ino* out) {
+  return MakeInode("subvol_create", fs, name, out,
+                   [&] { return fs->fs->CreateSubvolume(Id(dir), name, NewAttrs(mode & 07777)); });
+}
+
+int ubtrfs_snapshot(ubtrfs_fs* fs, ubtrfs_ino subvol, ubtrfs_ino dir, const char* name, int read_only,
+                    ubtrfs_ino* out) {
+  return MakeInode("snapshot", fs, name, out,
+                   [&] { return fs->fs->CreateSnapshot(Id(subvol), Id(dir), name, read_only != 0); });
+}
+
+int ubtrfs_subvol_delete(ubtrfs_fs* fs, ubtrfs_ino dir, const char* name) {
+  return Call<int>("subvol_delete", [&]() -> int {
+    if (int e = CheckFs("subvol_delete", fs)) return e;
+    if (int e = CheckPtr("subvol_delete", name, "name")) return e;
+    Status st = fs->fs->DeleteSubvolume(Id(dir), name);
+    return st.ok() ? 0 : FailStatus("subvol_delete", st);
+  });
+}
+
+int ubtrfs_subvol_list(ubtrfs_fs* fs, ubtrfs_subvol_fn fn, void* ctx) {
+  return Call<int>("subvol_list", [&]() -> int {
+    if (int e = CheckFs("subvol_list", fs)) return e;
+    if (!fn) return Fail("subvol_list", EINVAL, "callback is NULL");
+    auto r = fs->fs->ListSubvolumes();
+    if (!r.ok()) return FailStatus("subvol_list", r.status());
+    for (const ubtrfs::SubvolumeInfo& s : *r) {
+      ubtrfs_subvol_t c;
+      std::memset(&c, 0, sizeof(c));
+      c.id = s.id;
+      c.parent_id = s.parent_id;
+      c.dir_ino = s.dir_ino;
+      c.path = s.path.c_str();
+      std::memcpy(c.uuid, s.uuid.data(), 16);
+      std::memcpy(c.parent_uuid, s.parent_uuid.data(), 16);
+      std::memcpy(c.received_uuid, s.received_uuid.data(), 16);
+      c.generation = s.generation;
+      c.ctransid = s.ctransid;
+      c.otransid = s.otransid;
+      c.ctime = ubtrfs_time{s.ctime.sec, s.ctime.nsec};
+      c.otime = ubtrfs_time{s.otime.sec, s.otime.nsec};
+      c.read_only = s.read_only ? 1 : 0;
+      if (int rc = fn(ctx, &c)) return rc;
+    }
+    return 0;
+  });
+}
+
+int ubtrfs_subvol_get_default(ubtrfs_fs* fs, uint64_t* id) {
+  return Call<int>("subvol_get_default", [&]() -> int {
+    if (int e = CheckFs("subvol_get_default", fs)) return e;
+    if (int e = CheckPtr("subvol_get_default", id, "id")) return e;
+    auto r = fs->fs->DefaultSubvolume();
+    if (!r.ok()) return FailStatus("subvol_get_default", r.status());
+    *id = *r;
+    return 0;
+  });
+}
+
+int ubtrfs_subvol_set_default(ubtrfs_fs* fs, uint64_t id) {
+  return Call<int>("subvol_set_default", [&]() -> int {
+    if (int e = CheckFs("subvol_set_default", fs)) return e;
+    Status st = fs->fs->SetDefaultSubvolume(id);
+    return st.ok() ? 0 : FailStatus("subvol_set_default", st);
+  });
+}
+
+int ubtrfs_subvol_get_readonly(ubtrfs_fs* fs, ubtrfs_ino subvol, int* read_only) {
+  return Call<int>("subvol_get_readonly", [&]() -> int {
+    if (int e = CheckFs("subvol_get_readonly", fs)) return e;
+    if (int e = CheckPtr("subvol_get_readonly", read_only, "read_only")) return e;
+    auto r = fs->fs->SubvolumeReadOnly(Id(subvol));
+    if (!r.ok()) return FailStatus("subvol_get_readonly", r.status());
+    *read_only = *r ? 1 : 0;
+    return 0;
+  });
+}
+
+int ubtrfs_subvol_set_readonly(ubtrfs_fs* fs, ubtrfs_ino subvol, int read_only) {
+  return Call<int>("subvol_set_readonly", [&]() -> int {
+    if (int e = CheckFs("subvol_set_readonly", fs)) return e;
+    Status st = fs->fs->SetSubvolumeReadOnly(Id(subvol), read_only != 0);
+    return st.ok() ? 0 : FailStatus("subvol_set_readonly", st);
+  });
+}
+
+int ubtrfs_clone(ubtrfs_fs* fs, ubtrfs_ino src, uint64_t src_offset, ubtrfs_ino dst, uint64_t dst_offset,
+                 uint64_t len) {
+  return Call<int>("clone", [&]() -> int {
+    if (int e = CheckFs("clone", fs)) return e;
+    Status st = fs->fs->Clone(Id(src), src_offset, Id(dst), dst_offset, len);
+    return st.ok() ? 0 : FailStatus("clone", st);
+  });
+}
+
 int ubtrfs_statfs(ubtrfs_fs* fs, ubtrfs_statfs_t* out) {
   return Call<int>("statfs", [&]() -> int {
     if (int e = CheckFs("statfs", fs)) return e;

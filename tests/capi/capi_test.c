@@ -74,6 +74,83 @@ static int has_name(const struct listing *l, const char *name) {
   return 0;
 }
 
+struct subvols {
+  int count;
+  uint64_t ids[8];
+  char paths[8][64];
+  int read_only[8];
+  uint8_t parent_uuid[8][16];
+};
+
+static int collect_subvol(void *ctx, const ubtrfs_subvol_t *s) {
+  struct subvols *l = (struct subvols *)ctx;
+  if (l->count < 8) {
+    l->ids[l->count] = s->id;
+    snprintf(l->paths[l->count], sizeof l->paths[0], "%s", s->path);
+    l->read_only[l->count] = s->read_only;
+    memcpy(l->parent_uuid[l->count], s->parent_uuid, 16);
+  }
+  ++l->count;
+  return 0;
+}
+
+/* Subvolumes, a snapshot, a reflink, the default subvolume. */
+static void subvolumes(const char *image) {
+  ubtrfs_fs *fs = NULL;
+  ubtrfs_ino root, sv, file, snap, copy, got;
+  struct subvols l;
+  uint64_t def = 0;
+  int ro = -1;
+  static char data[8192];
+  char buf[8192];
+  int i;
+  for (i = 0; i < (int)sizeof data; ++i) data[i] = (char)(i * 7);
+  OK(ubtrfs_open(image, UBTRFS_OPEN_WRITABLE, &fs));
+  OK(ubtrfs_root(fs, &root));
+  OK(ubtrfs_subvol_create(fs, root, "sv", 0755, &sv));
+  CHECK(sv.ino == 256 && sv.root >= 256);
+  CHECK_ERR(ubtrfs_subvol_create(fs, root, "sv", 0755, NULL), EEXIST, "sv");
+  OK(ubtrfs_create(fs, sv, "f", 0644, &file));
+  CHECK(ubtrfs_write(fs, file, 0, data, sizeof data) == (int64_t)sizeof data);
+  OK(ubtrfs_snapshot(fs, sv, root, "snap", 1, &snap));
+  CHECK_ERR(ubtrfs_snapshot(fs, file, root, "bad", 0, NULL), EINVAL, "");
+  OK(ubtrfs_lookup(fs, "/snap/f", &got));
+  CHECK(ubtrfs_read(fs, got, 0, buf, sizeof buf) == (int64_t)sizeof buf && memcmp(buf, data, sizeof buf) == 0);
+  CHECK_ERR(ubtrfs_unlink(fs, snap, "f"), EROFS, "");
+  OK(ubtrfs_subvol_get_readonly(fs, snap, &ro));
+  CHECK(ro == 1);
+  OK(ubtrfs_create(fs, sv, "copy", 0644, &copy));
+  OK(ubtrfs_clone(fs, got, 0, copy, 0, 0));
+  CHECK(ubtrfs_read(fs, copy, 0, buf, sizeof buf) == (int64_t)sizeof buf && memcmp(buf, data, sizeof buf) == 0);
+  CHECK_ERR(ubtrfs_clone(fs, got, 1, copy, 0, 4096), EINVAL, "");
+  memset(&l, 0, sizeof l);
+  OK(ubtrfs_subvol_list(fs, collect_subvol, &l));
+  CHECK(l.count == 2);
+  CHECK(l.count >= 2 && strcmp(l.paths[0], "sv") == 0 && strcmp(l.paths[1], "snap") == 0);
+  CHECK(l.count >= 2 && l.read_only[0] == 0 && l.read_only[1] == 1);
+  CHECK_ERR(ubtrfs_subvol_list(fs, NULL, NULL), EINVAL, "callback is NULL");
+  OK(ubtrfs_subvol_get_default(fs, &def));
+  CHECK(def == 5);
+  OK(ubtrfs_subvol_set_default(fs, sv.root));
+  OK(ubtrfs_subvol_get_default(fs, &def));
+  CHECK(def == sv.root);
+  CHECK_ERR(ubtrfs_subvol_delete(fs, root, "sv"), EPERM, "default");
+  OK(ubtrfs_subvol_set_default(fs, 5));
+  CHECK_ERR(ubtrfs_subvol_set_default(fs, 4242), ENOENT, "4242");
+  OK(ubtrfs_subvol_set_readonly(fs, snap, 0));
+  OK(ubtrfs_subvol_delete(fs, root, "snap"));
+  CHECK_ERR(ubtrfs_lookup(fs, "/snap", &got), ENOENT, "snap");
+  OK(ubtrfs_close(fs));
+  /* Reopened: the clone kept its bytes after its source went. */
+  OK(ubtrfs_open(image, 0, &fs));
+  OK(ubtrfs_lookup(fs, "/sv/copy", &got));
+  CHECK(ubtrfs_read(fs, got, 0, buf, sizeof buf) == (int64_t)sizeof buf && memcmp(buf, data, sizeof buf) == 0);
+  memset(&l, 0, sizeof l);
+  OK(ubtrfs_subvol_list(fs, collect_subvol, &l));
+  CHECK(l.count == 1);
+  OK(ubtrfs_close(fs));
+}
+
 static void bad_inputs(const char *image) {
   ubtrfs_fs *fs = (ubtrfs_fs *)1;
   ubtrfs_ino ino = {5, 256};
@@ -326,6 +403,8 @@ int main(int argc, char **argv) {
   CHECK(ubtrfs_read(fs, got, 0, buf, sizeof buf) == 13 && memcmp(buf, "hello, world\n", 13) == 0);
   OK(ubtrfs_close(fs));
   unlink(cmd);
+
+  subvolumes(image);
 
   /* What btrfs-progs thinks of it. */
   if (system("command -v btrfs >/dev/null 2>&1") == 0) {
