@@ -38,6 +38,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterStats(app);
   RegisterProperty(app);
   RegisterSubvolume(app);
+  RegisterReceive(app);
   RegisterVerbs(app, nullptr);
   RegisterEdit(app);
   for (auto* cmd : app.get_subcommands({})) AddPlacementOptions(cmd);
