@@ -201,16 +201,23 @@ void ReceiveChainAlike(int proto) {
     ASSERT_EQ(MustRun({"btrfs", "-q", "receive", "-f", f, kmnt}), "") << f;
     CommandResult r = RunCommand({Ubtrfs(), "receive", "-v", "-f", f, uimg});
     ASSERT_TRUE(r.ok()) << f << ": " << r.Describe();
-    if (proto == 2) {
-      // The stream does carry encoded writes (compressed extents sent as they are).
-      CommandResult d = RunCommand({Ubtrfs(), "receive", "--dump", "-f", f});
-      ASSERT_TRUE(d.ok()) << d.Describe();
-      if (i == 1) EXPECT_NE(d.out.find("encoded_write"), std::string::npos);
+    const std::string snap = "snap" + std::to_string(i);
+    CommandResult d = RunCommand({Ubtrfs(), "receive", "--dump", "-f", f});
+    ASSERT_TRUE(d.ok()) << d.Describe();
+    // The stream does carry encoded writes (compressed extents sent as they are).
+    if (proto == 2 && i == 1) {
+      EXPECT_NE(d.out.find("encoded_write"), std::string::npos);
+    }
+    CompareOptions opts = ReceivedCompareOptions();
+    // Orphan names are made and renamed in the top directory, so its mtime
+    // is the time of the receive (kernel and ubtrfs alike) unless the stream
+    // sets it: a stream that does not is compared without the top's times.
+    if (d.out.find("\nutimes          ./" + snap + "/ ") == std::string::npos) {
+      opts.skip_times = [](const std::string& rel) { return rel.empty(); };
     }
     auto fs = ubtrfs::Filesystem::Open(uimg);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    const std::string snap = "snap" + std::to_string(i);
-    auto mism = CompareTreeToImage(kmnt + "/" + snap, **fs, ReceivedCompareOptions(), "/" + snap);
+    auto mism = CompareTreeToImage(kmnt + "/" + snap, **fs, opts, "/" + snap);
     EXPECT_TRUE(mism.empty()) << snap << " (proto " << proto << "): " << FormatMismatches(mism);
   }
   ASSERT_EQ(km.Unmount(), "");
@@ -259,6 +266,13 @@ TEST_F(Receive, DumpMatchesBtrfsReceiveDump) {
       for (size_t p = 0, q; (q = theirs.out.find('\n', p)) != std::string::npos; p = q + 1) a.push_back(theirs.out.substr(p, q - p));
       for (size_t p = 0, q; (q = ours.out.find('\n', p)) != std::string::npos; p = q + 1) b.push_back(ours.out.substr(p, q - p));
       ASSERT_EQ(a.size(), b.size()) << f;
+      // btrfs-progs 6.2 separates encoded_write's fields with ", ", later
+      // versions (and ubtrfs) with " ".
+      for (std::string& line : a) {
+        for (size_t at; line.rfind("encoded_write", 0) == 0 && (at = line.find(", ")) != std::string::npos;) {
+          line.erase(at, 1);
+        }
+      }
       for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(Printable(b[i], 400), Printable(a[i], 400)) << f << " line " << i;
     }
   }

@@ -143,6 +143,7 @@ std::vector<uint8_t> FullStream() {
     w.U64(kAttrGid, 100);
   });
   b.Path(kCmdChmod, "d/f", [](StreamWriter& w) { w.U64(kAttrMode, 0640); });
+  b.Path(kCmdTruncate, "d/f", [](StreamWriter& w) { w.U64(kAttrSize, 5); });
   b.Path(kCmdUtimes, "d/f", [](StreamWriter& w) {
     w.Time(kAttrAtime, Timespec{1000, 1});
     w.Time(kAttrMtime, Timespec{2000, 2});
@@ -199,7 +200,6 @@ std::vector<uint8_t> FullStream() {
     w.U64(kAttrFileOffset, 0);
     w.U64(kAttrSize, 4096);
   });
-  b.Path(kCmdTruncate, "d/f", [](StreamWriter& w) { w.U64(kAttrSize, 5); });
   b.Path(kCmdUtimes, "", [](StreamWriter& w) {
     w.Time(kAttrAtime, Timespec{5, 0});
     w.Time(kAttrMtime, Timespec{6, 0});
@@ -294,7 +294,7 @@ TEST(Receive, EveryCommandOfAFullStreamThenAnIncrementalOne) {
 
 // A stream that goes wrong at its last command: nothing of it stays.
 void ExpectRefused(Image& im, const std::function<void(Builder&)>& body, int code, const std::string& msg) {
-  Builder b(1);
+  Builder b(2);
   b.Cmd(kCmdSubvol, [](StreamWriter& w) {
     w.String(kAttrPath, "bad");
     w.PutUuid(kAttrUuid, kU2);

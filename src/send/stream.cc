@@ -161,7 +161,7 @@ Result<bool> StreamReader::Next(Command* out) {
     bool eof = false;
     UB_RETURN_IF_ERROR(ReadHeader(&eof));
     if (eof) {
-      if (streams_ == 0) return Status::Error(EINVAL, "send stream: empty input");
+      if (streams_ == 0) return Status::Error(EINVAL, "send stream: empty input (no header at byte 0)");
       return false;
     }
     need_header_ = false;
