@@ -190,8 +190,17 @@ Result<bool> StreamReader::Next(Command* out) {
     return Status::Error(EINVAL, "send stream: " + where(cmd) + ": length " + std::to_string(len) +
                                      " is over the limit of " + std::to_string(kMaxCommandSize));
   }
-  buf_.resize(kCmdHeaderSize + len);
-  UB_RETURN_IF_ERROR(ReadFull(std::span(buf_).subspan(kCmdHeaderSize), &got));
+  // The body comes in steps of at most 1 MiB, so that a cut stream with a
+  // large length costs what it holds, not the length.
+  got = 0;
+  while (got < len) {
+    const size_t step = std::min<size_t>(len - got, 1u << 20);
+    buf_.resize(kCmdHeaderSize + got + step);
+    size_t n = 0;
+    UB_RETURN_IF_ERROR(ReadFull(std::span(buf_).subspan(kCmdHeaderSize + got, step), &n));
+    got += n;
+    if (n < step) break;
+  }
   if (got < len) {
     return Status::Error(EINVAL, "send stream: " + where(cmd) + ": cut short (" + std::to_string(got) + " of " +
                                      std::to_string(len) + " bytes)");

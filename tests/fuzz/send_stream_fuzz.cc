@@ -56,6 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto more = r.Next(&c);
     if (!more.ok() || !*more) break;
     for (uint16_t a = 0; a <= ubtrfs::send::kAttrMax + 1; ++a) {
+      // Absent ones only build an error, the same each time: one is enough.
+      if (!c.Has(a) && a != 0) continue;
       (void)c.U64(a), (void)c.U32(a), (void)c.U8(a), (void)c.GetUuid(a), (void)c.Time(a), (void)c.String(a);
     }
   }
