@@ -183,6 +183,18 @@ CompareOptions ReceivedCompareOptions() {
   return o;
 }
 
+// Orphan names are made and renamed in the top directory, so its mtime is
+// the time of the receive (kernel and ubtrfs alike) unless the stream sets
+// it: where stream `f` of `snap` does not, the top's times are not compared.
+CompareOptions ReceivedCompareOptions(const std::string& f, const std::string& snap) {
+  CompareOptions o = ReceivedCompareOptions();
+  CommandResult d = RunCommand({Ubtrfs(), "receive", "--dump", "-f", f});
+  if (!d.ok() || d.out.find("\nutimes          ./" + snap + "/ ") == std::string::npos) {
+    o.skip_times = [](const std::string& rel) { return rel.empty(); };
+  }
+  return o;
+}
+
 // Kernel `btrfs receive` and `ubtrfs receive` of the same chain, compared
 // after every stream; the ubtrfs image checks clean, lists the subvolumes as
 // received and read-only, and the kernel mounts it with the same content.
@@ -208,13 +220,7 @@ void ReceiveChainAlike(int proto) {
     if (proto == 2 && i == 1) {
       EXPECT_NE(d.out.find("encoded_write"), std::string::npos);
     }
-    CompareOptions opts = ReceivedCompareOptions();
-    // Orphan names are made and renamed in the top directory, so its mtime
-    // is the time of the receive (kernel and ubtrfs alike) unless the stream
-    // sets it: a stream that does not is compared without the top's times.
-    if (d.out.find("\nutimes          ./" + snap + "/ ") == std::string::npos) {
-      opts.skip_times = [](const std::string& rel) { return rel.empty(); };
-    }
+    const CompareOptions opts = ReceivedCompareOptions(f, snap);
     auto fs = ubtrfs::Filesystem::Open(uimg);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
     auto mism = CompareTreeToImage(kmnt + "/" + snap, **fs, opts, "/" + snap);
@@ -377,6 +383,57 @@ TEST_F(Receive, ErrorsNameTheCommandAndLeaveTheImage) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("snapshot"), std::string::npos) << r.err;
   EXPECT_EQ(BtrfsCheck(img), "");
+}
+
+// ubtrfs to kernel: the snapshots ubtrfs received, sent again by ubtrfs
+// (full streams), are accepted by the kernel's btrfs receive and give the
+// kernel's original snapshots; ubtrfs to ubtrfs gives them too.
+TEST_F(Receive, UbtrfsSendIsAcceptedByKernelReceive) {
+  TempDir tmp{"recv-send"};
+  const std::string uimg = tmp.Sub("u.img"), u2img = tmp.Sub("u2.img"), kimg = tmp.Sub("k.img");
+  const std::string kmnt = tmp.Sub("kmnt"), smnt = tmp.Sub("smnt");
+  ASSERT_EQ(mkdir(kmnt.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(smnt.c_str(), 0755), 0);
+  ASSERT_EQ(UbtrfsMkfs(uimg), "");
+  ASSERT_EQ(UbtrfsMkfs(u2img), "");
+  ASSERT_EQ(RunMkfs(kimg, "", 16384, "crc32c", 512ull << 20), "");
+  for (int i = 1; i <= kSnapshots; ++i) {
+    ASSERT_EQ(MustRun({Ubtrfs(), "receive", "-f", g_source->streams[1][i - 1], uimg}), "");
+  }
+  LoopMount src, km;
+  ASSERT_EQ(src.Mount(g_source->img, smnt, "ro"), "");
+  ASSERT_EQ(km.Mount(kimg, kmnt), "");
+  // Writable subvolumes are refused, as btrfs send refuses them.
+  CommandResult rw = RunCommand({Ubtrfs(), "send", "-f", tmp.Sub("x"), uimg + ":/"});
+  EXPECT_EQ(rw.exit_code, 1) << rw.Describe();
+  for (int i : {1, 4, 6}) {
+    const std::string snap = "snap" + std::to_string(i);
+    for (int proto : {1, 2}) {
+      const std::string f = tmp.Sub(snap + "-p" + std::to_string(proto) + ".stream");
+      ASSERT_EQ(MustRun({Ubtrfs(), "send", "--proto", std::to_string(proto), "-f", f, uimg + ":/" + snap}), "");
+      CommandResult dump = RunCommand({"btrfs", "receive", "--dump", "-f", f});
+      ASSERT_TRUE(dump.ok()) << dump.Describe();
+      if (proto == 1) {
+        ASSERT_EQ(MustRun({"btrfs", "-q", "receive", "-f", f, kmnt}), "") << f;
+        auto mism = CompareHostTrees(smnt + "/" + snap, kmnt + "/" + snap,
+                                     ReceivedCompareOptions(g_source->streams[1][i - 1], snap));
+        EXPECT_TRUE(mism.empty()) << snap << ": " << FormatMismatches(mism);
+      }
+      // Round trip ubtrfs to ubtrfs (the v2 stream into the second image).
+      if (proto == 2) {
+        ASSERT_EQ(MustRun({Ubtrfs(), "receive", "-f", f, u2img}), "") << f;
+        auto fs = ubtrfs::Filesystem::Open(u2img);
+        ASSERT_TRUE(fs.ok());
+        auto mism = CompareTreeToImage(smnt + "/" + snap, **fs, ReceivedCompareOptions(g_source->streams[1][i - 1], snap),
+                                       "/" + snap);
+        EXPECT_TRUE(mism.empty()) << snap << " (ubtrfs round trip): " << FormatMismatches(mism);
+      }
+    }
+  }
+  ASSERT_EQ(km.Unmount(), "");
+  ASSERT_EQ(src.Unmount(), "");
+  EXPECT_EQ(BtrfsCheck(kimg), "");
+  EXPECT_EQ(BtrfsCheck(u2img), "");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // btrfs send streams without the kernel: Receive applies a stream that the
 // kernel's `btrfs send` made (protocol 1, 2 or 3) to an image, as `btrfs
 // receive` applies it to a mounted filesystem; DumpStream prints one as
-// `btrfs receive --dump` does.
+// `btrfs receive --dump` does; Send makes a full stream of a read-only
+// subvolume of an image.
 //
 //   auto fs = ubtrfs::Filesystem::Open("disk.img", {.writable = true});
 //   ubtrfs::ReceiveResult res;
@@ -84,6 +85,19 @@ UBTRFS_API Status Receive(Filesystem& fs, const StreamSource& source, const Rece
 // Prints each command of `source` as `btrfs receive --dump`: one line per
 // command through `out` (without its newline). Stops at the first error.
 UBTRFS_API Status DumpStream(const StreamSource& source, const std::function<void(std::string_view line)>& out);
+
+// Where stream bytes go: takes each piece in order.
+using StreamSink = std::function<Status(std::span<const uint8_t> bytes)>;
+
+struct SendOptions {
+  uint32_t proto = 1;  // stream version: 1 or 2 (no compressed data yet)
+};
+
+// A full stream of the read-only subvolume whose top is `subvol` (as `btrfs
+// send` without -p), which the kernel's `btrfs receive` and Receive accept.
+// EINVAL for a writable subvolume or the top level. Incremental streams
+// (-p) and clone sources are not made yet.
+UBTRFS_API Status Send(Filesystem& fs, InodeId subvol, const StreamSink& sink, const SendOptions& options = {});
 
 }  // namespace ubtrfs
 

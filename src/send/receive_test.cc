@@ -353,5 +353,46 @@ TEST(Receive, RefusalsLeaveNothing) {
       << st.ToString();
 }
 
+TEST(Send, FullStreamOfAReceivedSubvolumeReceivesAlike) {
+  Image a, b;
+  ASSERT_TRUE(a.Receive(FullStream()).ok());
+  std::vector<uint8_t> stream;
+  {
+    auto fs = a.Open(false);
+    const auto sink = [&](std::span<const uint8_t> bytes) {
+      stream.insert(stream.end(), bytes.begin(), bytes.end());
+      return Status::Ok();
+    };
+    EXPECT_EQ(ubtrfs::Send(*fs, fs->Root(), sink).code(), EINVAL);  // the top level
+    ASSERT_TRUE(ubtrfs::Send(*fs, *fs->Lookup("/s1"), sink).ok());
+  }
+  ReceiveResult res;
+  Status st = b.Receive(stream, &res);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(res.subvolumes.size(), 1u);
+  EXPECT_EQ(res.subvolumes[0].name, "s1");
+  for (const char* p : {"/s1/d/f", "/s1/d/f_link", "/s1/big", "/s1/clone", "/s1/enc"}) {
+    EXPECT_TRUE(a.Read(p) == b.Read(p)) << p;
+    Stat x = a.StatOf(p), y = b.StatOf(p);
+    EXPECT_EQ(x.mode, y.mode) << p;
+    EXPECT_EQ(x.uid, y.uid) << p;
+    EXPECT_EQ(x.nlink, y.nlink) << p;
+    EXPECT_EQ(x.size, y.size) << p;
+    EXPECT_EQ(x.mtime.sec, y.mtime.sec) << p;
+    EXPECT_EQ(x.mtime.nsec, y.mtime.nsec) << p;
+  }
+  EXPECT_EQ(b.StatOf("/s1").mtime.sec, 6);
+  EXPECT_EQ(b.StatOf("/s1/chr").rdev, a.StatOf("/s1/chr").rdev);
+  EXPECT_EQ(b.StatOf("/s1/sock").mode, a.StatOf("/s1/sock").mode);
+  auto fs = b.Open(false);
+  EXPECT_EQ(*fs->GetXattr(*fs->Lookup("/s1/d/f"), "user.k"), "v");
+  EXPECT_EQ(*fs->ReadLink(*fs->Lookup("/s1/l")), "d/f");
+  // The received uuid is the sent subvolume's uuid.
+  auto sent = a.Subvolumes();
+  auto got = b.Subvolumes();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].received_uuid, sent[0].uuid);
+}
+
 }  // namespace
 }  // namespace ubtrfs::send
