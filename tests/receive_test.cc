@@ -43,7 +43,7 @@ ubtrfs::StreamSource FromString(const std::string& s) {
   auto pos = std::make_shared<size_t>(0);
   return [&s, pos](std::span<uint8_t> buf) -> ubtrfs::Result<size_t> {
     const size_t n = std::min(buf.size(), s.size() - *pos);
-    std::memcpy(buf.data(), s.data() + *pos, n);
+    if (n > 0) std::memcpy(buf.data(), s.data() + *pos, n);
     *pos += n;
     return n;
   };

@@ -46,7 +46,7 @@ class Image {
     size_t pos = 0;
     return ubtrfs::Receive(*fs, [&](std::span<uint8_t> buf) -> Result<size_t> {
       const size_t n = std::min(buf.size(), stream.size() - pos);
-      std::memcpy(buf.data(), stream.data() + pos, n);
+      if (n > 0) std::memcpy(buf.data(), stream.data() + pos, n);
       pos += n;
       return n;
     }, {}, res);

@@ -25,7 +25,7 @@ ReadFn FromBytes(const std::vector<uint8_t>& bytes, size_t chunk = 1 << 20) {
   auto pos = std::make_shared<size_t>(0);
   return [&bytes, pos, chunk](std::span<uint8_t> buf) -> Result<size_t> {
     size_t n = std::min({buf.size(), bytes.size() - *pos, chunk});
-    std::memcpy(buf.data(), bytes.data() + *pos, n);
+    if (n > 0) std::memcpy(buf.data(), bytes.data() + *pos, n);
     *pos += n;
     return n;
   };

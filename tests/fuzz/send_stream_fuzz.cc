@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t chunk = 1 + (data[0] >> 1);  // short reads from the source too
   ubtrfs::StreamSource src = [&](std::span<uint8_t> buf) -> ubtrfs::Result<size_t> {
     const size_t n = std::min({buf.size(), s.size() - pos, chunk * 97});
-    std::memcpy(buf.data(), s.data() + pos, n);
+    if (n > 0) std::memcpy(buf.data(), s.data() + pos, n);
     pos += n;
     return n;
   };
