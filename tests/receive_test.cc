@@ -228,6 +228,25 @@ void ReceiveChainAlike(int proto) {
   }
   ASSERT_EQ(km.Unmount(), "");
   EXPECT_EQ(BtrfsCheck(uimg), "");
+  // Encoded writes keep their compressed bytes: as many zstd extent items
+  // as the kernel's receive stores (which writes them with ENCODED_WRITE);
+  // none from plain protocol 1 writes into an image without compression.
+  const auto zstd_items = [](const std::string& img) {
+    CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-tree", img});
+    size_t n = 0;
+    for (size_t at = r.out.find("extent compression 3"); at != std::string::npos;
+         at = r.out.find("extent compression 3", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  const size_t ours = zstd_items(uimg);
+  if (proto == 2) {
+    EXPECT_GT(ours, 0u);
+    EXPECT_EQ(ours, zstd_items(kimg));
+  } else {
+    EXPECT_EQ(ours, 0u);
+  }
   {
     auto fs = ubtrfs::Filesystem::Open(uimg);
     ASSERT_TRUE(fs.ok());

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "fs/compress.h"
+#include "fs/compress_write.h"
 #include "fs/fs_impl.h"
 #include "send/stream.h"
 #include "ubtrfs/send.h"
@@ -303,8 +304,10 @@ class Receiver {
     return Status::Ok();
   }
 
-  // Decompressed and written: the library's write path takes plain data
-  // (and compresses it again if the image's or the file's settings say so).
+  // The data is always decoded (which also proves it decodes); where the
+  // extent fits the write path's cut, its compressed bytes are stored as
+  // they came, else the plain bytes are written (and compressed again only
+  // if the image's or the file's settings say so).
   Status EncodedWrite(const Command& c) {
     using namespace send;
     UB_ASSIGN_OR_RETURN(InodeId id, ResolveAttr(c, kAttrPath));
@@ -347,7 +350,36 @@ class Receiver {
     }
     std::vector<uint8_t> plain(unencoded_len);
     UB_RETURN_IF_ERROR(fs::Decompress(type, data, plain, sector));
-    return WriteAll(id, off, std::span(plain).subspan(unencoded_off, file_len));
+    const std::span<const uint8_t> range = std::span<const uint8_t>(plain).subspan(unencoded_off, file_len);
+    const uint32_t ss = fs_.Info().sectorsize;
+    // An extent the write path would cut the same way (whole, from the
+    // start, aligned, smaller compressed) is handed in as compressed ahead,
+    // so its bytes are stored as sent; anything else is written plain.
+    const bool as_extent = unencoded_off == 0 && ss != 0 && off % ss == 0 && file_len > ss &&
+                           (file_len + ss - 1) / ss * ss == unencoded_len && sector == ss &&
+                           data.size() <= unencoded_len - ss;
+    if (!as_extent) return WriteAll(id, off, range);
+    fs::Precompressed pre;
+    pre.file_off = off;
+    pre.file_len = file_len;
+    pre.type = type;
+    pre.force = true;
+    pre.result.kind = fs::RangeResult::kCompressed;
+    pre.result.bytes.assign(data.begin(), data.end());
+    pre.result.bytes.resize((data.size() + ss - 1) / ss * ss, 0);
+    // The handle's compression is what the write path matches the range
+    // against: the stream's algorithm, forced, for this one write.
+    const CompressOptions saved = fs_.compression();
+    CompressOptions co;
+    co.algorithm = static_cast<CompressAlgorithm>(type);
+    co.force = true;
+    fs_.set_compression(co);
+    auto n = fs_.WritePrecompressed(id, off, range, std::span(&pre, 1));
+    fs_.set_compression(saved);
+    if (!n.ok()) return n.status();
+    if (*n != range.size()) return WriteAll(id, off + *n, range.subspan(*n));
+    res_->data_bytes += *n;
+    return Status::Ok();
   }
 
   // ---- Paths, relative to the subvolume's top ----

@@ -69,6 +69,7 @@ class Image {
     return *fs->GetStat(*id);
   }
   std::vector<SubvolumeInfo> Subvolumes() { return *Open(false)->ListSubvolumes(); }
+  uint64_t Used() { return Open(false)->Info().bytes_used; }
 
  private:
   std::string path_;
@@ -124,7 +125,8 @@ std::string Pattern(size_t n, int seed) {
   return s;
 }
 
-std::vector<uint8_t> FullStream() {
+// extent_as_sent false: the last encoded write's data goes as a plain write.
+std::vector<uint8_t> FullStream(bool extent_as_sent = true) {
   Builder b(2);
   b.Cmd(kCmdSubvol, [](StreamWriter& w) {
     w.String(kAttrPath, "s1");
@@ -195,6 +197,21 @@ std::vector<uint8_t> FullStream() {
       w.Data(*z);
     });
   }
+  // One that is a whole extent from its start: stored compressed as sent.
+  if (!extent_as_sent) {
+    b.Write("enc", 262144, plain.substr(0, 131072 - 100));
+  } else {
+    auto z = fs::Compress(format::kCompressZstd, pspan, 4096);
+    EXPECT_TRUE(z.ok());
+    b.Path(kCmdEncodedWrite, "enc", [&](StreamWriter& w) {
+      w.U64(kAttrFileOffset, 262144);
+      w.U64(kAttrUnencodedFileLen, 131072 - 100);  // the file's end inside the last sector
+      w.U64(kAttrUnencodedLen, 131072);
+      w.U64(kAttrUnencodedOffset, 0);
+      w.U32(kAttrCompression, kEncodedZstd);
+      w.Data(*z);
+    });
+  }
   b.Path(kCmdFileattr, "enc", [](StreamWriter& w) { w.U64(kAttrFileattr, 0); });
   b.Path(kCmdUpdateExtent, "enc", [](StreamWriter& w) {
     w.U64(kAttrFileOffset, 0);
@@ -217,7 +234,7 @@ TEST(Receive, EveryCommandOfAFullStreamThenAnIncrementalOne) {
   ASSERT_EQ(res.subvolumes.size(), 1u);
   EXPECT_EQ(res.subvolumes[0].name, "s1");
   EXPECT_EQ(res.clones, 1u);
-  EXPECT_EQ(res.encoded_writes, 2u);
+  EXPECT_EQ(res.encoded_writes, 3u);
   EXPECT_EQ(im.Read("/s1/d/f"), "hello");
   EXPECT_EQ(im.Read("/s1/d/f_link"), "hello");
   Stat f = im.StatOf("/s1/d/f");
@@ -243,7 +260,16 @@ TEST(Receive, EveryCommandOfAFullStreamThenAnIncrementalOne) {
   EXPECT_TRUE(im.Read("/s1/big") == want_big);
   EXPECT_TRUE(im.Read("/s1/clone") == std::string(4096, '\0') + big.substr(16384, 8192));
   const std::string plain = Pattern(131072, 3);
-  EXPECT_TRUE(im.Read("/s1/enc") == plain.substr(4096, 65536) + std::string(65536, '\0') + plain.substr(4096, 65536));
+  EXPECT_TRUE(im.Read("/s1/enc") == plain.substr(4096, 65536) + std::string(65536, '\0') + plain.substr(4096, 65536) +
+                                      std::string(65536, '\0') + plain.substr(0, 131072 - 100));
+  // Stored compressed: the same stream with that range as a plain write
+  // takes about its 128 KiB more.
+  {
+    Image plain_im;
+    ASSERT_TRUE(plain_im.Receive(FullStream(false)).ok());
+    EXPECT_TRUE(plain_im.Read("/s1/enc") == im.Read("/s1/enc"));
+    EXPECT_GE(plain_im.Used(), im.Used() + 96 * 1024) << plain_im.Used() << " vs " << im.Used();
+  }
   auto subs = im.Subvolumes();
   ASSERT_EQ(subs.size(), 1u);
   EXPECT_TRUE(subs[0].read_only);
