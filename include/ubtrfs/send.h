@@ -65,7 +65,7 @@ struct ReceiveResult {
   uint64_t data_bytes = 0;       // bytes written by write and encoded_write
   uint64_t clones = 0;           // clone commands applied as reflinks
   uint64_t clone_copies = 0;     // clone commands the reflink rules refused, copied instead
-  uint64_t encoded_writes = 0;   // encoded_write commands (decompressed and written)
+  uint64_t encoded_writes = 0;   // encoded_write commands (whole extents kept compressed, pieces written plain)
 };
 
 // Applies every subvolume of `source` (one stream, or several concatenated)
