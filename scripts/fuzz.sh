@@ -16,7 +16,8 @@
 # image_open_fuzz, image_read_fuzz, image_write_fuzz (whole images in the
 # encoding of tests/fuzz/fuzz_image.h; tests/fuzz/make_corpus.sh rebuilds their
 # seeds), dir_entry_fuzz (edits of one image's directory items, then readdir
-# and a copy out into a scratch sandbox). With 20 s per target (./test) the
+# and a copy out into a scratch sandbox), send_stream_fuzz (the send-stream
+# reader and the receive --dump formatter over arbitrary bytes). With 20 s per target (./test) the
 # six take about 2.5 minutes.
 #
 # The seed corpora in tests/fuzz/corpus/<target>/ are only read; new inputs go

@@ -4,7 +4,7 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs check mount stats property subvolume mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs check mount stats property subvolume receive send mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
 # Options of each subcommand; every one also takes -h/--help, --offset and --partition.
@@ -12,12 +12,14 @@ _ubtrfs_options() {
   local common="-h --help --offset --partition"
   # The subcommands that reach files by path also choose a subvolume.
   case "$1" in
-    info|ls|cat|cp|mount|mv|ln|chmod|chown|touch|truncate|setfattr|getfattr|stat|find|du|df|tree|mkdir|rm|rmdir|put|edit)
+    info|ls|cat|cp|mount|receive|mv|ln|chmod|chown|touch|truncate|setfattr|getfattr|stat|find|du|df|tree|mkdir|rm|rmdir|put|edit)
       common="$common --subvol --subvolid" ;;
   esac
   case "$1" in
     property) echo "$common get set" ;;
     subvolume) echo "$common create snapshot delete list get-default set-default -r --json --subvol --subvolid" ;;
+    receive) echo "$common -f --file --dump -v --verbose" ;;
+    send) echo "$common -f --file --proto" ;;
     info) echo "$common --json" ;;
     cat|mv|chmod|chown|rmdir|put) echo "$common" ;;
     ls) echo "$common -l --json" ;;

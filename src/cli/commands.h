@@ -23,6 +23,8 @@ void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats
 void RegisterProperty(CLI::App& app);
 void RegisterSubvolume(CLI::App& app);     // subvolume create|snapshot|delete|list      // property get|set (a subvolume's ro flag)
+void RegisterReceive(CLI::App& app);        // receive (a btrfs send stream into an image)
+void RegisterSend(CLI::App& app);           // send (a full stream of a read-only subvolume)
 void RegisterEdit(CLI::App& app);          // edit (edit_command.cc); the verbs: verbs.h
 
 // mount.fuse3 runs an /etc/fstab entry of type fuse.ubtrfs as

@@ -213,6 +213,21 @@ class FilesystemImpl final : public Filesystem {
   uint64_t min_subvol_id_ = 0;
   Status Clone(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len) override;  // reflink.cc
 
+  // ---- Receive (send/receive.cc) ----
+  // While set, no change commits on its own: not the auto-commit at
+  // max_dirty_bytes, not the commit before an ENOSPC retry, not the commits
+  // around CreateSnapshot and CreateSubvolume. A received stream is then one
+  // transaction that either commits whole or is discarded.
+  void set_hold_commits(bool hold) { hold_commits_ = hold; }
+  bool hold_commits() const { return hold_commits_; }
+  // Marks the subvolume whose top is `subvol` as received, as the kernel's
+  // BTRFS_IOC_SET_RECEIVED_SUBVOL then SUBVOL_SETFLAGS do: received_uuid,
+  // stransid, rtransid (this transaction), rtime (now), stime cleared, the
+  // UUID tree's RECEIVED_SUBVOL item, and the RDONLY flag. Returns rtransid.
+  Result<uint64_t> SetReceivedSubvol(InodeId subvol, const uint8_t (&received_uuid)[16], uint64_t stransid);
+  // The top directory of subvolume `id`.
+  Result<InodeId> SubvolumeTopOf(uint64_t id) { return SubvolRoot(id); }
+
   // ---- Bulk import of new inodes under an empty directory (import.cc) ----
   struct BulkTarget {
     uint64_t transid = 0;
@@ -1008,6 +1023,7 @@ class FilesystemImpl final : public Filesystem {
   inode::DelayedDirItems::Options dir_item_options_;  // OpenOptions::dir_item_*
   uint64_t max_dirty_bytes_ = 256ull << 20;  // OpenOptions::max_dirty_bytes
   uint64_t drop_step_blocks_ = 4096;         // OpenOptions::drop_blocks_per_commit
+  std::atomic<bool> hold_commits_{false};    // set_hold_commits
   CompressOptions compress_;                  // OpenOptions::compress
   std::atomic<uint64_t> pending_incompat_{0};  // compression incompat flags for the next commit
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume

@@ -15,7 +15,7 @@
 namespace ubtrfs::fsimpl {
 
 bool FilesystemImpl::RetryAfterCommit(const Status& st, int attempt, bool outermost) {
-  if (st.code() != ENOSPC || attempt > 0 || !outermost || aborted_) return false;
+  if (st.code() != ENOSPC || attempt > 0 || !outermost || aborted_ || hold_commits_) return false;
   // A transaction with nothing in it has nothing to release.
   return txn_->HasChanges() || delayed_->pending_count() > 0;
 }

@@ -18,8 +18,10 @@ Result<InodeId> FilesystemImpl::CreateSnapshot(InodeId subvol, InodeId dir, std:
   return Change({dir}, 16, [&]() -> Result<InodeId> {
     UB_ASSIGN_OR_RETURN(auto src, SubvolTop(*vol_, subvol));
     UB_RETURN_IF_ERROR(CheckNewSubvolumeEntry(dir, name));
-    // The source as committed: what the copy shares is on disk.
-    UB_RETURN_IF_ERROR(CommitImpl());
+    // The source as committed: what the copy shares is on disk. Held
+    // commits (a receive) leave that to SnapshotTree's check, which refuses
+    // a source changed in this transaction.
+    if (!hold_commits_) UB_RETURN_IF_ERROR(CommitImpl());
     UB_ASSIGN_OR_RETURN(const uint64_t id, NewSubvolumeId());
     uint8_t uuid[kUuidSize];
     if (getrandom(uuid, sizeof(uuid), 0) != static_cast<ssize_t>(sizeof(uuid))) {
@@ -27,7 +29,7 @@ Result<InodeId> FilesystemImpl::CreateSnapshot(InodeId subvol, InodeId dir, std:
     }
     UB_RETURN_IF_ERROR(txn_->SnapshotTree(subvol.root, id, read_only, uuid));
     UB_RETURN_IF_ERROR(LinkSubvolume(dir, name, id, uuid));
-    UB_RETURN_IF_ERROR(CommitImpl());
+    if (!hold_commits_) UB_RETURN_IF_ERROR(CommitImpl());
     return InodeId{id, src.item.root_dirid.get()};
   });
 }

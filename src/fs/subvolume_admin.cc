@@ -145,8 +145,65 @@ Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view na
     uint8_t uuid[16];
     std::memcpy(uuid, item.uuid, 16);
     UB_RETURN_IF_ERROR(LinkSubvolume(dir, name, id, uuid));
-    UB_RETURN_IF_ERROR(CommitImpl());
+    if (!hold_commits_) UB_RETURN_IF_ERROR(CommitImpl());
     return InodeId{id, kFirstFreeObjectid};
+  });
+}
+
+Result<uint64_t> FilesystemImpl::SetReceivedSubvol(InodeId subvol, const uint8_t (&received_uuid)[16],
+                                                  uint64_t stransid) {
+  return Change({}, 4, [&]() -> Result<uint64_t> {
+    UB_RETURN_IF_ERROR(SubvolTop(*vol_, subvol).status());
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
+    UB_ASSIGN_OR_RETURN(txn::Volume::TreeRoot * r, vol_->MutableRoot(subvol.root));
+    if (r->item_size < sizeof(RootItem)) {
+      // A v1 item has no room for the received fields; every subvolume
+      // this library or a kernel since 3.8 makes has a whole one.
+      return Status::Unsupported("subvolume " + std::to_string(subvol.root) + " has a short (v1) ROOT_ITEM");
+    }
+    uint8_t old_uuid[16];
+    const uint64_t rtransid = txn_->transid();
+    {
+      std::lock_guard lock(vol_->roots_mutex());  // FindRoot copies the entry under it
+      std::memcpy(old_uuid, r->item.received_uuid, 16);
+      std::memcpy(r->item.received_uuid, received_uuid, 16);
+      r->item.stransid = stransid;
+      r->item.rtransid = rtransid;
+      std::memset(&r->item.stime, 0, sizeof(r->item.stime));
+      SetNow(r->item.rtime);
+      r->item.flags = r->item.flags.get() | kRootSubvolRdonly;
+    }
+    UB_RETURN_IF_ERROR(rootw->Update(r->item_key, std::span(reinterpret_cast<const uint8_t*>(&r->item), r->item_size)));
+    subvols_->Forget();
+    if (!vol_->FindRoot(kUuidTreeObjectid).ok()) return rtransid;
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
+    std::vector<uint8_t> id(8);
+    StoreLe<uint64_t>(id.data(), subvol.root);
+    if (!IsZeroUuid(old_uuid)) {
+      // The kernel drops the old received uuid's entry for this subvolume.
+      const Key okey = UuidKey(old_uuid, kUuidKeyReceivedSubvol);
+      UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(vol_->source(), uw->LiveRef(), okey));
+      if (have) {
+        std::vector<uint8_t> rest;
+        for (size_t i = 0; i + 8 <= have->size(); i += 8) {
+          if (LoadLe<uint64_t>(have->data() + i) != subvol.root) rest.insert(rest.end(), have->begin() + i, have->begin() + i + 8);
+        }
+        UB_RETURN_IF_ERROR(rest.empty() ? uw->Delete(okey) : uw->Update(okey, rest));
+      }
+    }
+    if (IsZeroUuid(received_uuid)) return rtransid;
+    const Key ukey = UuidKey(received_uuid, kUuidKeyReceivedSubvol);
+    UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(vol_->source(), uw->LiveRef(), ukey));
+    if (!have) {
+      UB_RETURN_IF_ERROR(uw->Insert(ukey, id));
+    } else {
+      for (size_t i = 0; i + 8 <= have->size(); i += 8) {
+        if (LoadLe<uint64_t>(have->data() + i) == subvol.root) return rtransid;
+      }
+      have->insert(have->end(), id.begin(), id.end());
+      UB_RETURN_IF_ERROR(uw->Update(ukey, *have));
+    }
+    return rtransid;
   });
 }
 

@@ -1215,7 +1215,7 @@ static_assert(kItemsPerDelete * txn::ChunkAllocator::kBlocksPerItem < txn::kGlob
 // inodes): past OpenOptions::max_dirty_bytes, commit, as the kernel does
 // every 30 seconds whatever its callers do.
 Status FilesystemImpl::MaybeAutoCommit() {
-  if (txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();
+  if (hold_commits_ || txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();
   auto guard = ExclusiveGuard();
   if (txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();  // another thread committed meanwhile
   Status st = CommitImpl();
