@@ -19,11 +19,7 @@
 namespace ubtrfs_test {
 namespace {
 
-CommandResult Cli(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {UBTRFS_CLI_PATH};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
+CommandResult Cli(const std::vector<std::string>& args) { return RunUbtrfs(args); }
 
 TEST(DefaultSubvolume, SetByUbtrfsSeenByTheKernelAndBack) {
   if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;

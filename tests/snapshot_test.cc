@@ -477,11 +477,7 @@ TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
 namespace ubtrfs_test {
 namespace {
 
-CommandResult Cli(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {UBTRFS_CLI_PATH};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
+CommandResult Cli(const std::vector<std::string>& args) { return RunUbtrfs(args); }
 
 // `ubtrfs subvolume` on an image ubtrfs made: the kernel agrees with what
 // create, snapshot, list and delete did; wrong uses exit non-zero.

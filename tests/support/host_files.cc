@@ -46,4 +46,10 @@ std::string MustRun(const std::vector<std::string>& argv) {
   return r.ok() ? "" : ShellJoin(argv) + ": " + r.Describe();
 }
 
+CommandResult RunUbtrfs(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {UBTRFS_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
 }  // namespace ubtrfs_test

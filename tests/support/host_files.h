@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_util.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
@@ -24,6 +25,8 @@ inline std::span<const uint8_t> SpanOf(const std::string& s) {
 std::string ReadImageFile(ubtrfs::Filesystem& fs, const std::string& path);
 // "" when the command exits 0, else the command line and what it printed.
 std::string MustRun(const std::vector<std::string>& argv);
+// The ubtrfs command line tool of this build, run with `args`.
+CommandResult RunUbtrfs(const std::vector<std::string>& args);
 
 }  // namespace ubtrfs_test
 
