@@ -39,7 +39,7 @@ constexpr const char* kOpNames[] = {
     "init", "lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "unlink", "rmdir",
     "symlink", "rename", "link", "open", "read", "write", "flush", "release", "fsync", "opendir",
     "readdir", "readdirplus", "releasedir", "fsyncdir", "statfs", "setxattr", "getxattr", "listxattr",
-    "removexattr", "create", "fallocate", "lseek", "copy_file_range"};
+    "removexattr", "create", "fallocate", "lseek", "copy_file_range", "syncfs"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount));
 
 Time FromTimespec(const timespec& ts) { return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)}; }
@@ -128,6 +128,12 @@ const fuse_lowlevel_ops& Adapter::Ops() {
       Self(r)->Count(Op::kFsyncdir);
       Self(r)->Fsync(r);
     };
+#ifdef UBTRFS_FUSE_HAS_SYNCFS
+    o.syncfs = [](fuse_req_t r, fuse_ino_t) {
+      Self(r)->Count(Op::kSyncfs);
+      Self(r)->Fsync(r);
+    };
+#endif
     o.statfs = [](fuse_req_t r, fuse_ino_t) { Self(r)->StatFs(r); };
     o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) {
       Self(r)->SetXattr(r, i, n, v, s, f);
@@ -373,7 +379,13 @@ void Adapter::Init(fuse_conn_info* conn) {
   Count(Op::kInit);
   if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
   if (!opts_.readdirplus) conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
-  if (opts_.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  if (opts_.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) {
+    conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+    // The kernel then keeps regular files' mtime and ctime (it never takes
+    // ours again while the inode is cached) and sends them with SETATTR;
+    // stamps of our own at WRITE would outlive what stat showed.
+    fs_.SetCallerKeepsFileTimes(true);
+  }
   conn->want &= ~FUSE_CAP_POSIX_ACL;  // ACLs: see posix_acl.h (kept consistent, not enforced)
   // The umask comes with create/mkdir/mknod instead of being applied by the
   // kernel, so that a directory's default ACL can override it (NewAttrs).

@@ -63,7 +63,7 @@ enum class Op : int {
   kInit, kLookup, kForget, kGetattr, kSetattr, kReadlink, kMknod, kMkdir, kUnlink, kRmdir, kSymlink, kRename,
   kLink, kOpen, kRead, kWrite, kFlush, kRelease, kFsync, kOpendir, kReaddir, kReaddirplus, kReleasedir,
   kFsyncdir, kStatfs, kSetxattr, kGetxattr, kListxattr, kRemovexattr, kCreate, kFallocate, kLseek,
-  kCopyFileRange, kCount
+  kCopyFileRange, kSyncfs, kCount
 };
 
 class Adapter {
