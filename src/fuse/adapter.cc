@@ -10,9 +10,11 @@
 #include <sys/xattr.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <utility>
 #include <vector>
 
 #ifndef RENAME_NOREPLACE
@@ -180,8 +182,29 @@ std::optional<InodeId> Adapter::Resolve(fuse_req_t req, fuse_ino_t node) {
 
 void Adapter::ReplyStatus(fuse_req_t req, const Status& st) {
   const int code = st.ok() ? 0 : (st.code() > 0 ? st.code() : EIO);
-  if (code != 0 && opts_.log && WorthLogging(code)) opts_.log(st.ToString());
+  if (code != 0 && opts_.log && WorthLogging(code)) LogError(code, st.ToString());
   fuse_reply_err(req, code);
+}
+
+void Adapter::LogError(int code, const std::string& msg) {
+  if (code != ENOSPC) return opts_.log(msg);
+  // A full device answers ENOSPC to every write until space comes back:
+  // tens of thousands of lines a minute under fsstress, in syslog once
+  // daemonized. One line per interval, with a count of the rest.
+  const auto now = std::chrono::steady_clock::now();
+  uint64_t suppressed;
+  {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    if (enospc_logged_ && now - enospc_last_ < kEnospcLogInterval) {
+      ++enospc_suppressed_;
+      return;
+    }
+    enospc_logged_ = true;
+    enospc_last_ = now;
+    suppressed = std::exchange(enospc_suppressed_, 0);
+  }
+  opts_.log(suppressed ? msg + " (and " + std::to_string(suppressed) + " more ENOSPC answers since the last one logged)"
+                       : msg);
 }
 
 struct stat Adapter::ToStat(uint64_t node, const Stat& s) {

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -135,6 +136,8 @@ class Adapter {
   // The inode behind a node id; replies ESTALE and returns nullopt if unknown.
   std::optional<InodeId> Resolve(fuse_req_t req, fuse_ino_t node);
   void ReplyStatus(fuse_req_t req, const Status& st);
+  // opts_.log, with ENOSPC at most once per kEnospcLogInterval.
+  void LogError(int code, const std::string& msg);
   // Replies with the entry of `id` (stat'ed afresh) and counts the lookup;
   // with fi, as the reply to create (and counts the open).
   void ReplyEntry(fuse_req_t req, InodeId id, fuse_file_info* fi = nullptr);
@@ -173,6 +176,12 @@ class Adapter {
   std::atomic<size_t> hidden_count_{0};  // hidden_.size(), readable without open_mu_
 
   std::array<std::atomic<uint64_t>, static_cast<int>(Op::kCount)> counts_{};
+
+  static constexpr std::chrono::seconds kEnospcLogInterval{10};
+  std::mutex log_mu_;
+  bool enospc_logged_ = false;
+  std::chrono::steady_clock::time_point enospc_last_;
+  uint64_t enospc_suppressed_ = 0;
 
   // Directories whose invalid or duplicate entries were already reported:
   // a damaged directory is warned about once, not at every listing.
