@@ -16,8 +16,10 @@
 # image_open_fuzz, image_read_fuzz, image_write_fuzz (whole images in the
 # encoding of tests/fuzz/fuzz_image.h; tests/fuzz/make_corpus.sh rebuilds their
 # seeds), dir_entry_fuzz (edits of one image's directory items, then readdir
-# and a copy out into a scratch sandbox). With 20 s per target (./test) the
-# six take about 2.5 minutes.
+# and a copy out into a scratch sandbox), aborted_read_fuzz (changes on a
+# fault-injecting device until a commit fails, then every read path over the
+# aborted view, then the image reopened). With 20 s per target (./test) the
+# seven take about 3 minutes.
 #
 # The seed corpora in tests/fuzz/corpus/<target>/ are only read; new inputs go
 # to $UBTRFS_FUZZ_BUILD/corpus/<target>/ and crashes to
