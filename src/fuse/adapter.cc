@@ -477,6 +477,27 @@ void Adapter::SetAttr(fuse_req_t req, fuse_ino_t ino, const struct stat* attr, i
   }
   if (to_set & FUSE_SET_ATTR_CTIME) c.ctime = FromTimespec(attr->st_ctim);
   Status s = fs_.SetAttr(*id, c);
+  constexpr int kFlushedTimes = FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME;  // what fuse_flush_times sends
+  if (!s.ok() && s.code() == ENOENT && opts_.writeback_cache &&
+      (to_set & (kFlushedTimes | FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID | FUSE_SET_ATTR_SIZE |
+                 FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW)) == kFlushedTimes) {
+    // With the write-back cache the kernel writes its cached times of a
+    // regular file back itself, also right after the file's last name went
+    // (no open file stays: those are hidden, not removed). An error here
+    // would be recorded as a write-back error, and syncfs(2) of the whole
+    // mount would then fail with ENOENT. The kernel's btrfs keeps such an
+    // inode until it is evicted; here it is gone, and so is what the times
+    // were for.
+    struct stat out {};
+    out.st_ino = map_.StIno(ino, *id);
+    out.st_mode = S_IFREG;
+    out.st_nlink = 0;
+    out.st_blksize = block_size_;
+    out.st_mtim = attr->st_mtim;
+    out.st_ctim = attr->st_ctim;
+    fuse_reply_attr(req, &out, 0);
+    return;
+  }
   if (!s.ok()) return ReplyStatus(req, s);
   MarkDirty();
   if (c.mode) {
