@@ -1331,7 +1331,10 @@ Status FilesystemImpl::SetXattr(InodeId id, std::string_view name, std::string_v
 Status FilesystemImpl::RemoveXattr(InodeId id, std::string_view name) {
   static stats::Histogram& latency = stats::GetHistogram("op.removexattr", "ns");
   stats::ScopedTimer timer(latency);
-  return Change({id}, kItemsPerOp, [&] { return RemoveXattrImpl(id, name); });
+  // Removing an item frees space, so it may use the global reserve: on a
+  // metadata-full device (fsstress on 512 MiB: 1,541 ENOSPC) it must work
+  // as unlink does.
+  return Change({id}, txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return RemoveXattrImpl(id, name); });
 }
 
 Status FilesystemImpl::Discard() {
