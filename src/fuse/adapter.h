@@ -16,7 +16,10 @@
 //     (default_permissions);
 //   - open(O_TRUNC) truncates here (libfuse's default atomic O_TRUNC);
 //   - copy_file_range shares the range's whole sectors (Filesystem::Clone,
-//     a reflink) and copies the rest through the library.
+//     a reflink) and copies the rest through the library;
+//   - with the write-back cache the kernel owns regular files' mtime and
+//     ctime (Filesystem::SetCallerKeepsFileTimes), and its time write-back
+//     on a file whose last name went is answered, not refused.
 #ifndef UBTRFS_FUSE_ADAPTER_H_
 #define UBTRFS_FUSE_ADAPTER_H_
 
