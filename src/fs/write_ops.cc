@@ -1316,13 +1316,7 @@ Status FilesystemImpl::SetAttr(InodeId id, const AttrChange& change) {
   static stats::Histogram& latency = stats::GetHistogram("op.setattr", "ns");
   stats::ScopedTimer timer(latency);
   // A size change (truncate) is a deletion: it may use the global reserve.
-  // So is a change of times alone, which rewrites one inode item in place:
-  // through a writeback_cache mount these are the kernel's times for data
-  // the daemon already took (it stamps none itself then), and refusing them
-  // on a metadata-full device left minutes-old mtimes on changed files
-  // (fsstress on 512 MiB: 9,694 of 26,224).
-  const bool times_only = !change.mode && !change.uid && !change.gid && (change.atime || change.mtime || change.ctime);
-  if (change.size || times_only) {
+  if (change.size) {
     return Change({id}, txn::ReserveFor::kDelete, kItemsPerDelete, [&] { return SetAttrImpl(id, change); });
   }
   return Change({id}, kItemsPerOp, [&] { return SetAttrImpl(id, change); });
