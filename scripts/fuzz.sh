@@ -17,8 +17,10 @@
 # encoding of tests/fuzz/fuzz_image.h; tests/fuzz/make_corpus.sh rebuilds their
 # seeds), dir_entry_fuzz (edits of one image's directory items, then readdir
 # and a copy out into a scratch sandbox), send_stream_fuzz (the send-stream
-# reader and the receive --dump formatter over arbitrary bytes). With 20 s per target (./test) the
-# six take about 2.5 minutes.
+# reader and the receive --dump formatter over arbitrary bytes),
+# aborted_read_fuzz (changes on a fault-injecting device until a commit
+# fails, then every read path over the aborted view, then the image
+# reopened). With 20 s per target (./test) the eight take about 3.5 minutes.
 #
 # The seed corpora in tests/fuzz/corpus/<target>/ are only read; new inputs go
 # to $UBTRFS_FUZZ_BUILD/corpus/<target>/ and crashes to

@@ -120,6 +120,23 @@ TEST(FullDeviceFuse, DataFullMountGivesEnospcOnlyAndUnmountsClean) {
     struct stat st {};
     ASSERT_EQ(stat(file.c_str(), &st), 0);
     EXPECT_EQ(st.st_size, static_cast<off_t>(content.size()));
+    // A full device is told once per interval, not once per ENOSPC: 2,000
+    // failing writes add at most a line or two to the log.
+    {
+      const auto lines = [&mount] {
+        const std::string log = mount.Log();
+        return std::count(log.begin(), log.end(), '\n');
+      };
+      const auto before = lines();
+      int wfd = open(file.c_str(), O_WRONLY);
+      ASSERT_GE(wfd, 0);
+      const std::string page = Bytes(4096, 9);
+      int enospc = 0;
+      for (int i = 0; i < 2000; ++i) enospc += pwrite(wfd, page.data(), page.size(), 1 << 20) < 0 && errno == ENOSPC;
+      close(wfd);
+      EXPECT_EQ(enospc, 2000);
+      EXPECT_LE(lines() - before, 2) << mount.Log().substr(0, 2000);
+    }
 
     // Still writable: a directory, a small file.
     ASSERT_EQ(mkdir((s.mnt + "/dir").c_str(), 0755), 0) << strerror(errno);

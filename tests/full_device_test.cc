@@ -292,6 +292,13 @@ TEST(FullDevice, EveryFileCanBeDeletedOnAMetadataFullDevice) {
   const uint64_t filled = FillData(*fs, *fill, 10);
   auto d = fs->Mkdir(fs->Root(), "d", Attrs(0755));
   ASSERT_TRUE(d.ok());
+  // Removing xattrs is a deletion too (fsstress on 512 MiB).
+  auto tagged = fs->Create(fs->Root(), "tagged", Attrs(0644));
+  ASSERT_TRUE(tagged.ok());
+  constexpr int kXattrs = 60;
+  for (int i = 0; i < kXattrs; ++i) {
+    ASSERT_TRUE(fs->SetXattr(*tagged, "user.x" + std::to_string(i), std::string(200, 'v')).ok());
+  }
   const std::vector<uint8_t> small = PatternBytes(1000, 11);
   Status failure;
   int made = 0;
@@ -323,6 +330,12 @@ TEST(FullDevice, EveryFileCanBeDeletedOnAMetadataFullDevice) {
   auto entries = fs->ReadDir(*d);
   ASSERT_TRUE(entries.ok()) << entries.status().ToString();
   EXPECT_EQ(entries->size(), static_cast<size_t>(made));
+
+  for (int i = 0; i < kXattrs; ++i) {
+    Status st = fs->RemoveXattr(*tagged, "user.x" + std::to_string(i));
+    ASSERT_TRUE(st.ok()) << "removexattr " << i << ": " << st.ToString();
+  }
+  ASSERT_TRUE(fs->Unlink(fs->Root(), "tagged").ok());
 
   // Delete everything, as rm -rf does.
   stats::Counter& retries = stats::GetCounter("space.enospc_commits");

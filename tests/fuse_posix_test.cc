@@ -21,7 +21,9 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -149,6 +151,30 @@ class FusePosix : public ::testing::Test {
   }
   virtual std::string Options() const { return ""; }
   std::string P(const std::string& rel) const { return d_ + "/" + rel; }
+  // Kills the daemon (no unmount, no final commit) and opens the image as
+  // it was left: only committed changes are in it.
+  std::unique_ptr<ubtrfs::Filesystem> KillAndOpen() {
+    EXPECT_EQ(kill(mount_.pid(), SIGKILL), 0);
+    EXPECT_EQ(mount_.Wait(30), 128 + SIGKILL);
+    mount_.Cleanup();  // the dead mount's entry
+    mounted_ = false;
+    EXPECT_EQ(BtrfsCheck(s_.img), "");
+    auto fs = ubtrfs::Filesystem::Open(s_.img);
+    EXPECT_TRUE(fs.ok()) << fs.status().ToString();
+    return fs.ok() ? std::move(*fs) : nullptr;
+  }
+  // The content of `path` in `fs`, or "<error>" with why.
+  static std::string ReadBack(ubtrfs::Filesystem& fs, const std::string& path) {
+    auto id = fs.Lookup(path);
+    if (!id.ok()) return "<" + id.status().ToString() + ">";
+    auto st = fs.GetStat(*id);
+    if (!st.ok()) return "<" + st.status().ToString() + ">";
+    std::string back(st->size, '\0');
+    auto n = fs.Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(back.data()), back.size()));
+    if (!n.ok()) return "<" + n.status().ToString() + ">";
+    back.resize(*n);
+    return back;
+  }
 
   ubtrfs_test::Scratch s_;
   ubtrfs_test::MountProcess mount_;
@@ -672,22 +698,35 @@ TEST_F(FusePosix, FsyncIsDurableAcrossAKill) {
   ASSERT_EQ(write(fd, d2.data(), d2.size()), static_cast<ssize_t>(d2.size()));
   ASSERT_EQ(fdatasync(fd), 0);
   close(fd);
-  ASSERT_EQ(kill(mount_.pid(), SIGKILL), 0);
-  EXPECT_EQ(mount_.Wait(30), 128 + SIGKILL);
-  mount_.Cleanup();  // the dead mount's entry
-  mounted_ = false;
-  EXPECT_EQ(BtrfsCheck(s_.img), "");
-  auto fs = ubtrfs::Filesystem::Open(s_.img);
-  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto fs = KillAndOpen();
+  ASSERT_TRUE(fs);
   for (const auto& [name, data] : {std::pair{"/t/synced", &d1}, std::pair{"/t/datasynced", &d2}}) {
-    auto id = (*fs)->Lookup(name);
-    ASSERT_TRUE(id.ok()) << name << ": " << id.status().ToString();
-    std::string back(data->size() + 1, '\0');
-    auto n = (*fs)->Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(back.data()), back.size()));
-    ASSERT_TRUE(n.ok());
-    back.resize(*n);
-    EXPECT_TRUE(back == *data) << name;
+    const std::string back = ReadBack(*fs, name);
+    EXPECT_TRUE(back == *data) << name << ": " << back.size() << " bytes read back, " << data->size() << " written";
   }
+}
+
+// sync(1) and syncfs(2) send nothing to a FUSE server (Linux 6.18 sends
+// FUSE_SYNCFS only to virtiofs), so `sync MOUNTPOINT` -- an fsync of the
+// directory, FSYNCDIR -- is what commits from a shell: every change that
+// reached the daemon before it, of any file, is in the image after a kill.
+TEST_F(FusePosix, FsyncOfTheMountPointCommitsEveryChange) {
+  const std::string data(200000, 'w');
+  {
+    std::ofstream out(P("unsynced"), std::ios::binary);
+    out << data;
+  }
+  ASSERT_EQ(mkdir(P("dir").c_str(), 0755), 0);
+  ASSERT_EQ(rename(P("unsynced").c_str(), P("dir/moved").c_str()), 0);
+  const int dfd = open(s_.mnt.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dfd, 0);
+  EXPECT_EQ(syncfs(dfd), 0);
+  EXPECT_EQ(fsync(dfd), 0);
+  close(dfd);
+  auto fs = KillAndOpen();
+  ASSERT_TRUE(fs);
+  const std::string back = ReadBack(*fs, "/t/dir/moved");
+  EXPECT_TRUE(back == data) << back.size() << " bytes read back: " << back.substr(0, 80);
 }
 
 // The periodic commit bounds what a kill loses: with commit=1, a change
@@ -700,14 +739,9 @@ class FusePosixCommit1 : public FusePosix {
 TEST_F(FusePosixCommit1, PeriodicCommitBoundsTheLoss) {
   ASSERT_EQ(mkdir(P("kept").c_str(), 0755), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-  ASSERT_EQ(kill(mount_.pid(), SIGKILL), 0);
-  EXPECT_EQ(mount_.Wait(30), 128 + SIGKILL);
-  mount_.Cleanup();
-  mounted_ = false;
-  EXPECT_EQ(BtrfsCheck(s_.img), "");
-  auto fs = ubtrfs::Filesystem::Open(s_.img);
-  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-  EXPECT_TRUE((*fs)->Lookup("/t/kept").ok());
+  auto fs = KillAndOpen();
+  ASSERT_TRUE(fs);
+  EXPECT_TRUE(fs->Lookup("/t/kept").ok());
 }
 
 // The same POSIX cases hold with the kernel's write-back cache.
@@ -715,6 +749,26 @@ class FusePosixWriteback : public FusePosix {
  protected:
   std::string Options() const override { return ",writeback_cache"; }
 };
+
+// With the write-back cache a file's written pages may still be in the
+// kernel: sync(2) sends them (WRITE, and SETATTR with the times), an fsync
+// of the mount point then commits them.
+TEST_F(FusePosixWriteback, SyncThenFsyncOfTheMountPointIsDurable) {
+  const std::string data(300000, 'c');
+  {
+    std::ofstream out(P("cached"), std::ios::binary);
+    out << data;
+  }
+  sync();
+  const int dfd = open(s_.mnt.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dfd, 0);
+  EXPECT_EQ(fsync(dfd), 0);
+  close(dfd);
+  auto fs = KillAndOpen();
+  ASSERT_TRUE(fs);
+  const std::string back = ReadBack(*fs, "/t/cached");
+  EXPECT_TRUE(back == data) << back.size() << " bytes read back: " << back.substr(0, 80);
+}
 
 TEST_F(FusePosixWriteback, TimesUpdatedByEachCall) {
   // Re-run two of the cases most exposed to the cache.

@@ -15,6 +15,7 @@
 // on ext4, on btrfs neither); this test is where the btrfs rules are pinned.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -264,6 +265,70 @@ TEST_F(TimestampRules, EachCallMatchesTheKernelsBtrfs) {
        [&] { return fs_->RemoveXattr(U(f), "user.a"); });
   std::cout << "[ times    ] " << compared_ << " inodes' mtime and ctime compared with the kernel's btrfs\n";
   EXPECT_GT(compared_, 30);
+}
+
+}  // namespace
+
+namespace {
+
+// SetCallerKeepsFileTimes (the writeback_cache mount, issue 15): the calls
+// that stamp a file's mtime and ctime on their own leave both alone, a time
+// given in an AttrChange is still set, and off again they stamp as before.
+TEST(CallerKeepsFileTimes, WriteFallocateCloneAndTruncateLeaveTimesAlone) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("ubtrfs-keep-times");
+  const std::string img = dir.Sub("img");
+  ASSERT_TRUE(RunCommand({"truncate", "-s", "256M", img}).ok());
+  ASSERT_TRUE(RunCommand({"mkfs.btrfs", "-q", "-f", img}).ok());
+  OpenOptions o;
+  o.writable = true;
+  auto opened = Filesystem::Open(img, o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Filesystem& fs = **opened;
+  NewInode attrs;
+  attrs.mode = 0644;
+  auto src = fs.Create(fs.Root(), "src", attrs);
+  auto f = fs.Create(fs.Root(), "f", attrs);
+  ASSERT_TRUE(src.ok() && f.ok());
+  const std::string data(64 * 1024, 'd');
+  ASSERT_TRUE(fs.Write(*src, 0, Bytes(data)).ok());
+  ASSERT_TRUE(fs.Write(*f, 0, Bytes(data)).ok());
+  auto before = fs.GetStat(*f);
+  ASSERT_TRUE(before.ok());
+  fs.SetCallerKeepsFileTimes(true);
+  auto unchanged = [&](const char* what) {
+    auto st = fs.GetStat(*f);
+    ASSERT_TRUE(st.ok());
+    EXPECT_TRUE(Same(st->mtime, before->mtime)) << what << ": mtime";
+    EXPECT_TRUE(Same(st->ctime, before->ctime)) << what << ": ctime";
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(fs.Write(*f, 100, Bytes("overwritten")).ok());
+  unchanged("write");
+  ASSERT_TRUE(fs.Fallocate(*f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 8192, 8192).ok());
+  unchanged("punch");
+  ASSERT_TRUE(fs.Fallocate(*f, 0, 0, 1 << 20).ok());
+  unchanged("fallocate extending");
+  ASSERT_TRUE(fs.Clone(*src, 0, *f, 16384, 16384).ok());
+  unchanged("clone");
+  AttrChange trunc;
+  trunc.size = 10000;
+  ASSERT_TRUE(fs.SetAttr(*f, trunc).ok());
+  unchanged("truncate");
+  AttrChange times;
+  times.mtime = Time{1600000000, 5};
+  times.ctime = Time{1600000001, 6};
+  ASSERT_TRUE(fs.SetAttr(*f, times).ok());
+  auto st = fs.GetStat(*f);
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(Same(st->mtime, *times.mtime));
+  EXPECT_TRUE(Same(st->ctime, *times.ctime));
+  fs.SetCallerKeepsFileTimes(false);
+  ASSERT_TRUE(fs.Write(*f, 0, Bytes("again")).ok());
+  st = fs.GetStat(*f);
+  ASSERT_TRUE(st.ok());
+  EXPECT_GT(st->mtime.sec, times.mtime->sec) << "stamped again once off";
+  EXPECT_GT(st->ctime.sec, times.ctime->sec);
 }
 
 }  // namespace

@@ -404,6 +404,16 @@ class UBTRFS_API Filesystem {
     (void)src, (void)src_offset, (void)dst, (void)dst_offset, (void)len;
     return Status::Error(95 /* EOPNOTSUPP */, "reflinks are not supported here");
   }
+
+  // For a caller that keeps regular files' mtime and ctime itself and sets
+  // them with SetAttr: a FUSE mount with writeback caching, where the kernel
+  // stamps them at write(2), fallocate(2), copy_file_range(2) and O_TRUNC
+  // and sends its values later. Own stamps taken when the request arrives
+  // would be a few milliseconds later than the kernel's, and stay stored
+  // whenever the kernel has nothing newer to send. While on, Write, Clone,
+  // Fallocate and a SetAttr size change leave both times as they are (times
+  // given in the AttrChange are still set); everything else is unchanged.
+  virtual void SetCallerKeepsFileTimes(bool on) { (void)on; }
 };
 
 }  // namespace ubtrfs

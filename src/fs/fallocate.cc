@@ -102,6 +102,7 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
     const bool keep_size = mode & FALLOC_FL_KEEP_SIZE;
     const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
     const bool zero = mode & FALLOC_FL_ZERO_RANGE;
+    const bool stamp = !CallerKeepsFileTimes();
     if (punch && (zero || !keep_size)) {
       return Status::Error(EOPNOTSUPP, "punching a hole needs FALLOC_FL_KEEP_SIZE and excludes FALLOC_FL_ZERO_RANGE");
     }
@@ -263,15 +264,15 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
       if (!pieces.empty()) ii.flags = ii.flags.get() | kInodePrealloc;
       if (!keep_size && end > ii.size.get()) {
         ii.size = end;
-        SetNow(ii.mtime);
+        if (stamp) SetNow(ii.mtime);
       }
     } else {
       UB_ASSIGN_OR_RETURN(ii, LoadInode(file));
-      SetNow(ii.mtime);
+      if (stamp) SetNow(ii.mtime);
     }
-    if (zero) SetNow(ii.mtime);
+    if (zero && stamp) SetNow(ii.mtime);
     ii.nbytes = static_cast<uint64_t>(static_cast<int64_t>(ii.nbytes.get()) + nbytes_delta);
-    SetNow(ii.ctime);
+    if (stamp) SetNow(ii.ctime);
     return StoreInode(file, ii);
   });
 }

@@ -212,6 +212,8 @@ class FilesystemImpl final : public Filesystem {
   Result<uint64_t> NewSubvolumeId();
   uint64_t min_subvol_id_ = 0;
   Status Clone(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len) override;  // reflink.cc
+  void SetCallerKeepsFileTimes(bool on) override { caller_keeps_file_times_.store(on, std::memory_order_relaxed); }
+  bool CallerKeepsFileTimes() const { return caller_keeps_file_times_.load(std::memory_order_relaxed); }
 
   // ---- Receive (send/receive.cc) ----
   // While set, no change commits on its own: not the auto-commit at
@@ -1005,6 +1007,7 @@ class FilesystemImpl final : public Filesystem {
     std::atomic<const CachedWriterEntry*> entry{nullptr};
   };
   PaddedWriterCache cached_writer_;
+  std::atomic<bool> caller_keeps_file_times_{false};  // SetCallerKeepsFileTimes
   std::atomic<bool> aborted_{false};        // a failed change: no more writes, no commit
   io::UndoDevice* undo_ = nullptr;           // inside vol_'s device chain, when undo_uncommitted
   // The failing operation of this thread had changed nothing yet (set by the

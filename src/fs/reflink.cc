@@ -200,8 +200,11 @@ Status FilesystemImpl::CloneImpl(InodeId src, uint64_t src_offset, InodeId dst, 
   // The size counts the range as asked, not its last sector rounded up.
   if (dst_offset + len > di.size.get()) di.size = dst_offset + len;
   const Time now = CloneNow();
-  SetStamp(di.mtime, now);
-  SetStamp(di.ctime, now);
+  const bool stamp = !CallerKeepsFileTimes();
+  if (stamp) {
+    SetStamp(di.mtime, now);
+    SetStamp(di.ctime, now);
+  }
   UB_RETURN_IF_ERROR(StoreInode(dst, di));
 
   if (inline_data && !inline_data->empty()) {
@@ -212,10 +215,12 @@ Status FilesystemImpl::CloneImpl(InodeId src, uint64_t src_offset, InodeId dst, 
       t_clean_failure = false;  // the destination changed above
       return written.status();
     }
-    UB_ASSIGN_OR_RETURN(di, LoadInode(dst));
-    SetStamp(di.mtime, now);
-    SetStamp(di.ctime, now);
-    UB_RETURN_IF_ERROR(StoreInode(dst, di));
+    if (stamp) {
+      UB_ASSIGN_OR_RETURN(di, LoadInode(dst));
+      SetStamp(di.mtime, now);
+      SetStamp(di.ctime, now);
+      UB_RETURN_IF_ERROR(StoreInode(dst, di));
+    }
   }
   return Status::Ok();
 }

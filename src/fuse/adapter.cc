@@ -10,9 +10,11 @@
 #include <sys/xattr.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <utility>
 #include <vector>
 
 #ifndef RENAME_NOREPLACE
@@ -39,7 +41,7 @@ constexpr const char* kOpNames[] = {
     "init", "lookup", "forget", "getattr", "setattr", "readlink", "mknod", "mkdir", "unlink", "rmdir",
     "symlink", "rename", "link", "open", "read", "write", "flush", "release", "fsync", "opendir",
     "readdir", "readdirplus", "releasedir", "fsyncdir", "statfs", "setxattr", "getxattr", "listxattr",
-    "removexattr", "create", "fallocate", "lseek", "copy_file_range"};
+    "removexattr", "create", "fallocate", "lseek", "copy_file_range", "syncfs"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Op::kCount));
 
 Time FromTimespec(const timespec& ts) { return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)}; }
@@ -128,6 +130,12 @@ const fuse_lowlevel_ops& Adapter::Ops() {
       Self(r)->Count(Op::kFsyncdir);
       Self(r)->Fsync(r);
     };
+#ifdef UBTRFS_FUSE_HAS_SYNCFS
+    o.syncfs = [](fuse_req_t r, fuse_ino_t) {
+      Self(r)->Count(Op::kSyncfs);
+      Self(r)->Fsync(r);
+    };
+#endif
     o.statfs = [](fuse_req_t r, fuse_ino_t) { Self(r)->StatFs(r); };
     o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char* n, const char* v, size_t s, int f) {
       Self(r)->SetXattr(r, i, n, v, s, f);
@@ -174,8 +182,29 @@ std::optional<InodeId> Adapter::Resolve(fuse_req_t req, fuse_ino_t node) {
 
 void Adapter::ReplyStatus(fuse_req_t req, const Status& st) {
   const int code = st.ok() ? 0 : (st.code() > 0 ? st.code() : EIO);
-  if (code != 0 && opts_.log && WorthLogging(code)) opts_.log(st.ToString());
+  if (code != 0 && opts_.log && WorthLogging(code)) LogError(code, st.ToString());
   fuse_reply_err(req, code);
+}
+
+void Adapter::LogError(int code, const std::string& msg) {
+  if (code != ENOSPC) return opts_.log(msg);
+  // A full device answers ENOSPC to every write until space comes back:
+  // tens of thousands of lines a minute under fsstress, in syslog once
+  // daemonized. One line per interval, with a count of the rest.
+  const auto now = std::chrono::steady_clock::now();
+  uint64_t suppressed;
+  {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    if (enospc_logged_ && now - enospc_last_ < kEnospcLogInterval) {
+      ++enospc_suppressed_;
+      return;
+    }
+    enospc_logged_ = true;
+    enospc_last_ = now;
+    suppressed = std::exchange(enospc_suppressed_, 0);
+  }
+  opts_.log(suppressed ? msg + " (and " + std::to_string(suppressed) + " more ENOSPC answers since the last one logged)"
+                       : msg);
 }
 
 struct stat Adapter::ToStat(uint64_t node, const Stat& s) {
@@ -373,7 +402,13 @@ void Adapter::Init(fuse_conn_info* conn) {
   Count(Op::kInit);
   if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
   if (!opts_.readdirplus) conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
-  if (opts_.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  if (opts_.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) {
+    conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+    // The kernel then keeps regular files' mtime and ctime (it never takes
+    // ours again while the inode is cached) and sends them with SETATTR;
+    // stamps of our own at WRITE would outlive what stat showed.
+    fs_.SetCallerKeepsFileTimes(true);
+  }
   conn->want &= ~FUSE_CAP_POSIX_ACL;  // ACLs: see posix_acl.h (kept consistent, not enforced)
   // The umask comes with create/mkdir/mknod instead of being applied by the
   // kernel, so that a directory's default ACL can override it (NewAttrs).
@@ -442,6 +477,27 @@ void Adapter::SetAttr(fuse_req_t req, fuse_ino_t ino, const struct stat* attr, i
   }
   if (to_set & FUSE_SET_ATTR_CTIME) c.ctime = FromTimespec(attr->st_ctim);
   Status s = fs_.SetAttr(*id, c);
+  constexpr int kFlushedTimes = FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME;  // what fuse_flush_times sends
+  if (!s.ok() && s.code() == ENOENT && opts_.writeback_cache &&
+      (to_set & (kFlushedTimes | FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID | FUSE_SET_ATTR_SIZE |
+                 FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW)) == kFlushedTimes) {
+    // With the write-back cache the kernel writes its cached times of a
+    // regular file back itself, also right after the file's last name went
+    // (no open file stays: those are hidden, not removed). An error here
+    // would be recorded as a write-back error, and syncfs(2) of the whole
+    // mount would then fail with ENOENT. The kernel's btrfs keeps such an
+    // inode until it is evicted; here it is gone, and so is what the times
+    // were for.
+    struct stat out {};
+    out.st_ino = map_.StIno(ino, *id);
+    out.st_mode = S_IFREG;
+    out.st_nlink = 0;
+    out.st_blksize = block_size_;
+    out.st_mtim = attr->st_mtim;
+    out.st_ctim = attr->st_ctim;
+    fuse_reply_attr(req, &out, 0);
+    return;
+  }
   if (!s.ok()) return ReplyStatus(req, s);
   MarkDirty();
   if (c.mode) {

@@ -16,12 +16,16 @@
 //     (default_permissions);
 //   - open(O_TRUNC) truncates here (libfuse's default atomic O_TRUNC);
 //   - copy_file_range shares the range's whole sectors (Filesystem::Clone,
-//     a reflink) and copies the rest through the library.
+//     a reflink) and copies the rest through the library;
+//   - with the write-back cache the kernel owns regular files' mtime and
+//     ctime (Filesystem::SetCallerKeepsFileTimes), and its time write-back
+//     on a file whose last name went is answered, not refused.
 #ifndef UBTRFS_FUSE_ADAPTER_H_
 #define UBTRFS_FUSE_ADAPTER_H_
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -63,7 +67,7 @@ enum class Op : int {
   kInit, kLookup, kForget, kGetattr, kSetattr, kReadlink, kMknod, kMkdir, kUnlink, kRmdir, kSymlink, kRename,
   kLink, kOpen, kRead, kWrite, kFlush, kRelease, kFsync, kOpendir, kReaddir, kReaddirplus, kReleasedir,
   kFsyncdir, kStatfs, kSetxattr, kGetxattr, kListxattr, kRemovexattr, kCreate, kFallocate, kLseek,
-  kCopyFileRange, kCount
+  kCopyFileRange, kSyncfs, kCount
 };
 
 class Adapter {
@@ -135,6 +139,8 @@ class Adapter {
   // The inode behind a node id; replies ESTALE and returns nullopt if unknown.
   std::optional<InodeId> Resolve(fuse_req_t req, fuse_ino_t node);
   void ReplyStatus(fuse_req_t req, const Status& st);
+  // opts_.log, with ENOSPC at most once per kEnospcLogInterval.
+  void LogError(int code, const std::string& msg);
   // Replies with the entry of `id` (stat'ed afresh) and counts the lookup;
   // with fi, as the reply to create (and counts the open).
   void ReplyEntry(fuse_req_t req, InodeId id, fuse_file_info* fi = nullptr);
@@ -173,6 +179,12 @@ class Adapter {
   std::atomic<size_t> hidden_count_{0};  // hidden_.size(), readable without open_mu_
 
   std::array<std::atomic<uint64_t>, static_cast<int>(Op::kCount)> counts_{};
+
+  static constexpr std::chrono::seconds kEnospcLogInterval{10};
+  std::mutex log_mu_;
+  bool enospc_logged_ = false;
+  std::chrono::steady_clock::time_point enospc_last_;
+  uint64_t enospc_suppressed_ = 0;
 
   // Directories whose invalid or duplicate entries were already reported:
   // a damaged directory is warned about once, not at every listing.
