@@ -23,16 +23,7 @@ truncate -s 8G "$work/src.img"
 mkfs.btrfs -q "$work/src.img"
 mount -o loop "$work/src.img" "$work/mnt"
 btrfs subvolume create "$work/mnt/sv" >/dev/null
-python3 - "$work/mnt/sv" "$n" <<'PY'
-import os, sys
-d, n = sys.argv[1], int(sys.argv[2])
-for i in range(n):
-    sub = os.path.join(d, str(i // 1000))
-    if i % 1000 == 0:
-        os.mkdir(sub)
-    with open(os.path.join(sub, "f%d" % i), "w") as f:
-        f.write("file %d\n" % i * (1 + i % 3))
-PY
+python3 "$(dirname "$0")/tiny_files.py" "$work/mnt/sv" "$n"
 btrfs subvolume snapshot -r "$work/mnt/sv" "$work/mnt/snap" >/dev/null
 sync -f "$work/mnt"
 btrfs send -q -f "$work/stream" "$work/mnt/snap"

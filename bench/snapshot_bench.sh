@@ -16,16 +16,7 @@ lib_bench=${3:-$(dirname "$cli")/lib_bench}
 work=$(mktemp -d /tmp/ubtrfs-snapbench.XXXXXX)
 trap 'umount "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/src/d" "$work/mnt"
-python3 - "$work/src/d" "$n" <<'PY'
-import os, sys
-d, n = sys.argv[1], int(sys.argv[2])
-for i in range(n):
-    sub = os.path.join(d, str(i // 1000))
-    if i % 1000 == 0:
-        os.mkdir(sub)
-    with open(os.path.join(sub, "f%d" % i), "w") as f:
-        f.write("file %d\n" % i)
-PY
+python3 "$(dirname "$0")/tiny_files.py" "$work/src/d" "$n"
 truncate -s 8G "$work/img"
 "$cli" mkfs --rootdir "$work/src" "$work/img" >/dev/null
 "$cli" subvolume snapshot "$work/img:/" "$work/img:/base" >/dev/null   # the files, as a subvolume
