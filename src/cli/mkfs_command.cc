@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,7 @@ struct MkfsArgs {
   std::string uuid;
   std::string rootdir;
   std::string compress;
+  std::vector<std::string> features;
   bool force = false;
   bool quiet = false;
 };
@@ -110,6 +112,35 @@ bool IsMounted(const std::string& path) {
   return false;
 }
 
+// -O as mkfs.btrfs: a comma-separated list, ^ turning a feature off. The
+// features every image we make has cannot be turned off; the others we do
+// not write are refused by name.
+Status ApplyFeatures(const std::vector<std::string>& lists, txn::MkfsOptions* opts) {
+  static const std::vector<std::string> kAlways = {"mixed-bg-backref", "extref", "skinny-metadata", "no-holes",
+                                                   "free-space-tree"};
+  for (const std::string& list : lists) {
+    size_t pos = 0;
+    while (pos <= list.size()) {
+      const size_t comma = std::min(list.find(',', pos), list.size());
+      std::string f = list.substr(pos, comma - pos);
+      pos = comma + 1;
+      if (f.empty()) continue;
+      const bool off = f[0] == '^';
+      if (off) f.erase(0, 1);
+      if (f == "block-group-tree" || f == "block_group_tree") {
+        opts->block_group_tree = !off;
+      } else if (std::find(kAlways.begin(), kAlways.end(), f) != kAlways.end() || f == "extended-iref" ||
+                 f == "mixed-backref" || f == "fst") {
+        if (off) return Status::Invalid("feature " + f + " cannot be turned off: ubtrfs always writes it");
+      } else {
+        return Status::Invalid("unknown or unsupported feature '" + f +
+                               "' (supported: block-group-tree, and ^block-group-tree to turn it off)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 std::string ProfileText(uint64_t type) { return (type & format::kBlockGroupDup) ? "DUP" : "single"; }
 
 void CmdMkfs(const MkfsArgs& a) {
@@ -124,6 +155,7 @@ void CmdMkfs(const MkfsArgs& a) {
   if (!csum) return Fail("invalid --csum '" + a.csum + "': choose crc32c, xxhash, sha256 or blake2");
   opts.csum_type = *csum;
   opts.label = a.label;
+  if (Status st = ApplyFeatures(a.features, &opts); !st.ok()) return Fail("invalid -O: " + st.message());
   if (!a.uuid.empty()) {
     opts.fsid = txn::ParseUuid(a.uuid);
     if (!opts.fsid) return Fail("invalid --uuid '" + a.uuid + "': expected the form 01234567-89ab-cdef-0123-456789abcdef");
@@ -275,7 +307,8 @@ void CmdMkfs(const MkfsArgs& a) {
   profile_line("Data:", format::kBlockGroupData);
   profile_line("Metadata:", format::kBlockGroupMetadata);
   profile_line("System:", format::kBlockGroupSystem);
-  fmt::print("Features:           mixed-backref, extended-iref, skinny-metadata, no-holes, free-space-tree\n");
+  fmt::print("Features:           mixed-backref, extended-iref, skinny-metadata, no-holes, free-space-tree{}\n",
+             opts.block_group_tree ? ", block-group-tree" : "");
   fmt::print("Checksum:           {}\n", format::CsumTypeName(opts.csum_type));
   fmt::print("Superblock copies:  {}\n", sum.superblock_copies);
   if (!a.rootdir.empty()) {
@@ -305,6 +338,9 @@ void RegisterMkfs(CLI::App& app) {
                   "hard links, special files)");
   cmd->add_option("--compress", args.compress,
                   "Compress the --rootdir data with zlib, lzo or zstd (ALG[:LEVEL]), as mount -o compress=");
+  cmd->add_option("-O,--features", args.features,
+                  "Features, comma-separated, ^ to turn one off, as mkfs.btrfs: block-group-tree is on by default "
+                  "(-O ^block-group-tree for kernels older than 6.1)");
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });

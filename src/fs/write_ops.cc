@@ -125,7 +125,9 @@ FilesystemImpl::~FilesystemImpl() {
 
 Status FilesystemImpl::InitWrite() {
   if (!(vol_->super().incompat_flags.get() & kIncompatNoHoles)) {
-    return Status::Unsupported("writing needs the no-holes feature (the mkfs.btrfs default since 5.15)");
+    return Status::Unsupported(
+        "writing needs the no-holes feature (the mkfs.btrfs default since 5.15; `btrfstune -n` turns it on "
+        "for good, and every kernel since 3.14 mounts the result)");
   }
   UB_ASSIGN_OR_RETURN(txn_, txn::TxnManager::Open(vol_.get()));
   subvols_ = std::make_unique<SubvolumeFlags>(vol_.get());
@@ -133,6 +135,9 @@ Status FilesystemImpl::InitWrite() {
   dir_items_ = std::make_unique<inode::DelayedDirItems>(dir_item_options_);
   delayed_ = std::make_unique<inode::DelayedDirIndex>(
       vol_->nodesize(), legacy_batching_ ? inode::BatchPolicy::kLeafFreeSpace : inode::BatchPolicy::kFullLeaf);
+  // What the open itself changed (a free space tree built) is committed
+  // before any operation, so a failure later cannot take it back.
+  if (txn_->HasChanges()) UB_RETURN_IF_ERROR(Commit().WithContext("committing the free space tree"));
   return Status::Ok();
 }
 

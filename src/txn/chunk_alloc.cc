@@ -411,7 +411,7 @@ Status ChunkAllocator::FinishOne(const Pending& p) {
   const uint64_t devid = dev_item_.devid.get();
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext_w, txn_->Writer(kExtentTreeObjectid));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * bg_w, txn_->Writer(txn_->block_group_tree()));
 
   UB_RETURN_IF_ERROR(chunk_w->Insert(Key{kFirstChunkTreeObjectid, kChunkItemKey, p.logical}, p.item));
 
@@ -443,7 +443,7 @@ Status ChunkAllocator::FinishOne(const Pending& p) {
   bg.used = 0;  // TxnManager::UpdateBlockGroups writes the real figure
   bg.chunk_objectid = kFirstChunkTreeObjectid;
   bg.flags = p.type;
-  UB_RETURN_IF_ERROR(ext_w->Insert(Key{p.logical, kBlockGroupItemKey, p.length}, Bytes(&bg, sizeof bg)));
+  UB_RETURN_IF_ERROR(bg_w->Insert(Key{p.logical, kBlockGroupItemKey, p.length}, Bytes(&bg, sizeof bg)));
 
   if (p.type & kBlockGroupSystem) {
     SuperBlock& sb = vol->mutable_super();

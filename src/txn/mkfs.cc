@@ -158,10 +158,10 @@ Result<std::vector<PlannedChunk>> PlanChunks(uint64_t total, const MkfsOptions& 
 
 // ---- Trees ---------------------------------------------------------------------------------
 
-enum TreeIndex { kTChunk, kTRoot, kTExtent, kTDev, kTFs, kTCsum, kTUuid, kTFst, kTReloc, kNumTrees };
-constexpr uint64_t kTreeOwner[kNumTrees] = {kChunkTreeObjectid, kRootTreeObjectid,  kExtentTreeObjectid,
-                                            kDevTreeObjectid,   kFsTreeObjectid,    kCsumTreeObjectid,
-                                            kUuidTreeObjectid,  kFreeSpaceTreeObjectid, kDataRelocTreeObjectid};
+enum TreeIndex { kTChunk, kTRoot, kTExtent, kTDev, kTFs, kTCsum, kTUuid, kTFst, kTReloc, kTBgt, kNumTrees };
+constexpr uint64_t kTreeOwner[kNumTrees] = {
+    kChunkTreeObjectid, kRootTreeObjectid,      kExtentTreeObjectid,    kDevTreeObjectid,       kFsTreeObjectid,
+    kCsumTreeObjectid,  kUuidTreeObjectid,      kFreeSpaceTreeObjectid, kDataRelocTreeObjectid, kBlockGroupTreeObjectid};
 
 // How a sorted item list is cut into blocks: levels[0] holds each leaf's
 // item range, levels[l] each level-l node's range of children in level l-1.
@@ -225,7 +225,9 @@ struct Ctx {
   Uuid fsid{}, dev_uuid{}, chunk_uuid{}, fs_uuid{};
   int64_t tsec = 0;
   uint32_t tnsec = 0;
+  bool block_group_tree = false;  // block group items in a tree of their own
   std::vector<PlannedChunk> chunks;
+  bool Has(int t) const { return t != kTBgt || block_group_tree; }
 };
 
 Result<uint64_t> AllocBlock(Ctx& ctx, uint64_t kind) {
@@ -362,6 +364,17 @@ struct Placement {
   std::array<std::vector<uint64_t>, kNumTrees> addrs;  // per tree, in Shape block order
 };
 
+std::vector<LeafItem> BlockGroupItems(const Ctx& ctx, std::vector<LeafItem> items = {}) {
+  for (const auto& c : ctx.chunks) {
+    BlockGroupItem bg{};
+    bg.used = c.blocks.size() * uint64_t{ctx.nodesize};
+    bg.chunk_objectid = kFirstChunkTreeObjectid;
+    bg.flags = c.type;
+    items.push_back({Key{c.logical, kBlockGroupItemKey, c.length}, Bytes(bg)});
+  }
+  return items;
+}
+
 std::vector<LeafItem> ExtentTreeItems(const Ctx& ctx, const Placement& pl) {
   std::vector<LeafItem> items;
   for (int t = 0; t < kNumTrees; ++t) {
@@ -378,13 +391,7 @@ std::vector<LeafItem> ExtentTreeItems(const Ctx& ctx, const Placement& pl) {
       items.push_back({Key{pl.addrs[t][k], kMetadataItemKey, static_cast<uint64_t>(level)}, std::move(d)});
     }
   }
-  for (const auto& c : ctx.chunks) {
-    BlockGroupItem bg{};
-    bg.used = c.blocks.size() * uint64_t{ctx.nodesize};
-    bg.chunk_objectid = kFirstChunkTreeObjectid;
-    bg.flags = c.type;
-    items.push_back({Key{c.logical, kBlockGroupItemKey, c.length}, Bytes(bg)});
-  }
+  if (!ctx.block_group_tree) items = BlockGroupItems(ctx, std::move(items));
   return items;
 }
 
@@ -435,7 +442,8 @@ RootItem MakeRootItem(const Ctx& ctx, const Placement& pl, int t) {
 
 std::vector<LeafItem> RootTreeItems(const Ctx& ctx, const Placement& pl) {
   std::vector<LeafItem> items;
-  for (int t : {kTExtent, kTDev, kTFs, kTCsum, kTUuid, kTFst, kTReloc}) {
+  for (int t : {kTExtent, kTDev, kTFs, kTCsum, kTUuid, kTFst, kTReloc, kTBgt}) {
+    if (!ctx.Has(t)) continue;
     items.push_back({Key{kTreeOwner[t], kRootItemKey, 0}, Bytes(MakeRootItem(ctx, pl, t))});
   }
   // The root tree's directory (6) with the entry "default" for subvolume 5,
@@ -589,6 +597,7 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
   ctx.nodesize = opts.nodesize;
   ctx.sectorsize = opts.sectorsize;
   ctx.csum_type = opts.csum_type;
+  ctx.block_group_tree = opts.block_group_tree;
   const uint64_t dev_size = dev->Size();
   if (opts.total_bytes > dev_size) {
     return Status::Invalid("filesystem size " + SizeText(opts.total_bytes) + " is larger than " + dev->Name() +
@@ -639,6 +648,7 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
     }
     for (int t = 0; t < kNumTrees; ++t) {
       pl.addrs[t].clear();
+      if (!ctx.Has(t)) continue;
       const uint64_t kind = t == kTChunk ? kBlockGroupSystem : kBlockGroupMetadata;
       for (size_t k = 0; k < pl.shapes[t].blocks(); ++k) {
         UB_ASSIGN_OR_RETURN(uint64_t a, AllocBlock(ctx, kind));
@@ -648,9 +658,11 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
     items[kTExtent] = ExtentTreeItems(ctx, pl);
     items[kTFst] = FreeSpaceTreeItems(ctx);
     items[kTRoot] = RootTreeItems(ctx, pl);
-    for (int t : {kTExtent, kTFst, kTRoot}) UB_RETURN_IF_ERROR(SortItems(&items[t]));
+    if (ctx.block_group_tree) items[kTBgt] = BlockGroupItems(ctx);
+    for (int t : {kTExtent, kTFst, kTRoot, kTBgt}) UB_RETURN_IF_ERROR(SortItems(&items[t]));
     settled = true;
     for (int t = 0; t < kNumTrees; ++t) {
+      if (!ctx.Has(t)) continue;
       UB_ASSIGN_OR_RETURN(Shape s, ShapeTree(items[t], ctx.nodesize));
       if (!(s == pl.shapes[t])) {
         pl.shapes[t] = std::move(s);
@@ -662,6 +674,7 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
 
   std::vector<std::shared_ptr<TreeBlock>> blocks;
   for (int t = 0; t < kNumTrees; ++t) {
+    if (!ctx.Has(t)) continue;
     UB_ASSIGN_OR_RETURN(auto b, EmitTree(ctx, items[t], pl.shapes[t], pl.addrs[t], kTreeOwner[t]));
     for (auto& x : b) blocks.push_back(std::move(x));
   }
@@ -688,7 +701,7 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
   sb.unused_leafsize = ctx.nodesize;
   sb.stripesize = ctx.sectorsize;
   sb.compat_flags = 0;
-  sb.compat_ro_flags = kCompatRo;
+  sb.compat_ro_flags = kCompatRo | (ctx.block_group_tree ? kCompatRoBlockGroupTree : 0);
   sb.incompat_flags = kIncompat;
   sb.csum_type = ctx.csum_type;
   sb.dev_item = MakeDevItem(ctx);

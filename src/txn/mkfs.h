@@ -2,11 +2,12 @@
 // the layout mkfs.btrfs (btrfs-progs 6.x) produces by default:
 //
 //   features   incompat mixed-backref, extended-iref, skinny-metadata,
-//              no-holes; compat_ro free-space-tree + free-space-tree-valid
+//              no-holes; compat_ro free-space-tree + free-space-tree-valid,
+//              block-group-tree (unless turned off)
 //   chunks     SYSTEM (DUP), METADATA (DUP), DATA (SINGLE), placed from 1 MiB
 //              on; logical address = physical offset of the first copy
-//   trees      root, chunk, extent, dev, fs (5), csum, uuid, free space and
-//              data reloc trees, every block at generation 1
+//   trees      root, chunk, extent, dev, fs (5), csum, uuid, free space,
+//              data reloc and block group trees, every block at generation 1
 //
 // Every tree block is built, checksummed and verified in memory and written
 // to each copy; the superblock copies that fit the filesystem come last. When
@@ -44,6 +45,10 @@ struct MkfsOptions {
   uint32_t sectorsize = 4096;  // only 4096 (what the kernel mounts on 4 KiB pages)
   uint16_t csum_type = static_cast<uint16_t>(format::CsumType::kCrc32c);
   std::string label;           // at most 255 bytes
+  // Block group items in a tree of their own (compat_ro block-group-tree,
+  // mkfs.btrfs's default since 6.19): the kernel finds them without reading
+  // the extent tree, so large filesystems mount fast.
+  bool block_group_tree = true;
 
   // Random (version 4) when not given.
   std::optional<Uuid> fsid;

@@ -45,15 +45,21 @@ Status TxnManager::Load() {
   if (!vol_->writable()) return Status::Error(EROFS, "the image was opened read-only");
   const uint64_t incompat = sb.incompat_flags.get(), ro = sb.compat_ro_flags.get();
   if (!(incompat & kIncompatSkinnyMetadata)) {
-    return Status::Unsupported("writing needs skinny-metadata (the mkfs.btrfs default)");
+    return Status::Unsupported(
+        "writing needs skinny-metadata (the mkfs.btrfs default since 3.18; `btrfstune -x` turns it on, and the "
+        "kernel converts the old extent items as it rewrites them)");
   }
   if (incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatRaid1c34 | kIncompatSimpleQuota)) {
     return Status::Unsupported("writing to an image with features " + IncompatNames(incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatRaid1c34 | kIncompatSimpleQuota)));
   }
-  if (!(ro & kCompatRoFreeSpaceTree) || !(ro & kCompatRoFreeSpaceTreeValid)) {
-    return Status::Unsupported("writing needs the free space tree (the mkfs.btrfs default since 5.15)");
+  const bool fst_valid = (ro & kCompatRoFreeSpaceTree) && (ro & kCompatRoFreeSpaceTreeValid);
+  if (ro & kCompatRoBlockGroupTree) {
+    // The kernel refuses this combination too: its block groups could not be
+    // cached without the free space tree.
+    if (!fst_valid) return Status::Corrupt("the block-group-tree feature is set without a valid free space tree");
+    bg_tree_ = kBlockGroupTreeObjectid;
   }
-  if (uint64_t extra = ro & ~(kCompatRoFreeSpaceTree | kCompatRoFreeSpaceTreeValid)) {
+  if (uint64_t extra = ro & ~(kCompatRoFreeSpaceTree | kCompatRoFreeSpaceTreeValid | kCompatRoBlockGroupTree)) {
     return Status::Unsupported("writing to an image with read-only-compatible features " + CompatRoNames(extra));
   }
   if (sb.log_root.get() != 0) return Status::Unsupported("writing to an image with an unreplayed tree log");
@@ -72,6 +78,7 @@ Status TxnManager::Load() {
   dirty_ = std::make_unique<tree::DirtyBlocks>(vol_->reader(), vol_->reader()->params(), tmpl, this,
                                                sb.generation.get() + 1);
   UB_RETURN_IF_ERROR(LoadBlockGroups());
+  if (fst_valid) UB_RETURN_IF_ERROR(CheckFreeSpaceTree());
   chunk_alloc_ = std::make_unique<ChunkAllocator>(this);
   UB_RETURN_IF_ERROR(chunk_alloc_->Load());
   space_->set_new_chunk_hook([this](uint64_t kind, uint64_t min_len) { return chunk_alloc_->NewChunk(kind, min_len); });
@@ -82,154 +89,7 @@ Status TxnManager::Load() {
     UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(objectid));
     return w->LiveRef();
   });
-  return Status::Ok();
-}
-
-Status TxnManager::LoadBlockGroups() {
-  for (const auto& [logical, c] : vol_->chunks().chunks()) {
-    UB_RETURN_IF_ERROR(space_->AddGroup(logical, c.length, c.type & (kBlockGroupTypeMask | kBlockGroupProfileMask)));
-  }
-  UB_RETURN_IF_ERROR(ExcludeSuperStripes());
-  UB_ASSIGN_OR_RETURN(auto extent, vol_->FindRoot(kExtentTreeObjectid));
-  const uint32_t nodesize = vol_->nodesize();
-  std::set<uint64_t> groups_seen;
-  Cursor c(vol_->reader(), extent.ref);
-  UB_RETURN_IF_ERROR(c.SeekFirst());
-  for (; c.Valid();) {
-    const Key k = c.key();
-    auto d = c.data();
-    if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
-      if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
-      const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
-      const bool tree_block = ei->flags.get() & kExtentFlagTreeBlock;
-      if (tree_block && k.type == kExtentItemKey) {
-        return Status::Unsupported("writing to an image without skinny tree block references");
-      }
-      if (tree_block) UB_RETURN_IF_ERROR(NoteExtentItemForCow(k, ei->refs.get(), ei->flags.get()));
-      const uint64_t len = k.type == kMetadataItemKey ? nodesize : k.offset;
-      UB_RETURN_IF_ERROR(space_->MarkUsed(k.objectid, len).WithContext("extent tree item " + KeyToString(k)));
-    } else if (k.type == kTreeBlockRefKey || k.type == kSharedBlockRefKey) {
-      tree_ref_items_[k.objectid].push_back(k);  // a tree block's reference as an item of its own
-    } else if (k.type == kBlockGroupItemKey) {
-      const alloc::ChunkInfo* ci = vol_->chunks().Find(k.objectid);
-      if (!ci || ci->logical != k.objectid || ci->length != k.offset) {
-        return Status::Corrupt("block group " + KeyToString(k) + " has no matching chunk");
-      }
-      groups_seen.insert(k.objectid);
-    }
-    UB_RETURN_IF_ERROR(c.Next());
-  }
-  if (groups_seen.size() != vol_->chunks().chunks().size()) {
-    return Status::Corrupt("extent tree has " + std::to_string(groups_seen.size()) + " block groups for " +
-                           std::to_string(vol_->chunks().chunks().size()) + " chunks");
-  }
-  return CheckFreeSpaceTree();
-}
-
-// The kernel never allocates the 64 KiB stripe of a chunk that holds a
-// superblock copy; neither may we, and those bytes are neither free (free
-// space tree) nor used (block group items).
-Status TxnManager::ExcludeSuperStripes() {
-  std::set<std::pair<uint64_t, uint64_t>> ranges;
-  for (const auto& [logical, c] : vol_->chunks().chunks()) {
-    for (uint64_t phys : c.physical) {
-      for (int m = 0; m < kSuperMirrorMax; ++m) {
-        const uint64_t sb = SuperblockOffset(m);
-        if (sb < phys || sb >= phys + c.length) continue;
-        const uint64_t start = logical + (sb - phys) / kStripeLen * kStripeLen;
-        ranges.insert({start, std::min(kStripeLen, logical + c.length - start)});
-      }
-    }
-  }
-  for (const auto& [start, len] : ranges) {
-    UB_RETURN_IF_ERROR(space_->MarkUsed(start, len).WithContext("superblock stripe"));
-    auto g = space_->FindGroup(start);
-    excluded_[g->start] += len;
-    excluded_ranges_.push_back({start, len});
-  }
-  return Status::Ok();
-}
-
-// Free extents as the free space tree records them: the bitmap's free space
-// (pinned counts: it is free once this transaction commits) plus the
-// superblock stripes, which the kernel also lists as free and only skips in
-// memory when it loads the tree.
-std::vector<std::pair<uint64_t, uint64_t>> TxnManager::TreeFreeExtents(const alloc::BlockGroup& g) const {
-  std::vector<std::pair<uint64_t, uint64_t>> raw;
-  g.ForEachFreeExtent([&](uint64_t s, uint64_t l) { raw.push_back({s, l}); });
-  for (auto [s, l] : excluded_ranges_) {
-    if (g.Contains(s)) raw.push_back({s, l});
-  }
-  std::sort(raw.begin(), raw.end());
-  std::vector<std::pair<uint64_t, uint64_t>> out;
-  for (auto [s, l] : raw) {
-    if (!out.empty() && out.back().first + out.back().second >= s) {
-      out.back().second = std::max(out.back().first + out.back().second, s + l) - out.back().first;
-    } else {
-      out.push_back({s, l});
-    }
-  }
-  return out;
-}
-
-uint64_t TxnManager::ExcludedIn(uint64_t group_start) const {
-  auto it = excluded_.find(group_start);
-  return it == excluded_.end() ? 0 : it->second;
-}
-
-// Writing on top of a free space tree that disagrees with the extent tree
-// would make things worse; refuse instead.
-Status TxnManager::CheckFreeSpaceTree() {
-  UB_ASSIGN_OR_RETURN(auto fst, vol_->FindRoot(kFreeSpaceTreeObjectid));
-  const uint32_t ss = vol_->sectorsize();
-  std::vector<std::pair<uint64_t, uint64_t>> on_disk;
-  Cursor c(vol_->reader(), fst.ref);
-  UB_RETURN_IF_ERROR(c.SeekFirst());
-  for (; c.Valid();) {
-    const Key k = c.key();
-    // mkfs.btrfs 6.2 --rootdir leaves entries of block groups it removed
-    // again; only groups that exist are compared.
-    if (!space_->FindGroup(k.objectid)) {
-      // not a block group of this filesystem
-    } else if (k.type == kFreeSpaceExtentKey) {
-      on_disk.push_back({k.objectid, k.offset});
-    } else if (k.type == kFreeSpaceBitmapKey) {
-      auto d = c.data();
-      for (uint64_t bit = 0; bit < k.offset / ss; ++bit) {
-        if (bit / 8 >= d.size()) return Status::Corrupt("free space bitmap " + KeyToString(k) + " is short");
-        if (d[bit / 8] & (1u << (bit % 8))) on_disk.push_back({k.objectid + bit * ss, ss});
-      }
-    }
-    UB_RETURN_IF_ERROR(c.Next());
-  }
-  // Merge adjacent ranges: the tree may split a free run across items.
-  std::vector<std::pair<uint64_t, uint64_t>> merged;
-  for (auto& r : on_disk) {
-    if (!merged.empty() && merged.back().first + merged.back().second == r.first) {
-      merged.back().second += r.second;
-    } else {
-      merged.push_back(r);
-    }
-  }
-  std::vector<std::pair<uint64_t, uint64_t>> ours;
-  space_->ForEachGroup([&](const alloc::BlockGroup& g) {
-    for (auto [s, l] : TreeFreeExtents(g)) {
-      if (!ours.empty() && ours.back().first + ours.back().second == s) ours.back().second += l;
-      else ours.push_back({s, l});
-    }
-  });
-  if (merged != ours) {
-    size_t i = 0;
-    while (i < merged.size() && i < ours.size() && merged[i] == ours[i]) ++i;
-    std::string where = i < merged.size() ? "free space tree says [" + std::to_string(merged[i].first) + ", +" +
-                                                std::to_string(merged[i].second) + ")"
-                                          : "free space tree ends early";
-    std::string ours_s = i < ours.size() ? "extent tree implies [" + std::to_string(ours[i].first) + ", +" +
-                                               std::to_string(ours[i].second) + ")"
-                                         : "extent tree implies no more free space";
-    return Status::Corrupt("free space tree disagrees with the extent tree: " + where + ", " + ours_s +
-                           " (btrfs check --clear-space-cache v2 rebuilds it)");
-  }
+  if (!fst_valid) UB_RETURN_IF_ERROR(RebuildFreeSpaceTree());
   return Status::Ok();
 }
 
@@ -374,75 +234,6 @@ Status TxnManager::DeleteCsums(uint64_t start, uint64_t len) {
     if (item_end > end) {
       std::vector<uint8_t> tail(sums.begin() + static_cast<long>((end - k.offset) / ss * csize), sums.end());
       UB_RETURN_IF_ERROR(w->Insert(Key{kExtentCsumObjectid, kExtentCsumKey, end}, tail));
-    }
-  }
-  return Status::Ok();
-}
-
-// ---- Block groups and the free space tree ------------------------------------------------
-
-Status TxnManager::UpdateBlockGroups(bool* changed) {
-  auto groups = std::move(dirty_groups_);
-  dirty_groups_.clear();
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * fstw, Writer(kFreeSpaceTreeObjectid));
-  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * ext_root, vol_->MutableRoot(kExtentTreeObjectid));
-  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * fst_root, vol_->MutableRoot(kFreeSpaceTreeObjectid));
-  for (uint64_t start : groups) {
-    auto g = space_->FindGroup(start);
-    if (!g) continue;
-    // Block group item: bytes used, superblock stripes not counted.
-    const Key bg_key{start, kBlockGroupItemKey, g->length};
-    UB_ASSIGN_OR_RETURN(auto bg_item, tree::LookupItem(dirty_.get(), ext_root->ref, bg_key));
-    if (!bg_item || bg_item->size() < sizeof(BlockGroupItem)) {
-      return Status::Corrupt("block group item " + KeyToString(bg_key) + " missing");
-    }
-    auto* bgi = reinterpret_cast<BlockGroupItem*>(bg_item->data());
-    const uint64_t used = g->used_bytes - ExcludedIn(start);
-    if (bgi->used.get() != used) {
-      bgi->used = used;
-      UB_RETURN_IF_ERROR(ext->Update(bg_key, *bg_item));
-      *changed = true;
-    }
-    // Free space tree: the group's free extents as they will be once this
-    // transaction is committed (pinned space is free then).
-    std::vector<std::pair<Key, std::vector<uint8_t>>> want;
-    std::vector<std::pair<uint64_t, uint64_t>> extents;
-    space_->ForEachGroup([&](const alloc::BlockGroup& bg) {
-      if (bg.start() == start) extents = TreeFreeExtents(bg);
-    });
-    FreeSpaceInfo info{};
-    info.extent_count = static_cast<uint32_t>(extents.size());
-    info.flags = 0;
-    want.push_back({Key{start, kFreeSpaceInfoKey, g->length}, Bytes(&info, sizeof info)});
-    for (auto [s, l] : extents) want.push_back({Key{s, kFreeSpaceExtentKey, l}, {}});
-    std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    // Compare with what is there; rewrite only on a difference, so that the
-    // commit loop settles.
-    std::vector<std::pair<Key, std::vector<uint8_t>>> have;
-    Cursor c(dirty_.get(), fst_root->ref);
-    UB_RETURN_IF_ERROR(c.Seek(Key{start, 0, 0}));
-    for (; c.Valid() && c.key().objectid < start + g->length;) {
-      have.push_back({c.key(), std::vector<uint8_t>(c.data().begin(), c.data().end())});
-      UB_RETURN_IF_ERROR(c.Next());
-    }
-    if (have == want) continue;
-    *changed = true;
-    // Change only the entries that differ. Deleting and reinserting them all
-    // merges and splits leaves anew every round (new blocks each time, as
-    // blocks freed in a transaction stay pinned), so a group with more free
-    // extents than a leaf holds would never let the commit loop settle.
-    const std::map<Key, std::vector<uint8_t>> have_map(have.begin(), have.end()), want_map(want.begin(), want.end());
-    for (auto& [k, d] : have) {
-      if (!want_map.count(k)) UB_RETURN_IF_ERROR(fstw->Delete(k));
-    }
-    for (auto& [k, d] : want) {
-      auto h = have_map.find(k);
-      if (h == have_map.end()) {
-        UB_RETURN_IF_ERROR(fstw->Insert(k, d));
-      } else if (h->second != d) {
-        UB_RETURN_IF_ERROR(fstw->Update(k, d));
-      }
     }
   }
   return Status::Ok();

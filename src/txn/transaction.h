@@ -50,6 +50,9 @@ class TxnManager final : public tree::BlockAllocator {
   ~TxnManager() override;
 
   uint64_t transid() const { return dirty_->transid(); }
+  // The tree that holds block group items: the extent tree, or the block
+  // group tree on images with the block-group-tree feature.
+  uint64_t block_group_tree() const { return bg_tree_; }
   Volume* volume() { return vol_; }
   tree::BlockSource* source() { return dirty_.get(); }
 
@@ -113,9 +116,17 @@ class TxnManager final : public tree::BlockAllocator {
  private:
   explicit TxnManager(Volume* vol) : vol_(vol) {}
   Status Load();
+  // ---- Block groups (block_groups.cc) ----
   Status LoadBlockGroups();
+  Status NoteBlockGroupItem(const format::Key& k, std::set<uint64_t>* seen);
   Status ExcludeSuperStripes();
+  // ---- The free space tree (free_space_tree.cc) ----
   Status CheckFreeSpaceTree();
+  // An image without a valid free space tree gets one built from the
+  // extent tree, and its v1 space cache dropped, as the kernel's mount with
+  // space_cache=v2 does; the open commits it at once.
+  Status RebuildFreeSpaceTree();
+  Result<int> DropSpaceCacheV1();
   // ---- Delayed references (delayed_refs.cc) ----
   // The net reference changes of one extent in the running transaction.
   struct PendingExtent {
@@ -168,6 +179,7 @@ class TxnManager final : public tree::BlockAllocator {
   void MarkGroupDirty(uint64_t logical);
 
   Volume* vol_;
+  uint64_t bg_tree_ = format::kExtentTreeObjectid;
   std::recursive_mutex alloc_mu_;  // see AllocLock()
   std::unique_ptr<alloc::SpaceManager> space_;
   std::unique_ptr<tree::DirtyBlocks> dirty_;

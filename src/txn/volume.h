@@ -34,6 +34,8 @@ class Volume {
   const format::SuperBlock& super() const { return super_; }
   int super_mirror() const { return super_mirror_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
+  // Something the user should hear once (a change the open made).
+  void AddWarning(std::string w) { warnings_.push_back(std::move(w)); }
   uint32_t sectorsize() const { return super_.sectorsize.get(); }
   uint32_t nodesize() const { return super_.nodesize.get(); }
   uint16_t csum_type() const { return super_.csum_type.get(); }

@@ -1,0 +1,294 @@
+// Images in the layouts the kernel and current mkfs.btrfs make, changed by
+// ubtrfs and judged by the kernel and btrfs check (issue 17):
+// - block-group-tree (block group items in tree 11), ubtrfs mkfs's default
+//   as mkfs.btrfs's since 6.19, and -O ^block-group-tree;
+// - no free space tree: the v1 space cache the kernel wrote, or no cache at
+//   all. The first writable open builds the tree from the extent tree and
+//   drops the v1 cache, as the kernel's mount with space_cache=v2 does.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/host_files.h"
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "support/tree_gen.h"
+#include "ubtrfs/filesystem.h"
+
+namespace ubtrfs_test {
+namespace {
+
+// The superblock's compat_ro flags and cache_generation, as btrfs-progs reads them.
+struct SuperFacts {
+  uint64_t compat_ro = 0;
+  std::string cache_generation;
+};
+constexpr uint64_t kFst = 1, kFstValid = 2, kBgt = 8;
+
+std::string FieldOf(const std::string& dump, const std::string& name) {
+  size_t at = dump.find("\n" + name);
+  if (at == std::string::npos) return "";
+  at = dump.find_first_not_of(" \t", at + 1 + name.size());
+  return dump.substr(at, dump.find('\n', at) - at);
+}
+
+SuperFacts ReadSuper(const std::string& img) {
+  CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-super", "-f", img});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  return SuperFacts{std::stoull(FieldOf(r.out, "compat_ro_flags"), nullptr, 0), FieldOf(r.out, "cache_generation")};
+}
+
+// Items of `ubtrfs dump-tree -t TREE` whose key has `part` ("(FREE_SPACE "
+// for an objectid, " BLOCK_GROUP_ITEM " for a type).
+size_t CountItems(const std::string& img, const std::string& tree, const std::string& part) {
+  CommandResult r = RunUbtrfs({"dump-tree", "-t", tree, img});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  size_t n = 0;
+  for (size_t at = r.out.find(" key ("); at != std::string::npos; at = r.out.find(" key (", at + 1)) {
+    const std::string key = r.out.substr(at + 5, r.out.find(')', at) - at - 4);
+    if (key.find(part) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+// Whether this btrfs check reads block group items from the block group
+// tree (btrfs-progs 6.1 and later, built with it; Debian's 6.2 is not).
+bool BtrfsCheckKnowsBlockGroupTree() {
+  CommandResult r = RunCommand({"mkfs.btrfs", "-O", "list-all"});
+  return (r.out + r.err).find("block-group-tree") != std::string::npos;
+}
+
+CompareOptions HostVsKernel() {
+  CompareOptions o;
+  o.compare_dir_mtime = false;  // directories changed by the edits below
+  return o;
+}
+
+// The work every layout goes through: a generated tree and a 150 MiB file
+// copied in (new data chunks, so new block group items), a rename, an
+// overwrite inside a file, removals and a new directory, all mirrored in a
+// host model; then the kernel's view is compared with the model, the kernel
+// writes, and ubtrfs reads that and writes again. `judge` runs the checkers.
+// `existing`: files the image's top directory already holds (name, bytes).
+void ExerciseImage(const TempDir& tmp, const std::string& img, bool btrfs_check_reads_it,
+                   const std::vector<std::pair<std::string, std::string>>& existing = {}) {
+  auto judge = [&](const std::string& when) {
+    CommandResult ours = RunUbtrfs({"check", img});
+    EXPECT_EQ(ours.exit_code, 0) << when << ": " << ours.Describe();
+    if (btrfs_check_reads_it) {
+      EXPECT_EQ(BtrfsCheck(img), "") << when;
+    }
+  };
+  const std::string model = tmp.Sub("model");
+  ASSERT_EQ(mkdir(model.c_str(), 0755), 0);
+  std::vector<std::string> image_made = {"/b/moved", "/b/new"};  // times to take from the image
+  for (const auto& [name, bytes] : existing) {
+    WriteHostFile(model + "/" + name, bytes);
+    image_made.push_back("/" + name);
+  }
+  const std::string src = model + "/a";
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  TreeGenOptions gen = ScaledTreeOptions(600);
+  gen.devices = false;
+  GenerateTree(src, 17, gen);
+  WriteHostFile(src + "/payload.bin", SeededBytes(150u << 20, 3));
+  CommandResult cp = RunUbtrfs({"cp", src, img + ":/a"});
+  ASSERT_TRUE(cp.ok()) << cp.Describe();
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ubtrfs::Filesystem& f = **fs;
+    auto a = f.Lookup("/a");
+    ASSERT_TRUE(a.ok());
+    auto b = f.Mkdir(f.Root(), "b", ubtrfs::NewInode{0750});
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_EQ(mkdir((model + "/b").c_str(), 0750), 0);
+    ASSERT_TRUE(f.Rename(*a, "payload.bin", *b, "moved").ok());
+    ASSERT_EQ(rename((src + "/payload.bin").c_str(), (model + "/b/moved").c_str()), 0);
+    auto moved = f.Lookup("/b/moved");
+    ASSERT_TRUE(moved.ok());
+    const std::string patch = SeededBytes(3u << 20, 9);
+    auto wrote = f.Write(*moved, 40u << 20, SpanOf(patch));
+    ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+    std::string host = ReadHostFile(model + "/b/moved");
+    host.replace(40u << 20, patch.size(), patch);
+    WriteHostFile(model + "/b/moved", host);
+    auto n = f.Create(*b, "new", ubtrfs::NewInode{0640});
+    ASSERT_TRUE(n.ok());
+    ASSERT_TRUE(f.Write(*n, 0, SpanOf(std::string("written by ubtrfs\n"))).ok());
+    WriteHostFile(model + "/b/new", "written by ubtrfs\n");
+    ASSERT_EQ(chmod((model + "/b/new").c_str(), 0640), 0);
+    ASSERT_TRUE(f.Commit().ok());
+  }
+  // Times of what the library made here are its own; copy them to the model.
+  for (const std::string& p : image_made) {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok());
+    auto id = (*fs)->Lookup(p);
+    ASSERT_TRUE(id.ok());
+    auto st = (*fs)->GetStat(*id);
+    ASSERT_TRUE(st.ok());
+    timespec ts[2] = {{static_cast<time_t>(st->atime.sec), static_cast<long>(st->atime.nsec)},
+                      {static_cast<time_t>(st->mtime.sec), static_cast<long>(st->mtime.nsec)}};
+    ASSERT_EQ(utimensat(AT_FDCWD, (model + p).c_str(), ts, 0), 0);
+  }
+  judge("after ubtrfs's writes");
+
+  std::string why;
+  if (!LoopMountsAvailable(&why)) {
+    std::printf("kernel view not compared: loop mounts unavailable: %s\n", why.c_str());
+    return;
+  }
+  const std::string mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    EXPECT_EQ(FormatMismatches(CompareHostTrees(model, mnt, HostVsKernel())), FormatMismatches({}));
+    // The kernel writes: a file, enough data for another chunk, a removal.
+    WriteHostFile(mnt + "/kernel-file", SeededBytes(90u << 20, 5));
+    ASSERT_EQ(unlink((mnt + "/b/new").c_str()), 0);
+    EXPECT_EQ(m.Unmount(), "");
+  }
+  judge("after the kernel's writes");
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    EXPECT_EQ(ReadImageFile(**fs, "/kernel-file"), SeededBytes(90u << 20, 5));
+    EXPECT_FALSE((*fs)->Lookup("/b/new").ok());
+    auto b = (*fs)->Lookup("/b");
+    ASSERT_TRUE(b.ok());
+    ASSERT_TRUE((*fs)->Unlink(*b, "moved").ok());
+    auto again = (*fs)->Create((*fs)->Root(), "again", ubtrfs::NewInode{0644});
+    ASSERT_TRUE(again.ok());
+    ASSERT_TRUE((*fs)->Write(*again, 0, SpanOf(SeededBytes(70u << 20, 6))).ok());
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  judge("after ubtrfs wrote again");
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt), "");
+  EXPECT_EQ(ReadHostFile(mnt + "/again"), SeededBytes(70u << 20, 6));
+  EXPECT_EQ(FormatMismatches(CompareHostTrees(src, mnt + "/a", HostVsKernel())), FormatMismatches({}));
+  EXPECT_EQ(m.Unmount(), "");
+}
+
+TEST(BlockGroupTree, UbtrfsMkfsMakesItByDefaultAndKeepsItExact) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-bgt");
+  const std::string img = tmp.Sub("img");
+  CommandResult mk = RunUbtrfs({"mkfs", "--size", "1G", img});
+  ASSERT_TRUE(mk.ok()) << mk.Describe();
+  EXPECT_NE(mk.out.find("block-group-tree"), std::string::npos) << mk.out;
+  EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid | kBgt);
+  const size_t chunks_before = CountItems(img, "11", " BLOCK_GROUP_ITEM ");
+  EXPECT_EQ(chunks_before, 3u);  // system, metadata, data
+  EXPECT_EQ(CountItems(img, "2", " BLOCK_GROUP_ITEM "), 0u);
+  ExerciseImage(tmp, img, BtrfsCheckKnowsBlockGroupTree());
+  EXPECT_GT(CountItems(img, "11", " BLOCK_GROUP_ITEM "), chunks_before);  // new chunks went there
+  EXPECT_EQ(CountItems(img, "2", " BLOCK_GROUP_ITEM "), 0u);
+}
+
+TEST(BlockGroupTree, TurnedOffWithCaret) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-nobgt");
+  const std::string img = tmp.Sub("img");
+  CommandResult mk = RunUbtrfs({"mkfs", "--size", "1G", "-O", "^block-group-tree", img});
+  ASSERT_TRUE(mk.ok()) << mk.Describe();
+  EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
+  EXPECT_EQ(CountItems(img, "2", " BLOCK_GROUP_ITEM "), 3u);
+  ExerciseImage(tmp, img, true);
+  EXPECT_GT(CountItems(img, "2", " BLOCK_GROUP_ITEM "), 3u);
+  // Features we always write cannot be turned off; unknown ones are named.
+  CommandResult bad = RunUbtrfs({"mkfs", "-f", "-O", "^no-holes", img});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("no-holes cannot be turned off"), std::string::npos) << bad.err;
+  bad = RunUbtrfs({"mkfs", "-f", "-O", "raid56", img});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("'raid56'"), std::string::npos) << bad.err;
+}
+
+// mkfs.btrfs -R ^free-space-tree, then the kernel with space_cache=v1 writes
+// the v1 cache (one hidden inode per block group in the root tree).
+TEST(FreeSpaceTree, BuiltFromTheExtentTreeWhereTheKernelKeptV1Cache) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel writes the v1 cache: " << why;
+  TempDir tmp("ubtrfs-v1");
+  const std::string img = tmp.Sub("img");
+  // The kernel keeps no v1 cache for block groups under 100 MiB: 8 GiB makes
+  // a 1 GiB data and a 256 MiB metadata group.
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 8ull << 30, {"-R", "^free-space-tree"}), "");
+  const std::string mnt = tmp.Sub("mnt0");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  {
+    LoopMount m;
+    std::string err = m.Mount(img, mnt, "space_cache=v1");
+    if (!err.empty()) GTEST_SKIP() << "this kernel does not mount with space_cache=v1: " << err;
+    WriteHostFile(mnt + "/before", SeededBytes(5u << 20, 1));
+    EXPECT_EQ(m.Unmount(), "");
+  }
+  ASSERT_GT(CountItems(img, "1", "(FREE_SPACE "), 0u) << "the kernel wrote no v1 cache";
+  EXPECT_EQ(ReadSuper(img).compat_ro, 0u);
+  ASSERT_EQ(BtrfsCheck(img), "");
+
+  // A read-only open changes nothing (any write would move the image file's
+  // mtime; hashing 8 GiB would take a minute).
+  auto mtime_of = [&] {
+    struct stat st {};
+    EXPECT_EQ(stat(img.c_str(), &st), 0);
+    return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  };
+  const std::string before = mtime_of();
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    EXPECT_EQ(ReadImageFile(**fs, "/before"), SeededBytes(5u << 20, 1));
+  }
+  EXPECT_EQ(mtime_of(), before);
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ASSERT_EQ((*fs)->Warnings().size(), 1u);
+    EXPECT_NE((*fs)->Warnings()[0].find("v1 space cache"), std::string::npos) << (*fs)->Warnings()[0];
+  }
+  // Committed by the open alone: flags set, cache gone, both checkers clean.
+  SuperFacts sf = ReadSuper(img);
+  EXPECT_EQ(sf.compat_ro, kFst | kFstValid);
+  EXPECT_EQ(sf.cache_generation, "0");
+  EXPECT_EQ(CountItems(img, "1", "(FREE_SPACE "), 0u);
+  EXPECT_GT(CountItems(img, "10", " FREE_SPACE_INFO "), 0u);
+  EXPECT_EQ(BtrfsCheck(img), "");
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    EXPECT_TRUE((*fs)->Warnings().empty());  // said once
+  }
+  ExerciseImage(tmp, img, true, {{"before", SeededBytes(5u << 20, 1)}});
+}
+
+TEST(FreeSpaceTree, BuiltWhereThereWasNoCacheAtAll) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-nocache");
+  const std::string img = tmp.Sub("img");
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 1ull << 30, {"-R", "^free-space-tree"}), "");
+  EXPECT_EQ(CountItems(img, "1", "(FREE_SPACE "), 0u);
+  ExerciseImage(tmp, img, true);
+  EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
