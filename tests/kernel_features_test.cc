@@ -14,6 +14,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "format/checksum.h"
+#include "format/ondisk.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -288,6 +292,51 @@ TEST(FreeSpaceTree, BuiltWhereThereWasNoCacheAtAll) {
   EXPECT_EQ(CountItems(img, "1", "(FREE_SPACE "), 0u);
   ExerciseImage(tmp, img, true);
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
+
+namespace ubtrfs_test {
+namespace {
+
+// A free space tree whose VALID flag is gone (the kernel crashed while
+// building one) is thrown away and built again, as the kernel's mount does.
+TEST(FreeSpaceTree, MarkedInvalidIsBuiltAgain) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-fstinvalid");
+  const std::string img = tmp.Sub("img");
+  CommandResult mk = RunUbtrfs({"mkfs", "--size", "1G", "-O", "^block-group-tree", img});
+  ASSERT_TRUE(mk.ok()) << mk.Describe();
+  const std::string src = tmp.Sub("src");
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  GenerateTree(src, 5, ScaledTreeOptions(300));
+  ASSERT_TRUE(RunUbtrfs({"cp", src, img + ":/src"}).ok());
+  // Clear FREE_SPACE_TREE_VALID in every superblock copy.
+  {
+    const int fd = open(img.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    for (uint64_t off : {uint64_t{64} << 10, uint64_t{64} << 20}) {
+      std::vector<uint8_t> b(ubtrfs::format::kSuperInfoSize);
+      ASSERT_EQ(pread(fd, b.data(), b.size(), static_cast<off_t>(off)), static_cast<ssize_t>(b.size()));
+      auto& sb = *reinterpret_cast<ubtrfs::format::SuperBlock*>(b.data());
+      sb.compat_ro_flags = sb.compat_ro_flags.get() & ~kFstValid;
+      auto c = ubtrfs::format::ComputeCsum(sb.csum_type.get(), std::span<const uint8_t>(b).subspan(ubtrfs::format::kCsumSize));
+      std::memcpy(sb.csum, c.data(), ubtrfs::format::kCsumSize);
+      ASSERT_EQ(pwrite(fd, b.data(), b.size(), static_cast<off_t>(off)), static_cast<ssize_t>(b.size()));
+    }
+    close(fd);
+  }
+  ASSERT_EQ(ReadSuper(img).compat_ro, kFst);
+  CommandResult mkdir_cmd = RunUbtrfs({"mkdir", img + ":/after"});
+  ASSERT_TRUE(mkdir_cmd.ok()) << mkdir_cmd.Describe();
+  EXPECT_NE(mkdir_cmd.err.find("its free space tree was marked invalid"), std::string::npos) << mkdir_cmd.err;
+  EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
+  EXPECT_EQ(BtrfsCheck(img), "");
+  EXPECT_EQ(RunUbtrfs({"check", img}).exit_code, 0);
+  auto fs = ubtrfs::Filesystem::Open(img);
+  ASSERT_TRUE(fs.ok());
+  EXPECT_EQ(FormatMismatches(CompareTreeToImage(src, **fs, {}, "/src")), FormatMismatches({}));
 }
 
 }  // namespace
