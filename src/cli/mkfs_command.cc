@@ -9,8 +9,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +42,9 @@ struct MkfsArgs {
   std::string uuid;
   std::string rootdir;
   std::string compress;
+  std::vector<std::string> subvols;      // [rw|ro|default|default-ro:]SUBDIR
+  std::vector<std::string> inode_flags;  // nodatacow|nodatasum[,...]:PATH
+  std::string owner;                     // UID:GID
   bool force = false;
   bool quiet = false;
 };
@@ -110,6 +116,210 @@ bool IsMounted(const std::string& path) {
   return false;
 }
 
+// A --subvol: the directory below --rootdir that becomes a subvolume.
+struct SubvolSpec {
+  std::string rel;  // canonical, relative to the canonical rootdir
+  bool read_only = false;
+  bool is_default = false;
+};
+
+// `path` below the canonical directory `root` as a canonical path relative
+// to it ("" for `root` itself), following symlinks as realpath does; an
+// error message (empty result) when it does not exist or leads outside.
+std::optional<std::string> RelBelow(const std::string& root, const std::string& path, std::string* err) {
+  const std::string joined = root + "/" + path;
+  char* real = ::realpath(joined.c_str(), nullptr);
+  if (!real) {
+    *err = path + ": " + std::strerror(errno);
+    return std::nullopt;
+  }
+  const std::string r = real;
+  std::free(real);
+  if (r == root) return std::string();
+  if (r.size() <= root.size() || r.compare(0, root.size(), root) != 0 || r[root.size()] != '/') {
+    *err = path + ": not below --rootdir " + root;
+    return std::nullopt;
+  }
+  return r.substr(root.size() + 1);
+}
+
+// --subvol values as mkfs.btrfs: an optional rw:, ro:, default: or
+// default-ro: prefix (anything else before a colon is part of the path; a
+// leading ./ keeps a path like "ro:x" whole), the directory relative to the
+// rootdir; each an existing directory below it, none twice, one default.
+std::optional<std::vector<SubvolSpec>> ParseSubvols(const std::vector<std::string>& args, const std::string& root,
+                                                    std::string* err) {
+  std::vector<SubvolSpec> out;
+  bool have_default = false;
+  for (const std::string& a : args) {
+    SubvolSpec s;
+    std::string path = a;
+    static const std::pair<const char*, std::pair<bool, bool>> kPrefixes[] = {
+        {"rw:", {false, false}}, {"ro:", {true, false}}, {"default:", {false, true}}, {"default-ro:", {true, true}}};
+    for (const auto& [prefix, flags] : kPrefixes) {
+      if (a.rfind(prefix, 0) == 0) {
+        path = a.substr(std::strlen(prefix));
+        s.read_only = flags.first;
+        s.is_default = flags.second;
+        break;
+      }
+    }
+    if (path.empty()) {
+      *err = "--subvol " + a + ": no directory given";
+      return std::nullopt;
+    }
+    std::string why;
+    auto rel = RelBelow(root, path, &why);
+    if (!rel) {
+      *err = "--subvol " + a + ": " + why;
+      return std::nullopt;
+    }
+    if (rel->empty()) {
+      *err = "--subvol " + a + ": the --rootdir itself cannot be a subvolume (it is the top level)";
+      return std::nullopt;
+    }
+    struct stat st;
+    if (::lstat((root + "/" + *rel).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      *err = "--subvol " + a + ": not a directory";
+      return std::nullopt;
+    }
+    for (const auto& o : out) {
+      if (o.rel == *rel) {
+        *err = "--subvol " + a + ": " + *rel + " is given more than once";
+        return std::nullopt;
+      }
+    }
+    if (s.is_default) {
+      if (have_default) {
+        *err = "--subvol " + a + ": only one default (default: or default-ro:) subvolume may be given";
+        return std::nullopt;
+      }
+      have_default = true;
+    }
+    s.rel = *rel;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// --inode-flags values: FLAG[,FLAG...]:PATH with nodatacow and nodatasum,
+// PATH relative to the rootdir (the rootdir itself allowed), none twice.
+std::optional<std::map<std::string, uint32_t>> ParseInodeFlags(const std::vector<std::string>& args,
+                                                               const std::string& root, std::string* err) {
+  std::map<std::string, uint32_t> out;
+  for (const std::string& a : args) {
+    const size_t colon = a.find(':');
+    if (colon == std::string::npos || colon + 1 == a.size()) {
+      *err = "--inode-flags " + a + ": expected FLAGS:PATH (FLAGS nodatacow and/or nodatasum, comma-separated)";
+      return std::nullopt;
+    }
+    uint32_t bits = 0;
+    std::string_view flags = std::string_view(a).substr(0, colon);
+    while (!flags.empty()) {
+      const size_t comma = flags.find(',');
+      const std::string_view f = flags.substr(0, comma);
+      if (f == "nodatacow") {
+        bits |= kImportNodatacow;
+      } else if (f == "nodatasum") {
+        bits |= kImportNodatasum;
+      } else {
+        *err = "--inode-flags " + a + ": unknown flag '" + std::string(f) + "' (nodatacow or nodatasum)";
+        return std::nullopt;
+      }
+      flags = comma == std::string_view::npos ? std::string_view() : flags.substr(comma + 1);
+    }
+    std::string why;
+    auto rel = RelBelow(root, a.substr(colon + 1), &why);
+    if (!rel) {
+      *err = "--inode-flags " + a + ": " + why;
+      return std::nullopt;
+    }
+    if (!out.emplace(*rel, bits).second) {
+      *err = "--inode-flags " + a + ": " + (rel->empty() ? std::string(".") : *rel) + " is given more than once";
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+// The import options for the tree at `base` (relative to the rootdir, ""
+// for the rootdir): the subvolumes below it are left out, and the inode
+// flags below it keyed relative to it.
+ImportOptions ImportOptionsFor(const std::string& base, const std::vector<SubvolSpec>& subvols,
+                               const std::map<std::string, uint32_t>& flags,
+                               const std::optional<std::pair<uint32_t, uint32_t>>& owner) {
+  ImportOptions io;
+  io.owner = owner;
+  io.bulk = true;  // a new image: only the end state counts
+  auto below = [&](const std::string& p) -> std::optional<std::string> {
+    if (base.empty()) return p;
+    if (p == base) return std::string();
+    if (p.size() > base.size() && p.compare(0, base.size(), base) == 0 && p[base.size()] == '/') {
+      return p.substr(base.size() + 1);
+    }
+    return std::nullopt;
+  };
+  for (const auto& s : subvols) {
+    if (auto r = below(s.rel); r && !r->empty()) io.skip.push_back(*r);
+  }
+  for (const auto& [p, bits] : flags) {
+    if (auto r = below(p)) io.inode_flags.emplace(*r, bits);
+  }
+  return io;
+}
+
+// Imports the rootdir with its --subvol directories as subvolumes, then
+// sets their read-only flags and the default subvolume.
+Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<SubvolSpec>& subvols_in,
+                     const std::map<std::string, uint32_t>& flags,
+                     const std::optional<std::pair<uint32_t, uint32_t>>& owner, ImportStats* stats) {
+  UB_RETURN_IF_ERROR(ImportContents(fs, root, fs.Root(), ImportOptionsFor("", subvols_in, flags, owner), stats));
+  // Parents before children: a path sorts before the paths below it.
+  std::vector<SubvolSpec> subvols = subvols_in;
+  std::sort(subvols.begin(), subvols.end(), [](const auto& x, const auto& y) { return x.rel < y.rel; });
+  std::set<std::string> parents;  // directories that got a subvolume entry: their times are restored after
+  std::vector<std::pair<const SubvolSpec*, InodeId>> made;
+  for (const auto& s : subvols) {
+    const size_t slash = s.rel.rfind('/');
+    const std::string parent = slash == std::string::npos ? "" : s.rel.substr(0, slash);
+    const std::string name = slash == std::string::npos ? s.rel : s.rel.substr(slash + 1);
+    const std::string host = root + "/" + s.rel;
+    UB_ASSIGN_OR_RETURN(InodeId dir, parent.empty() ? fs.Root() : fs.Lookup("/" + parent));
+    struct stat st;
+    if (::lstat(host.c_str(), &st) != 0) return Status::Error(errno, host + ": lstat: " + std::strerror(errno));
+    NewInode a;
+    a.mode = st.st_mode & 07777;
+    a.uid = owner ? owner->first : st.st_uid;
+    a.gid = owner ? owner->second : st.st_gid;
+    auto made_top = fs.CreateSubvolume(dir, name, a);
+    if (!made_top.ok()) return made_top.status().WithContext("subvolume " + s.rel);
+    const InodeId top = *made_top;
+    UB_RETURN_IF_ERROR(ImportContents(fs, host, top, ImportOptionsFor(s.rel, subvols, flags, owner), stats)
+                           .WithContext("subvolume " + s.rel));
+    ++stats->dirs;
+    parents.insert(parent);
+    made.emplace_back(&s, top);
+  }
+  // A new entry changed its directory's times: back to the host's.
+  for (const auto& p : parents) {
+    const std::string host = p.empty() ? root : root + "/" + p;
+    struct stat st;
+    if (::lstat(host.c_str(), &st) != 0) return Status::Error(errno, host + ": lstat: " + std::strerror(errno));
+    UB_ASSIGN_OR_RETURN(InodeId dir, p.empty() ? fs.Root() : fs.Lookup("/" + p));
+    AttrChange c;
+    c.atime = Time{st.st_atim.tv_sec, static_cast<uint32_t>(st.st_atim.tv_nsec)};
+    c.mtime = Time{st.st_mtim.tv_sec, static_cast<uint32_t>(st.st_mtim.tv_nsec)};
+    c.ctime = Time{st.st_ctim.tv_sec, static_cast<uint32_t>(st.st_ctim.tv_nsec)};
+    UB_RETURN_IF_ERROR(fs.SetAttr(dir, c).WithContext(host));
+  }
+  UB_RETURN_IF_ERROR(fs.Commit());
+  for (const auto& [s, top] : made) {
+    if (s->read_only) UB_RETURN_IF_ERROR(fs.SetSubvolumeReadOnly(top, true).WithContext("subvolume " + s->rel));
+    if (s->is_default) UB_RETURN_IF_ERROR(fs.SetDefaultSubvolume(top.root).WithContext("subvolume " + s->rel));
+  }
+  return Status::Ok();
+}
+
 std::string ProfileText(uint64_t type) { return (type & format::kBlockGroupDup) ? "DUP" : "single"; }
 
 void CmdMkfs(const MkfsArgs& a) {
@@ -148,10 +358,61 @@ void CmdMkfs(const MkfsArgs& a) {
     if (a.rootdir.empty()) return Fail("--compress needs --rootdir (it compresses the data copied in)");
     if (Status c = ParseCompressSpec(a.compress, &compress); !c.ok()) return Fail("--compress: " + c.message());
   }
+  if (a.rootdir.empty() && !a.subvols.empty()) return Fail("--subvol needs --rootdir (it names a directory in it)");
+  if (a.rootdir.empty() && !a.inode_flags.empty()) {
+    return Fail("--inode-flags needs --rootdir (it names a path in it)");
+  }
+  std::vector<SubvolSpec> subvols;
+  std::map<std::string, uint32_t> inode_flags;
+  std::string root_real;
+  std::optional<std::pair<uint32_t, uint32_t>> owner;
+  if (!a.owner.empty()) {
+    if (a.rootdir.empty()) return Fail("--owner needs --rootdir (it sets the owner of what is imported)");
+    const size_t colon = a.owner.find(':');
+    auto num = [](std::string_view v) -> std::optional<uint32_t> {
+      auto n = ParseSize(v);
+      if (!n || v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos || *n > UINT32_MAX - 1) {
+        return std::nullopt;
+      }
+      return static_cast<uint32_t>(*n);
+    };
+    std::optional<uint32_t> uid, gid;
+    if (colon != std::string::npos) {
+      uid = num(std::string_view(a.owner).substr(0, colon));
+      gid = num(std::string_view(a.owner).substr(colon + 1));
+    }
+    if (!uid || !gid) return Fail("invalid --owner '" + a.owner + "': expected UID:GID (numbers, e.g. 0:0)");
+    owner.emplace(*uid, *gid);
+  }
+  // --rootdir: a directory, or a tar archive (a file, a pipe; "-": stdin).
+  bool archive = false;
   if (!a.rootdir.empty()) {
     struct stat rs;
-    if (::stat(a.rootdir.c_str(), &rs) != 0) return Fail("--rootdir " + a.rootdir + ": " + std::strerror(errno));
-    if (!S_ISDIR(rs.st_mode)) return Fail("--rootdir " + a.rootdir + ": not a directory");
+    if (a.rootdir == "-") {
+      archive = true;
+    } else {
+      if (::stat(a.rootdir.c_str(), &rs) != 0) return Fail("--rootdir " + a.rootdir + ": " + std::strerror(errno));
+      if (S_ISREG(rs.st_mode) || S_ISFIFO(rs.st_mode) || S_ISCHR(rs.st_mode)) {
+        archive = true;
+      } else if (!S_ISDIR(rs.st_mode)) {
+        return Fail("--rootdir " + a.rootdir + ": not a directory or a tar archive");
+      }
+    }
+  }
+  if (archive && !a.subvols.empty()) return Fail("--subvol needs a directory --rootdir, not an archive");
+  if (archive && !a.inode_flags.empty()) return Fail("--inode-flags needs a directory --rootdir, not an archive");
+  if (!a.rootdir.empty() && !archive) {
+    char* real = ::realpath(a.rootdir.c_str(), nullptr);
+    if (!real) return Fail("--rootdir " + a.rootdir + ": " + std::strerror(errno));
+    root_real = real;
+    std::free(real);
+    std::string err;
+    auto sv = ParseSubvols(a.subvols, root_real, &err);
+    if (!sv) return Fail(err);
+    subvols = std::move(*sv);
+    auto fl = ParseInodeFlags(a.inode_flags, root_real, &err);
+    if (!fl) return Fail(err);
+    inode_flags = std::move(*fl);
   }
 
   // What is there now: nothing, a regular file or a block device.
@@ -232,10 +493,20 @@ void CmdMkfs(const MkfsArgs& a) {
     PlacementInto(&oo);
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
-    ImportOptions io;
-    io.bulk = true;  // a new image: only the end state counts
-    Status s = ImportContents(**fs, a.rootdir, (*fs)->Root(), io, &stats);
+    Status s;
+    if (archive) {
+      ImportOptions io;
+      io.owner = owner;
+      s = ImportArchive(**fs, a.rootdir, (*fs)->Root(), io, &stats);
+    } else {
+      s = ImportRootdir(**fs, root_real, subvols, inode_flags, owner, &stats);
+    }
     if (s.ok()) s = (*fs)->Commit();
+    if (!s.ok() && archive && created) {
+      fs->reset();
+      ::unlink(a.image.c_str());
+      return Fail("--rootdir " + (a.rootdir == "-" ? std::string("-") : a.rootdir) + ": " + s.ToString());
+    }
     if (!s.ok()) {
       return Fail(a.image + ": importing " + a.rootdir + ": " + s.ToString() +
                   " (the filesystem holds what was committed before the error)");
@@ -301,10 +572,19 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_option("-L,--label", args.label, "Filesystem label (at most 255 bytes)");
   cmd->add_option("-U,--uuid", args.uuid, "Filesystem UUID (random by default)");
   cmd->add_option("-r,--rootdir", args.rootdir,
-                  "Copy this host directory's contents into the new filesystem (owners, modes, times, xattrs, "
-                  "hard links, special files)");
+                  "Copy this host directory's contents, or a tar archive's (plain, gzip, xz, zstd...; - for "
+                  "stdin), into the new filesystem (owners, modes, times, xattrs, hard links, special files)");
+  cmd->add_option("--owner", args.owner, "Make UID:GID the owner of everything the --rootdir import makes");
   cmd->add_option("--compress", args.compress,
                   "Compress the --rootdir data with zlib, lzo or zstd (ALG[:LEVEL]), as mount -o compress=");
+  cmd->add_option("-u,--subvol", args.subvols,
+                  "Make this directory of the --rootdir a subvolume ([rw|ro|default|default-ro:]SUBDIR, "
+                  "repeatable): ro read-only, default the default subvolume")
+      ->allow_extra_args(false);
+  cmd->add_option("--inode-flags", args.inode_flags,
+                  "Set inode flags on this path of the --rootdir (nodatacow|nodatasum[,...]:PATH, repeatable), "
+                  "inherited by what is below a directory; such files get no checksums")
+      ->allow_extra_args(false);
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });

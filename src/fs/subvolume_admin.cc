@@ -112,6 +112,11 @@ Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view na
     item.inode.nlink = 1;
     item.inode.nbytes = vol_->nodesize();
     item.inode.mode = S_IFDIR | 0755;
+    // BTRFS_INODE_ROOT_ITEM_INIT: without it the kernel takes the root
+    // item for a pre-2.6.39 one and clears its flags (a read-only
+    // subvolume would be writable there). Also in txn/snapshot.cc; belongs
+    // in format/ondisk.h.
+    item.inode.flags = uint64_t{1} << 31;
     item.root_dirid = kFirstFreeObjectid;
     item.refs = 1;
     if (getrandom(item.uuid, sizeof(item.uuid), 0) != static_cast<ssize_t>(sizeof(item.uuid))) {
