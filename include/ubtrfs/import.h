@@ -50,6 +50,10 @@ struct ImportOptions {
   // Every imported inode (the destination directory too) gets this owner
   // (uid, gid) instead of the source's (mkfs --owner).
   std::optional<std::pair<uint32_t, uint32_t>> owner;
+  // Times (atime, mtime, ctime) later than this are stored as this, as
+  // reproducible builds clamp to SOURCE_DATE_EPOCH (a source tree's ctimes
+  // and atimes are those of its checkout and reads).
+  std::optional<Time> max_time;
 };
 
 // ImportOptions::inode_flags bits.

@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -25,6 +28,7 @@
 #include "ubtrfs/import.h"
 #include "io/block_device.h"
 #include "io/offset_device.h"
+#include "txn/clock.h"
 #include "txn/mkfs.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
@@ -45,6 +49,7 @@ struct MkfsArgs {
   std::vector<std::string> subvols;      // [rw|ro|default|default-ro:]SUBDIR
   std::vector<std::string> inode_flags;  // nodatacow|nodatasum[,...]:PATH
   std::string owner;                     // UID:GID
+  bool deterministic = false;
   bool force = false;
   bool quiet = false;
 };
@@ -247,9 +252,12 @@ std::optional<std::map<std::string, uint32_t>> ParseInodeFlags(const std::vector
 // flags below it keyed relative to it.
 ImportOptions ImportOptionsFor(const std::string& base, const std::vector<SubvolSpec>& subvols,
                                const std::map<std::string, uint32_t>& flags,
-                               const std::optional<std::pair<uint32_t, uint32_t>>& owner) {
+                               const std::optional<std::pair<uint32_t, uint32_t>>& owner,
+                               const std::optional<Time>& max_time, ProgressLine* progress) {
   ImportOptions io;
+  if (progress) io.progress = [progress](const ImportStats& s) { progress->Update(s); };
   io.owner = owner;
+  io.max_time = max_time;
   io.bulk = true;  // a new image: only the end state counts
   auto below = [&](const std::string& p) -> std::optional<std::string> {
     if (base.empty()) return p;
@@ -268,12 +276,42 @@ ImportOptions ImportOptionsFor(const std::string& base, const std::vector<Subvol
   return io;
 }
 
+// The import's progress on one updating line of a terminal: entries, data
+// and its rate, at most five times a second; Done() clears the line.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool on) : on_(on), start_(Clock::now()), last_(start_) {}
+  void Update(const ImportStats& s) {
+    if (!on_) return;
+    const auto now = Clock::now();
+    if (now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const uint64_t entries = s.files + s.dirs + s.symlinks + s.hardlinks + s.specials;
+    fmt::print(stderr, "\r\033[K{} files, {} directories, {} entries; {}, {}/s", s.files, s.dirs, entries,
+               Human(s.bytes), Human(secs > 0 ? static_cast<uint64_t>(static_cast<double>(s.bytes) / secs) : 0));
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void Done() {
+    if (shown_) fmt::print(stderr, "\r\033[K");
+    shown_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool on_;
+  bool shown_ = false;
+  Clock::time_point start_, last_;
+};
+
 // Imports the rootdir with its --subvol directories as subvolumes, then
 // sets their read-only flags and the default subvolume.
 Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<SubvolSpec>& subvols_in,
                      const std::map<std::string, uint32_t>& flags,
-                     const std::optional<std::pair<uint32_t, uint32_t>>& owner, ImportStats* stats) {
-  UB_RETURN_IF_ERROR(ImportContents(fs, root, fs.Root(), ImportOptionsFor("", subvols_in, flags, owner), stats));
+                     const std::optional<std::pair<uint32_t, uint32_t>>& owner,
+                     const std::optional<Time>& max_time, ProgressLine* progress, ImportStats* stats) {
+  UB_RETURN_IF_ERROR(ImportContents(fs, root, fs.Root(), ImportOptionsFor("", subvols_in, flags, owner, max_time, progress), stats));
   // Parents before children: a path sorts before the paths below it.
   std::vector<SubvolSpec> subvols = subvols_in;
   std::sort(subvols.begin(), subvols.end(), [](const auto& x, const auto& y) { return x.rel < y.rel; });
@@ -294,7 +332,7 @@ Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<
     auto made_top = fs.CreateSubvolume(dir, name, a);
     if (!made_top.ok()) return made_top.status().WithContext("subvolume " + s.rel);
     const InodeId top = *made_top;
-    UB_RETURN_IF_ERROR(ImportContents(fs, host, top, ImportOptionsFor(s.rel, subvols, flags, owner), stats)
+    UB_RETURN_IF_ERROR(ImportContents(fs, host, top, ImportOptionsFor(s.rel, subvols, flags, owner, max_time, progress), stats)
                            .WithContext("subvolume " + s.rel));
     ++stats->dirs;
     parents.insert(parent);
@@ -306,10 +344,15 @@ Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<
     struct stat st;
     if (::lstat(host.c_str(), &st) != 0) return Status::Error(errno, host + ": lstat: " + std::strerror(errno));
     UB_ASSIGN_OR_RETURN(InodeId dir, p.empty() ? fs.Root() : fs.Lookup("/" + p));
+    auto clamped = [&](const timespec& ts) {
+      const Time t{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
+      return max_time && (t.sec > max_time->sec || (t.sec == max_time->sec && t.nsec > max_time->nsec)) ? *max_time
+                                                                                                            : t;
+    };
     AttrChange c;
-    c.atime = Time{st.st_atim.tv_sec, static_cast<uint32_t>(st.st_atim.tv_nsec)};
-    c.mtime = Time{st.st_mtim.tv_sec, static_cast<uint32_t>(st.st_mtim.tv_nsec)};
-    c.ctime = Time{st.st_ctim.tv_sec, static_cast<uint32_t>(st.st_ctim.tv_nsec)};
+    c.atime = clamped(st.st_atim);
+    c.mtime = clamped(st.st_mtim);
+    c.ctime = clamped(st.st_ctim);
     UB_RETURN_IF_ERROR(fs.SetAttr(dir, c).WithContext(host));
   }
   UB_RETURN_IF_ERROR(fs.Commit());
@@ -337,6 +380,40 @@ void CmdMkfs(const MkfsArgs& a) {
   if (!a.uuid.empty()) {
     opts.fsid = txn::ParseUuid(a.uuid);
     if (!opts.fsid) return Fail("invalid --uuid '" + a.uuid + "': expected the form 01234567-89ab-cdef-0123-456789abcdef");
+  }
+  // Byte-identical images: uuids from a seed (-U or the epoch), the
+  // library's clock fixed at SOURCE_DATE_EPOCH (0 without it), imported
+  // times clamped to it.
+  std::optional<Time> max_time;
+  if (const char* sde = std::getenv("SOURCE_DATE_EPOCH"); a.deterministic || (sde && *sde)) {
+    int64_t epoch = 0;
+    if (sde && *sde) {
+      const std::string_view v(sde);
+      auto n = ParseSize(v);
+      if (!n || v.find_first_not_of("0123456789") != std::string_view::npos || *n > uint64_t{INT64_MAX}) {
+        return Fail(std::string("SOURCE_DATE_EPOCH '") + sde + "' is not a number of seconds since 1970");
+      }
+      epoch = static_cast<int64_t>(*n);
+    }
+    std::array<uint8_t, 16> seed{};
+    if (opts.fsid) {
+      std::copy(opts.fsid->begin(), opts.fsid->end(), seed.begin());
+    } else {
+      seed = txn::DeriveUuid(seed, static_cast<uint64_t>(epoch));
+      opts.fsid.emplace();
+      const auto u = txn::DeriveUuid(seed, 1);
+      std::copy(u.begin(), u.end(), opts.fsid->begin());
+    }
+    int purpose = 2;
+    for (auto* field : {&opts.dev_uuid, &opts.chunk_tree_uuid, &opts.fs_tree_uuid}) {
+      const auto u = txn::DeriveUuid(seed, static_cast<uint64_t>(purpose++));
+      field->emplace();
+      std::copy(u.begin(), u.end(), (*field)->begin());
+    }
+    opts.time_sec = epoch;
+    opts.time_nsec = 0;
+    txn::SetDeterministic(epoch, seed);
+    max_time = Time{epoch, 0};
   }
   std::optional<uint64_t> size;
   if (!a.size.empty()) {
@@ -494,14 +571,19 @@ void CmdMkfs(const MkfsArgs& a) {
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
     Status s;
+    // Progress only where someone watches: a terminal, and not with -q.
+    ProgressLine progress(!a.quiet && ::isatty(STDERR_FILENO));
     if (archive) {
       ImportOptions io;
       io.owner = owner;
+      io.max_time = max_time;
+      io.progress = [&progress](const ImportStats& st) { progress.Update(st); };
       s = ImportArchive(**fs, a.rootdir, (*fs)->Root(), io, &stats);
     } else {
-      s = ImportRootdir(**fs, root_real, subvols, inode_flags, owner, &stats);
+      s = ImportRootdir(**fs, root_real, subvols, inode_flags, owner, max_time, &progress, &stats);
     }
     if (s.ok()) s = (*fs)->Commit();
+    progress.Done();
     if (!s.ok() && archive && created) {
       fs->reset();
       ::unlink(a.image.c_str());
@@ -585,6 +667,9 @@ void RegisterMkfs(CLI::App& app) {
                   "Set inode flags on this path of the --rootdir (nodatacow|nodatasum[,...]:PATH, repeatable), "
                   "inherited by what is below a directory; such files get no checksums")
       ->allow_extra_args(false);
+  cmd->add_flag("--deterministic", args.deterministic,
+                "The same input gives the same image bytes: uuids from -U or a fixed seed, the filesystem's own "
+                "times and imported times clamped to SOURCE_DATE_EPOCH (0 if unset); also on with SOURCE_DATE_EPOCH");
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });

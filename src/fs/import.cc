@@ -21,6 +21,7 @@
 
 #include "format/checksum.h"
 #include "fs/fs_impl.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::fs {
 namespace {
@@ -33,6 +34,17 @@ Status Errno(const std::string& what, const std::string& path) {
 }
 
 Time ToTime(const timespec& ts) { return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)}; }
+
+// `ts`, or `max` when later (ImportOptions::max_time).
+timespec Clamp(const timespec& ts, const std::optional<Time>& max) {
+  if (!max || ts.tv_sec < max->sec || (ts.tv_sec == max->sec && static_cast<uint32_t>(ts.tv_nsec) <= max->nsec)) {
+    return ts;
+  }
+  timespec out{};
+  out.tv_sec = static_cast<time_t>(max->sec);
+  out.tv_nsec = static_cast<long>(max->nsec);
+  return out;
+}
 
 // listxattrat(2) (Linux 6.13+; the number is the same on every architecture
 // that uses the common syscall table): lists xattrs relative to a directory
@@ -164,9 +176,9 @@ class Importer {
     if (!S_ISLNK(st.st_mode)) c.mode = st.st_mode & 07777;
     c.uid = options_.owner ? options_.owner->first : st.st_uid;
     c.gid = options_.owner ? options_.owner->second : st.st_gid;
-    c.atime = ToTime(st.st_atim);
-    c.mtime = ToTime(st.st_mtim);
-    c.ctime = ToTime(st.st_ctim);
+    c.atime = ToTime(Clamp(st.st_atim, options_.max_time));
+    c.mtime = ToTime(Clamp(st.st_mtim, options_.max_time));
+    c.ctime = ToTime(Clamp(st.st_ctim, options_.max_time));
     return fs_.SetAttr(id, c);
   }
 
@@ -193,6 +205,10 @@ class Importer {
       }
       off += static_cast<uint64_t>(n);
       stats_->bytes += static_cast<uint64_t>(n);
+      if (options_.progress && stats_->bytes - progress_bytes_ >= (16u << 20)) {
+        progress_bytes_ = stats_->bytes;
+        options_.progress(*stats_);
+      }
       since_commit_ += static_cast<uint64_t>(n);
       if (since_commit_ >= options_.commit_every_bytes) {
         since_commit_ = 0;
@@ -216,9 +232,9 @@ class Importer {
     a.mode = st.st_mode & 07777;
     a.uid = options_.owner ? options_.owner->first : st.st_uid;
     a.gid = options_.owner ? options_.owner->second : st.st_gid;
-    a.atime = ToTime(st.st_atim);
-    a.mtime = ToTime(st.st_mtim);
-    a.ctime = ToTime(st.st_ctim);
+    a.atime = ToTime(Clamp(st.st_atim, options_.max_time));
+    a.mtime = ToTime(Clamp(st.st_mtim, options_.max_time));
+    a.ctime = ToTime(Clamp(st.st_ctim, options_.max_time));
     return a;
   }
 
@@ -240,6 +256,7 @@ class Importer {
   std::map<std::pair<dev_t, ino_t>, InodeId> links_;
   uint64_t since_commit_ = 0;
   uint64_t progress_tick_ = 0;
+  uint64_t progress_bytes_ = 0;  // stats_->bytes at the last progress call from the data path
 };
 
 // ---- Bulk import ---------------------------------------------------------------------------------
@@ -604,9 +621,9 @@ class BulkImporter {
     n.uid = options_.owner ? options_.owner->first : st.st_uid;
     n.gid = options_.owner ? options_.owner->second : st.st_gid;
     n.size = static_cast<uint64_t>(st.st_size);
-    n.atime = st.st_atim;
-    n.mtime = st.st_mtim;
-    n.ctime = st.st_ctim;
+    n.atime = Clamp(st.st_atim, options_.max_time);
+    n.mtime = Clamp(st.st_mtim, options_.max_time);
+    n.ctime = Clamp(st.st_ctim, options_.max_time);
     n.ino = next_ino_++;
     n.iflags = static_cast<uint8_t>(ToInodeFlags(pre, st.st_mode));
     if (S_ISDIR(st.st_mode)) {
@@ -800,7 +817,7 @@ class BulkImporter {
   }
 
   Status Emit() {
-    clock_gettime(CLOCK_REALTIME, &now_);
+    now_ = txn::WallClock();
     for (uint32_t c : top_) top_size_ += 2 * nodes_[c].name.size();
     UB_RETURN_IF_ERROR(EmitEntries(dest_.ino, top_));
     // Node order is inode number order.
@@ -928,8 +945,7 @@ Status FilesystemImpl::BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes
     index = std::max(index, t.first_index + entries);
     UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
     ii.size = ii.size.get() + dir_size_delta;
-    timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
+    const timespec now = txn::WallClock();
     ii.mtime.sec = static_cast<uint64_t>(now.tv_sec);
     ii.mtime.nsec = static_cast<uint32_t>(now.tv_nsec);
     ii.ctime = ii.mtime;

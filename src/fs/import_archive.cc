@@ -134,6 +134,11 @@ class ArchiveImporter {
   }
 
  private:
+  Time Clamped(Time t) const {
+    const auto& m = options_.max_time;
+    return m && (t.sec > m->sec || (t.sec == m->sec && t.nsec > m->nsec)) ? *m : t;
+  }
+
   Status Entry(archive* a, archive_entry* e) {
     const char* raw = archive_entry_pathname(e);
     if (!raw) return Status::Error(EINVAL, "entry without a name");
@@ -147,13 +152,13 @@ class ArchiveImporter {
     c.mode = mode & 07777;
     c.uid = uid;
     c.gid = gid;
-    const Time mtime{archive_entry_mtime(e), static_cast<uint32_t>(archive_entry_mtime_nsec(e))};
+    const Time mtime = Clamped({archive_entry_mtime(e), static_cast<uint32_t>(archive_entry_mtime_nsec(e))});
     c.mtime = mtime;
     c.atime = archive_entry_atime_is_set(e)
-                  ? Time{archive_entry_atime(e), static_cast<uint32_t>(archive_entry_atime_nsec(e))}
+                  ? Clamped({archive_entry_atime(e), static_cast<uint32_t>(archive_entry_atime_nsec(e))})
                   : mtime;
     c.ctime = archive_entry_ctime_is_set(e)
-                  ? Time{archive_entry_ctime(e), static_cast<uint32_t>(archive_entry_ctime_nsec(e))}
+                  ? Clamped({archive_entry_ctime(e), static_cast<uint32_t>(archive_entry_ctime_nsec(e))})
                   : mtime;
 
     if (path->empty()) {  // "./": the destination directory itself
@@ -281,6 +286,10 @@ class ArchiveImporter {
           fs_.Write(id, static_cast<uint64_t>(offset), std::span(static_cast<const uint8_t*>(block), len)).status());
       end = std::max(end, static_cast<uint64_t>(offset) + len);
       stats_->bytes += len;
+      if (options_.progress && stats_->bytes - progress_bytes_ >= (16u << 20)) {
+        progress_bytes_ = stats_->bytes;
+        options_.progress(*stats_);
+      }
       since_commit_ += len;
       if (since_commit_ >= options_.commit_every_bytes) {
         since_commit_ = 0;
@@ -336,6 +345,7 @@ class ArchiveImporter {
   std::vector<std::pair<InodeId, AttrChange>> dir_attrs_;
   uint64_t since_commit_ = 0;
   uint64_t progress_tick_ = 0;
+  uint64_t progress_bytes_ = 0;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "format/ondisk.h"
 #include "txn/transaction.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::txn {
 
@@ -64,8 +65,7 @@ Status TxnManager::SnapshotTree(uint64_t src, uint64_t new_id, bool read_only, c
     std::memset(&item.stime, 0, sizeof(item.stime));
     std::memset(&item.rtime, 0, sizeof(item.rtime));
   }
-  timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
+  const timespec now = WallClock();
   item.otime.sec = static_cast<uint64_t>(now.tv_sec);
   item.otime.nsec = static_cast<uint32_t>(now.tv_nsec);
   item.otransid = transid();
