@@ -121,6 +121,35 @@ bool IsMounted(const std::string& path) {
   return false;
 }
 
+// The import's progress on one updating line of a terminal: entries, data
+// and its rate, at most five times a second; Done() clears the line.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool on) : on_(on), start_(Clock::now()), last_(start_) {}
+  void Update(const ImportStats& s) {
+    if (!on_) return;
+    const auto now = Clock::now();
+    if (now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const uint64_t entries = s.files + s.dirs + s.symlinks + s.hardlinks + s.specials;
+    fmt::print(stderr, "\r\033[K{} files, {} directories, {} entries; {}, {}/s", s.files, s.dirs, entries,
+               Human(s.bytes), Human(secs > 0 ? static_cast<uint64_t>(static_cast<double>(s.bytes) / secs) : 0));
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void Done() {
+    if (shown_) fmt::print(stderr, "\r\033[K");
+    shown_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool on_;
+  bool shown_ = false;
+  Clock::time_point start_, last_;
+};
+
 // A --subvol: the directory below --rootdir that becomes a subvolume.
 struct SubvolSpec {
   std::string rel;  // canonical, relative to the canonical rootdir
@@ -275,35 +304,6 @@ ImportOptions ImportOptionsFor(const std::string& base, const std::vector<Subvol
   }
   return io;
 }
-
-// The import's progress on one updating line of a terminal: entries, data
-// and its rate, at most five times a second; Done() clears the line.
-class ProgressLine {
- public:
-  explicit ProgressLine(bool on) : on_(on), start_(Clock::now()), last_(start_) {}
-  void Update(const ImportStats& s) {
-    if (!on_) return;
-    const auto now = Clock::now();
-    if (now - last_ < std::chrono::milliseconds(200)) return;
-    last_ = now;
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    const uint64_t entries = s.files + s.dirs + s.symlinks + s.hardlinks + s.specials;
-    fmt::print(stderr, "\r\033[K{} files, {} directories, {} entries; {}, {}/s", s.files, s.dirs, entries,
-               Human(s.bytes), Human(secs > 0 ? static_cast<uint64_t>(static_cast<double>(s.bytes) / secs) : 0));
-    std::fflush(stderr);
-    shown_ = true;
-  }
-  void Done() {
-    if (shown_) fmt::print(stderr, "\r\033[K");
-    shown_ = false;
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  bool on_;
-  bool shown_ = false;
-  Clock::time_point start_, last_;
-};
 
 // Imports the rootdir with its --subvol directories as subvolumes, then
 // sets their read-only flags and the default subvolume.
@@ -587,7 +587,7 @@ void CmdMkfs(const MkfsArgs& a) {
     if (!s.ok() && archive && created) {
       fs->reset();
       ::unlink(a.image.c_str());
-      return Fail("--rootdir " + (a.rootdir == "-" ? std::string("-") : a.rootdir) + ": " + s.ToString());
+      return Fail("--rootdir: " + s.ToString());
     }
     if (!s.ok()) {
       return Fail(a.image + ": importing " + a.rootdir + ": " + s.ToString() +

@@ -31,7 +31,11 @@ struct ArchiveCloser {
 Status ArchiveError(archive* a, const std::string& what) {
   const int e = archive_errno(a);
   const char* msg = archive_error_string(a);
-  return Status::Error(e > 0 ? e : EINVAL, what + ": " + (msg ? msg : "unknown libarchive error"));
+  if (e == EILSEQ) {  // libarchive's ARCHIVE_ERRNO_FILE_FORMAT: no format recognised
+    return Status::Error(EINVAL, what + ": not a tar archive (plain or compressed): " +
+                                     (msg ? msg : "unrecognized format"));
+  }
+  return Status::Error(e > 0 ? e : EIO, what + ": " + (msg ? msg : "unknown libarchive error"));
 }
 
 // "./a//b/" -> "a/b"; "" for the top; nullopt for a path with "..".
@@ -114,15 +118,13 @@ class ArchiveImporter {
                                 : archive_read_open_filename(a.get(), source.c_str(), 1 << 16);
     if (r != ARCHIVE_OK) return ArchiveError(a.get(), name);
     dirs_[""] = dest;
-    bool any = false;
     for (;;) {
       archive_entry* e = nullptr;
       const int h = archive_read_next_header(a.get(), &e);
       if (h == ARCHIVE_EOF) break;
       if (h == ARCHIVE_FATAL || (h != ARCHIVE_OK && h != ARCHIVE_WARN)) {
-        return ArchiveError(a.get(), any ? name : name + " (not a tar archive?)");
+        return ArchiveError(a.get(), name);
       }
-      any = true;
       const char* p = archive_entry_pathname(e);
       UB_RETURN_IF_ERROR(Entry(a.get(), e).WithContext(name + ": " + (p ? p : "?")));
     }
