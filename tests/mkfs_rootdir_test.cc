@@ -12,12 +12,14 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
 #include "support/tree_gen.h"
+#include "ubtrfs/filesystem.h"
 
 #ifndef UBTRFS_CLI_PATH
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
@@ -358,6 +360,78 @@ TEST(MkfsRootdirTest, TarArchiveAsNobody) {
   EXPECT_NE(r.err.find("not an archive"), std::string::npos) << r.Describe();
 }
 
+// ACLs an archive records as ACLs (pax SCHILY.acl.*, as tar --acls
+// writes them) become the kernel's system.posix_acl_* xattrs; the archive is
+// made by Python's tarfile, with a device entry no one had to mknod.
+TEST(MkfsRootdirTest, ArchiveAclsBecomePosixAclXattrs) {
+  if (ubtrfs_test::FindProgram("python3").empty()) GTEST_SKIP() << "python3 not installed";
+  TempDir dir("ubtrfs-mkfs-acl");
+  const std::string tar = dir.Sub("acl.tar"), img = dir.Sub("img.img");
+  const std::string script = R"(
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as t:
+    d = tarfile.TarInfo("d"); d.type = tarfile.DIRTYPE; d.mode = 0o775; d.mtime = 1500000000
+    d.pax_headers = {"SCHILY.acl.default": "user::rwx,group::r-x,other::r-x,user:1000:rwx,mask::rwx"}
+    t.addfile(d)
+    f = tarfile.TarInfo("d/f"); f.mode = 0o654; f.size = 5; f.mtime = 1500000000; f.uid = 7; f.gid = 8
+    f.pax_headers = {"SCHILY.acl.access": "user::rw-,user:99:r-x,group::r--,mask::r-x,other::r--"}
+    t.addfile(f, io.BytesIO(b"hello"))
+    c = tarfile.TarInfo("tty9"); c.type = tarfile.CHRTYPE; c.devmajor = 4; c.devminor = 9; c.mode = 0o620
+    t.addfile(c)
+)";
+  auto r = RunCommand({"python3", "-c", script, tar});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = Cli({"mkfs", img, "--size", "256M", "--rootdir", tar, "-q"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  if (HaveBtrfsProgs()) {
+    EXPECT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+  }
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto xattr = [&](const std::string& path, const std::string& name) -> std::string {
+      auto id = (*fs)->Lookup(path);
+      if (!id.ok()) return "lookup: " + id.status().ToString();
+      auto v = (*fs)->GetXattr(*id, name);
+      return v.ok() ? *v : v.status().ToString();
+    };
+    // The xattr layout: version 2, then (tag, perm, id) little-endian.
+    auto acl = [](std::vector<std::tuple<uint16_t, uint16_t, uint32_t>> entries) {
+      std::string v("\x02\0\0\0", 4);
+      for (auto [tag, perm, id] : entries) {
+        for (uint64_t x : {uint64_t{tag}, uint64_t{perm}}) v += std::string{static_cast<char>(x), '\0'};
+        for (int i = 0; i < 4; ++i) v.push_back(static_cast<char>(id >> (8 * i)));
+      }
+      return v;
+    };
+    constexpr uint32_t kNoId = 0xffffffff;
+    EXPECT_EQ(xattr("/d/f", "system.posix_acl_access"),
+              acl({{0x01, 6, kNoId}, {0x02, 5, 99}, {0x04, 4, kNoId}, {0x10, 5, kNoId}, {0x20, 4, kNoId}}));
+    EXPECT_EQ(xattr("/d", "system.posix_acl_default"),
+              acl({{0x01, 7, kNoId}, {0x02, 7, 1000}, {0x04, 5, kNoId}, {0x10, 7, kNoId}, {0x20, 5, kNoId}}));
+  }
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  const std::string mnt = dir.Sub("mnt");
+  MkDir(mnt);
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+  char buf[256];
+  const ssize_t n = lgetxattr((mnt + "/d/f").c_str(), "system.posix_acl_access", buf, sizeof buf);
+  ASSERT_EQ(n, 4 + 5 * 8) << strerror(errno);
+  EXPECT_EQ(buf[12], 2);   // the second entry is ACL_USER...
+  EXPECT_EQ(buf[16], 99);  // ...for uid 99
+  struct stat st;
+  ASSERT_EQ(lstat((mnt + "/tty9").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(st.st_rdev, makedev(4, 9));
+  ASSERT_EQ(lstat((mnt + "/d/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 7u);
+  EXPECT_EQ(st.st_mode & 07777, 0654u);
+  ASSERT_EQ(m.Unmount(), "");
+}
+
 // --owner UID:GID: everything imported from a directory, the top too.
 TEST(MkfsRootdirTest, OwnerForcesTheOwner) {
   if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
@@ -424,7 +498,9 @@ TEST(MkfsRootdirTest, ByteIdenticalImages) {
   build(with(a), dir.Sub("a.img"));
   build(with(b), dir.Sub("b.img"));
   EXPECT_EQ(Sha256(dir.Sub("a.img")), Sha256(dir.Sub("b.img")));
-  if (HaveBtrfsProgs()) EXPECT_EQ(ubtrfs_test::BtrfsCheck(dir.Sub("a.img")), "");
+  if (HaveBtrfsProgs()) {
+    EXPECT_EQ(ubtrfs_test::BtrfsCheck(dir.Sub("a.img")), "");
+  }
   // The same with --deterministic and -U, without the variable: equal to
   // each other, not to the ones above (other uuids and times).
   auto r = RunCommand({kCli, "mkfs", dir.Sub("c.img"), "--size", "256M", "-q", "--deterministic", "-U",

@@ -102,6 +102,20 @@ std::string AclXattr(archive_entry* e, int type, uint32_t mode) {
   return v;
 }
 
+// The permissions of the access ACL's mask entry, if it has one: the
+// group bits of the mode, as the kernel keeps them (libarchive hands the
+// mode with the owning group's entry in those bits instead).
+std::optional<uint32_t> AccessAclMask(archive_entry* e) {
+  if (archive_entry_acl_reset(e, ARCHIVE_ENTRY_ACL_TYPE_ACCESS) <= 0) return std::nullopt;
+  int etype, permset, tag, qual;
+  const char* name;
+  while (archive_entry_acl_next(e, ARCHIVE_ENTRY_ACL_TYPE_ACCESS, &etype, &permset, &tag, &qual, &name) ==
+         ARCHIVE_OK) {
+    if (tag == ARCHIVE_ENTRY_ACL_MASK) return static_cast<uint32_t>(permset & 7);
+  }
+  return std::nullopt;
+}
+
 class ArchiveImporter {
  public:
   ArchiveImporter(Filesystem& fs, const ImportOptions& options, ImportStats* stats)
@@ -147,7 +161,9 @@ class ArchiveImporter {
     auto path = CleanPath(raw);
     if (!path) return Status::Error(EINVAL, "a path with '..' is refused");
     if (options_.progress && (++progress_tick_ % 4096 == 0)) options_.progress(*stats_);
-    const uint32_t mode = archive_entry_mode(e);
+    uint32_t mode = archive_entry_mode(e);
+    const uint32_t mode_as_read = mode;  // for the ACL's owner/group/other entries
+    if (auto mask = AccessAclMask(e)) mode = (mode & ~uint32_t{070}) | (*mask << 3);
     uint32_t uid = static_cast<uint32_t>(archive_entry_uid(e)), gid = static_cast<uint32_t>(archive_entry_gid(e));
     if (options_.owner) uid = options_.owner->first, gid = options_.owner->second;
     AttrChange c;
@@ -165,7 +181,7 @@ class ArchiveImporter {
 
     if (path->empty()) {  // "./": the destination directory itself
       if (!S_ISDIR(mode)) return Status::Error(EINVAL, "the top entry is not a directory");
-      UB_RETURN_IF_ERROR(Xattrs(e, dirs_[""], mode));
+      UB_RETURN_IF_ERROR(Xattrs(e, dirs_[""], mode_as_read));
       dir_attrs_.emplace_back(dirs_[""], c);
       return Status::Ok();
     }
@@ -204,7 +220,7 @@ class ArchiveImporter {
           dirs_[*path] = id;
           ++stats_->dirs;
         }
-        UB_RETURN_IF_ERROR(Xattrs(e, id, mode));
+        UB_RETURN_IF_ERROR(Xattrs(e, id, mode_as_read));
         dir_attrs_.emplace_back(id, c);
         return Status::Ok();
       }
@@ -240,7 +256,7 @@ class ArchiveImporter {
       default:
         return Status::Error(EINVAL, "entry of unknown type 0" + std::to_string((mode & S_IFMT) >> 12));
     }
-    UB_RETURN_IF_ERROR(Xattrs(e, id, mode));
+    UB_RETURN_IF_ERROR(Xattrs(e, id, mode_as_read));
     return fs_.SetAttr(id, c);  // data and xattrs moved the times
   }
 
