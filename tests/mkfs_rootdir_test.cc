@@ -89,6 +89,8 @@ TEST(MkfsRootdirTest, SubvolumesAsTheKernelSeesThem) {
   auto r = Cli({"mkfs", img, "--size", "512M", "--rootdir", src, "--subvol", "sv", "--subvol", "ro:sv/nested",
                 "--subvol", "ro:ro", "--subvol", "rw:plain/deep/inner", "--subvol", "default-ro:def"});
   ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("  subvolume:        sv/nested (ro)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  subvolume:        def (ro, default)\n"), std::string::npos) << r.out;
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
 
   std::string why;

@@ -635,6 +635,9 @@ void CmdMkfs(const MkfsArgs& a) {
     fmt::print("Rootdir:            {}: {} files, {} directories, {} symlinks, {} hard links, {} special files, {}\n",
                a.rootdir, stats.files, stats.dirs, stats.symlinks, stats.hardlinks, stats.specials,
                Human(stats.bytes));
+    for (const auto& sv : subvols) {
+      fmt::print("  subvolume:        {} ({}{})\n", sv.rel, sv.read_only ? "ro" : "rw", sv.is_default ? ", default" : "");
+    }
   }
 }
 
