@@ -254,6 +254,12 @@ void MakeArchiveTree(const std::string& t) {
   ASSERT_TRUE(r.ok()) << r.Describe();
 }
 
+std::string FsidOf(const std::string& img) {
+  auto fs = ubtrfs::Filesystem::Open(img);
+  EXPECT_TRUE(fs.ok()) << fs.status().ToString();
+  return fs.ok() ? (*fs)->Info().fsid : std::string();
+}
+
 std::string Sha256(const std::string& path) {
   auto r = RunCommand({"sha256sum", path});
   EXPECT_TRUE(r.ok()) << r.Describe();
@@ -523,6 +529,9 @@ TEST(MkfsRootdirTest, ByteIdenticalImages) {
   build({"--rootdir", dir.Sub("t.tar")}, dir.Sub("t1.img"));
   build({"--rootdir", dir.Sub("t.tar")}, dir.Sub("t2.img"));
   EXPECT_EQ(Sha256(dir.Sub("t1.img")), Sha256(dir.Sub("t2.img")));
+  // Another label, another seed: the fsid differs.
+  build({"--rootdir", dir.Sub("t.tar"), "-L", "other"}, dir.Sub("t3.img"));
+  EXPECT_NE(FsidOf(dir.Sub("t1.img")), FsidOf(dir.Sub("t3.img")));
   // A bad SOURCE_DATE_EPOCH is an error.
   r = RunCommand({"env", "SOURCE_DATE_EPOCH=yesterday", kCli, "mkfs", dir.Sub("f.img"), "--size", "256M"});
   EXPECT_NE(r.exit_code, 0);

@@ -381,7 +381,7 @@ void CmdMkfs(const MkfsArgs& a) {
     opts.fsid = txn::ParseUuid(a.uuid);
     if (!opts.fsid) return Fail("invalid --uuid '" + a.uuid + "': expected the form 01234567-89ab-cdef-0123-456789abcdef");
   }
-  // Byte-identical images: uuids from a seed (-U or the epoch), the
+  // Byte-identical images: uuids from a seed (-U, or the epoch and label), the
   // library's clock fixed at SOURCE_DATE_EPOCH (0 without it), imported
   // times clamped to it.
   std::optional<Time> max_time;
@@ -399,7 +399,9 @@ void CmdMkfs(const MkfsArgs& a) {
     if (opts.fsid) {
       std::copy(opts.fsid->begin(), opts.fsid->end(), seed.begin());
     } else {
-      seed = txn::DeriveUuid(seed, static_cast<uint64_t>(epoch));
+      // The epoch and the label: images told apart by their labels get
+      // different uuids (-U for anything else).
+      seed = txn::SeedFromText("ubtrfs mkfs\n" + std::to_string(epoch) + "\n" + opts.label);
       opts.fsid.emplace();
       const auto u = txn::DeriveUuid(seed, 1);
       std::copy(u.begin(), u.end(), opts.fsid->begin());

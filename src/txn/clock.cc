@@ -51,6 +51,13 @@ std::array<uint8_t, 16> DeriveUuid(const std::array<uint8_t, 16>& seed, uint64_t
   return out;
 }
 
+std::array<uint8_t, 16> SeedFromText(std::string_view text) {
+  std::array<uint8_t, 16> out{};
+  crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(text.data()), text.size(),
+                     nullptr, 0);
+  return out;
+}
+
 Status NewUuid(uint8_t out[16]) {
   if (g_fixed.load(std::memory_order_relaxed)) {
     std::lock_guard lock(g_seed_mutex);

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string_view>
 
 #include "ubtrfs/status.h"
 
@@ -25,6 +26,9 @@ timespec WallClock(bool coarse = false);
 
 // A new random (version 4) uuid, or the next one derived from the seed.
 Status NewUuid(uint8_t out[16]);
+
+// A seed from any text (blake2b).
+std::array<uint8_t, 16> SeedFromText(std::string_view text);
 
 // A version-4-shaped uuid derived from `seed` and `purpose` (blake2b).
 std::array<uint8_t, 16> DeriveUuid(const std::array<uint8_t, 16>& seed, uint64_t purpose);
