@@ -25,7 +25,7 @@ _ubtrfs_options() {
     ls) echo "$common -l --json" ;;
     cp) echo "$common --strict --no-devices --no-xattrs --compress --reflink" ;;
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
-    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -f --force -q --quiet" ;;
+    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -u --subvol --inode-flags --owner --deterministic -f --force -q --quiet" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;
     stats) echo "$common --json" ;;
@@ -73,7 +73,7 @@ _ubtrfs() {
       COMPREPLY=($(compgen -W "4096 8192 16384 32768 65536" -- "$cur"))
       return 0 ;;
     mkfs:-r|mkfs:--rootdir)
-      COMPREPLY=($(compgen -d -- "$cur"))
+      COMPREPLY=($(compgen -f -- "$cur"))
       return 0 ;;
     mkfs:--compress|cp:--compress)
       COMPREPLY=($(compgen -W "zstd zlib lzo" -- "$cur"))
@@ -87,7 +87,7 @@ _ubtrfs() {
     edit:-f|edit:--file)
       COMPREPLY=($(compgen -f -- "$cur"))
       return 0 ;;
-    *:--offset|*:--partition|*:--subvol|*:--subvolid|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|\
+    *:--offset|*:--partition|*:--subvol|*:--subvolid|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|mkfs:--owner|mkfs:--inode-flags|\
     mkdir:-m|mkdir:--mode|dump-tree:-b|dump-tree:--block|check:--max-errors|touch:-d|touch:--date|\
     truncate:-s|truncate:--size|setfattr:-n|setfattr:--name|setfattr:-v|setfattr:--value|setfattr:-x|\
     setfattr:--remove|getfattr:-n|getfattr:--name|getfattr:-m|getfattr:--match|tree:-L|tree:--level|\

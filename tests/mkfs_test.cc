@@ -673,10 +673,11 @@ TEST(MkfsCliTest, RootdirImportsTheTree) {
   EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
   ASSERT_EQ(m.Unmount(), "");
 
-  // A --rootdir that is not a directory is refused before the image is made.
+  // A --rootdir that is neither a directory nor a tar archive is refused,
+  // and no image is left behind.
   r = Cli({"mkfs", dir.Sub("other.img"), "--size", "256M", "--rootdir", src + "/large"});
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("not a directory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not a tar archive"), std::string::npos) << r.err;
   EXPECT_NE(access(dir.Sub("other.img").c_str(), F_OK), 0);
 }
 

@@ -8,7 +8,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ubtrfs/export_macros.h"
 #include "ubtrfs/filesystem.h"
@@ -31,7 +35,30 @@ struct ImportOptions {
   // files). Commits in the middle may hold a partial import, so this is for
   // a new image (mkfs --rootdir), where only the end state counts.
   bool bulk = false;
+  // Entries below `src` (paths relative to it, as "a/b") that are left out
+  // with everything below them; mkfs --subvol makes them subvolumes and
+  // imports their contents separately. Needs `bulk` and an empty
+  // destination directory (EINVAL otherwise).
+  std::vector<std::string> skip;
+  // Inode flags for paths relative to `src` ("" is `src` itself, put on the
+  // destination directory), as mkfs.btrfs --inode-flags: a directory's flags
+  // are inherited by everything created below it, and kImportNodatacow on a
+  // regular file implies kImportNodatasum. Such files get no data checksums
+  // and no compression. Needs `bulk` and an empty destination (EINVAL
+  // otherwise).
+  std::map<std::string, uint32_t> inode_flags;
+  // Every imported inode (the destination directory too) gets this owner
+  // (uid, gid) instead of the source's (mkfs --owner).
+  std::optional<std::pair<uint32_t, uint32_t>> owner;
+  // Times (atime, mtime, ctime) later than this are stored as this, as
+  // reproducible builds clamp to SOURCE_DATE_EPOCH (a source tree's ctimes
+  // and atimes are those of its checkout and reads).
+  std::optional<Time> max_time;
 };
+
+// ImportOptions::inode_flags bits.
+inline constexpr uint32_t kImportNodatasum = 1;  // BTRFS_INODE_NODATASUM
+inline constexpr uint32_t kImportNodatacow = 2;  // BTRFS_INODE_NODATACOW
 
 // Copies host path `src` to `name` inside directory `dest_dir` of the image.
 UBTRFS_API Status ImportTree(Filesystem& fs, const std::string& src, InodeId dest_dir, const std::string& name,
@@ -41,6 +68,17 @@ UBTRFS_API Status ImportTree(Filesystem& fs, const std::string& src, InodeId des
 // (the top directory's own mode, owner, times and xattrs go onto dest_dir).
 UBTRFS_API Status ImportContents(Filesystem& fs, const std::string& src, InodeId dest_dir, const ImportOptions& options = {},
                       ImportStats* stats = nullptr);
+
+// Copies the contents of a tar archive (ustar, pax or GNU; plain or
+// compressed with gzip, bzip2, xz, zstd, lz4...: detected from the content)
+// into image directory `dest_dir`: "-" reads standard input. Owners, modes,
+// times, xattrs (security.* and ACLs included, SCHILY.acl.* ACLs stored as
+// system.posix_acl_*), hard links, symlinks, device nodes, fifos and sparse
+// files as the archive records them; a "./" entry's attributes go onto
+// `dest_dir`, directories the archive does not list are made 0755.
+// EINVAL for what is not a tar archive or has ".." in a path.
+UBTRFS_API Status ImportArchive(Filesystem& fs, const std::string& archive, InodeId dest_dir,
+                                const ImportOptions& options = {}, ImportStats* stats = nullptr);
 
 }  // namespace ubtrfs
 

@@ -10,19 +10,27 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
+#include "cli/mkfs_rootdir.h"
 #include "format/checksum.h"
 #include "format/superblock.h"
 #include "ubtrfs/import.h"
 #include "io/block_device.h"
 #include "io/offset_device.h"
+#include "txn/clock.h"
 #include "txn/mkfs.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
@@ -41,6 +49,10 @@ struct MkfsArgs {
   std::string rootdir;
   std::string compress;
   std::vector<std::string> features;
+  std::vector<std::string> subvols;      // [rw|ro|default|default-ro:]SUBDIR
+  std::vector<std::string> inode_flags;  // nodatacow|nodatasum[,...]:PATH
+  std::string owner;                     // UID:GID
+  bool deterministic = false;
   bool force = false;
   bool quiet = false;
 };
@@ -80,16 +92,6 @@ std::optional<uint64_t> ParseSize(std::string_view s) {
   return v << shift;
 }
 
-std::string Human(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 6) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{}B", bytes) : fmt::format("{:.2f}{}", v, kUnits[u]);
-}
 
 // Whether `path` (an image file or a block device) is mounted: a mount
 // source that names it, or a loop device backed by it.
@@ -160,6 +162,42 @@ void CmdMkfs(const MkfsArgs& a) {
     opts.fsid = txn::ParseUuid(a.uuid);
     if (!opts.fsid) return Fail("invalid --uuid '" + a.uuid + "': expected the form 01234567-89ab-cdef-0123-456789abcdef");
   }
+  // Byte-identical images: uuids from a seed (-U, or the epoch and label), the
+  // library's clock fixed at SOURCE_DATE_EPOCH (0 without it), imported
+  // times clamped to it.
+  std::optional<Time> max_time;
+  if (const char* sde = std::getenv("SOURCE_DATE_EPOCH"); a.deterministic || (sde && *sde)) {
+    int64_t epoch = 0;
+    if (sde && *sde) {
+      const std::string_view v(sde);
+      auto n = ParseSize(v);
+      if (!n || v.find_first_not_of("0123456789") != std::string_view::npos || *n > uint64_t{INT64_MAX}) {
+        return Fail(std::string("SOURCE_DATE_EPOCH '") + sde + "' is not a number of seconds since 1970");
+      }
+      epoch = static_cast<int64_t>(*n);
+    }
+    std::array<uint8_t, 16> seed{};
+    if (opts.fsid) {
+      std::copy(opts.fsid->begin(), opts.fsid->end(), seed.begin());
+    } else {
+      // The epoch and the label: images told apart by their labels get
+      // different uuids (-U for anything else).
+      seed = txn::SeedFromText("ubtrfs mkfs\n" + std::to_string(epoch) + "\n" + opts.label);
+      opts.fsid.emplace();
+      const auto u = txn::DeriveUuid(seed, 1);
+      std::copy(u.begin(), u.end(), opts.fsid->begin());
+    }
+    int purpose = 2;
+    for (auto* field : {&opts.dev_uuid, &opts.chunk_tree_uuid, &opts.fs_tree_uuid}) {
+      const auto u = txn::DeriveUuid(seed, static_cast<uint64_t>(purpose++));
+      field->emplace();
+      std::copy(u.begin(), u.end(), (*field)->begin());
+    }
+    opts.time_sec = epoch;
+    opts.time_nsec = 0;
+    txn::SetDeterministic(epoch, seed);
+    max_time = Time{epoch, 0};
+  }
   std::optional<uint64_t> size;
   if (!a.size.empty()) {
     size = ParseSize(a.size);
@@ -180,10 +218,61 @@ void CmdMkfs(const MkfsArgs& a) {
     if (a.rootdir.empty()) return Fail("--compress needs --rootdir (it compresses the data copied in)");
     if (Status c = ParseCompressSpec(a.compress, &compress); !c.ok()) return Fail("--compress: " + c.message());
   }
+  if (a.rootdir.empty() && !a.subvols.empty()) return Fail("--subvol needs --rootdir (it names a directory in it)");
+  if (a.rootdir.empty() && !a.inode_flags.empty()) {
+    return Fail("--inode-flags needs --rootdir (it names a path in it)");
+  }
+  std::vector<SubvolSpec> subvols;
+  std::map<std::string, uint32_t> inode_flags;
+  std::string root_real;
+  std::optional<std::pair<uint32_t, uint32_t>> owner;
+  if (!a.owner.empty()) {
+    if (a.rootdir.empty()) return Fail("--owner needs --rootdir (it sets the owner of what is imported)");
+    const size_t colon = a.owner.find(':');
+    auto num = [](std::string_view v) -> std::optional<uint32_t> {
+      auto n = ParseSize(v);
+      if (!n || v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos || *n > UINT32_MAX - 1) {
+        return std::nullopt;
+      }
+      return static_cast<uint32_t>(*n);
+    };
+    std::optional<uint32_t> uid, gid;
+    if (colon != std::string::npos) {
+      uid = num(std::string_view(a.owner).substr(0, colon));
+      gid = num(std::string_view(a.owner).substr(colon + 1));
+    }
+    if (!uid || !gid) return Fail("invalid --owner '" + a.owner + "': expected UID:GID (numbers, e.g. 0:0)");
+    owner.emplace(*uid, *gid);
+  }
+  // --rootdir: a directory, or a tar archive (a file, a pipe; "-": stdin).
+  bool archive = false;
   if (!a.rootdir.empty()) {
     struct stat rs;
-    if (::stat(a.rootdir.c_str(), &rs) != 0) return Fail("--rootdir " + a.rootdir + ": " + std::strerror(errno));
-    if (!S_ISDIR(rs.st_mode)) return Fail("--rootdir " + a.rootdir + ": not a directory");
+    if (a.rootdir == "-") {
+      archive = true;
+    } else {
+      if (::stat(a.rootdir.c_str(), &rs) != 0) return Fail("--rootdir " + a.rootdir + ": " + std::strerror(errno));
+      if (S_ISREG(rs.st_mode) || S_ISFIFO(rs.st_mode) || S_ISCHR(rs.st_mode)) {
+        archive = true;
+      } else if (!S_ISDIR(rs.st_mode)) {
+        return Fail("--rootdir " + a.rootdir + ": not a directory or a tar archive");
+      }
+    }
+  }
+  if (archive && !a.subvols.empty()) return Fail("--subvol needs a directory --rootdir, not an archive");
+  if (archive && !a.inode_flags.empty()) return Fail("--inode-flags needs a directory --rootdir, not an archive");
+  if (!a.rootdir.empty() && !archive) {
+    char* real = ::realpath(a.rootdir.c_str(), nullptr);
+    if (!real) return Fail("--rootdir " + a.rootdir + ": " + std::strerror(errno));
+    root_real = real;
+    std::free(real);
+    std::string err;
+    auto sv = ParseSubvols(a.subvols, root_real, &err);
+    if (!sv) return Fail(err);
+    subvols = std::move(*sv);
+    auto fl = ParseInodeFlags(a.inode_flags, root_real, &err);
+    if (!fl) return Fail(err);
+    inode_flags = std::move(*fl);
   }
 
   // What is there now: nothing, a regular file or a block device.
@@ -264,10 +353,25 @@ void CmdMkfs(const MkfsArgs& a) {
     PlacementInto(&oo);
     auto fs = Filesystem::Open(a.image, oo);
     if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
-    ImportOptions io;
-    io.bulk = true;  // a new image: only the end state counts
-    Status s = ImportContents(**fs, a.rootdir, (*fs)->Root(), io, &stats);
+    Status s;
+    // Progress only where someone watches: a terminal, and not with -q.
+    ProgressLine progress(!a.quiet && ::isatty(STDERR_FILENO));
+    if (archive) {
+      ImportOptions io;
+      io.owner = owner;
+      io.max_time = max_time;
+      io.progress = [&progress](const ImportStats& st) { progress.Update(st); };
+      s = ImportArchive(**fs, a.rootdir, (*fs)->Root(), io, &stats);
+    } else {
+      s = ImportRootdir(**fs, root_real, subvols, inode_flags, owner, max_time, &progress, &stats);
+    }
     if (s.ok()) s = (*fs)->Commit();
+    progress.Done();
+    if (!s.ok() && archive && created) {
+      fs->reset();
+      ::unlink(a.image.c_str());
+      return Fail("--rootdir: " + s.ToString());
+    }
     if (!s.ok()) {
       return Fail(a.image + ": importing " + a.rootdir + ": " + s.ToString() +
                   " (the filesystem holds what was committed before the error)");
@@ -315,6 +419,9 @@ void CmdMkfs(const MkfsArgs& a) {
     fmt::print("Rootdir:            {}: {} files, {} directories, {} symlinks, {} hard links, {} special files, {}\n",
                a.rootdir, stats.files, stats.dirs, stats.symlinks, stats.hardlinks, stats.specials,
                Human(stats.bytes));
+    for (const auto& sv : subvols) {
+      fmt::print("  subvolume:        {} ({}{})\n", sv.rel, sv.read_only ? "ro" : "rw", sv.is_default ? ", default" : "");
+    }
   }
 }
 
@@ -334,13 +441,25 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_option("-L,--label", args.label, "Filesystem label (at most 255 bytes)");
   cmd->add_option("-U,--uuid", args.uuid, "Filesystem UUID (random by default)");
   cmd->add_option("-r,--rootdir", args.rootdir,
-                  "Copy this host directory's contents into the new filesystem (owners, modes, times, xattrs, "
-                  "hard links, special files)");
+                  "Copy this host directory's contents, or a tar archive's (plain, gzip, xz, zstd...; - for "
+                  "stdin), into the new filesystem (owners, modes, times, xattrs, hard links, special files)");
+  cmd->add_option("--owner", args.owner, "Make UID:GID the owner of everything the --rootdir import makes");
   cmd->add_option("--compress", args.compress,
                   "Compress the --rootdir data with zlib, lzo or zstd (ALG[:LEVEL]), as mount -o compress=");
   cmd->add_option("-O,--features", args.features,
                   "Features, comma-separated, ^ to turn one off, as mkfs.btrfs: block-group-tree is on by default "
                   "(-O ^block-group-tree for kernels older than 6.1)");
+  cmd->add_option("-u,--subvol", args.subvols,
+                  "Make this directory of the --rootdir a subvolume ([rw|ro|default|default-ro:]SUBDIR, "
+                  "repeatable): ro read-only, default the default subvolume")
+      ->allow_extra_args(false);
+  cmd->add_option("--inode-flags", args.inode_flags,
+                  "Set inode flags on this path of the --rootdir (nodatacow|nodatasum[,...]:PATH, repeatable), "
+                  "inherited by what is below a directory; such files get no checksums")
+      ->allow_extra_args(false);
+  cmd->add_flag("--deterministic", args.deterministic,
+                "The same input gives the same image bytes: uuids from -U or a fixed seed, the filesystem's own "
+                "times and imported times clamped to SOURCE_DATE_EPOCH (0 if unset); also on with SOURCE_DATE_EPOCH");
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });

@@ -9,6 +9,7 @@
 #include <linux/falloc.h>
 
 #include "fs/fs_impl.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::fsimpl {
 namespace {
@@ -17,8 +18,7 @@ namespace {
 constexpr uint64_t kMaxPreallocExtent = 128ull << 20;
 
 void SetNow(format::Timespec& ts) {
-  timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
+  const timespec now = txn::WallClock();
   ts.sec = static_cast<uint64_t>(now.tv_sec);
   ts.nsec = static_cast<uint32_t>(now.tv_nsec);
 }

@@ -246,6 +246,8 @@ class FilesystemImpl final : public Filesystem {
   Status BulkInsert(InodeId dir, std::span<const format::Key> keys, std::span<const std::vector<uint8_t>> data);
   // The inode numbers and entry indexes used, and the directory's size growth.
   Status BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes, uint64_t entries, uint64_t dir_size_delta);
+  // ORs `flags` into an inode's flags (mkfs --inode-flags on the import's top).
+  Status AddInodeFlags(InodeId id, uint64_t flags);
 
   // Paths start at the chosen subvolume (OpenOptions::subvol / subvolid),
   // else at the default one (subvolume.cc).

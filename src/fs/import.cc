@@ -14,15 +14,19 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "format/checksum.h"
 #include "fs/fs_impl.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::fs {
 namespace {
+
+static_assert(kImportNodatasum == format::kInodeNodatasum && kImportNodatacow == format::kInodeNodatacow);
 
 Status Errno(const std::string& what, const std::string& path) {
   const int e = errno;
@@ -30,6 +34,17 @@ Status Errno(const std::string& what, const std::string& path) {
 }
 
 Time ToTime(const timespec& ts) { return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)}; }
+
+// `ts`, or `max` when later (ImportOptions::max_time).
+timespec Clamp(const timespec& ts, const std::optional<Time>& max) {
+  if (!max || ts.tv_sec < max->sec || (ts.tv_sec == max->sec && static_cast<uint32_t>(ts.tv_nsec) <= max->nsec)) {
+    return ts;
+  }
+  timespec out{};
+  out.tv_sec = static_cast<time_t>(max->sec);
+  out.tv_nsec = static_cast<long>(max->nsec);
+  return out;
+}
 
 // listxattrat(2) (Linux 6.13+; the number is the same on every architecture
 // that uses the common syscall table): lists xattrs relative to a directory
@@ -159,11 +174,11 @@ class Importer {
   Status SetAttrs(InodeId id, const struct stat& st) {
     AttrChange c;
     if (!S_ISLNK(st.st_mode)) c.mode = st.st_mode & 07777;
-    c.uid = st.st_uid;
-    c.gid = st.st_gid;
-    c.atime = ToTime(st.st_atim);
-    c.mtime = ToTime(st.st_mtim);
-    c.ctime = ToTime(st.st_ctim);
+    c.uid = options_.owner ? options_.owner->first : st.st_uid;
+    c.gid = options_.owner ? options_.owner->second : st.st_gid;
+    c.atime = ToTime(Clamp(st.st_atim, options_.max_time));
+    c.mtime = ToTime(Clamp(st.st_mtim, options_.max_time));
+    c.ctime = ToTime(Clamp(st.st_ctim, options_.max_time));
     return fs_.SetAttr(id, c);
   }
 
@@ -190,6 +205,10 @@ class Importer {
       }
       off += static_cast<uint64_t>(n);
       stats_->bytes += static_cast<uint64_t>(n);
+      if (options_.progress && stats_->bytes - progress_bytes_ >= (16u << 20)) {
+        progress_bytes_ = stats_->bytes;
+        options_.progress(*stats_);
+      }
       since_commit_ += static_cast<uint64_t>(n);
       if (since_commit_ >= options_.commit_every_bytes) {
         since_commit_ = 0;
@@ -211,11 +230,11 @@ class Importer {
   NewInode Attrs(const struct stat& st) {
     NewInode a;
     a.mode = st.st_mode & 07777;
-    a.uid = st.st_uid;
-    a.gid = st.st_gid;
-    a.atime = ToTime(st.st_atim);
-    a.mtime = ToTime(st.st_mtim);
-    a.ctime = ToTime(st.st_ctim);
+    a.uid = options_.owner ? options_.owner->first : st.st_uid;
+    a.gid = options_.owner ? options_.owner->second : st.st_gid;
+    a.atime = ToTime(Clamp(st.st_atim, options_.max_time));
+    a.mtime = ToTime(Clamp(st.st_mtim, options_.max_time));
+    a.ctime = ToTime(Clamp(st.st_ctim, options_.max_time));
     return a;
   }
 
@@ -237,6 +256,7 @@ class Importer {
   std::map<std::pair<dev_t, ino_t>, InodeId> links_;
   uint64_t since_commit_ = 0;
   uint64_t progress_tick_ = 0;
+  uint64_t progress_bytes_ = 0;  // stats_->bytes at the last progress call from the data path
 };
 
 // ---- Bulk import ---------------------------------------------------------------------------------
@@ -262,6 +282,7 @@ struct HostNode {
   uint32_t index = 0;       // position among the parent's entries
   uint32_t link_of = kNone;  // a further hard link to this node
   uint32_t extra = kNone;    // into Extras: xattrs, inline data, children
+  uint8_t iflags = 0;        // NODATACOW / NODATASUM (--inode-flags, inherited)
   uint64_t rdev = 0, size = 0;
   timespec atime{}, mtime{}, ctime{};
   uint64_t ino = 0;
@@ -326,12 +347,17 @@ class BulkImporter {
     if (!t.ok() && t.status().code() == ENOTEMPTY) return false;
     UB_ASSIGN_OR_RETURN(t_, std::move(t));
     // The directory's property is not looked up: a new image has none.
+    if (auto it = options_.inode_flags.find(""); it != options_.inode_flags.end() && it->second) {
+      UB_RETURN_IF_ERROR(fs_.AddInodeFlags(dest, ToInodeFlags(it->second, S_IFDIR)));
+      t_.inode_flags |= ToInodeFlags(it->second, S_IFDIR);
+    }
+    skip_.insert(options_.skip.begin(), options_.skip.end());
     zc_ = ChooseCompression(fs_.compression(), t_.inode_flags, 0);
     next_ino_ = t_.first_ino;
     {
       int fd = ::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (fd < 0) return Errno("open", src);
-      UB_RETURN_IF_ERROR(ScanDir(fd, src, kNone));
+      UB_RETURN_IF_ERROR(ScanDir(fd, src, kNone, "", static_cast<uint8_t>(t_.inode_flags & kDataFlags)));
     }
     if (nodes_.size() > UINT32_MAX - 1) return Status::Error(EOVERFLOW, src + ": too many entries");
     UB_RETURN_IF_ERROR(Emit());
@@ -374,9 +400,19 @@ class BulkImporter {
     return extras_[nodes_[i].extra];
   }
 
-  // Lists directory `dfd` (host path `path`, node `self`), adds a node for
-  // every entry, then descends into the subdirectories. Takes `dfd`.
-  Status ScanDir(int dfd, const std::string& path, uint32_t self) {
+  // --inode-flags bits (kImport*) as the inode flags of an inode of type `mode`.
+  static uint64_t ToInodeFlags(uint32_t bits, uint32_t mode) {
+    uint64_t f = 0;
+    if (bits & kImportNodatacow) f |= format::kInodeNodatacow | (S_ISREG(mode) ? format::kInodeNodatasum : 0);
+    if (bits & kImportNodatasum) f |= format::kInodeNodatasum;
+    return f;
+  }
+  static constexpr uint64_t kDataFlags = format::kInodeNodatacow | format::kInodeNodatasum;
+
+  // Lists directory `dfd` (host path `path`, `rel` below the source, node
+  // `self`, whose NODATACOW/NODATASUM flags are `dir_flags`), adds a node
+  // for every entry, then descends into the subdirectories. Takes `dfd`.
+  Status ScanDir(int dfd, const std::string& path, uint32_t self, const std::string& rel, uint8_t dir_flags) {
     DIR* d = ::fdopendir(dfd);
     if (!d) {
       const Status st = Errno("opendir", path);
@@ -395,6 +431,25 @@ class BulkImporter {
       return st;
     }
     std::sort(names.begin(), names.end());  // a reproducible image for a given tree
+    // Entries left out (--subvol directories) and the flags each entry
+    // starts with: its directory's and its own --inode-flags.
+    std::vector<uint8_t> pre(names.size(), dir_flags);
+    if (!skip_.empty() || !options_.inode_flags.empty()) {
+      size_t kept = 0;
+      for (size_t k = 0; k < names.size(); ++k) {
+        const std::string child = rel.empty() ? names[k] : rel + "/" + names[k];
+        if (skip_.count(child)) continue;
+        uint8_t f = dir_flags;
+        if (auto it = options_.inode_flags.find(child); it != options_.inode_flags.end()) {
+          f |= static_cast<uint8_t>(it->second & (kImportNodatacow | kImportNodatasum));
+        }
+        pre[kept] = f;
+        if (kept != k) names[kept] = std::move(names[k]);
+        ++kept;
+      }
+      names.resize(kept);
+      pre.resize(kept);
+    }
     std::vector<uint32_t> children;
     children.reserve(names.size());
     std::vector<uint32_t> subdirs;
@@ -410,7 +465,7 @@ class BulkImporter {
         for (;;) {
           const size_t from = next.fetch_add(kSlice);
           if (from >= names.size()) return;
-          ProbeRange(::dirfd(d), path, names, from, std::min(names.size(), from + kSlice), &probes);
+          ProbeRange(::dirfd(d), path, names, pre, from, std::min(names.size(), from + kSlice), &probes);
         }
       };
       std::thread helper;
@@ -420,7 +475,7 @@ class BulkImporter {
     }
     Status result;
     for (size_t k = 0; k < names.size() && result.ok(); ++k) {
-      auto r = AddEntry(::dirfd(d), path, names[k], self, static_cast<uint32_t>(k), probes[k]);
+      auto r = AddEntry(::dirfd(d), path, names[k], self, static_cast<uint32_t>(k), pre[k], probes[k]);
       if (!r.ok()) {
         result = r.status();
         break;
@@ -444,7 +499,8 @@ class BulkImporter {
       const std::string sub = path + "/" + nodes_[c].name;
       int fd = ::open(sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (fd < 0) return Errno("open", sub);
-      UB_RETURN_IF_ERROR(ScanDir(fd, sub, c));
+      UB_RETURN_IF_ERROR(ScanDir(fd, sub, c, rel.empty() ? nodes_[c].name : rel + "/" + nodes_[c].name,
+                                 static_cast<uint8_t>(nodes_[c].iflags & kDataFlags)));
     }
     return Status::Ok();
   }
@@ -463,7 +519,9 @@ class BulkImporter {
 
   // With `all` false, a file with more than one link gets only its stat (a
   // further link to a file seen before needs nothing else).
-  void ProbeEntry(int dfd, const std::string& path, const std::string& name, Probe* p, bool all = false) const {
+  // `pre`: the entry's --inode-flags bits (no compression with either).
+  void ProbeEntry(int dfd, const std::string& path, const std::string& name, uint8_t pre, Probe* p,
+                  bool all = false) const {
     if (::fstatat(dfd, name.c_str(), &p->st, AT_SYMLINK_NOFOLLOW) != 0) {
       p->status = Errno("lstat", path);
       return;
@@ -471,9 +529,10 @@ class BulkImporter {
     const struct stat& st = p->st;
     if (!all && !S_ISDIR(st.st_mode) && st.st_nlink > 1) return;
     if (S_ISREG(st.st_mode)) {
+      const WriteCompression& zc = pre ? no_zc_ : zc_;
       const uint64_t size = static_cast<uint64_t>(st.st_size);
       // With compression a file of up to a sector may still go inline.
-      const uint64_t inline_max = zc_.on() ? t_.sectorsize : std::min<uint64_t>(kMaxInline, t_.sectorsize - 1);
+      const uint64_t inline_max = zc.on() ? t_.sectorsize : std::min<uint64_t>(kMaxInline, t_.sectorsize - 1);
       if (size > 0 && size <= inline_max) {
         p->data.assign(size, '\0');
         int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -492,15 +551,15 @@ class BulkImporter {
         if (static_cast<size_t>(got) != p->data.size()) {
           p->data.clear();
           p->deferred_data = true;  // changed under us: the write path copies what is there
-        } else if (zc_.on()) {
+        } else if (zc.on()) {
           // Here, on the probing threads, as the write path would decide.
           bool failed = false;
-          auto z = CompressInline(zc_, std::span(reinterpret_cast<const uint8_t*>(p->data.data()), p->data.size()),
+          auto z = CompressInline(zc, std::span(reinterpret_cast<const uint8_t*>(p->data.data()), p->data.size()),
                                   t_.sectorsize, kMaxInline, &failed);
-          p->nocompress = failed && !zc_.force;
+          p->nocompress = failed && !zc.force;
           if (z) {
             p->data.assign(z->begin(), z->end());
-            p->compression = zc_.type;
+            p->compression = zc.type;
           } else if (size > kMaxInline || size >= t_.sectorsize) {
             p->data.clear();
             p->deferred_data = true;  // a plain regular extent, through the write path
@@ -527,14 +586,14 @@ class BulkImporter {
   }
 
   // Probes entries [from, to) of a directory.
-  void ProbeRange(int dfd, const std::string& dir_path, const std::vector<std::string>& names, size_t from, size_t to,
-                  std::vector<Probe>* probes) const {
-    for (size_t k = from; k < to; ++k) ProbeEntry(dfd, dir_path + "/" + names[k], names[k], &(*probes)[k]);
+  void ProbeRange(int dfd, const std::string& dir_path, const std::vector<std::string>& names,
+                  const std::vector<uint8_t>& pre, size_t from, size_t to, std::vector<Probe>* probes) const {
+    for (size_t k = from; k < to; ++k) ProbeEntry(dfd, dir_path + "/" + names[k], names[k], pre[k], &(*probes)[k]);
   }
 
   // Adds the node of one probed entry.
   Result<uint32_t> AddEntry(int dfd, const std::string& dir_path, const std::string& name, uint32_t parent,
-                            uint32_t index, Probe& p) {
+                            uint32_t index, uint8_t pre, Probe& p) {
     const std::string path = dir_path + "/" + name;
     if (name.size() > 255) return Status::Error(ENAMETOOLONG, path + ": name longer than 255 bytes");
     UB_RETURN_IF_ERROR(p.status);
@@ -555,17 +614,18 @@ class BulkImporter {
         ++stats_->hardlinks;
         return id;
       }
-      ProbeEntry(dfd, path, name, &p, /*all=*/true);  // the first link: the rest of what it needs
+      ProbeEntry(dfd, path, name, pre, &p, /*all=*/true);  // the first link: the rest of what it needs
       UB_RETURN_IF_ERROR(p.status);
     }
     n.mode = st.st_mode & (S_IFMT | 07777);
-    n.uid = st.st_uid;
-    n.gid = st.st_gid;
+    n.uid = options_.owner ? options_.owner->first : st.st_uid;
+    n.gid = options_.owner ? options_.owner->second : st.st_gid;
     n.size = static_cast<uint64_t>(st.st_size);
-    n.atime = st.st_atim;
-    n.mtime = st.st_mtim;
-    n.ctime = st.st_ctim;
+    n.atime = Clamp(st.st_atim, options_.max_time);
+    n.mtime = Clamp(st.st_mtim, options_.max_time);
+    n.ctime = Clamp(st.st_ctim, options_.max_time);
     n.ino = next_ino_++;
+    n.iflags = static_cast<uint8_t>(ToInodeFlags(pre, st.st_mode));
     if (S_ISDIR(st.st_mode)) {
       n.size = 0;
       ++stats_->dirs;
@@ -674,7 +734,7 @@ class BulkImporter {
       const dev_t rdev = static_cast<dev_t>(n.rdev);
       ii.rdev = (uint64_t{major(rdev)} << 20) | minor(rdev);
     }
-    ii.flags = t_.inode_flags | (x && x->nocompress ? format::kInodeNocompress : 0);
+    ii.flags = (t_.inode_flags & ~kDataFlags) | n.iflags | (x && x->nocompress ? format::kInodeNocompress : 0);
     SetTs(ii.atime, n.atime);
     SetTs(ii.mtime, n.mtime);
     SetTs(ii.ctime, n.ctime);
@@ -757,7 +817,7 @@ class BulkImporter {
   }
 
   Status Emit() {
-    clock_gettime(CLOCK_REALTIME, &now_);
+    now_ = txn::WallClock();
     for (uint32_t c : top_) top_size_ += 2 * nodes_[c].name.size();
     UB_RETURN_IF_ERROR(EmitEntries(dest_.ino, top_));
     // Node order is inode number order.
@@ -774,6 +834,8 @@ class BulkImporter {
   InodeId dest_;
   fsimpl::FilesystemImpl::BulkTarget t_;
   WriteCompression zc_;  // for the new files (inline data here, the rest in the write path)
+  WriteCompression no_zc_;  // for files with NODATACOW / NODATASUM
+  std::set<std::string> skip_;
   std::vector<HostNode> nodes_;
   std::vector<Extra> extras_;
   std::vector<uint32_t> top_;  // entries of the destination directory
@@ -810,10 +872,16 @@ Status ImportContents(Filesystem& fs, const std::string& src, InodeId dest_dir, 
   if (!stats) stats = &own;
   Importer imp(fs, options, stats);
   auto* impl = dynamic_cast<fsimpl::FilesystemImpl*>(&fs);
+  const bool needs_bulk = !options.skip.empty() || !options.inode_flags.empty();
+  const Status no_bulk = Status::Error(
+      EINVAL, "skipped entries and inode flags need a bulk import into an empty directory");
   if (options.bulk && impl) {
     BulkImporter bulk(*impl, options, stats);
     UB_ASSIGN_OR_RETURN(bool done, bulk.Run(src, dest_dir));
+    if (!done && needs_bulk) return no_bulk;
     if (!done) UB_RETURN_IF_ERROR(imp.CopyEntries(src, dest_dir));
+  } else if (needs_bulk) {
+    return no_bulk;
   } else {
     UB_RETURN_IF_ERROR(imp.CopyEntries(src, dest_dir));
   }
@@ -860,6 +928,14 @@ Status FilesystemImpl::BulkInsert(InodeId dir, std::span<const Key> keys, std::s
   });
 }
 
+Status FilesystemImpl::AddInodeFlags(InodeId id, uint64_t flags) {
+  return Change({id}, 1, [&]() -> Status {
+    UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+    ii.flags = ii.flags.get() | flags;
+    return StoreInode(id, ii);
+  });
+}
+
 Status FilesystemImpl::BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes, uint64_t entries,
                                uint64_t dir_size_delta) {
   return Change({dir}, 1, [&]() -> Status {
@@ -869,8 +945,7 @@ Status FilesystemImpl::BulkEnd(InodeId dir, const BulkTarget& t, uint64_t inodes
     index = std::max(index, t.first_index + entries);
     UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(dir));
     ii.size = ii.size.get() + dir_size_delta;
-    timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
+    const timespec now = txn::WallClock();
     ii.mtime.sec = static_cast<uint64_t>(now.tv_sec);
     ii.mtime.nsec = static_cast<uint32_t>(now.tv_nsec);
     ii.ctime = ii.mtime;

@@ -17,6 +17,7 @@
 
 #include "fs/fs_impl.h"
 #include "stats/stats.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::fsimpl {
 namespace {
@@ -25,8 +26,7 @@ namespace {
 constexpr uint64_t kMaxFileEnd = 1ull << 62;
 
 Time CloneNow() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  const timespec ts = txn::WallClock(/*coarse=*/true);
   return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
 }
 

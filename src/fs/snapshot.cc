@@ -3,12 +3,12 @@
 // new subvolume id, its entry (subvolume_admin.cc), and a commit on each
 // side so that the source is copied as committed and the snapshot is
 // durable when the call returns.
-#include <sys/random.h>
 
 #include <cstring>
 
 #include "fs/fs_impl.h"
 #include "fs/subvolume.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::fsimpl {
 
@@ -24,9 +24,7 @@ Result<InodeId> FilesystemImpl::CreateSnapshot(InodeId subvol, InodeId dir, std:
     if (!hold_commits_) UB_RETURN_IF_ERROR(CommitImpl());
     UB_ASSIGN_OR_RETURN(const uint64_t id, NewSubvolumeId());
     uint8_t uuid[kUuidSize];
-    if (getrandom(uuid, sizeof(uuid), 0) != static_cast<ssize_t>(sizeof(uuid))) {
-      return Status::Error(errno, "getrandom for the snapshot's uuid");
-    }
+    UB_RETURN_IF_ERROR(txn::NewUuid(uuid));
     UB_RETURN_IF_ERROR(txn_->SnapshotTree(subvol.root, id, read_only, uuid));
     UB_RETURN_IF_ERROR(LinkSubvolume(dir, name, id, uuid));
     if (!hold_commits_) UB_RETURN_IF_ERROR(CommitImpl());

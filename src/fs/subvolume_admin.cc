@@ -4,7 +4,6 @@
 // ROOT_BACKREF pair in the root tree that carries the same name and index,
 // the UUID tree item, and the tree itself (txn/snapshot.cc creates it,
 // txn/drop_tree.cc drops it). Each call commits before it returns.
-#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -13,6 +12,7 @@
 
 #include "fs/fs_impl.h"
 #include "fs/subvolume.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::fsimpl {
 
@@ -42,8 +42,7 @@ bool IsZeroUuid(const uint8_t* u) {
 }
 
 void SetNow(Timespec& ts) {
-  timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
+  const timespec now = txn::WallClock();
   ts.sec = static_cast<uint64_t>(now.tv_sec);
   ts.nsec = static_cast<uint32_t>(now.tv_nsec);
 }
@@ -112,11 +111,14 @@ Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view na
     item.inode.nlink = 1;
     item.inode.nbytes = vol_->nodesize();
     item.inode.mode = S_IFDIR | 0755;
+    // BTRFS_INODE_ROOT_ITEM_INIT: without it the kernel takes the root
+    // item for a pre-2.6.39 one and clears its flags (a read-only
+    // subvolume would be writable there). Also in txn/snapshot.cc; belongs
+    // in format/ondisk.h.
+    item.inode.flags = uint64_t{1} << 31;
     item.root_dirid = kFirstFreeObjectid;
     item.refs = 1;
-    if (getrandom(item.uuid, sizeof(item.uuid), 0) != static_cast<ssize_t>(sizeof(item.uuid))) {
-      return Status::Error(errno, "getrandom for the subvolume's uuid");
-    }
+    UB_RETURN_IF_ERROR(txn::NewUuid(item.uuid));
     item.ctransid = transid;
     item.otransid = transid;
     SetNow(item.ctime);

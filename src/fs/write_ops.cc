@@ -12,6 +12,7 @@
 
 #include "fs/fs_impl.h"
 #include "stats/stats.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::fsimpl {
 namespace {
@@ -29,8 +30,7 @@ constexpr size_t kDelayedFlushThreshold = 4096;
 // does (tick resolution): reading it costs no time-stamp-counter read, and
 // every create reads it twice (the inode, its directory).
 Time Now() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  const timespec ts = txn::WallClock(/*coarse=*/true);
   return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
 }
 

@@ -11,6 +11,7 @@
 
 #include "format/ondisk.h"
 #include "txn/transaction.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::txn {
 
@@ -46,6 +47,12 @@ Status TxnManager::SnapshotTree(uint64_t src, uint64_t new_id, bool read_only, c
   std::memset(&item.drop_progress, 0, sizeof(item.drop_progress));
   item.drop_level = 0;
   uint64_t flags = item.flags.get();
+  // BTRFS_INODE_ROOT_ITEM_INIT, as the kernel's btrfs_check_and_init_root_item:
+  // without it the kernel clears the root item's flags (see fs/subvolume_admin.cc).
+  if (!(item.inode.flags.get() & (uint64_t{1} << 31))) {
+    item.inode.flags = item.inode.flags.get() | (uint64_t{1} << 31);
+    flags = 0;
+  }
   item.flags = read_only ? flags | kRootSubvolRdonly : flags & ~kRootSubvolRdonly;
   std::memcpy(item.parent_uuid, from->item.uuid, kUuidSize);
   std::memcpy(item.uuid, uuid, kUuidSize);
@@ -58,8 +65,7 @@ Status TxnManager::SnapshotTree(uint64_t src, uint64_t new_id, bool read_only, c
     std::memset(&item.stime, 0, sizeof(item.stime));
     std::memset(&item.rtime, 0, sizeof(item.rtime));
   }
-  timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
+  const timespec now = WallClock();
   item.otime.sec = static_cast<uint64_t>(now.tv_sec);
   item.otime.nsec = static_cast<uint32_t>(now.tv_nsec);
   item.otransid = transid();

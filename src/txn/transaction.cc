@@ -11,6 +11,7 @@
 #include "format/superblock.h"
 #include "txn/chunk_alloc.h"
 #include "txn/extent_refs.h"
+#include "txn/clock.h"
 
 namespace ubtrfs::txn {
 
@@ -256,8 +257,7 @@ Status TxnManager::UpdateRootItems(bool* changed) {
       r->item.generation_v2 = r->ref.generation;
       if (id == kFsTreeObjectid || id >= kFirstFreeObjectid) {
         r->item.ctransid = transid();
-        timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
+        const timespec now = WallClock();
         r->item.ctime.sec = static_cast<uint64_t>(now.tv_sec);
         r->item.ctime.nsec = static_cast<uint32_t>(now.tv_nsec);
       }

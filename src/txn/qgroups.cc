@@ -1,0 +1,350 @@
+// Quota groups, kept exact at every commit as the kernel's qgroup accounting
+// keeps them (fs/btrfs/qgroup.c): for each extent whose references changed
+// in the transaction, the set of subvolumes that reach it before (the
+// committed extent tree) and after (the extent tree the commit writes) is
+// found by walking its back references up (a ref by tree names the tree; a
+// ref by parent block leads to that block's own refs). A qgroup's
+// referenced bytes change where it reaches the extent on one side only, its
+// exclusive bytes where every reaching subvolume is its own on one side only.
+//
+// Two changes alter which subvolumes reach blocks whose own references stay
+// as they are, and are handled as the kernel handles them:
+// - a snapshot: the new qgroup inherits the source's numbers (everything but
+//   the two root blocks is shared from then on: the kernel's
+//   btrfs_qgroup_inherit), and the transaction's other changes are counted
+//   from that state: every extent the source reached (but its root block)
+//   counts as reached by the snapshot too before, and the snapshot's root
+//   copy as its own;
+// - a dropped subvolume's shared block: every block and data extent below it
+//   loses the dropped tree, so they are all walked (TraceDroppedSubtree).
+#include <algorithm>
+#include <cstring>
+
+#include "format/ondisk.h"
+#include "txn/extent_refs.h"
+#include "txn/transaction.h"
+
+namespace ubtrfs::txn {
+
+using namespace ubtrfs::format;
+using tree::Cursor;
+
+namespace {
+
+constexpr int kMaxBackrefDepth = 2 * kMaxLevel;
+
+bool IsFsTree(uint64_t id) { return id == kFsTreeObjectid || (id >= kFirstFreeObjectid && id <= kLastFreeObjectid); }
+
+template <typename T>
+std::vector<uint8_t> Bytes(const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  return std::vector<uint8_t>(p, p + sizeof(T));
+}
+
+// The subvolumes whose trees reach extent `bytenr` in the extent tree at
+// `ext` (memoized per walk: parents are shared by many children).
+class RootWalk {
+ public:
+  RootWalk(tree::BlockSource* src, tree::RootPtr ext) : src_(src), ext_(ext) {}
+
+  Result<std::set<uint64_t>> Roots(uint64_t bytenr, int depth = 0) {
+    if (auto it = memo_.find(bytenr); it != memo_.end()) return it->second;
+    if (depth > kMaxBackrefDepth) {
+      return Status::Corrupt("extent tree: back references of " + std::to_string(bytenr) + " nest too deep");
+    }
+    std::set<uint64_t> roots;
+    std::vector<uint64_t> parents;
+    Cursor c(src_, ext_);
+    UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
+    while (c.Valid() && c.key().objectid == bytenr) {
+      const Key k = c.key();
+      auto d = c.data();
+      if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
+        if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+        const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
+        size_t start = sizeof(ExtentItem);
+        if (k.type == kExtentItemKey && (ei->flags.get() & kExtentFlagTreeBlock)) start += sizeof(TreeBlockInfo);
+        const std::vector<uint8_t> item(d.begin(), d.end());
+        UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, start, k));
+        for (const InlineRef& r : refs) {
+          if (r.type == kTreeBlockRefKey) roots.insert(r.offset);
+          if (r.type == kExtentDataRefKey) roots.insert(r.root);
+          if (r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) parents.push_back(r.offset);
+        }
+      } else if (k.type == kTreeBlockRefKey) {
+        roots.insert(k.offset);
+      } else if (k.type == kSharedBlockRefKey || k.type == kSharedDataRefKey) {
+        parents.push_back(k.offset);
+      } else if (k.type == kExtentDataRefKey) {
+        if (d.size() < sizeof(ExtentDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+        roots.insert(reinterpret_cast<const ExtentDataRef*>(d.data())->root.get());
+      }
+      UB_RETURN_IF_ERROR(c.Next());
+    }
+    for (uint64_t p : parents) {
+      UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
+      roots.insert(up.begin(), up.end());
+    }
+    memo_[bytenr] = roots;
+    return roots;
+  }
+
+ private:
+  tree::BlockSource* src_;
+  tree::RootPtr ext_;
+  std::map<uint64_t, std::set<uint64_t>> memo_;
+};
+
+}  // namespace
+
+Status TxnManager::LoadQuotas() {
+  auto q = vol_->FindRoot(kQuotaTreeObjectid);
+  if (!q.ok()) return Status::Ok();  // quotas were never enabled
+  auto state = std::make_unique<QuotaState>();
+  bool have_status = false;
+  Cursor c(vol_->reader(), q->ref);
+  UB_RETURN_IF_ERROR(c.SeekFirst());
+  while (c.Valid()) {
+    const Key k = c.key();
+    auto d = c.data();
+    if (k.type == kQgroupStatusKey) {
+      if (d.size() < sizeof(QgroupStatusItem)) return Status::Corrupt("quota tree: short status item");
+      const auto* st = reinterpret_cast<const QgroupStatusItem*>(d.data());
+      have_status = true;
+      if (!(st->flags.get() & kQgroupStatusOn)) {
+        return Status::Unsupported("writing to an image whose quotas are being turned off (mount it once)");
+      }
+      if (st->flags.get() & kQgroupStatusRescan) {
+        return Status::Unsupported("writing to an image during a quota rescan (the kernel finishes it at mount)");
+      }
+      state->inconsistent = st->flags.get() & kQgroupStatusInconsistent;
+    } else if (k.type == kQgroupInfoKey) {
+      if (d.size() < sizeof(QgroupInfoItem)) return Status::Corrupt("quota tree: short item " + KeyToString(k));
+      const auto* in = reinterpret_cast<const QgroupInfoItem*>(d.data());
+      Qgroup& g = state->groups[k.offset];
+      g.rfer = in->rfer.get();
+      g.excl = in->excl.get();
+      g.has_info = true;
+    } else if (k.type == kQgroupLimitKey) {
+      if (d.size() < sizeof(QgroupLimitItem)) return Status::Corrupt("quota tree: short item " + KeyToString(k));
+      Qgroup& g = state->groups[k.offset];
+      std::memcpy(&g.limit, d.data(), sizeof(QgroupLimitItem));
+      g.has_limit = true;
+    } else if (k.type == kQgroupRelationKey) {
+      // Stored both ways; (child, parent) has the child's id first and
+      // lower level ids are smaller.
+      if (k.objectid < k.offset) state->groups[k.objectid].parents.push_back(k.offset);
+    }
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  if (!have_status) return Status::Corrupt("quota tree has no status item");
+  UB_ASSIGN_OR_RETURN(auto ext, vol_->FindRoot(kExtentTreeObjectid));
+  state->committed_extent = ext.ref;
+  state->committed_extent.live = nullptr;
+  quotas_ = std::move(state);
+  return Status::Ok();
+}
+
+// Every qgroup a subvolume's data counts in: its own (0/root) and the
+// groups above it.
+std::set<uint64_t> TxnManager::QgroupsOf(const std::set<uint64_t>& roots) const {
+  std::set<uint64_t> out;
+  std::vector<uint64_t> todo;
+  for (uint64_t r : roots) {
+    if (IsFsTree(r) && quotas_->groups.count(r)) todo.push_back(r);
+  }
+  while (!todo.empty()) {
+    const uint64_t g = todo.back();
+    todo.pop_back();
+    if (!out.insert(g).second) continue;
+    auto it = quotas_->groups.find(g);
+    if (it != quotas_->groups.end()) todo.insert(todo.end(), it->second.parents.begin(), it->second.parents.end());
+  }
+  return out;
+}
+
+Status TxnManager::CheckQuota(uint64_t root, uint64_t bytes) {
+  if (!quotas_) return Status::Ok();
+  auto lock = AllocLock();
+  for (uint64_t g : QgroupsOf({root})) {
+    Qgroup& q = quotas_->groups[g];
+    const uint64_t flags = q.limit.flags.get();
+    const uint64_t rfer = q.rfer + q.reserved + bytes, excl = q.excl + q.reserved + bytes;
+    if (((flags & kQgroupLimitMaxRfer) && rfer > q.limit.max_rfer.get()) ||
+        ((flags & kQgroupLimitMaxExcl) && excl > q.limit.max_excl.get())) {
+      return Status::Error(EDQUOT, "the quota of qgroup " + std::to_string(g >> 48) + "/" +
+                                       std::to_string(g & ((1ull << 48) - 1)) + " is exceeded");
+    }
+  }
+  for (uint64_t g : QgroupsOf({root})) quotas_->groups[g].reserved += bytes;
+  return Status::Ok();
+}
+
+Status TxnManager::NewQgroup(uint64_t root, uint64_t inherit_from) {
+  if (!quotas_) return Status::Ok();
+  auto lock = AllocLock();
+  Qgroup& g = quotas_->groups[root];
+  g = Qgroup{};
+  g.has_info = g.has_limit = true;
+  g.dirty = true;
+  if (inherit_from) {
+    auto src = quotas_->groups.find(inherit_from);
+    if (src == quotas_->groups.end()) return Status::Ok();  // the source has no qgroup: start from zero
+    if (!src->second.parents.empty()) {
+      // The kernel marks quotas inconsistent here unless told which groups
+      // the snapshot joins; refuse rather than leave numbers that are wrong.
+      return Status::Unsupported("a snapshot of a subvolume in a higher-level qgroup with quotas enabled");
+    }
+    g.limit = src->second.limit;
+    UB_ASSIGN_OR_RETURN(auto from, vol_->FindRoot(inherit_from));
+    UB_ASSIGN_OR_RETURN(auto to, vol_->FindRoot(root));
+    quotas_->inherits.push_back({inherit_from, root, from.ref.bytenr, to.ref.bytenr});
+  }
+  return Status::Ok();
+}
+
+// All of a dropped tree's shared block b lies below: each block and data
+// extent loses the dropped tree from its subvolumes, with no reference of
+// its own changing.
+Status TxnManager::TraceDroppedSubtree(uint64_t bytenr, int level, uint64_t generation) {
+  if (!quotas_) return Status::Ok();
+  std::vector<tree::BlockCheck> todo = {tree::BlockCheck{bytenr, level, generation, {}}};
+  while (!todo.empty()) {
+    const tree::BlockCheck at = todo.back();
+    todo.pop_back();
+    if (!quotas_->extra.emplace(at.bytenr, vol_->nodesize()).second) continue;
+    UB_ASSIGN_OR_RETURN(tree::BlockRef b, dirty_->Read(at));
+    if (b->is_leaf()) {
+      for (int i = 0; i < b->nritems(); ++i) {
+        if (b->key(i).type != kExtentDataKey) continue;
+        auto d = b->item_data(i);
+        if (d.size() < sizeof(FileExtentItem)) continue;
+        const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
+        if (fe->type == kFileExtentInline || fe->disk_bytenr.get() == 0) continue;
+        quotas_->extra.emplace(fe->disk_bytenr.get(), fe->disk_num_bytes.get());
+      }
+    } else {
+      for (int i = 0; i < b->nritems(); ++i) {
+        todo.push_back(tree::BlockCheck{b->child_bytenr(i), b->level() - 1, b->child_generation(i), {}});
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Before the commit applies anything: which extents to account, and who
+// reached them in the committed state.
+Status TxnManager::PrepareQuotaAccounting() {
+  QuotaState& q = *quotas_;
+  q.touched.clear();
+  for (const auto& [bytenr, p] : pending_) q.touched.push_back({bytenr, p.tree ? vol_->nodesize() : p.num_bytes, {}});
+  for (auto [bytenr, len] : q.extra) q.touched.push_back({bytenr, len, {}});
+  q.extra.clear();
+  std::sort(q.touched.begin(), q.touched.end(), [](const auto& a, const auto& b) { return a.bytenr < b.bytenr; });
+  q.touched.erase(std::unique(q.touched.begin(), q.touched.end(),
+                              [](const auto& a, const auto& b) { return a.bytenr == b.bytenr; }),
+                  q.touched.end());
+  RootWalk old_walk(vol_->reader(), q.committed_extent);
+  for (auto& t : q.touched) {
+    UB_ASSIGN_OR_RETURN(t.old_roots, old_walk.Roots(t.bytenr));
+    // Counted from the state right after the snapshots (see the top).
+    for (const auto& in : q.inherits) {
+      if (t.bytenr == in.dst_root) {
+        t.old_roots = {in.dst};
+      } else if (t.bytenr != in.src_root && t.old_roots.count(in.src)) {
+        t.old_roots.insert(in.dst);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// After the delayed refs are applied: who reaches each extent now; the
+// numbers; the snapshots' inherited numbers; the items.
+Status TxnManager::AccountQuotas() {
+  QuotaState& q = *quotas_;
+  for (const auto& in : q.inherits) {
+    Qgroup& s = q.groups[in.src];
+    Qgroup& d = q.groups[in.dst];
+    d.rfer = s.rfer;
+    d.excl = vol_->nodesize();
+    s.excl = vol_->nodesize();
+    s.dirty = d.dirty = true;
+  }
+  q.inherits.clear();
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * ext, vol_->MutableRoot(kExtentTreeObjectid));
+  tree::RootPtr now = ext->ref;
+  now.live = nullptr;
+  RootWalk new_walk(dirty_.get(), now);
+  for (const auto& t : q.touched) {
+    UB_ASSIGN_OR_RETURN(auto new_roots, new_walk.Roots(t.bytenr));
+    const std::set<uint64_t> before = QgroupsOf(t.old_roots), after = QgroupsOf(new_roots);
+    if (before == after && before.empty()) continue;
+    std::set<uint64_t> all = before;
+    all.insert(after.begin(), after.end());
+    auto only_under = [&](const std::set<uint64_t>& roots, uint64_t g) {
+      bool any = false;
+      for (uint64_t r : roots) {
+        if (!IsFsTree(r)) continue;
+        if (!QgroupsOf({r}).count(g)) return false;
+        any = true;
+      }
+      return any;
+    };
+    for (uint64_t g : all) {
+      Qgroup& qg = q.groups[g];
+      const bool in_old = before.count(g), in_new = after.count(g);
+      const bool ex_old = in_old && only_under(t.old_roots, g), ex_new = in_new && only_under(new_roots, g);
+      if (in_new != in_old) qg.rfer += in_new ? t.len : -t.len;
+      if (ex_new != ex_old) qg.excl += ex_new ? t.len : -t.len;
+      if (in_new != in_old || ex_new != ex_old) qg.dirty = true;
+    }
+  }
+  q.touched.clear();
+  return WriteQgroupItems();
+}
+
+Status TxnManager::WriteQgroupItems() {
+  QuotaState& q = *quotas_;
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kQuotaTreeObjectid));
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * root, vol_->MutableRoot(kQuotaTreeObjectid));
+  bool any = false;
+  for (auto& [id, g] : q.groups) {
+    if (!g.dirty) continue;
+    g.dirty = false;
+    any = true;
+    QgroupInfoItem info{};
+    info.generation = transid();
+    info.rfer = g.rfer;
+    info.rfer_cmpr = g.rfer;
+    info.excl = g.excl;
+    info.excl_cmpr = g.excl;
+    const Key ik{0, kQgroupInfoKey, id}, lk{0, kQgroupLimitKey, id};
+    UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(dirty_.get(), root->ref, ik));
+    if (have) {
+      UB_RETURN_IF_ERROR(w->Update(ik, Bytes(info)));
+    } else {
+      UB_RETURN_IF_ERROR(w->Insert(ik, Bytes(info)));
+    }
+    UB_ASSIGN_OR_RETURN(auto have_limit, tree::LookupItem(dirty_.get(), root->ref, lk));
+    if (!have_limit) UB_RETURN_IF_ERROR(w->Insert(lk, Bytes(g.limit)));
+  }
+  if (!any) return Status::Ok();
+  // The status item's generation says the numbers are of this transaction.
+  const Key sk{0, kQgroupStatusKey, 0};
+  UB_ASSIGN_OR_RETURN(auto st, tree::LookupItem(dirty_.get(), root->ref, sk));
+  if (!st || st->size() < sizeof(QgroupStatusItem)) return Status::Corrupt("quota tree has no status item");
+  reinterpret_cast<QgroupStatusItem*>(st->data())->generation = transid();
+  return w->Update(sk, *st);
+}
+
+void TxnManager::QuotasCommitted() {
+  if (!quotas_) return;
+  for (auto& [id, g] : quotas_->groups) g.reserved = 0;
+  if (auto ext = vol_->FindRoot(kExtentTreeObjectid); ext.ok()) {
+    quotas_->committed_extent = ext->ref;
+    quotas_->committed_extent.live = nullptr;
+  }
+}
+
+}  // namespace ubtrfs::txn

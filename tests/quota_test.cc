@@ -1,0 +1,118 @@
+// Quotas (qgroups) kept exact by ubtrfs on an image the kernel made with
+// quotas on, as snapper leaves them: writes, removals, snapshots (also one
+// inside its own source), a new subvolume, a reflink across subvolumes and
+// subvolume deletions; limits give EDQUOT. The judges: btrfs check (it
+// recounts every qgroup) and the kernel, whose `btrfs quota rescan`
+// recounts them from scratch and must find the numbers ubtrfs wrote.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/host_files.h"
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "ubtrfs/filesystem.h"
+
+namespace ubtrfs_test {
+namespace {
+
+std::string QgroupTable(const std::string& mnt) {
+  CommandResult r = RunCommand({"btrfs", "qgroup", "show", "--raw", mnt});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  return r.out;
+}
+
+ubtrfs::InodeId MustLookup(ubtrfs::Filesystem& f, const std::string& path) {
+  auto id = f.Lookup(path);
+  EXPECT_TRUE(id.ok()) << path << ": " << id.status().ToString();
+  return id.ok() ? *id : ubtrfs::InodeId{};
+}
+
+void PutFile(ubtrfs::Filesystem& f, const std::string& dir, const std::string& name, const std::string& bytes) {
+  auto file = f.Create(MustLookup(f, dir), name, ubtrfs::NewInode{0644});
+  ASSERT_TRUE(file.ok()) << dir << "/" << name << ": " << file.status().ToString();
+  auto w = f.Write(*file, 0, SpanOf(bytes));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+}
+
+TEST(Quotas, KeptExactThroughWritesSnapshotsReflinksAndDrops) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel makes the quota image: " << why;
+  TempDir tmp("ubtrfs-quota");
+  const std::string img = tmp.Sub("img"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 4096, "crc32c", 1ull << 30), "");  // small nodes: trees of several levels
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    ASSERT_EQ(MustRun({"btrfs", "quota", "enable", mnt}), "");
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
+    for (int i = 0; i < 400; ++i) WriteHostFile(mnt + "/sv/f" + std::to_string(i), SeededBytes(6000 + i * 37, i));
+    WriteHostFile(mnt + "/sv/big", SeededBytes(3u << 20, 1000));
+    ASSERT_EQ(MustRun({"btrfs", "qgroup", "limit", "40M", mnt + "/sv"}), "");
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "snapshot", mnt + "/sv", mnt + "/ksnap"}), "");
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  ASSERT_EQ(BtrfsCheck(img), "");
+
+  auto step = [&](const std::string& what, const std::function<void(ubtrfs::Filesystem&)>& change) {
+    SCOPED_TRACE(what);
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    change(**fs);
+    ASSERT_TRUE((*fs)->Commit().ok());
+    fs->reset();
+    EXPECT_EQ(BtrfsCheck(img), "") << "after " << what;
+  };
+  step("writes and removals in a subvolume and its snapshot", [&](ubtrfs::Filesystem& f) {
+    PutFile(f, "/sv", "new", SeededBytes(1u << 20, 7));
+    ASSERT_TRUE(f.Unlink(MustLookup(f, "/ksnap"), "f3").ok());
+    ASSERT_TRUE(f.Unlink(MustLookup(f, "/sv"), "f4").ok());
+    ASSERT_TRUE(f.Write(MustLookup(f, "/ksnap/big"), 1u << 20, SpanOf(SeededBytes(64u << 10, 8))).ok());
+  });
+  step("a snapshot, and one inside its own source", [&](ubtrfs::Filesystem& f) {
+    ASSERT_TRUE(f.CreateSnapshot(MustLookup(f, "/sv"), f.Root(), "snap2", false).ok());
+    ASSERT_TRUE(f.CreateSnapshot(MustLookup(f, "/sv"), MustLookup(f, "/sv"), "inner", true).ok());
+    PutFile(f, "/snap2", "more", SeededBytes(700u << 10, 9));
+  });
+  step("a new subvolume and a reflink across subvolumes", [&](ubtrfs::Filesystem& f) {
+    auto sv3 = f.CreateSubvolume(f.Root(), "sv3", ubtrfs::NewInode{0755});
+    ASSERT_TRUE(sv3.ok()) << sv3.status().ToString();
+    PutFile(f, "/sv3", "x", SeededBytes(2u << 20, 10));
+    auto dst = f.Create(MustLookup(f, "/sv"), "rx", ubtrfs::NewInode{0644});
+    ASSERT_TRUE(dst.ok());
+    ASSERT_TRUE(f.Clone(MustLookup(f, "/sv3/x"), 0, *dst, 0, 0).ok());
+  });
+  step("subvolume deletions (shared blocks dropped)", [&](ubtrfs::Filesystem& f) {
+    ASSERT_TRUE(f.DeleteSubvolume(f.Root(), "ksnap").ok());
+    ASSERT_TRUE(f.DeleteSubvolume(f.Root(), "sv3").ok());
+  });
+  step("a limit inherited by a snapshot gives EDQUOT", [&](ubtrfs::Filesystem& f) {
+    auto big = f.Create(MustLookup(f, "/snap2"), "too-big", ubtrfs::NewInode{0644});
+    ASSERT_TRUE(big.ok());
+    auto w = f.Write(*big, 0, SpanOf(SeededBytes(48u << 20, 11)));
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), EDQUOT) << w.status().ToString();
+    PutFile(f, "/snap2", "fits", SeededBytes(1u << 20, 12));  // the failed write took nothing
+  });
+
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt), "");
+  const std::string ours = QgroupTable(mnt);
+  ASSERT_EQ(MustRun({"btrfs", "quota", "rescan", "-w", mnt}), "");
+  EXPECT_EQ(QgroupTable(mnt), ours) << "the kernel's recount differs from what ubtrfs wrote";
+  EXPECT_EQ(ReadHostFile(mnt + "/sv/rx"), SeededBytes(2u << 20, 10));
+  EXPECT_EQ(m.Unmount(), "");
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
