@@ -25,7 +25,7 @@ _ubtrfs_options() {
     ls) echo "$common -l --json" ;;
     cp) echo "$common --strict --no-devices --no-xattrs --compress --reflink" ;;
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
-    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -u --subvol --inode-flags --owner --deterministic -f --force -q --quiet" ;;
+    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --deterministic -f --force -q --quiet" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;
     stats) echo "$common --json" ;;

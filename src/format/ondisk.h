@@ -164,6 +164,10 @@ inline constexpr uint64_t kMixedBackrefRev = 1;
 
 // ---- Inode flags --------------------------------------------------------------
 inline constexpr uint64_t kInodeNodatasum = 1ULL << 0;
+// On a ROOT_ITEM's inode only (BTRFS_INODE_ROOT_ITEM_INIT): without it the
+// kernel takes the item for a pre-2.6.39 one and clears its flags and limit
+// (a read-only subvolume would turn writable).
+inline constexpr uint64_t kInodeRootItemInit = 1ULL << 31;
 inline constexpr uint64_t kInodeNodatacow = 1ULL << 1;
 inline constexpr uint64_t kInodeReadonly = 1ULL << 2;
 inline constexpr uint64_t kInodeNocompress = 1ULL << 3;
@@ -455,6 +459,33 @@ struct BlockGroupItem {
   Le64 flags;
 };
 
+// The quota tree (8): one status item (0, QGROUP_STATUS, 0), and per qgroup
+// (id = level << 48 | subvolume or group number) an info and a limit item
+// (0, QGROUP_INFO/LIMIT, id); relations (child, QGROUP_RELATION, parent) and
+// (parent, QGROUP_RELATION, child).
+struct QgroupStatusItem {
+  Le64 version;
+  Le64 generation;
+  Le64 flags;
+  Le64 rescan;  // objectid the rescan goes on from
+};
+inline constexpr uint64_t kQgroupStatusOn = 1, kQgroupStatusRescan = 2, kQgroupStatusInconsistent = 4;
+struct QgroupInfoItem {
+  Le64 generation;
+  Le64 rfer;
+  Le64 rfer_cmpr;
+  Le64 excl;
+  Le64 excl_cmpr;
+};
+struct QgroupLimitItem {
+  Le64 flags;
+  Le64 max_rfer;
+  Le64 max_excl;
+  Le64 rsv_rfer;
+  Le64 rsv_excl;
+};
+inline constexpr uint64_t kQgroupLimitMaxRfer = 1, kQgroupLimitMaxExcl = 2;
+
 struct FreeSpaceInfo {
   Le32 extent_count;
   Le32 flags;
@@ -509,6 +540,9 @@ static_assert(sizeof(TreeBlockInfo) == 18);
 static_assert(sizeof(ExtentInlineRef) == 9);
 static_assert(sizeof(ExtentDataRef) == 28);
 static_assert(sizeof(BlockGroupItem) == 24);
+static_assert(sizeof(QgroupStatusItem) == 32);
+static_assert(sizeof(QgroupInfoItem) == 40);
+static_assert(sizeof(QgroupLimitItem) == 40);
 static_assert(sizeof(FreeSpaceInfo) == 8);
 static_assert(sizeof(DevExtent) == 48);
 

@@ -111,11 +111,7 @@ Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view na
     item.inode.nlink = 1;
     item.inode.nbytes = vol_->nodesize();
     item.inode.mode = S_IFDIR | 0755;
-    // BTRFS_INODE_ROOT_ITEM_INIT: without it the kernel takes the root
-    // item for a pre-2.6.39 one and clears its flags (a read-only
-    // subvolume would be writable there). Also in txn/snapshot.cc; belongs
-    // in format/ondisk.h.
-    item.inode.flags = uint64_t{1} << 31;
+    item.inode.flags = kInodeRootItemInit;
     item.root_dirid = kFirstFreeObjectid;
     item.refs = 1;
     UB_RETURN_IF_ERROR(txn::NewUuid(item.uuid));
@@ -124,6 +120,7 @@ Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view na
     SetNow(item.ctime);
     item.otime = item.ctime;
     UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->CreateTree(id, item, 0));
+    UB_RETURN_IF_ERROR(txn_->NewQgroup(id, 0));
     // Its top directory, with the ".." back reference to itself.
     InodeItem ii{};
     ii.generation = transid;

@@ -957,6 +957,11 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
   if (data.empty()) return size_t{0};
   if (offset + data.size() < offset || offset + data.size() > (1ull << 62)) return Status::Error(EFBIG, "file too large");
   const uint32_t ss = vol_->sectorsize();
+  // As the kernel reserves a write's whole range against the limits.
+  if (Status q = txn_->CheckQuota(file.root, (data.size() + ss - 1) / ss * ss); !q.ok()) {
+    t_clean_failure = true;
+    return q;
+  }
   const uint64_t old_size = ii.size.get(), end = offset + data.size(), new_size = std::max(old_size, end);
   const bool csum = !(ii.flags.get() & kInodeNodatasum);
   int64_t nbytes_delta = 0;

@@ -83,7 +83,7 @@ Status TxnManager::DropBlock(uint64_t root, uint64_t created, uint64_t bytenr, i
   BlockInfo info = InfoOf(bytenr);
   if (info.refs > 1 && generation <= created) {
     ChangeCommittedRef(bytenr, level, via, -1);
-    return Status::Ok();
+    return TraceDroppedSubtree(bytenr, level, generation);
   }
   UB_ASSIGN_OR_RETURN(tree::BlockRef b, dirty_->Read(tree::BlockCheck{bytenr, level, generation, {}}));
   if (b->generation() >= transid()) {
@@ -93,7 +93,7 @@ Status TxnManager::DropBlock(uint64_t root, uint64_t created, uint64_t bytenr, i
   if (info.refs > 1) {
     UB_RETURN_IF_ERROR(HandOverOwned(root, created, *b));
     ChangeCommittedRef(bytenr, level, via, -1);
-    return Status::Ok();
+    return TraceDroppedSubtree(bytenr, level, generation);
   }
   const bool full = info.flags & kBlockFlagFullBackref;
   if (b->is_leaf()) {

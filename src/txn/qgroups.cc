@@ -19,6 +19,9 @@
 //   loses the dropped tree, so they are all walked (TraceDroppedSubtree).
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <optional>
+#include <tuple>
 
 #include "format/ondisk.h"
 #include "txn/extent_refs.h"
@@ -41,11 +44,19 @@ std::vector<uint8_t> Bytes(const T& v) {
   return std::vector<uint8_t>(p, p + sizeof(T));
 }
 
-// The subvolumes whose trees reach extent `bytenr` in the extent tree at
-// `ext` (memoized per walk: parents are shared by many children).
+// The subvolumes whose trees reach extent `bytenr` in one state of the
+// filesystem (the committed one, or the one being committed), as the
+// kernel's backref walk finds them: a reference by parent leads to that
+// block; a reference by tree (TREE_BLOCK_REF, EXTENT_DATA_REF) names the
+// tree that holds the pointer, so the tree is searched for the block that
+// holds it, and that block's own references are followed in turn (it may
+// be shared with snapshots). A tree's root block is reached by that tree.
+// Memoized per walk: parents are shared by many children.
 class RootWalk {
  public:
-  RootWalk(tree::BlockSource* src, tree::RootPtr ext) : src_(src), ext_(ext) {}
+  using TreeRootOf = std::function<std::optional<tree::RootPtr>(uint64_t)>;
+  RootWalk(tree::BlockSource* src, tree::RootPtr ext, TreeRootOf root_of)
+      : src_(src), ext_(ext), root_of_(std::move(root_of)) {}
 
   Result<std::set<uint64_t>> Roots(uint64_t bytenr, int depth = 0) {
     if (auto it = memo_.find(bytenr); it != memo_.end()) return it->second;
@@ -53,7 +64,10 @@ class RootWalk {
       return Status::Corrupt("extent tree: back references of " + std::to_string(bytenr) + " nest too deep");
     }
     std::set<uint64_t> roots;
-    std::vector<uint64_t> parents;
+    std::vector<uint64_t> parents, by_tree;                      // blocks: parents, trees holding it
+    std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> data;  // data: (root, ino, offset)
+    bool tree_block = false;
+    int level = 0;
     Cursor c(src_, ext_);
     UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
     while (c.Valid() && c.key().objectid == bytenr) {
@@ -62,25 +76,43 @@ class RootWalk {
       if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
         if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
         const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
+        tree_block = ei->flags.get() & kExtentFlagTreeBlock;
         size_t start = sizeof(ExtentItem);
-        if (k.type == kExtentItemKey && (ei->flags.get() & kExtentFlagTreeBlock)) start += sizeof(TreeBlockInfo);
+        if (k.type == kMetadataItemKey) {
+          level = static_cast<int>(k.offset);
+        } else if (tree_block) {
+          if (d.size() < start + sizeof(TreeBlockInfo)) return Status::Corrupt("extent tree: short " + KeyToString(k));
+          level = reinterpret_cast<const TreeBlockInfo*>(d.data() + start)->level;
+          start += sizeof(TreeBlockInfo);
+        }
         const std::vector<uint8_t> item(d.begin(), d.end());
         UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, start, k));
         for (const InlineRef& r : refs) {
-          if (r.type == kTreeBlockRefKey) roots.insert(r.offset);
-          if (r.type == kExtentDataRefKey) roots.insert(r.root);
+          if (r.type == kTreeBlockRefKey) by_tree.push_back(r.offset);
+          if (r.type == kExtentDataRefKey) data.push_back({r.root, r.objectid, r.data_offset});
           if (r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) parents.push_back(r.offset);
         }
       } else if (k.type == kTreeBlockRefKey) {
-        roots.insert(k.offset);
+        by_tree.push_back(k.offset);
       } else if (k.type == kSharedBlockRefKey || k.type == kSharedDataRefKey) {
         parents.push_back(k.offset);
       } else if (k.type == kExtentDataRefKey) {
         if (d.size() < sizeof(ExtentDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
-        roots.insert(reinterpret_cast<const ExtentDataRef*>(d.data())->root.get());
+        const auto* r = reinterpret_cast<const ExtentDataRef*>(d.data());
+        data.push_back({r->root.get(), r->objectid.get(), r->offset.get()});
       }
       UB_RETURN_IF_ERROR(c.Next());
     }
+    for (uint64_t t : by_tree) {
+      UB_ASSIGN_OR_RETURN(std::optional<uint64_t> parent, ParentInTree(t, bytenr, level));
+      if (!parent) {
+        roots.insert(t);  // the tree's root block (or a tree this state no longer has)
+      } else {
+        parents.push_back(*parent);
+      }
+    }
+    for (const auto& [root, ino, off] : data) UB_RETURN_IF_ERROR(LeavesInTree(root, ino, off, bytenr, &parents));
+    (void)tree_block;
     for (uint64_t p : parents) {
       UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
       roots.insert(up.begin(), up.end());
@@ -90,8 +122,52 @@ class RootWalk {
   }
 
  private:
+  // The block of tree `t` that points at block `bytenr` (level `level`), or
+  // nothing when it is t's root block.
+  Result<std::optional<uint64_t>> ParentInTree(uint64_t t, uint64_t bytenr, int level) {
+    std::optional<tree::RootPtr> root = root_of_(t);
+    if (!root || root->bytenr == bytenr || root->level <= level) return std::optional<uint64_t>{};
+    UB_ASSIGN_OR_RETURN(tree::BlockRef b, src_->Read(tree::BlockCheck{bytenr, level, 0, {}}));
+    if (b->nritems() == 0) return std::optional<uint64_t>{};
+    const Key first = b->key(0);
+    UB_ASSIGN_OR_RETURN(tree::BlockRef n, src_->Read(tree::BlockCheck{root->bytenr, root->level, 0, {}}));
+    while (n->level() > level + 1) {
+      int slot = 0;
+      while (slot + 1 < n->nritems() && n->key(slot + 1) <= first) ++slot;
+      UB_ASSIGN_OR_RETURN(n, src_->Read(tree::BlockCheck{n->child_bytenr(slot), n->level() - 1, 0, {}}));
+    }
+    for (int i = 0; i < n->nritems(); ++i) {
+      if (n->child_bytenr(i) == bytenr) return std::optional<uint64_t>{n->bytenr()};
+    }
+    return std::optional<uint64_t>{};  // not where its key says: no parent in this tree
+  }
+
+  // The leaves of tree `root` whose file extent items of inode `ino` map
+  // data extent `bytenr` at file offset - extent offset == `off`.
+  Status LeavesInTree(uint64_t root, uint64_t ino, uint64_t off, uint64_t bytenr, std::vector<uint64_t>* leaves) {
+    std::optional<tree::RootPtr> r = root_of_(root);
+    if (!r) return Status::Ok();
+    Cursor c(src_, *r);
+    UB_RETURN_IF_ERROR(c.Seek(Key{ino, kExtentDataKey, off}));
+    uint64_t last_leaf = 0;
+    while (c.Valid() && c.key().objectid == ino && c.key().type == kExtentDataKey) {
+      auto d = c.data();
+      if (d.size() >= sizeof(FileExtentItem)) {
+        const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
+        if (fe->type != kFileExtentInline && fe->disk_bytenr.get() == bytenr &&
+            c.key().offset - fe->offset.get() == off && c.leaf().bytenr() != last_leaf) {
+          last_leaf = c.leaf().bytenr();
+          leaves->push_back(last_leaf);
+        }
+      }
+      UB_RETURN_IF_ERROR(c.Next());
+    }
+    return Status::Ok();
+  }
+
   tree::BlockSource* src_;
   tree::RootPtr ext_;
+  TreeRootOf root_of_;
   std::map<uint64_t, std::set<uint64_t>> memo_;
 };
 
@@ -244,7 +320,13 @@ Status TxnManager::PrepareQuotaAccounting() {
   q.touched.erase(std::unique(q.touched.begin(), q.touched.end(),
                               [](const auto& a, const auto& b) { return a.bytenr == b.bytenr; }),
                   q.touched.end());
-  RootWalk old_walk(vol_->reader(), q.committed_extent);
+  // The trees as last committed: their ROOT_ITEMs are rewritten only later
+  // in the commit.
+  RootWalk old_walk(vol_->reader(), q.committed_extent, [&](uint64_t id) -> std::optional<tree::RootPtr> {
+    auto r = vol_->MutableRoot(id, true);
+    if (!r.ok() || (*r)->item.generation.get() >= transid() || (*r)->item.bytenr.get() == 0) return std::nullopt;
+    return tree::RootPtr{(*r)->item.bytenr.get(), (*r)->item.level, (*r)->item.generation.get(), id, nullptr};
+  });
   for (auto& t : q.touched) {
     UB_ASSIGN_OR_RETURN(t.old_roots, old_walk.Roots(t.bytenr));
     // Counted from the state right after the snapshots (see the top).
@@ -275,7 +357,13 @@ Status TxnManager::AccountQuotas() {
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot * ext, vol_->MutableRoot(kExtentTreeObjectid));
   tree::RootPtr now = ext->ref;
   now.live = nullptr;
-  RootWalk new_walk(dirty_.get(), now);
+  RootWalk new_walk(dirty_.get(), now, [&](uint64_t id) -> std::optional<tree::RootPtr> {
+    auto r = vol_->MutableRoot(id, true);
+    if (!r.ok()) return std::nullopt;
+    tree::RootPtr p = (*r)->ref;  // a dead tree's too: what is not yet dropped is still its own
+    p.live = nullptr;
+    return p;
+  });
   for (const auto& t : q.touched) {
     UB_ASSIGN_OR_RETURN(auto new_roots, new_walk.Roots(t.bytenr));
     const std::set<uint64_t> before = QgroupsOf(t.old_roots), after = QgroupsOf(new_roots);

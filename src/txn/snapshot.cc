@@ -47,10 +47,9 @@ Status TxnManager::SnapshotTree(uint64_t src, uint64_t new_id, bool read_only, c
   std::memset(&item.drop_progress, 0, sizeof(item.drop_progress));
   item.drop_level = 0;
   uint64_t flags = item.flags.get();
-  // BTRFS_INODE_ROOT_ITEM_INIT, as the kernel's btrfs_check_and_init_root_item:
-  // without it the kernel clears the root item's flags (see fs/subvolume_admin.cc).
-  if (!(item.inode.flags.get() & (uint64_t{1} << 31))) {
-    item.inode.flags = item.inode.flags.get() | (uint64_t{1} << 31);
+  // As the kernel's btrfs_check_and_init_root_item.
+  if (!(item.inode.flags.get() & kInodeRootItemInit)) {
+    item.inode.flags = item.inode.flags.get() | kInodeRootItemInit;
     flags = 0;
   }
   item.flags = read_only ? flags | kRootSubvolRdonly : flags & ~kRootSubvolRdonly;

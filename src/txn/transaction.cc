@@ -65,9 +65,6 @@ Status TxnManager::Load() {
   }
   if (sb.log_root.get() != 0) return Status::Unsupported("writing to an image with an unreplayed tree log");
   if (sb.flags.get() & kSuperFlagError) return Status::Unsupported("writing to an image the kernel marked as damaged");
-  if (auto q = vol_->FindRoot(kQuotaTreeObjectid); q.ok()) {
-    return Status::Unsupported("writing to an image with quotas enabled");
-  }
 
   space_ = std::make_unique<alloc::SpaceManager>(vol_->sectorsize());
   tree::HeaderTemplate tmpl;
@@ -91,7 +88,7 @@ Status TxnManager::Load() {
     return w->LiveRef();
   });
   if (!fst_valid) UB_RETURN_IF_ERROR(RebuildFreeSpaceTree());
-  return Status::Ok();
+  return LoadQuotas();
 }
 
 Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {
@@ -356,11 +353,18 @@ Status TxnManager::Commit() {
   static stats::Histogram& write_time = stats::GetHistogram("commit.write_time", "ns");
   static stats::Histogram& flush_time = stats::GetHistogram("commit.flush_time", "ns");
   uint64_t t0 = stats::NowNs();
+  if (quotas_) UB_RETURN_IF_ERROR(PrepareQuotaAccounting());
   int loops = 0;
   for (;; ++loops) {
     if (loops >= kMaxCommitLoops) return Status::Error(EIO, "internal: commit did not settle");
     bool changed = false;
     UB_RETURN_IF_ERROR(RunDelayedRefs(&changed));
+    // Every reference of a subvolume's extents is applied after the first
+    // round (later rounds change only the global trees' own blocks).
+    if (quotas_ && loops == 0) {
+      UB_RETURN_IF_ERROR(AccountQuotas());
+      changed = true;
+    }
     UB_RETURN_IF_ERROR(chunk_alloc_->FinishPending(&changed));  // new chunks' items, before their groups'
     UB_RETURN_IF_ERROR(UpdateBlockGroups(&changed));
     UB_RETURN_IF_ERROR(UpdateRootItems(&changed));
@@ -376,6 +380,7 @@ Status TxnManager::Commit() {
     // that got ENOSPC): never part of a committed tree, so reusable now --
     // left pinned, a full device would stay full until some real commit.
     space_->Commit();
+    QuotasCommitted();
     return Status::Ok();
   }
   refs_time.Record(stats::NowNs() - t0);
@@ -433,6 +438,7 @@ Status TxnManager::Commit() {
   stats_.blocks_written += written.size();
   ++stats_.commits;
   dirty_->Reset(transid() + 1);
+  QuotasCommitted();
   return Status::Ok();
 }
 

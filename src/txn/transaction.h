@@ -97,6 +97,16 @@ class TxnManager final : public tree::BlockAllocator {
   // follow the kernel's rules for shared blocks (shared_cow.cc).
   Status RetireCommitted(const tree::TreeBlock& b, uint64_t owner) override;
 
+  // ---- Quotas (qgroups.cc): exact at every commit where the image has them ----
+  bool quotas_on() const { return quotas_ != nullptr; }
+  // EDQUOT when `bytes` more data in subvolume `root` would pass a limit of
+  // its qgroups (counting what this transaction has written so far).
+  Status CheckQuota(uint64_t root, uint64_t bytes);
+  // The qgroup of a new subvolume; of a snapshot (just made by
+  // SnapshotTree) when inherit_from is its source: the source's numbers are
+  // inherited at the next commit.
+  Status NewQgroup(uint64_t root, uint64_t inherit_from);
+
   const TxnStats& stats() const { return stats_; }
   // Whether the running transaction holds anything a commit would write or
   // release (dirty tree blocks, reference changes, new data extents).
@@ -171,6 +181,37 @@ class TxnManager final : public tree::BlockAllocator {
   Status HandOverOwned(uint64_t root, uint64_t created, const tree::TreeBlock& b);
   Status FreeDroppedBlock(uint64_t bytenr, int level, const RefId& via, uint64_t* freed);
   Status UpdateBlockGroups(bool* changed);
+  // ---- Quotas (qgroups.cc) ----
+  struct Qgroup {
+    uint64_t rfer = 0, excl = 0;
+    uint64_t reserved = 0;  // data written this transaction (for limits)
+    format::QgroupLimitItem limit{};
+    bool has_info = false, has_limit = false, dirty = false;
+    std::vector<uint64_t> parents;
+  };
+  struct Touched {
+    uint64_t bytenr = 0, len = 0;
+    std::set<uint64_t> old_roots;
+  };
+  struct QuotaState {
+    std::map<uint64_t, Qgroup> groups;    // by qgroup id
+    bool inconsistent = false;            // the kernel's flag; kept as it is
+    tree::RootPtr committed_extent;       // the extent tree as last committed
+    std::map<uint64_t, uint64_t> extra;   // extents to account beyond the refs changed (drops)
+    struct Inherit {
+      uint64_t src = 0, dst = 0;
+      uint64_t src_root = 0, dst_root = 0;  // their root blocks when the snapshot was taken
+    };
+    std::vector<Inherit> inherits;
+    std::vector<Touched> touched;         // this commit's extents
+  };
+  Status LoadQuotas();
+  std::set<uint64_t> QgroupsOf(const std::set<uint64_t>& roots) const;
+  Status TraceDroppedSubtree(uint64_t bytenr, int level, uint64_t generation);
+  Status PrepareQuotaAccounting();
+  Status AccountQuotas();
+  Status WriteQgroupItems();
+  void QuotasCommitted();
   Status UpdateRootItems(bool* changed);
   Status DeleteCsums(uint64_t start, uint64_t len);
   Status WriteDirtyBlocks(std::vector<uint64_t>* written);
@@ -203,6 +244,7 @@ class TxnManager final : public tree::BlockAllocator {
   TxnStats stats_;
   friend class ChunkAllocator;
   std::unique_ptr<ChunkAllocator> chunk_alloc_;
+  std::unique_ptr<QuotaState> quotas_;  // null: the image has no quotas
 };
 
 }  // namespace ubtrfs::txn
