@@ -26,7 +26,7 @@ Status TxnManager::CheckFreeSpaceTree() {
     // mkfs.btrfs 6.2 --rootdir leaves entries of block groups it removed
     // again; only groups that exist are compared.
     if (!space_->FindGroup(k.objectid)) {
-      // not a block group of this filesystem
+      stale_fst_keys_.push_back(k);  // removed by the first commit (DropStaleFreeSpaceItems)
     } else if (k.type == kFreeSpaceExtentKey) {
       on_disk.push_back({k.objectid, k.offset});
     } else if (k.type == kFreeSpaceBitmapKey) {
@@ -66,6 +66,17 @@ Status TxnManager::CheckFreeSpaceTree() {
     return Status::Corrupt("free space tree disagrees with the extent tree: " + where + ", " + ours_s +
                            " (btrfs check --clear-space-cache v2 rebuilds it)");
   }
+  return Status::Ok();
+}
+
+// mkfs.btrfs 6.2 leaves the free space entries of the temporary chunks it
+// removes; the kernel ignores them, newer btrfs check reports them ("has no
+// corresponding block group"). The first commit that writes removes them.
+Status TxnManager::DropStaleFreeSpaceItems() {
+  if (stale_fst_keys_.empty()) return Status::Ok();
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kFreeSpaceTreeObjectid));
+  for (const Key& k : stale_fst_keys_) UB_RETURN_IF_ERROR(w->Delete(k));
+  stale_fst_keys_.clear();
   return Status::Ok();
 }
 

@@ -353,6 +353,8 @@ Status TxnManager::Commit() {
   static stats::Histogram& write_time = stats::GetHistogram("commit.write_time", "ns");
   static stats::Histogram& flush_time = stats::GetHistogram("commit.flush_time", "ns");
   uint64_t t0 = stats::NowNs();
+  // Rides along with a commit that writes anyway: never a commit of its own.
+  if (!stale_fst_keys_.empty() && dirty_->count() > 0) UB_RETURN_IF_ERROR(DropStaleFreeSpaceItems());
   if (quotas_) UB_RETURN_IF_ERROR(PrepareQuotaAccounting());
   int loops = 0;
   for (;; ++loops) {

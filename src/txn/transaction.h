@@ -136,6 +136,8 @@ class TxnManager final : public tree::BlockAllocator {
   // extent tree, and its v1 space cache dropped, as the kernel's mount with
   // space_cache=v2 does; the open commits it at once.
   Status RebuildFreeSpaceTree();
+  Status DropStaleFreeSpaceItems();
+  std::vector<format::Key> stale_fst_keys_;  // items of block groups that do not exist
   Result<int> DropSpaceCacheV1();
   // ---- Delayed references (delayed_refs.cc) ----
   // The net reference changes of one extent in the running transaction.
