@@ -1,0 +1,350 @@
+// Tree-log replay against the kernel's own logs: a loop mount with a long
+// commit interval takes fsyncs (a new file in a new directory, an append, an
+// overwrite inside a committed file, renames of committed and fsynced files,
+// fsync of a directory after an unlink, an xattr, a hard link, an inline
+// file), and the image file is copied while still mounted, before any
+// commit: the copy holds a log tree (superblock log_root != 0), as after a
+// power cut. Then:
+// - ubtrfs read-only shows every fsynced file byte for byte, the same tree
+//   as the kernel's own replay of another copy (modes, sizes, nlink, xattrs,
+//   inode numbers, nbytes, directory sizes), and the image stays byte for
+//   byte the same;
+// - a writable open replays and commits: log_root 0, btrfs check clean, the
+//   kernel mounts it and sees what ubtrfs sees, and ubtrfs writes on;
+// - a bit flipped in a log block (every copy) is a clear error, nothing written.
+//
+// Needs root and working loop mounts; skipped otherwise.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "io/block_device.h"
+#include "support/host_files.h"
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "txn/volume.h"
+#include "ubtrfs/filesystem.h"
+
+namespace ubtrfs_test {
+namespace {
+
+std::string Sha256(const std::string& path) {
+  CommandResult r = RunCommand({"sha256sum", path});
+  return r.ok() ? r.out.substr(0, 64) : "sha256sum failed: " + r.Describe();
+}
+
+uint64_t SuperField(const std::string& img, const std::string& field) {
+  CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-super", img});
+  size_t at = r.out.find("\n" + field + "\t");
+  if (at == std::string::npos) return UINT64_MAX;
+  at = r.out.find_first_not_of("\t", at + field.size() + 1);
+  return std::stoull(r.out.substr(at));
+}
+
+std::string WriteFsync(const std::string& path, const std::string& data, int flags = O_WRONLY | O_CREAT | O_TRUNC,
+                       off_t at = -1) {
+  int fd = open(path.c_str(), flags, 0644);
+  if (fd < 0) return "open " + path + ": " + strerror(errno);
+  ssize_t n = at >= 0 ? pwrite(fd, data.data(), data.size(), at) : write(fd, data.data(), data.size());
+  std::string err;
+  if (n != static_cast<ssize_t>(data.size())) err = "write " + path + ": " + strerror(errno);
+  if (err.empty() && fsync(fd) != 0) err = "fsync " + path + ": " + strerror(errno);
+  close(fd);
+  return err;
+}
+
+std::string FsyncPath(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return "open " + path + ": " + strerror(errno);
+  std::string err = fsync(fd) == 0 ? "" : "fsync " + path + ": " + strerror(errno);
+  close(fd);
+  return err;
+}
+
+// What each fsynced file must hold after any replay.
+struct Expected {
+  std::map<std::string, std::string> files;  // path -> bytes
+  std::map<std::string, uint32_t> nlink;
+  std::vector<std::string> gone;
+};
+
+class LogReplay : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    if (!LoopMountsAvailable(&why)) {
+      skip_ = "loop mounts unavailable: " + why;
+      return;
+    }
+    tmp_ = new TempDir("ubtrfs-logreplay");
+    log_img_ = tmp_->Sub("log.img");
+    setup_error_ = Make();
+  }
+  static void TearDownTestSuite() {
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
+  }
+
+  static std::string Make() {
+    const std::string base = tmp_->Sub("base.img"), mnt = tmp_->Sub("mnt");
+    if (mkdir(mnt.c_str(), 0755) != 0) return "mkdir " + mnt + ": " + strerror(errno);
+    if (std::string e = RunMkfs(base, "", 0, "", 256ull << 20); !e.empty()) return e;
+    Expected& x = expected_;
+    {
+      LoopMount m;
+      if (std::string e = m.Mount(base, mnt); !e.empty()) return e;
+      if (mkdir((mnt + "/old").c_str(), 0755) != 0) return "mkdir old";
+      WriteHostFile(mnt + "/old/a", "hello\n");
+      WriteHostFile(mnt + "/old/b", SeededBytes(10000, 2));
+      WriteHostFile(mnt + "/old/c", SeededBytes(65536, 3));
+      WriteHostFile(mnt + "/old/gone", "to be removed");
+      WriteHostFile(mnt + "/old/keep", "kept as it was");
+      if (std::string e = m.Unmount(); !e.empty()) return e;
+    }
+    std::filesystem::copy_file(base, log_img_);
+    LoopMount m;
+    if (std::string e = m.Mount(log_img_, mnt, "commit=3600"); !e.empty()) return e;
+    const std::string d = mnt + "/";
+    // fsync of a directory after an unlink (may make the kernel commit in full).
+    if (unlink((d + "old/gone").c_str()) != 0) return "unlink";
+    if (std::string e = FsyncPath(d + "old"); !e.empty()) return e;
+    x.gone.push_back("/old/gone");
+    // A new file in a new directory.
+    if (mkdir((d + "newdir").c_str(), 0750) != 0) return "mkdir newdir";
+    x.files["/newdir/f1"] = SeededBytes(300000, 1);
+    if (std::string e = WriteFsync(d + "newdir/f1", x.files["/newdir/f1"]); !e.empty()) return e;
+    // An append to a committed file, an overwrite inside another.
+    const std::string more = SeededBytes(70000, 4);
+    if (std::string e = WriteFsync(d + "old/b", more, O_WRONLY | O_APPEND); !e.empty()) return e;
+    x.files["/old/b"] = SeededBytes(10000, 2) + more;
+    const std::string patch = SeededBytes(4096, 5);
+    if (std::string e = WriteFsync(d + "old/c", patch, O_WRONLY, 8192); !e.empty()) return e;
+    x.files["/old/c"] = SeededBytes(65536, 3).replace(8192, 4096, patch);
+    // A committed file renamed, and a file fsynced, renamed, fsynced again.
+    if (rename((d + "old/a").c_str(), (d + "newdir/a_renamed").c_str()) != 0) return "rename a";
+    if (std::string e = FsyncPath(d + "newdir/a_renamed"); !e.empty()) return e;
+    x.files["/newdir/a_renamed"] = "hello\n";
+    x.gone.push_back("/old/a");
+    x.files["/old/r1_moved"] = SeededBytes(5000, 6);
+    if (std::string e = WriteFsync(d + "newdir/r1", x.files["/old/r1_moved"]); !e.empty()) return e;
+    if (rename((d + "newdir/r1").c_str(), (d + "old/r1_moved").c_str()) != 0) return "rename r1";
+    if (std::string e = FsyncPath(d + "old/r1_moved"); !e.empty()) return e;
+    x.gone.push_back("/newdir/r1");
+    // An xattr.
+    x.files["/newdir/x"] = "a file with an xattr";
+    if (std::string e = WriteFsync(d + "newdir/x", x.files["/newdir/x"]); !e.empty()) return e;
+    if (setxattr((d + "newdir/x").c_str(), "user.k", "v1", 2, 0) != 0) return "setxattr";
+    if (std::string e = FsyncPath(d + "newdir/x"); !e.empty()) return e;
+    // A hard link.
+    if (link((d + "newdir/f1").c_str(), (d + "old/f1link").c_str()) != 0) return "link";
+    if (std::string e = FsyncPath(d + "newdir/f1"); !e.empty()) return e;
+    x.files["/old/f1link"] = x.files["/newdir/f1"];
+    x.nlink["/newdir/f1"] = 2;
+    // A small (inline) file.
+    x.files["/newdir/small"] = "tiny";
+    if (std::string e = WriteFsync(d + "newdir/small", "tiny"); !e.empty()) return e;
+    x.files["/old/keep"] = "kept as it was";
+    // The power cut: the image as it is now, before any commit.
+    const std::string copy = tmp_->Sub("copy.img");
+    std::filesystem::copy_file(log_img_, copy);
+    if (std::string e = m.Unmount(); !e.empty()) return e;
+    std::filesystem::rename(copy, log_img_);
+    if (SuperField(log_img_, "log_root") == 0 || SuperField(log_img_, "log_root") == UINT64_MAX) {
+      return "the copy has no tree log (log_root 0): the kernel committed before the copy";
+    }
+    return "";
+  }
+
+  static std::string CopyOf(const std::string& name) {
+    const std::string p = tmp_->Sub(name);
+    std::filesystem::copy_file(log_img_, p, std::filesystem::copy_options::overwrite_existing);
+    return p;
+  }
+
+  // The kernel's own replay of a copy, mounted read-only at the returned path.
+  static std::string KernelReplayed(LoopMount& m, const std::string& name) {
+    const std::string img = CopyOf(name), mnt = tmp_->Sub(name + ".mnt");
+    mkdir(mnt.c_str(), 0755);
+    {
+      LoopMount rw;  // replays the log, then the orphans go at this mount
+      if (std::string e = rw.Mount(img, mnt, "noatime"); !e.empty()) return "kernel mount: " + e;
+      if (std::string e = rw.Unmount(); !e.empty()) return e;
+    }
+    if (std::string e = m.Mount(img, mnt, "ro"); !e.empty()) return "kernel mount: " + e;
+    return "";
+  }
+
+  static void ExpectFsynced(ubtrfs::Filesystem& fs) {
+    for (const auto& [path, bytes] : expected_.files) {
+      EXPECT_EQ(ReadImageFile(fs, path), bytes) << path;
+    }
+    for (const auto& [path, n] : expected_.nlink) {
+      auto id = fs.Lookup(path);
+      ASSERT_TRUE(id.ok()) << path << ": " << id.status().ToString();
+      auto st = fs.GetStat(*id);
+      ASSERT_TRUE(st.ok());
+      EXPECT_EQ(st->nlink, n) << path;
+    }
+    for (const auto& path : expected_.gone) EXPECT_FALSE(fs.Lookup(path).ok()) << path << " is still there";
+    auto id = fs.Lookup("/newdir/x");
+    ASSERT_TRUE(id.ok());
+    auto v = fs.GetXattr(*id, "user.k");
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, "v1");
+  }
+
+  static inline std::string skip_, setup_error_, log_img_;
+  static inline TempDir* tmp_ = nullptr;
+  static inline Expected expected_;
+};
+
+TEST_F(LogReplay, ReadOnlyOpenShowsTheFsyncedFilesAndChangesNothing) {
+  const std::string img = CopyOf("ro.img");
+  const std::string before = Sha256(img);
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ExpectFsynced(**fs);
+    bool told = false;
+    for (const auto& w : (*fs)->Warnings()) told |= w.find("replayed in memory") != std::string::npos;
+    EXPECT_TRUE(told) << "no warning says the log was replayed in memory";
+    // The same tree as the kernel's own replay of the same log.
+    LoopMount km;
+    std::string e = KernelReplayed(km, "kernel.img");
+    ASSERT_TRUE(e.empty()) << e;
+    CompareStats cs;
+    auto mismatches = CompareTreeToImage(km.mountpoint(), **fs, KernelMountCompareOptions(), "/", &cs);
+    EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
+    EXPECT_GE(cs.entries, 10u);
+  }
+  EXPECT_EQ(Sha256(img), before) << "a read-only open changed the image";
+  EXPECT_NE(SuperField(img, "log_root"), 0u);
+  // The command line reads it too.
+  CommandResult r = RunUbtrfs({"cat", img, "/old/f1link"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(r.out, expected_.files["/old/f1link"]);
+}
+
+TEST_F(LogReplay, WritableOpenReplaysCommitsAndTheKernelAgrees) {
+  const std::string img = CopyOf("rw.img");
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ExpectFsynced(**fs);
+  }
+  EXPECT_EQ(SuperField(img, "log_root"), 0u);
+  EXPECT_EQ(SuperField(img, "log_root_level"), 0u);
+  CommandResult check = RunCommand({"btrfs", "check", "--readonly", "--check-data-csum", img});
+  EXPECT_TRUE(check.ok()) << check.Describe();
+  CommandResult ours = RunUbtrfs({"check", img});
+  EXPECT_TRUE(ours.ok()) << ours.Describe();
+  {
+    // The kernel mounts the replayed image and sees what ubtrfs sees.
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ExpectFsynced(**fs);
+    for (const auto& w : (*fs)->Warnings()) EXPECT_EQ(w.find("tree log"), std::string::npos) << w;
+    const std::string mnt = tmp_->Sub("rw.mnt");
+    mkdir(mnt.c_str(), 0755);
+    LoopMount m;
+    std::string e = m.Mount(img, mnt, "ro");
+    ASSERT_TRUE(e.empty()) << e;
+    auto mismatches = CompareTreeToImage(mnt, **fs, KernelMountCompareOptions());
+    EXPECT_TRUE(mismatches.empty()) << FormatMismatches(mismatches);
+    // ... and what the kernel's own replay made of the same log.
+    LoopMount km;
+    e = KernelReplayed(km, "kernel2.img");
+    ASSERT_TRUE(e.empty()) << e;
+    CompareOptions o = KernelMountCompareOptions();
+    auto same = CompareTreeToImage(km.mountpoint(), **fs, o);
+    EXPECT_TRUE(same.empty()) << "ubtrfs's replay vs the kernel's: " << FormatMismatches(same);
+  }
+  // ubtrfs writes on, and the image stays clean.
+  const std::string host = tmp_->Sub("host.txt");
+  WriteHostFile(host, SeededBytes(123456, 9));
+  for (const auto& args : std::vector<std::vector<std::string>>{{"cp", host, img + ":/newdir/copied"},
+                                                                {"rm", img + ":/old/f1link"},
+                                                                {"mkdir", img + ":/newdir/sub"},
+                                                                {"rm", img + ":/old/b"}}) {
+    CommandResult r = RunUbtrfs(args);
+    ASSERT_TRUE(r.ok()) << ShellJoin(args) << ": " << r.Describe();
+  }
+  check = RunCommand({"btrfs", "check", "--readonly", "--check-data-csum", img});
+  EXPECT_TRUE(check.ok()) << check.Describe();
+  const std::string mnt = tmp_->Sub("rw2.mnt");
+  mkdir(mnt.c_str(), 0755);
+  LoopMount m;
+  std::string e = m.Mount(img, mnt, "ro");
+  ASSERT_TRUE(e.empty()) << e;
+  EXPECT_EQ(ReadHostFile(mnt + "/newdir/copied"), SeededBytes(123456, 9));
+  EXPECT_EQ(ReadHostFile(mnt + "/newdir/f1"), expected_.files["/newdir/f1"]);
+  struct stat st{};
+  EXPECT_NE(lstat((mnt + "/old/f1link").c_str(), &st), 0);
+  EXPECT_EQ(lstat((mnt + "/newdir/f1").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 1u);
+}
+
+TEST_F(LogReplay, DamagedLogBlockIsAClearErrorAndNothingIsWritten) {
+  const std::string img = CopyOf("bad.img");
+  const uint64_t log_root = SuperField(img, "log_root");
+  ASSERT_NE(log_root, 0u);
+  // Every copy of the log root tree's block (metadata is DUP).
+  std::vector<uint64_t> copies;
+  {
+    auto dev = ubtrfs::io::OpenFileDevice(img);
+    ASSERT_TRUE(dev.ok());
+    auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), {});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto m = (*vol)->chunks().Map(log_root, (*vol)->nodesize());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    copies = *m;
+  }
+  ASSERT_FALSE(copies.empty());
+  {
+    int fd = open(img.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    for (uint64_t phys : copies) {
+      uint8_t b = 0;
+      ASSERT_EQ(pread(fd, &b, 1, static_cast<off_t>(phys + 200)), 1);
+      b ^= 0x10;
+      ASSERT_EQ(pwrite(fd, &b, 1, static_cast<off_t>(phys + 200)), 1);
+    }
+    close(fd);
+  }
+  const std::string before = Sha256(img);
+  ubtrfs::OpenOptions o;
+  o.writable = true;
+  auto fs = ubtrfs::Filesystem::Open(img, o);
+  ASSERT_FALSE(fs.ok());
+  const std::string msg = fs.status().ToString();
+  EXPECT_NE(msg.find("tree log"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(log_root)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
+  auto ro = ubtrfs::Filesystem::Open(img);
+  EXPECT_FALSE(ro.ok());
+  EXPECT_EQ(Sha256(img), before) << "a failed replay changed the image";
+  CommandResult r = RunUbtrfs({"ls", img, "/"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.err.find("tree log"), std::string::npos) << r.Describe();
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
