@@ -30,6 +30,7 @@
 #include <gtest/gtest.h>
 
 #include "io/block_device.h"
+#include "log/replay.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -121,14 +122,25 @@ class LogReplay : public ::testing::Test {
     LoopMount m;
     if (std::string e = m.Mount(log_img_, mnt, "commit=3600"); !e.empty()) return e;
     const std::string d = mnt + "/";
-    // fsync of a directory after an unlink (may make the kernel commit in full).
-    if (unlink((d + "old/gone").c_str()) != 0) return "unlink";
-    if (std::string e = FsyncPath(d + "old"); !e.empty()) return e;
-    x.gone.push_back("/old/gone");
-    // A new file in a new directory.
+    // A new file in a new directory (the kernel 6.x commits in full here;
+    // the fsyncs below then go to the log).
     if (mkdir((d + "newdir").c_str(), 0750) != 0) return "mkdir newdir";
     x.files["/newdir/f1"] = SeededBytes(300000, 1);
     if (std::string e = WriteFsync(d + "newdir/f1", x.files["/newdir/f1"]); !e.empty()) return e;
+    // fsync after unlink: of the unlinked file through an open descriptor
+    // (logged with no links), then of its directory.
+    {
+      int fd = open((d + "old/gone").c_str(), O_RDWR);
+      if (fd < 0) return "open gone";
+      if (unlink((d + "old/gone").c_str()) != 0) return "unlink";
+      if (write(fd, "more", 4) != 4 || fsync(fd) != 0) return "fsync of an unlinked file";
+      close(fd);
+    }
+    if (std::string e = FsyncPath(d + "old"); !e.empty()) return e;
+    x.gone.push_back("/old/gone");
+    // A new file in an existing directory.
+    x.files["/newdir/f2"] = SeededBytes(200000, 7);
+    if (std::string e = WriteFsync(d + "newdir/f2", x.files["/newdir/f2"]); !e.empty()) return e;
     // An append to a committed file, an overwrite inside another.
     const std::string more = SeededBytes(70000, 4);
     if (std::string e = WriteFsync(d + "old/b", more, O_WRONLY | O_APPEND); !e.empty()) return e;
@@ -300,6 +312,39 @@ TEST_F(LogReplay, WritableOpenReplaysCommitsAndTheKernelAgrees) {
   EXPECT_NE(lstat((mnt + "/old/f1link").c_str(), &st), 0);
   EXPECT_EQ(lstat((mnt + "/newdir/f1").c_str(), &st), 0);
   EXPECT_EQ(st.st_nlink, 1u);
+}
+
+// The kernel's log holds what the rules above are about, and the replay
+// goes through each of them.
+TEST_F(LogReplay, TheLogHoldsEveryKindOfItemAndTheReplayUsesThem) {
+  // The log root tree (TREE_LOG, -6) names the subvolume's log tree.
+  CommandResult roots = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "18446744073709551610", log_img_});
+  ASSERT_TRUE(roots.ok()) << roots.Describe();
+  const size_t at = roots.out.find("bytenr ");
+  ASSERT_NE(at, std::string::npos) << roots.out;
+  const std::string bytenr = std::to_string(std::stoull(roots.out.substr(at + 7)));
+  CommandResult dump = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-b", bytenr, "--follow", log_img_});
+  ASSERT_TRUE(dump.ok()) << dump.Describe();
+  for (const char* kind : {"INODE_ITEM", "INODE_REF", "DIR_INDEX", "DIR_LOG_INDEX", "EXTENT_DATA", "EXTENT_CSUM",
+                           "XATTR_ITEM"}) {
+    EXPECT_NE(dump.out.find(kind), std::string::npos) << "no " << kind << " in the log:\n" << dump.out;
+  }
+  const std::string img = CopyOf("stats.img");
+  auto dev = ubtrfs::io::OpenFileDevice(img, ubtrfs::io::OpenFlags{true});
+  ASSERT_TRUE(dev.ok());
+  ubtrfs::txn::VolumeOptions vo;
+  vo.writable = true;
+  auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), vo);
+  ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+  ubtrfs::log::ReplayStats st;
+  ubtrfs::Status s = ubtrfs::log::ReplayLog(vol->get(), &st);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(st.log_trees, 1u);
+  EXPECT_GE(st.log_blocks, 2u);
+  EXPECT_GT(st.items, 10u);
+  EXPECT_GE(st.new_extents, 1u) << "no logged extent was new to the extent tree";
+  EXPECT_GE(st.names_removed, 1u) << "no name went by a DIR_LOG_INDEX range";
+  EXPECT_EQ((*vol)->super().log_root.get(), 0u);
 }
 
 TEST_F(LogReplay, DamagedLogBlockIsAClearErrorAndNothingIsWritten) {
