@@ -11,6 +11,7 @@
 //   byte the same;
 // - a writable open replays and commits: log_root 0, btrfs check clean, the
 //   kernel mounts it and sees what ubtrfs sees, and ubtrfs writes on;
+// - a power cut at any point of the replay's commit loses nothing;
 // - a bit flipped in a log block (every copy) is a clear error, nothing written.
 //
 // Needs root and working loop mounts; skipped otherwise.
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -29,8 +31,12 @@
 
 #include <gtest/gtest.h>
 
+#include "format/ondisk.h"
+#include "fs/open_device.h"
 #include "io/block_device.h"
+#include "io/recording_device.h"
 #include "log/replay.h"
+#include "txn/transaction.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -345,6 +351,86 @@ TEST_F(LogReplay, TheLogHoldsEveryKindOfItemAndTheReplayUsesThem) {
   EXPECT_GE(st.new_extents, 1u) << "no logged extent was new to the extent tree";
   EXPECT_GE(st.names_removed, 1u) << "no name went by a DIR_LOG_INDEX range";
   EXPECT_EQ((*vol)->super().log_root.get(), 0u);
+}
+
+// A power cut during the replay's commit: the log's blocks are kept from
+// allocation until the superblock that drops the log is written, so every
+// crash point shows either the old superblock with an intact log (replayed
+// again, here in memory) or the replayed trees.
+TEST_F(LogReplay, PowerCutDuringTheReplayCommitLosesNothing) {
+  ubtrfs::io::SparseImage image(std::filesystem::file_size(log_img_));
+  {
+    int fd = open(log_img_.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> page(ubtrfs::io::SparseImage::kPageSize), zero(page.size());
+    for (uint64_t off = 0; off < image.size(); off += page.size()) {
+      ASSERT_EQ(pread(fd, page.data(), page.size(), static_cast<off_t>(off)), static_cast<ssize_t>(page.size()));
+      if (page != zero) image.Write(off, page);
+    }
+    close(fd);
+  }
+  ubtrfs::io::RecordingDevice rec("log.img", std::move(image));
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::OpenOnDevice(ubtrfs::io::NewUnownedDevice(&rec), o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  }
+  const size_t n = rec.log().size();
+  ASSERT_GT(n, 3u);
+  ubtrfs::io::CrashReplayer rep(&rec);
+  for (int m = 0; m < ubtrfs::format::kSuperMirrorMax; ++m) {
+    rep.AddAtomicRange(ubtrfs::format::SuperblockOffset(m), ubtrfs::format::kSuperInfoSize);
+  }
+  size_t points = 0, replayed_again = 0;
+  for (size_t entries = 0; entries <= n; ++entries) {
+    for (auto mode : {ubtrfs::io::CrashMode::kPrefix, ubtrfs::io::CrashMode::kSubset}) {
+      for (uint64_t seed = 0; seed < (mode == ubtrfs::io::CrashMode::kSubset ? 3u : 1u); ++seed) {
+        ubtrfs::io::CrashPoint cp{entries, mode, seed};
+        auto img = rep.Materialize(cp);
+        ASSERT_TRUE(img.ok()) << img.status().ToString();
+        auto fs = ubtrfs::OpenOnDevice((*img)->Clone(), {});
+        ASSERT_TRUE(fs.ok()) << cp.ToString() << ": " << fs.status().ToString();
+        SCOPED_TRACE(cp.ToString());
+        ExpectFsynced(**fs);
+        ++points;
+        for (const auto& w : (*fs)->Warnings()) replayed_again += w.find("replayed in memory") != std::string::npos;
+        if (HasFatalFailure() || HasFailure()) return;
+      }
+    }
+  }
+  EXPECT_GT(points, 10u);
+  EXPECT_GT(replayed_again, 0u);
+  RecordProperty("crash_points", static_cast<int>(points));
+  std::printf("%zu log entries, %zu crash points, %zu of them replayed the log again\n", n, points, replayed_again);
+}
+
+// The log's blocks are free in the extent and free space trees; until the
+// replay's commit no allocation may hand them out.
+TEST_F(LogReplay, LogBlocksAreNotAllocatedBeforeTheCommit) {
+  const std::string img = CopyOf("pin.img");
+  const uint64_t log_root = SuperField(img, "log_root");
+  auto dev = ubtrfs::io::OpenFileDevice(img, ubtrfs::io::OpenFlags{true});
+  ASSERT_TRUE(dev.ok());
+  ubtrfs::txn::VolumeOptions vo;
+  vo.writable = true;
+  auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), vo);
+  ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+  EXPECT_FALSE(ubtrfs::txn::TxnManager::Open(vol->get()).ok()) << "opened for writing without replaying the log";
+  auto txn = ubtrfs::txn::TxnManager::Open(vol->get(), /*allow_log=*/true);
+  ASSERT_TRUE(txn.ok()) << txn.status().ToString();
+  ASSERT_TRUE((*txn)->PinLogBlock(log_root).ok());
+  EXPECT_FALSE((*txn)->PinLogBlock(log_root).ok()) << "a log block pinned twice";
+  // Every block the metadata group of the log block still has free.
+  auto group = (*txn)->space().FindGroup(log_root);
+  ASSERT_TRUE(group.has_value());
+  const uint64_t blocks = group->length / (*vol)->nodesize();
+  for (uint64_t i = 0; i < blocks; ++i) {
+    auto b = (*txn)->AllocTreeBlock(5, 0);
+    if (!b.ok()) break;
+    ASSERT_NE(*b, log_root) << "the log root tree's block was allocated after " << i << " blocks";
+    if ((*b < group->start || *b >= group->start + group->length) && i > blocks / 2) break;  // a new chunk serves
+  }
 }
 
 TEST_F(LogReplay, DamagedLogBlockIsAClearErrorAndNothingIsWritten) {
