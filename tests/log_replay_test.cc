@@ -31,6 +31,7 @@
 
 #include <gtest/gtest.h>
 
+#include "check/checker.h"
 #include "format/ondisk.h"
 #include "fs/open_device.h"
 #include "io/block_device.h"
@@ -253,6 +254,14 @@ TEST_F(LogReplay, ReadOnlyOpenShowsTheFsyncedFilesAndChangesNothing) {
   }
   EXPECT_EQ(Sha256(img), before) << "a read-only open changed the image";
   EXPECT_NE(SuperField(img, "log_root"), 0u);
+  // ubtrfs check verifies the log's blocks and items (and replays nothing).
+  auto check = ubtrfs::check::CheckImage(img);
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_TRUE(check->clean()) << (check->errors.empty() ? "" : check->errors.front());
+  bool verified = false;
+  for (const auto& w : check->warnings) verified |= w.find("items, verified") != std::string::npos;
+  EXPECT_TRUE(verified) << "no warning says the tree log was verified";
+  EXPECT_EQ(Sha256(img), before) << "ubtrfs check changed the image";
   // The command line reads it too.
   CommandResult r = RunUbtrfs({"cat", img, "/old/f1link"});
   EXPECT_TRUE(r.ok()) << r.Describe();
@@ -471,6 +480,12 @@ TEST_F(LogReplay, DamagedLogBlockIsAClearErrorAndNothingIsWritten) {
   EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
   auto ro = ubtrfs::Filesystem::Open(img);
   EXPECT_FALSE(ro.ok());
+  auto check = ubtrfs::check::CheckImage(img);
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_FALSE(check->clean()) << "ubtrfs check found nothing wrong with a damaged log block";
+  bool named = false;
+  for (const auto& e : check->errors) named |= e.find("tree log") != std::string::npos;
+  EXPECT_TRUE(named) << (check->errors.empty() ? "no errors" : check->errors.front());
   EXPECT_EQ(Sha256(img), before) << "a failed replay changed the image";
   CommandResult r = RunUbtrfs({"ls", img, "/"});
   EXPECT_FALSE(r.ok());
