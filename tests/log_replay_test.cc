@@ -123,6 +123,8 @@ class LogReplay : public ::testing::Test {
       WriteHostFile(mnt + "/old/c", SeededBytes(65536, 3));
       WriteHostFile(mnt + "/old/gone", "to be removed");
       WriteHostFile(mnt + "/old/keep", "kept as it was");
+      if (std::string e = MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}); !e.empty()) return e;
+      WriteHostFile(mnt + "/sv/committed", "in a subvolume");
       if (std::string e = m.Unmount(); !e.empty()) return e;
     }
     std::filesystem::copy_file(base, log_img_);
@@ -175,6 +177,10 @@ class LogReplay : public ::testing::Test {
     if (std::string e = FsyncPath(d + "newdir/f1"); !e.empty()) return e;
     x.files["/old/f1link"] = x.files["/newdir/f1"];
     x.nlink["/newdir/f1"] = 2;
+    // A file in another subvolume: a second log tree, keyed by its id.
+    x.files["/sv/new"] = SeededBytes(20000, 8);
+    if (std::string e = WriteFsync(d + "sv/new", x.files["/sv/new"]); !e.empty()) return e;
+    x.files["/sv/committed"] = "in a subvolume";
     // A small (inline) file.
     x.files["/newdir/small"] = "tiny";
     if (std::string e = WriteFsync(d + "newdir/small", "tiny"); !e.empty()) return e;
@@ -335,11 +341,15 @@ TEST_F(LogReplay, TheLogHoldsEveryKindOfItemAndTheReplayUsesThem) {
   // The log root tree (TREE_LOG, -6) names the subvolume's log tree.
   CommandResult roots = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "18446744073709551610", log_img_});
   ASSERT_TRUE(roots.ok()) << roots.Describe();
-  const size_t at = roots.out.find("bytenr ");
-  ASSERT_NE(at, std::string::npos) << roots.out;
-  const std::string bytenr = std::to_string(std::stoull(roots.out.substr(at + 7)));
-  CommandResult dump = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-b", bytenr, "--follow", log_img_});
-  ASSERT_TRUE(dump.ok()) << dump.Describe();
+  EXPECT_NE(roots.out.find("(TREE_LOG ROOT_ITEM 5)"), std::string::npos) << roots.out;
+  EXPECT_NE(roots.out.find("(TREE_LOG ROOT_ITEM 256)"), std::string::npos) << roots.out;
+  CommandResult dump;
+  for (size_t at = roots.out.find("bytenr "); at != std::string::npos; at = roots.out.find("bytenr ", at + 1)) {
+    const std::string bytenr = std::to_string(std::stoull(roots.out.substr(at + 7)));
+    CommandResult one = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-b", bytenr, "--follow", log_img_});
+    ASSERT_TRUE(one.ok()) << one.Describe();
+    dump.out += one.out;
+  }
   for (const char* kind : {"INODE_ITEM", "INODE_REF", "DIR_INDEX", "DIR_LOG_INDEX", "EXTENT_DATA", "EXTENT_CSUM",
                            "XATTR_ITEM"}) {
     EXPECT_NE(dump.out.find(kind), std::string::npos) << "no " << kind << " in the log:\n" << dump.out;
@@ -354,7 +364,7 @@ TEST_F(LogReplay, TheLogHoldsEveryKindOfItemAndTheReplayUsesThem) {
   ubtrfs::log::ReplayStats st;
   ubtrfs::Status s = ubtrfs::log::ReplayLog(vol->get(), &st);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(st.log_trees, 1u);
+  EXPECT_EQ(st.log_trees, 2u) << "a log tree each for the top level and /sv";
   EXPECT_GE(st.log_blocks, 2u);
   EXPECT_GT(st.items, 10u);
   EXPECT_GE(st.new_extents, 1u) << "no logged extent was new to the extent tree";
