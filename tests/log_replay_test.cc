@@ -25,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include <gtest/gtest.h>
 
 #include "check/checker.h"
+#include "format/checksum.h"
 #include "format/ondisk.h"
 #include "fs/open_device.h"
 #include "io/block_device.h"
@@ -215,6 +217,19 @@ class LogReplay : public ::testing::Test {
     return "";
   }
 
+  static ubtrfs::io::SparseImage LoadSparse(const std::string& path) {
+    ubtrfs::io::SparseImage image(std::filesystem::file_size(path));
+    int fd = open(path.c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0);
+    std::vector<uint8_t> page(ubtrfs::io::SparseImage::kPageSize), zero(page.size());
+    for (uint64_t off = 0; fd >= 0 && off < image.size(); off += page.size()) {
+      if (pread(fd, page.data(), page.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(page.size())) break;
+      if (page != zero) image.Write(off, page);
+    }
+    if (fd >= 0) close(fd);
+    return image;
+  }
+
   static void ExpectFsynced(ubtrfs::Filesystem& fs) {
     for (const auto& [path, bytes] : expected_.files) {
       EXPECT_EQ(ReadImageFile(fs, path), bytes) << path;
@@ -377,17 +392,7 @@ TEST_F(LogReplay, TheLogHoldsEveryKindOfItemAndTheReplayUsesThem) {
 // crash point shows either the old superblock with an intact log (replayed
 // again, here in memory) or the replayed trees.
 TEST_F(LogReplay, PowerCutDuringTheReplayCommitLosesNothing) {
-  ubtrfs::io::SparseImage image(std::filesystem::file_size(log_img_));
-  {
-    int fd = open(log_img_.c_str(), O_RDONLY);
-    ASSERT_GE(fd, 0);
-    std::vector<uint8_t> page(ubtrfs::io::SparseImage::kPageSize), zero(page.size());
-    for (uint64_t off = 0; off < image.size(); off += page.size()) {
-      ASSERT_EQ(pread(fd, page.data(), page.size(), static_cast<off_t>(off)), static_cast<ssize_t>(page.size()));
-      if (page != zero) image.Write(off, page);
-    }
-    close(fd);
-  }
+  ubtrfs::io::SparseImage image = LoadSparse(log_img_);
   ubtrfs::io::RecordingDevice rec("log.img", std::move(image));
   {
     ubtrfs::OpenOptions o;
@@ -450,6 +455,70 @@ TEST_F(LogReplay, LogBlocksAreNotAllocatedBeforeTheCommit) {
     ASSERT_NE(*b, log_root) << "the log root tree's block was allocated after " << i << " blocks";
     if ((*b < group->start || *b >= group->start + group->length) && i > blocks / 2) break;  // a new chunk serves
   }
+}
+
+// Hostile logs: bytes of the log's leaves changed and the block checksums
+// made right again, so the replay itself meets the damage. Every open
+// either works or fails with a message; none crashes (ASan and UBSan builds
+// make this strict).
+TEST_F(LogReplay, ReplayOfALogWithValidChecksumsAndBadItemsFailsCleanly) {
+  const ubtrfs::io::SparseImage base = LoadSparse(log_img_);
+  // The log root tree's leaf and each log tree's root block (one leaf each here).
+  std::vector<uint64_t> blocks{SuperField(log_img_, "log_root")};
+  CommandResult roots = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "18446744073709551610", log_img_});
+  for (size_t at = roots.out.find("bytenr "); at != std::string::npos; at = roots.out.find("bytenr ", at + 1)) {
+    blocks.push_back(std::stoull(roots.out.substr(at + 7)));
+  }
+  ASSERT_GE(blocks.size(), 3u);
+  std::map<uint64_t, std::vector<uint64_t>> phys;
+  uint32_t nodesize = 0;
+  uint16_t csum_type = 0;
+  {
+    auto dev = ubtrfs::io::OpenFileDevice(log_img_);
+    ASSERT_TRUE(dev.ok());
+    auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), {});
+    ASSERT_TRUE(vol.ok());
+    nodesize = (*vol)->nodesize();
+    csum_type = (*vol)->csum_type();
+    for (uint64_t b : blocks) {
+      auto m = (*vol)->chunks().Map(b, nodesize);
+      ASSERT_TRUE(m.ok());
+      phys[b] = *m;
+    }
+  }
+  std::mt19937_64 rng(20261202);
+  int opened = 0, refused = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const uint64_t b = blocks[iter % blocks.size()];
+    std::vector<uint8_t> block(nodesize);
+    base.Read(phys[b][0], block);
+    const int flips = 1 + static_cast<int>(rng() % 6);
+    for (int f = 0; f < flips; ++f) {
+      // Mostly item data (the end of the leaf), sometimes item headers.
+      const size_t lo = rng() % 4 == 0 ? sizeof(ubtrfs::format::Header) : nodesize - 1200;
+      block[lo + rng() % (nodesize - lo)] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    }
+    auto c = ubtrfs::format::ComputeCsum(csum_type, std::span<const uint8_t>(block).subspan(32));
+    std::memcpy(block.data(), c.data(), 32);
+    ubtrfs::io::SparseImage img(base.size(), &base);
+    for (uint64_t p : phys[b]) img.Write(p, block);
+    for (bool writable : {false, true}) {
+      ubtrfs::io::RecordingDevice dev("fuzzed-log.img", img);
+      ubtrfs::OpenOptions o;
+      o.writable = writable;
+      auto fs = ubtrfs::OpenOnDevice(ubtrfs::io::NewUnownedDevice(&dev), o);
+      if (fs.ok()) {
+        ++opened;
+        (void)ReadImageFile(**fs, "/newdir/f1");
+      } else {
+        ++refused;
+        EXPECT_FALSE(fs.status().message().empty());
+      }
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(opened, 0);
+  std::printf("hostile logs: %d opens worked, %d were refused\n", opened, refused);
 }
 
 TEST_F(LogReplay, DamagedLogBlockIsAClearErrorAndNothingIsWritten) {
