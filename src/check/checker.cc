@@ -1109,8 +1109,8 @@ void Checker::Run() {
     LogCheckCounts lc = CheckTreeLog(
         vol_, [this](std::string e) { Error(std::move(e)); }, [this](std::string w) { Warning(std::move(w)); });
     if (out_->error_count == before) {
-      Warning("a tree log is present (" + N(lc.log_trees) + " log trees, " + N(lc.blocks) + " blocks, " +
-              N(lc.items) + " items, verified); ubtrfs replays it at the next open, the kernel at mount");
+      Warning("tree log: " + N(lc.log_trees) + " log trees, " + N(lc.blocks) + " blocks, " + N(lc.items) +
+              " items, verified; ubtrfs replays it at the next open, the kernel at mount");
     }
   }
 
