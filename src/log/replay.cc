@@ -31,6 +31,7 @@
 #include "log/replay.h"
 
 #include <sys/stat.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -361,6 +362,26 @@ Status Replayer::UnlinkName(uint64_t dir, uint64_t ino, const std::string& name,
         break;
       }
     }
+  }
+  // As btrfs_unlink_inode: the inode's ctime and the directory's mtime and
+  // ctime become the time of the replay (a directory logged later gets its
+  // logged times back when its inode item is copied).
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  auto stamp = [&](Timespec& t) {
+    t.sec = static_cast<uint64_t>(now.tv_sec);
+    t.nsec = static_cast<uint32_t>(now.tv_nsec);
+  };
+  UB_ASSIGN_OR_RETURN(auto inode, Inode(ino));
+  if (inode) {
+    stamp(inode->ctime);
+    UB_RETURN_IF_ERROR(PutInode(ino, *inode));
+  }
+  UB_ASSIGN_OR_RETURN(auto dinode, Inode(dir));
+  if (dinode) {
+    stamp(dinode->ctime);
+    stamp(dinode->mtime);
+    UB_RETURN_IF_ERROR(PutInode(dir, *dinode));
   }
   lt_->fixup.insert(ino);
   lt_->dirs.insert(dir);
