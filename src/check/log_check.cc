@@ -149,13 +149,16 @@ class LogChecker {
         const alloc::ChunkInfo* c = vol_.chunks().Find(disk);
         if (disk % ss || len == 0 || len % ss || !c || !(c->type & kBlockGroupData) ||
             disk + len > c->logical + c->length) {
-          bad("data extent " + std::to_string(disk) + " (" + std::to_string(len) + " bytes) is not inside a data chunk");
+          bad("data extent " + std::to_string(disk) + " (" + std::to_string(len) +
+              " bytes) is not inside a data chunk");
         }
         break;
       }
       case kExtentCsumKey: {
         const size_t csize = CsumSize(vol_.csum_type());
-        if (k.objectid != kExtentCsumObjectid || d.empty() || d.size() % csize || k.offset % ss) bad("malformed checksums");
+        if (k.objectid != kExtentCsumObjectid || d.empty() || d.size() % csize || k.offset % ss) {
+          bad("malformed checksums");
+        }
         break;
       }
       default:

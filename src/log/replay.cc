@@ -178,7 +178,9 @@ class Replayer {
   Result<std::optional<Bytes>> Get(const Key& k);
   Result<std::vector<Item>> Range(const Key& from, const Key& to);
   Status Put(const Key& k, std::span<const uint8_t> d);
-  Status Del(const Key& k) { return w_->Delete(k).WithContext("replaying the tree log into tree " + std::to_string(root_)); }
+  Status Del(const Key& k) {
+    return w_->Delete(k).WithContext("replaying the tree log into tree " + std::to_string(root_));
+  }
   Result<std::optional<InodeItem>> Inode(uint64_t ino);
   Status PutInode(uint64_t ino, const InodeItem& ii);
   // The log tree being replayed.
@@ -476,7 +478,9 @@ Result<bool> Replayer::InodeInDir(uint64_t dir, uint64_t ino, uint64_t index, co
 
 Result<bool> Replayer::ResolveRefConflicts(uint64_t ino, uint64_t parent, uint64_t index, const std::string& name) {
   for (int tries = 0;; ++tries) {
-    if (tries > kMaxRetries) return Status::Corrupt("tree log: references of inode " + std::to_string(ino) + " do not settle");
+    if (tries > kMaxRetries) {
+      return Status::Corrupt("tree log: references of inode " + std::to_string(ino) + " do not settle");
+    }
     bool again = false;
     const Key rk{ino, kInodeRefKey, parent};
     UB_ASSIGN_OR_RETURN(auto ref, Get(rk));
@@ -754,7 +758,9 @@ Status Replayer::ReplayExtent(const Key& k, std::span<const uint8_t> d) {
   lt_->files.insert(ino);
   if (fe->type == 0) {
     const uint64_t ram = fe->ram_bytes.get();
-    if (ram > (1u << 20)) return Status::Corrupt(kLog + KeyToString(k) + ": inline extent of " + std::to_string(ram) + " bytes");
+    if (ram > (1u << 20)) {
+      return Status::Corrupt(kLog + KeyToString(k) + ": inline extent of " + std::to_string(ram) + " bytes");
+    }
     UB_RETURN_IF_ERROR(DropExtents(ino, ks, ks + (ram + ss_ - 1) / ss_ * ss_));
     return OverwriteItem(k, d);
   }
@@ -980,7 +986,9 @@ Status Replayer::Run() {
                          .WithContext("tree log root " + std::to_string(log_root)));
   for (const Item& r : roots) {
     if (r.key.objectid != kTreeLogObjectid || r.key.type != kRootItemKey) continue;
-    if (r.data.size() < kRootItemV1Size) return Status::Corrupt("tree log: root item " + KeyToString(r.key) + " is short");
+    if (r.data.size() < kRootItemV1Size) {
+      return Status::Corrupt("tree log: root item " + KeyToString(r.key) + " is short");
+    }
     RootItem ri{};
     std::memcpy(&ri, r.data.data(), std::min(r.data.size(), sizeof ri));
     const uint64_t id = r.key.offset;
