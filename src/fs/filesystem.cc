@@ -5,7 +5,9 @@
 #include "fs/open_device.h"
 #include "io/block_device.h"
 #include "io/offset_device.h"
+#include "io/overlay_device.h"
 #include "io/undo_device.h"
+#include "log/replay.h"
 
 namespace ubtrfs {
 
@@ -33,6 +35,46 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(const std::string& path, co
   return OpenOnDevice(std::move(dev), options);
 }
 
+namespace {
+
+// An image with a tree log (superblock log_root != 0): replays it as the
+// kernel's mount does and returns the Volume to use. Writable: onto the
+// image, committed. Read-only: into an in-memory overlay of the device that
+// is never written back, and the view reads through it.
+Result<std::unique_ptr<txn::Volume>> ReplayTreeLog(std::unique_ptr<txn::Volume> vol, const txn::VolumeOptions& vo,
+                                                   io::UndoDevice* undo) {
+  if (vo.writable) {
+    UB_RETURN_IF_ERROR(log::ReplayLog(vol.get()).WithContext("replaying the tree log"));
+    if (undo) undo->Forget();  // committed: a later Discard must not undo it
+    return txn::Volume::Open(txn::Volume::TakeDevice(std::move(vol)), vo);
+  }
+  auto overlay = std::make_unique<io::OverlayDevice>(txn::Volume::TakeDevice(std::move(vol)));
+  std::unique_ptr<io::BlockDevice> view = overlay->Share();
+  txn::VolumeOptions wo = vo;
+  wo.writable = true;
+  Status st = Status::Ok();
+  {
+    auto rw = txn::Volume::Open(std::move(overlay), wo);
+    st = rw.ok() ? log::ReplayLog(rw->get()) : rw.status();
+  }
+  if (!st.ok() && st.code() != EOPNOTSUPP) {
+    return st.WithContext("replaying the tree log (in memory; the image is not changed)");
+  }
+  // Unsupported for writing (so not replayable): the last commit's state,
+  // as before; an uncommitted replay left the superblock as it was.
+  UB_ASSIGN_OR_RETURN(auto ro, txn::Volume::Open(std::move(view), vo));
+  if (!st.ok()) {
+    ro->AddWarning("the tree log cannot be replayed (" + st.message() +
+                   "): files fsynced after the last commit are not shown");
+  } else {
+    ro->AddWarning("the tree log (data fsynced after the last commit) was replayed in memory; the image is not "
+                   "changed until a writable open replays it");
+  }
+  return ro;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice> dev, const OpenOptions& options) {
   txn::VolumeOptions vo;
   vo.writable = options.writable;
@@ -45,6 +87,9 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
     dev = std::move(u);
   }
   UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(dev), vo));
+  if (vol->super().log_root.get() != 0) {
+    UB_ASSIGN_OR_RETURN(vol, ReplayTreeLog(std::move(vol), vo, undo));
+  }
   auto impl = std::make_unique<FilesystemImpl>(std::move(vol));
   impl->set_undo_device(undo);
   impl->set_legacy_dir_index_batching(options.legacy_dir_index_batching);

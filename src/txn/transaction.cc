@@ -35,13 +35,13 @@ TxnManager::~TxnManager() {
   if (vol_) vol_->SetLiveRoots(nullptr);
 }
 
-Result<std::unique_ptr<TxnManager>> TxnManager::Open(Volume* vol) {
+Result<std::unique_ptr<TxnManager>> TxnManager::Open(Volume* vol, bool allow_log) {
   std::unique_ptr<TxnManager> t(new TxnManager(vol));
-  UB_RETURN_IF_ERROR(t->Load());
+  UB_RETURN_IF_ERROR(t->Load(allow_log));
   return t;
 }
 
-Status TxnManager::Load() {
+Status TxnManager::Load(bool allow_log) {
   const SuperBlock& sb = vol_->super();
   if (!vol_->writable()) return Status::Error(EROFS, "the image was opened read-only");
   const uint64_t incompat = sb.incompat_flags.get(), ro = sb.compat_ro_flags.get();
@@ -63,7 +63,9 @@ Status TxnManager::Load() {
   if (uint64_t extra = ro & ~(kCompatRoFreeSpaceTree | kCompatRoFreeSpaceTreeValid | kCompatRoBlockGroupTree)) {
     return Status::Unsupported("writing to an image with read-only-compatible features " + CompatRoNames(extra));
   }
-  if (sb.log_root.get() != 0) return Status::Unsupported("writing to an image with an unreplayed tree log");
+  if (sb.log_root.get() != 0 && !allow_log) {
+    return Status::Unsupported("writing to an image with an unreplayed tree log");
+  }
   if (sb.flags.get() & kSuperFlagError) return Status::Unsupported("writing to an image the kernel marked as damaged");
 
   space_ = std::make_unique<alloc::SpaceManager>(vol_->sectorsize());
@@ -196,6 +198,65 @@ Status TxnManager::AddDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root
 Status TxnManager::DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset) {
   auto lock = AllocLock();
   QueueRef(bytenr, false, num_bytes, RefId{kExtentDataRefKey, root, ino, offset}, -1);
+  return Status::Ok();
+}
+
+Status TxnManager::PinLogBlock(uint64_t bytenr) {
+  auto lock = AllocLock();
+  const std::string where = "tree log block " + std::to_string(bytenr);
+  UB_RETURN_IF_ERROR(space_->MarkUsed(bytenr, vol_->nodesize())
+                         .WithContext(where + " lies in space the extent tree has in use"));
+  // Freed in this transaction: pinned (not allocatable) until the commit.
+  UB_RETURN_IF_ERROR(space_->Free(bytenr, vol_->nodesize()).WithContext(where));
+  MarkGroupDirty(bytenr);
+  freed_blocks_.push_back(bytenr);  // its cached copy is stale once the space is reused
+  return Status::Ok();
+}
+
+Result<bool> TxnManager::AdoptLoggedExtent(uint64_t bytenr, uint64_t num_bytes) {
+  auto lock = AllocLock();
+  const std::string where = "tree log: data extent " + std::to_string(bytenr) + " (" + std::to_string(num_bytes) +
+                            " bytes)";
+  const uint32_t ss = vol_->sectorsize();
+  if (bytenr == 0 || num_bytes == 0 || bytenr % ss || num_bytes % ss || num_bytes > (128ull << 20)) {
+    return Status::Corrupt(where + ": not a valid data extent");
+  }
+  if (auto it = new_data_.find(bytenr); it != new_data_.end()) {
+    if (it->second != num_bytes) return Status::Corrupt(where + ": logged with two lengths");
+    return true;
+  }
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * ext_root, vol_->MutableRoot(kExtentTreeObjectid));
+  Cursor c(dirty_.get(), ext_root->ref);
+  UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, kExtentItemKey, 0}));
+  if (c.Valid() && c.key().objectid == bytenr && c.key().type == kExtentItemKey) {
+    if (c.key().offset != num_bytes) {
+      return Status::Corrupt(where + ": the extent tree has " + KeyToString(c.key()));
+    }
+    return false;
+  }
+  const alloc::ChunkInfo* ci = vol_->chunks().Find(bytenr);
+  if (!ci || !(ci->type & kBlockGroupData)) return Status::Corrupt(where + ": not in a data chunk");
+  UB_RETURN_IF_ERROR(space_->MarkUsed(bytenr, num_bytes).WithContext(where + " overlaps space in use"));
+  MarkGroupDirty(bytenr);
+  new_data_[bytenr] = num_bytes;
+  return true;
+}
+
+Status TxnManager::ReplaceCsums(uint64_t logical, std::span<const uint8_t> sums) {
+  const uint32_t ss = vol_->sectorsize();
+  const size_t csize = CsumSize(vol_->csum_type());
+  if (csize == 0 || sums.size() % csize != 0 || logical % ss != 0) {
+    return Status::Corrupt("tree log: checksums at " + std::to_string(logical) + " are malformed");
+  }
+  const size_t sectors = sums.size() / csize;
+  UB_RETURN_IF_ERROR(DeleteCsums(logical, uint64_t{sectors} * ss));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));
+  const size_t per_item = std::min<size_t>(w->MaxItemSize() / csize, 1024);
+  for (size_t first = 0; first < sectors; first += per_item) {
+    const size_t n = std::min(per_item, sectors - first);
+    UB_RETURN_IF_ERROR(w->Insert(Key{kExtentCsumObjectid, kExtentCsumKey, logical + first * ss},
+                                 sums.subspan(first * csize, n * csize)));
+  }
   return Status::Ok();
 }
 
@@ -376,7 +437,7 @@ Status TxnManager::Commit() {
     }
   }
   stats_.commit_loops = loops;
-  if (dirty_->count() == 0) {
+  if (dirty_->count() == 0 && !force_super_) {
     // Nothing changed on the device. What the refs pass freed can only be
     // data this transaction took and never referenced (the pieces of a write
     // that got ENOSPC): never part of a committed tree, so reusable now --
@@ -426,6 +487,7 @@ Status TxnManager::Commit() {
   b.bytes_used = used;
   b.num_devices = sb.num_devices.get();
   UB_RETURN_IF_ERROR(vol_->WriteSuperblocks());
+  force_super_ = false;
   t0 = stats::NowNs();
   UB_RETURN_IF_ERROR(vol_->device()->Flush());
   flush_time.Record(flush_ns + stats::NowNs() - t0);

@@ -46,7 +46,10 @@ class TxnManager final : public tree::BlockAllocator {
   // Checks that the image is one we can change safely (skinny metadata, a
   // free space tree that matches the extent tree, no log) and loads its
   // block groups.
-  static Result<std::unique_ptr<TxnManager>> Open(Volume* vol);
+  // allow_log: the image may carry an unreplayed tree log (only the log
+  // replay, src/log/, opens it so; it pins the log's space first and clears
+  // the superblock's log_root before its commit).
+  static Result<std::unique_ptr<TxnManager>> Open(Volume* vol, bool allow_log = false);
   ~TxnManager() override;
 
   uint64_t transid() const { return dirty_->transid(); }
@@ -66,6 +69,25 @@ class TxnManager final : public tree::BlockAllocator {
   Status DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
 
   Status Commit();
+
+  // ---- Tree-log replay (src/log/) ----
+  // A block of a log tree: it has no extent item and is free in the free
+  // space tree, but must not be handed out before the replay is committed
+  // (the kernel pins it). It is free again after the commit.
+  Status PinLogBlock(uint64_t bytenr);
+  // A data extent a log tree's file extent item points at. If the extent
+  // tree has it (committed before the crash), returns false; otherwise its
+  // space is taken from now on and it becomes a data extent of this
+  // transaction (its EXTENT_ITEM is made from the refs added with
+  // AddDataRef; none: it is freed again), and true is returned. EUCLEAN when
+  // an extent item of another length is there or the space is in use.
+  Result<bool> AdoptLoggedExtent(uint64_t bytenr, uint64_t num_bytes);
+  // Replaces the checksums of [logical, logical + sectors) with `sums`
+  // (one checksum per sector, CsumSize bytes each).
+  Status ReplaceCsums(uint64_t logical, std::span<const uint8_t> sums);
+  // The next commit writes the superblock even if no tree changed (the
+  // replay's commit clears log_root whatever the log held).
+  void ForceSuperblockWrite() { force_super_ = true; }
 
   // Makes tree `new_id` a snapshot of tree `src`, whose root must be
   // committed (snapshot.cc): its root item (uuid given, parent uuid the
@@ -125,7 +147,7 @@ class TxnManager final : public tree::BlockAllocator {
 
  private:
   explicit TxnManager(Volume* vol) : vol_(vol) {}
-  Status Load();
+  Status Load(bool allow_log);
   // ---- Block groups (block_groups.cc) ----
   Status LoadBlockGroups();
   Status NoteBlockGroupItem(const format::Key& k, std::set<uint64_t>* seen);
@@ -244,6 +266,7 @@ class TxnManager final : public tree::BlockAllocator {
   // Tree blocks whose references are items of their own (not inline).
   std::map<uint64_t, std::vector<format::Key>> tree_ref_items_;
   TxnStats stats_;
+  bool force_super_ = false;
   friend class ChunkAllocator;
   std::unique_ptr<ChunkAllocator> chunk_alloc_;
   std::unique_ptr<QuotaState> quotas_;  // null: the image has no quotas

@@ -99,8 +99,8 @@ Status Volume::CheckFeatures() {
   }
   if (flags & kSuperFlagError) warnings_.push_back("the filesystem was marked as having errors by the kernel");
   if (super_.log_root.get() != 0) {
-    warnings_.push_back("a tree log is present (the image was not cleanly unmounted); data fsynced after the last "
-                        "commit is not visible until the kernel replays the log");
+    warnings_.push_back("a tree log is present (the image was not cleanly unmounted after an fsync): the fsynced "
+                        "changes since the last commit are only in the log");
   }
   return Status::Ok();
 }

@@ -36,6 +36,13 @@ class Volume {
   const std::vector<std::string>& warnings() const { return warnings_; }
   // Something the user should hear once (a change the open made).
   void AddWarning(std::string w) { warnings_.push_back(std::move(w)); }
+  // Ends a Volume and hands back its device (to open it again, e.g. after
+  // the tree-log replay committed).
+  static std::unique_ptr<io::BlockDevice> TakeDevice(std::unique_ptr<Volume> v) {
+    auto dev = std::move(v->dev_);
+    v.reset();
+    return dev;
+  }
   uint32_t sectorsize() const { return super_.sectorsize.get(); }
   uint32_t nodesize() const { return super_.nodesize.get(); }
   uint16_t csum_type() const { return super_.csum_type.get(); }

@@ -1,0 +1,30 @@
+// The tree log of an image the kernel left with one (superblock log_root !=
+// 0): every block of the log root tree and of each subvolume's log tree is
+// read and verified, and each item the replay would use is checked for shape
+// (sizes, names inside their items, checksums a whole number of sectors,
+// data extents inside data chunks). Read only: the log is not replayed.
+#ifndef UBTRFS_CHECK_LOG_CHECK_H_
+#define UBTRFS_CHECK_LOG_CHECK_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "txn/volume.h"
+
+namespace ubtrfs::check {
+
+struct LogCheckCounts {
+  uint64_t log_trees = 0;
+  uint64_t blocks = 0;
+  uint64_t items = 0;
+};
+
+// Errors go to `error`, one line each; things that are not damage (a log of
+// a subvolume that no longer exists, which the replay skips) to `warning`.
+LogCheckCounts CheckTreeLog(txn::Volume& vol, const std::function<void(std::string)>& error,
+                            const std::function<void(std::string)>& warning);
+
+}  // namespace ubtrfs::check
+
+#endif  // UBTRFS_CHECK_LOG_CHECK_H_
