@@ -1,0 +1,541 @@
+// ubtrfs send to the kernel: chains of read-only snapshots made by the kernel
+// (on a loop mount) and by ubtrfs's own CreateSnapshot, changed between
+// snapshots by renames (directory moves, swaps of two names, a directory
+// and its child trading places), hard links, xattrs, holes, reflinks,
+// truncates, deletions, chmod/chown/utimes. `ubtrfs send` makes a full
+// stream of the first and `-p` streams of each next one; the kernel's `btrfs
+// receive` must accept each (and `btrfs receive --dump` parse it) with a
+// tree equal to the source snapshot, and `ubtrfs receive` of the same chain
+// must give the same; both images check clean. Then: an incremental stream
+// of a snapshot with few changes is small and its tree comparison skips the
+// shared subtrees.
+//
+// The chains need root and working loop mounts; skipped otherwise.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/host_files.h"
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "ubtrfs/filesystem.h"
+#include "ubtrfs/send.h"
+
+namespace ubtrfs_test {
+namespace {
+
+using ubtrfs::InodeId;
+using ubtrfs::Status;
+
+std::string Ubtrfs() { return UBTRFS_CLI_PATH; }
+
+CompareOptions Opts() {
+  CompareOptions o;
+  o.source_only_xattrs.clear();
+  return o;
+}
+
+size_t Count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// What the chain checks saw, for assertions on the streams themselves.
+struct ChainStats {
+  size_t renames = 0, links = 0, unlinks = 0, rmdirs = 0, clones = 0, encoded = 0;
+};
+
+// Sends snap1..snapN of `src` with ubtrfs (snap1 full, then -p of the one
+// before), receives each with the kernel's btrfs receive (a loop mount of a
+// fresh mkfs.btrfs image) and with ubtrfs receive (a fresh ubtrfs image),
+// and compares both to the source snapshot as ubtrfs reads it. At the end a
+// full stream of the last snapshot with -c of the one before goes to both
+// too (clones from a clone source, in another directory).
+void SendChain(const std::string& src, int n, const std::vector<std::string>& extra, ChainStats* stats) {
+  TempDir tmp{"send-chain"};
+  const std::string kimg = tmp.Sub("k.img"), kmnt = tmp.Sub("kmnt"), uimg = tmp.Sub("u.img");
+  ASSERT_EQ(mkdir(kmnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(kimg, "", 16384, "crc32c", 512ull << 20), "");
+  ASSERT_EQ(MustRun({Ubtrfs(), "mkfs", "--size", "512M", uimg}), "");
+  LoopMount km;
+  ASSERT_EQ(km.Mount(kimg, kmnt), "");
+  const auto check = [&](const std::string& snap, const std::string& where) {
+    auto fs = ubtrfs::Filesystem::Open(src);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto mism = CompareTreeToImage(kmnt + "/" + where, **fs, Opts(), "/" + snap);
+    EXPECT_TRUE(mism.empty()) << snap << " as the kernel received it: " << FormatMismatches(mism);
+    auto ufs = ubtrfs::Filesystem::Open(uimg);
+    ASSERT_TRUE(ufs.ok()) << ufs.status().ToString();
+    mism = CompareTreeToImage(kmnt + "/" + where, **ufs, Opts(), "/" + where);
+    EXPECT_TRUE(mism.empty()) << snap << " as ubtrfs received it: " << FormatMismatches(mism);
+  };
+  const auto send_and_receive = [&](const std::vector<std::string>& args, const std::string& snap,
+                                    const std::string& where, const std::string& dir) {
+    const std::string f = tmp.Sub(where.empty() ? snap : where + "-" + snap) + ".stream";
+    std::vector<std::string> argv = {Ubtrfs(), "send", "-f", f};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(src + ":/" + snap);
+    CommandResult r = RunCommand(argv);
+    ASSERT_TRUE(r.ok()) << ShellJoin(argv) << ": " << r.Describe();
+    CommandResult dump = RunCommand({"btrfs", "receive", "--dump", "-f", f});
+    ASSERT_TRUE(dump.ok()) << f << ": " << dump.Describe();
+    stats->renames += Count(dump.out, "\nrename ");
+    stats->links += Count(dump.out, "\nlink ");
+    stats->unlinks += Count(dump.out, "\nunlink ");
+    stats->rmdirs += Count(dump.out, "\nrmdir ");
+    stats->clones += Count(dump.out, "\nclone ");
+    stats->encoded += Count(dump.out, "\nencoded_write ");
+    CommandResult k = RunCommand({"btrfs", "-q", "receive", "-f", f, kmnt + dir});
+    ASSERT_TRUE(k.ok()) << "btrfs receive of " << ShellJoin(argv) << ": " << k.Describe() << "\n" << dump.out;
+    CommandResult u = RunCommand({Ubtrfs(), "receive", "-f", f, uimg + ":" + (dir.empty() ? "/" : dir)});
+    ASSERT_TRUE(u.ok()) << "ubtrfs receive of " << f << ": " << u.Describe();
+    check(snap, (dir.empty() ? "" : dir.substr(1) + "/") + snap);
+  };
+  for (int i = 1; i <= n; ++i) {
+    const std::string snap = "snap" + std::to_string(i);
+    std::vector<std::string> args;
+    if (i > 1) args = {"-p", "/snap" + std::to_string(i - 1)};
+    send_and_receive(args, snap, "", "");
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  // A full stream with a clone source, into another directory.
+  ASSERT_EQ(mkdir((kmnt + "/alt").c_str(), 0755), 0);
+  ASSERT_EQ(MustRun({Ubtrfs(), "mkdir", uimg + ":/alt"}), "");
+  send_and_receive({"-c", "/snap" + std::to_string(n - 1)}, "snap" + std::to_string(n), "alt", "/alt");
+  ASSERT_EQ(km.Unmount(), "");
+  EXPECT_EQ(BtrfsCheck(kimg), "");
+  EXPECT_EQ(BtrfsCheck(uimg), "");
+}
+
+// ---- A chain the kernel made ----
+
+// Shell steps run in the subvolume between snapshots.
+const std::vector<std::string> kKernelSteps = {
+    // State 1.
+    "mkdir -p a/b c d1 d2 outer/inner empty\n"
+    "echo small > small\nhead -c 300000 /dev/urandom > a/random\n"
+    "seq 1 20000 > a/b/text\nhead -c 200000 /dev/urandom > tochange\n"
+    "echo x > x\necho y > y\necho d1 > d1/f\necho d2 > d2/f\necho in > outer/inner/g\n"
+    "dd if=/dev/urandom of=holes bs=4096 count=2 status=none\n"
+    "dd if=/dev/urandom of=holes bs=4096 seek=300 count=3 status=none conv=notrunc\ntruncate -s 3M holes\n"
+    "cp --reflink=always a/random reflinked\n"
+    "ln small a/hardlink\nln small a/b/hardlink2\nln -s ../small a/symlink\nln -s /nonexistent dangling\n"
+    "mkfifo fifo\nmknod chardev c 1 3\n"
+    "setfattr -n user.one -v value1 small\nsetfattr -n user.dir -v dirvalue a\n"
+    "chown 1000:1001 a/random\nchown -h 7:8 a/symlink\nchmod 4755 x\nchmod 1777 empty\n"
+    "touch -d '2001-02-03 04:05:06.789' y\n",
+    // 1 -> 2: renames, swaps of two files and of two directories, a directory
+    // and its child trading places, a move between directories, appends.
+    "mv x x2\nmv y tmp && mv tochange y && mv tmp tochange\n"
+    "mv d1 dtmp && mv d2 d1 && mv dtmp d2\n"
+    "mv outer/inner inner_top && mv outer inner_top/outer_now_inside\n"
+    "mv a/random c/random_moved\necho more >> small\n"
+    "dd if=/dev/urandom of=tochange bs=1000 count=10 seek=50 conv=notrunc status=none\n"
+    "setfattr -n user.two -v value2 small\n",
+    // 2 -> 3: unlinks, a hard link dropped and one added, a truncate, a hole
+    // punched, xattr removed, chmod, chown, utimes.
+    "rm a/hardlink\nln c/random_moved a/random_link\ntruncate -s 1000 y\n"
+    "fallocate -p -o 0 -l 8192 holes\nrm dangling\nsetfattr -x user.one small\nchmod 0600 small\n"
+    "chown 5:6 tochange\ntouch -d '1999-12-31 23:59:59.5' c\n",
+    // 3 -> 4: a tree moved under a new one, new files, a new reflink of an
+    // unchanged file, a device.
+    "mkdir -p new/deep/er\nmv a new/deep/er/a_moved\n"
+    "for i in $(seq 1 50); do echo file $i > new/f$i; done\n"
+    "cp --reflink=always reflinked new/reflinked_again\nmknod blockdev b 7 200\n",
+    // 4 -> 5: rename over an existing file, a file replaced by a directory,
+    // a file's only name moved into a new directory, a big xattr.
+    "echo replacement > new/f2\nmv new/f2 new/f1\nrm new/f3\nmkdir new/f3\necho inside > new/f3/g\n"
+    "mkdir z\nmv new/f4 z/f4\ntouch -d '1999-12-31 23:59:59' z/f4\n"
+    "setfattr -n user.big -v \"$(head -c 3000 /dev/zero | tr '\\0' z)\" new/f5\n",
+    // 5 -> 6: lots gone, some back under old names, data changed in the middle.
+    "rm -r new/deep\necho back > x\nln -s new/f1 new/link_to_f1\n"
+    "dd if=/dev/urandom of=new/f6 bs=65536 count=3 status=none\n"
+    "dd if=/dev/urandom of=holes bs=4096 seek=100 count=1 conv=notrunc status=none\n"
+    "mv d1 d1_renamed && mv inner_top/outer_now_inside outer_again\n",
+};
+
+struct KernelChain {
+  std::string why_not;
+  TempDir tmp{"send-kchain"};
+  std::string img = tmp.Sub("src.img"), mnt = tmp.Sub("mnt");
+
+  std::string Build() {
+    if (mkdir(mnt.c_str(), 0755) != 0) return "mkdir " + mnt;
+    if (std::string e = RunMkfs(img, "", 16384, "crc32c", 512ull << 20); !e.empty()) return e;
+    LoopMount m;
+    if (std::string e = m.Mount(img, mnt, "compress=zstd"); !e.empty()) return e;
+    const std::string sv = mnt + "/sv";
+    if (std::string e = MustRun({"btrfs", "subvolume", "create", sv}); !e.empty()) return e;
+    for (size_t i = 0; i < kKernelSteps.size(); ++i) {
+      if (std::string e = MustRun({"sh", "-ec", "cd " + sv + "\n" + kKernelSteps[i]}); !e.empty()) return e;
+      if (std::string e = MustRun({"sync"}); !e.empty()) return e;
+      const std::string snap = mnt + "/snap" + std::to_string(i + 1);
+      if (std::string e = MustRun({"btrfs", "subvolume", "snapshot", "-r", sv, snap}); !e.empty()) return e;
+    }
+    return m.Unmount();
+  }
+};
+
+KernelChain* g_chain = nullptr;
+
+class SendKernelChain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_chain = new KernelChain;
+    std::string why;
+    if (!LoopMountsAvailable(&why)) {
+      g_chain->why_not = "loop mounts unavailable: " + why;
+    } else if (std::string e = MkfsMissingReason(); !e.empty()) {
+      g_chain->why_not = e;
+    } else if (std::string e = g_chain->Build(); !e.empty()) {
+      g_chain->why_not = "building the kernel's chain failed: " + e;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete g_chain;
+    g_chain = nullptr;
+  }
+  void SetUp() override {
+    if (!g_chain->why_not.empty()) GTEST_SKIP() << g_chain->why_not;
+  }
+};
+
+TEST_F(SendKernelChain, Protocol1IsAcceptedByKernelReceive) {
+  ChainStats st;
+  SendChain(g_chain->img, static_cast<int>(kKernelSteps.size()), {}, &st);
+  // The streams did carry what the steps asked of them.
+  EXPECT_GE(st.renames, 8u);
+  EXPECT_GE(st.links, 3u);
+  EXPECT_GE(st.unlinks, 4u);
+  EXPECT_GE(st.rmdirs, 3u);
+  EXPECT_GE(st.clones, 2u);  // the reflink of an unchanged file, and the -c stream's
+  EXPECT_EQ(st.encoded, 0u);
+}
+
+TEST_F(SendKernelChain, Protocol2CompressedIsAcceptedByKernelReceive) {
+  CommandResult help = RunCommand({"btrfs", "send", "--help"});
+  if ((help.out + help.err).find("--compressed-data") == std::string::npos) {
+    GTEST_SKIP() << "btrfs here has no protocol 2 (--compressed-data)";
+  }
+  ChainStats st;
+  SendChain(g_chain->img, static_cast<int>(kKernelSteps.size()), {"--proto", "2", "--compressed-data"}, &st);
+  EXPECT_GT(st.encoded, 0u);
+}
+
+// ---- A chain ubtrfs made (CreateSnapshot) ----
+
+#define UB_OK(expr)                                            \
+  do {                                                         \
+    const Status st_ = (expr);                                 \
+    ASSERT_TRUE(st_.ok()) << #expr << ": " << st_.ToString();  \
+  } while (0)
+
+struct Editor {
+  ubtrfs::Filesystem& fs;
+  InodeId At(const std::string& p) {
+    auto r = fs.Lookup(p);
+    EXPECT_TRUE(r.ok()) << p << ": " << r.status().ToString();
+    return r.ok() ? *r : InodeId{};
+  }
+  std::pair<InodeId, std::string> Parent(const std::string& p) {
+    const size_t slash = p.rfind('/');
+    return {At(slash == 0 ? "/" : p.substr(0, slash)), p.substr(slash + 1)};
+  }
+  void File(const std::string& p, const std::string& data, uint64_t at = 0) {
+    auto [dir, name] = Parent(p);
+    auto id = fs.LookupChild(dir, name);
+    if (!id.ok()) {
+      ubtrfs::NewInode a;
+      a.mode = 0644;
+      id = fs.Create(dir, name, a);
+    }
+    ASSERT_TRUE(id.ok()) << p << ": " << id.status().ToString();
+    auto n = fs.Write(*id, at, SpanOf(data));
+    ASSERT_TRUE(n.ok() && *n == data.size()) << p;
+  }
+  void Dir(const std::string& p) {
+    auto [dir, name] = Parent(p);
+    ubtrfs::NewInode a;
+    a.mode = 0755;
+    ASSERT_TRUE(fs.Mkdir(dir, name, a).ok()) << p;
+  }
+  void Mv(const std::string& a, const std::string& b) {
+    auto [da, na] = Parent(a);
+    auto [db, nb] = Parent(b);
+    UB_OK(fs.Rename(da, na, db, nb, 0));
+  }
+  void Swap(const std::string& a, const std::string& b) {
+    auto [da, na] = Parent(a);
+    auto [db, nb] = Parent(b);
+    UB_OK(fs.Rename(da, na, db, nb, ubtrfs::kRenameExchange));
+  }
+  void Ln(const std::string& target, const std::string& p) {
+    auto [dir, name] = Parent(p);
+    UB_OK(fs.Link(At(target), dir, name));
+  }
+  void Rm(const std::string& p) {
+    auto [dir, name] = Parent(p);
+    UB_OK(fs.Unlink(dir, name));
+  }
+  void Rmdir(const std::string& p) {
+    auto [dir, name] = Parent(p);
+    UB_OK(fs.Rmdir(dir, name));
+  }
+  void Attr(const std::string& p, const ubtrfs::AttrChange& c) { UB_OK(fs.SetAttr(At(p), c)); }
+};
+
+std::string BuildUbtrfsChain(const std::string& img, int* snaps) {
+  if (std::string e = MustRun({Ubtrfs(), "mkfs", "--size", "512M", "--nodesize", "4096", img}); !e.empty()) return e;
+  ubtrfs::OpenOptions o;
+  o.writable = true;
+  auto fs = ubtrfs::Filesystem::Open(img, o);
+  if (!fs.ok()) return fs.status().ToString();
+  ubtrfs::NewInode a;
+  a.mode = 0755;
+  auto sv = (*fs)->CreateSubvolume((*fs)->Root(), "sv", a);
+  if (!sv.ok()) return sv.status().ToString();
+  Editor e{**fs};
+  int n = 0;
+  const auto snap = [&]() -> std::string {
+    ++n;
+    auto s = (*fs)->CreateSnapshot(*sv, (*fs)->Root(), "snap" + std::to_string(n), true);
+    if (!s.ok()) return s.status().ToString();
+    Status c = (*fs)->Commit();
+    return c.ok() ? "" : c.ToString();
+  };
+  const auto t = [](int64_t sec, uint32_t nsec) { return ubtrfs::Time{sec, nsec}; };
+  // State 1: many files (a tree of several levels), links, xattrs, a hole.
+  e.Dir("/sv/a");
+  e.Dir("/sv/a/b");
+  e.Dir("/sv/c");
+  e.Dir("/sv/p");
+  e.Dir("/sv/p/q");
+  for (int i = 0; i < 400; ++i) e.File("/sv/a/f" + std::to_string(i), "file " + std::to_string(i) + "\n");
+  e.File("/sv/big", SeededBytes(600000, 3));
+  e.File("/sv/sparse", SeededBytes(8192, 4));
+  e.File("/sv/sparse", SeededBytes(4096, 5), 1 << 20);
+  e.File("/sv/x", "x\n");
+  e.File("/sv/y", "y\n");
+  e.File("/sv/p/q/deep", "deep\n");
+  e.Ln("/sv/x", "/sv/a/b/x_link");
+  if ((*fs)->SetXattr(e.At("/sv/x"), "user.k", "v1", 0).ok() == false) return "setxattr";
+  if (::testing::Test::HasFailure()) return "state 1";
+  if (std::string s = snap(); !s.empty()) return s;
+  // 1 -> 2: swaps (files, directories), p/q trading places, a reflink, a chown.
+  e.Swap("/sv/x", "/sv/y");
+  e.Swap("/sv/a", "/sv/c");
+  e.Mv("/sv/p/q", "/sv/q");
+  e.Mv("/sv/p", "/sv/q/p");
+  {
+    ubtrfs::NewInode fa;
+    fa.mode = 0640;
+    auto r = (*fs)->Create(e.At("/sv"), "big_clone", fa);
+    if (!r.ok()) return r.status().ToString();
+    Status c = (*fs)->Clone(e.At("/sv/big"), 0, *r, 0, 0);
+    if (!c.ok()) return c.ToString();
+  }
+  ubtrfs::AttrChange own;
+  own.uid = 1234;
+  own.gid = 99;
+  e.Attr("/sv/c/f7", own);
+  if (::testing::Test::HasFailure()) return "step 2";
+  if (std::string s = snap(); !s.empty()) return s;
+  // 2 -> 3: deletions, a truncate, data in the middle, a new hard link, a mode.
+  for (int i = 0; i < 400; i += 7) e.Rm("/sv/c/f" + std::to_string(i));
+  ubtrfs::AttrChange tr;
+  tr.size = 100000;
+  e.Attr("/sv/big", tr);
+  e.File("/sv/big_clone", SeededBytes(5000, 9), 200000);
+  e.Ln("/sv/big_clone", "/sv/a/big_clone_link");
+  ubtrfs::AttrChange md;
+  md.mode = 02750;
+  e.Attr("/sv/q/p", md);
+  if ((*fs)->RemoveXattr(e.At("/sv/y"), "user.k").ok() == false) return "removexattr";
+  if (::testing::Test::HasFailure()) return "step 3";
+  if (std::string s = snap(); !s.empty()) return s;
+  // 3 -> 4: a tree moved under a new directory, a name swapped with a
+  // directory, times.
+  e.Dir("/sv/n");
+  e.Dir("/sv/n/m");
+  e.Mv("/sv/c", "/sv/n/m/c");
+  e.Swap("/sv/y", "/sv/q");
+  ubtrfs::AttrChange tm;
+  tm.mtime = t(999999999, 123456789);
+  tm.atime = t(1000, 0);
+  e.Attr("/sv/n/m/c/f8", tm);
+  e.File("/sv/sparse", SeededBytes(4096, 6), 4096 * 40);
+  if (::testing::Test::HasFailure()) return "step 4";
+  if (std::string s = snap(); !s.empty()) return s;
+  // 4 -> 5: a directory removed with its files, a file renamed over another,
+  // the old hard link's last name moved.
+  for (int i = 0; i < 400; ++i) {
+    if (i % 7 != 0) e.Rm("/sv/n/m/c/f" + std::to_string(i));
+  }
+  e.Rmdir("/sv/n/m/c");
+  e.Mv("/sv/a/big_clone_link", "/sv/x");
+  e.Mv("/sv/a/b/x_link", "/sv/n/x_link_moved");
+  tm.mtime = t(1234567890, 5);
+  e.Attr("/sv/n", tm);
+  if (::testing::Test::HasFailure()) return "step 5";
+  if (std::string s = snap(); !s.empty()) return s;
+  // 5 -> 6: a new file under an old name, a truncate up (a hole), xattrs.
+  e.File("/sv/a/f1", "back again\n");
+  tr.size = 3 << 20;
+  e.Attr("/sv/sparse", tr);
+  if ((*fs)->SetXattr(e.At("/sv/n"), "user.dir", std::string(2000, 'd'), 0).ok() == false) return "setxattr 2";
+  if (::testing::Test::HasFailure()) return "step 6";
+  if (std::string s = snap(); !s.empty()) return s;
+  *snaps = n;
+  return "";
+}
+
+TEST(SendUbtrfsChain, SnapshotsMadeByUbtrfsAreAcceptedByKernelReceive) {
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  if (std::string e = MkfsMissingReason(); !e.empty()) GTEST_SKIP() << e;
+  TempDir tmp{"send-uchain"};
+  const std::string img = tmp.Sub("src.img");
+  int n = 0;
+  ASSERT_EQ(BuildUbtrfsChain(img, &n), "");
+  ASSERT_EQ(n, 6);
+  ASSERT_EQ(BtrfsCheck(img), "");
+  ChainStats st;
+  SendChain(img, n, {}, &st);
+  EXPECT_GE(st.renames, 8u);
+  EXPECT_GE(st.clones, 1u);
+  EXPECT_GE(st.rmdirs, 1u);
+}
+
+// ---- Small changes make small streams, and shared subtrees are skipped ----
+
+TEST(SendIncremental, FewChangesGiveASmallStreamAndReadFewBlocks) {
+  TempDir tmp{"send-small"};
+  const std::string img = tmp.Sub("src.img"), dst = tmp.Sub("dst.img");
+  ASSERT_EQ(MustRun({Ubtrfs(), "mkfs", "--size", "256M", "--nodesize", "4096", img}), "");
+  ASSERT_EQ(MustRun({Ubtrfs(), "mkfs", "--size", "256M", dst}), "");
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok());
+    ubtrfs::NewInode a;
+    a.mode = 0755;
+    auto sv = (*fs)->CreateSubvolume((*fs)->Root(), "sv", a);
+    ASSERT_TRUE(sv.ok());
+    Editor e{**fs};
+    for (int d = 0; d < 10; ++d) {
+      e.Dir("/sv/d" + std::to_string(d));
+      for (int i = 0; i < 300; ++i) {
+        e.File("/sv/d" + std::to_string(d) + "/f" + std::to_string(i), SeededBytes(3000, d * 1000 + i));
+      }
+    }
+    ASSERT_TRUE((*fs)->CreateSnapshot(*sv, (*fs)->Root(), "s1", true).ok());
+    ASSERT_TRUE((*fs)->Commit().ok());
+    e.File("/sv/d3/f17", "changed\n");
+    e.Mv("/sv/d5/f100", "/sv/d6/moved");
+    e.File("/sv/d9/new", "new file\n");
+    ASSERT_TRUE((*fs)->CreateSnapshot(*sv, (*fs)->Root(), "s2", true).ok());
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  auto fs = ubtrfs::Filesystem::Open(img);
+  ASSERT_TRUE(fs.ok());
+  auto s1 = (*fs)->Lookup("/s1");
+  auto s2 = (*fs)->Lookup("/s2");
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  std::string full, incr, full_cmp;
+  const auto into = [](std::string* s) {
+    return [s](std::span<const uint8_t> b) {
+      s->append(reinterpret_cast<const char*>(b.data()), b.size());
+      return Status::Ok();
+    };
+  };
+  ubtrfs::SendResult rf, ri, rc;
+  UB_OK(ubtrfs::Send(**fs, *s2, into(&full), {}, &rf));
+  ubtrfs::SendOptions io;
+  io.parent = *s1;
+  UB_OK(ubtrfs::Send(**fs, *s2, into(&incr), io, &ri));
+  // The same full stream made by the tree comparison (against nothing, with
+  // a clone source): it reads every block of the snapshot's tree.
+  ubtrfs::SendOptions co;
+  co.clone_sources = {*s1};
+  UB_OK(ubtrfs::Send(**fs, *s2, into(&full_cmp), co, &rc));
+  EXPECT_GT(full.size(), 9000000u);
+  EXPECT_LT(incr.size() * 200, full.size()) << incr.size() << " vs " << full.size();
+  // f17; f100 and its two directories; the new file and its directory.
+  EXPECT_EQ(ri.changed_inodes, 6u);
+  EXPECT_GT(rc.blocks_read, 500u);
+  EXPECT_GT(ri.shared_subtrees_skipped, 0u);
+  EXPECT_LT(ri.blocks_read * 10, rc.blocks_read) << ri.blocks_read << " of " << rc.blocks_read;
+  // Every file of the clone-source stream is a clone of s1's copy.
+  EXPECT_EQ(rc.clones, 3000u - 1u);
+  // And both apply: the full stream of s1, then the incremental one of s2.
+  std::string s1_full;
+  UB_OK(ubtrfs::Send(**fs, *s1, into(&s1_full)));
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto d = ubtrfs::Filesystem::Open(dst, o);
+    ASSERT_TRUE(d.ok());
+    for (const std::string* s : {&s1_full, &incr}) {
+      auto pos = std::make_shared<size_t>(0);
+      UB_OK(ubtrfs::Receive(**d, [s, pos](std::span<uint8_t> buf) -> ubtrfs::Result<size_t> {
+        const size_t k = std::min(buf.size(), s->size() - *pos);
+        std::memcpy(buf.data(), s->data() + *pos, k);
+        *pos += k;
+        return k;
+      }));
+    }
+  }
+  auto d = ubtrfs::Filesystem::Open(dst);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(ReadImageFile(**d, "/s2/d3/f17"), "changed\n");
+  EXPECT_EQ(ReadImageFile(**d, "/s2/d6/moved"), SeededBytes(3000, 5100));
+  EXPECT_EQ(ReadImageFile(**d, "/s2/d9/new"), "new file\n");
+  EXPECT_FALSE((*d)->Lookup("/s2/d5/f100").ok());
+  EXPECT_EQ(ReadImageFile(**d, "/s2/d0/f0"), SeededBytes(3000, 0));
+  EXPECT_EQ(BtrfsCheck(dst), "");
+}
+
+TEST(SendIncremental, RefusesWhatBtrfsSendRefuses) {
+  TempDir tmp{"send-refuse"};
+  const std::string img = tmp.Sub("src.img");
+  ASSERT_EQ(MustRun({Ubtrfs(), "mkfs", "--size", "128M", img}), "");
+  ASSERT_EQ(MustRun({Ubtrfs(), "subvolume", "create", img + ":/sv"}), "");
+  ASSERT_EQ(MustRun({Ubtrfs(), "subvolume", "snapshot", "-r", img + ":/sv", img + ":/s1"}), "");
+  ASSERT_EQ(MustRun({Ubtrfs(), "subvolume", "snapshot", img + ":/sv", img + ":/rw"}), "");
+  ASSERT_EQ(MustRun({Ubtrfs(), "mkdir", img + ":/sv/dir"}), "");
+  ASSERT_EQ(MustRun({Ubtrfs(), "subvolume", "snapshot", "-r", img + ":/sv", img + ":/s2"}), "");
+  const std::string out = tmp.Sub("out");
+  // A writable parent, a parent that is a directory, compressed data with protocol 1.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"-p", "/rw"}, {"-p", "/sv/dir"}, {"-p", "/s2"}, {"--proto", "1", "--compressed-data"}, {"-c", "/rw"}}) {
+    std::vector<std::string> argv = {"send", "-f", out};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(img + ":/s2");
+    CommandResult r = RunUbtrfs(argv);
+    EXPECT_EQ(r.exit_code, 1) << ShellJoin(argv) << ": " << r.Describe();
+    EXPECT_NE(r.err.find("send"), std::string::npos) << r.err;
+  }
+  CommandResult ok = RunUbtrfs({"send", "-v", "-f", out, "-p", "/s1", img + ":/s2"});
+  EXPECT_TRUE(ok.ok()) << ok.Describe();
+  EXPECT_NE(ok.err.find("tree comparison"), std::string::npos) << ok.err;
+  CommandResult dump = RunUbtrfs({"receive", "--dump", "-f", out});
+  ASSERT_TRUE(dump.ok()) << dump.Describe();
+  EXPECT_EQ(dump.out.rfind("snapshot        ./s2", 0), 0u) << dump.out;
+  EXPECT_NE(dump.out.find("mkdir           ./s2/dir"), std::string::npos) << dump.out;
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
