@@ -198,7 +198,9 @@ class Engine {
     tree::Cursor c(src_, t.root);
     UB_RETURN_IF_ERROR(c.Seek(Key{ino, kInodeRefKey, 0}));
     const auto bad = [&](const Key& k) { return Status::Corrupt("tree " + std::to_string(t.id) + ": item " + KeyToString(k) + " is damaged"); };
-    for (; c.Valid(); UB_RETURN_IF_ERROR(c.Next())) {
+    for (bool first = true;; first = false) {
+      if (!first) UB_RETURN_IF_ERROR(c.Next());
+      if (!c.Valid()) break;
       const Key k = c.key();
       if (k.objectid != ino || k.type > kInodeExtrefKey) break;
       const auto d = c.data();
@@ -527,7 +529,9 @@ class Engine {
       std::map<std::string, std::string> m;
       tree::Cursor cur(src_, t.root);
       UB_RETURN_IF_ERROR(cur.Seek(Key{ino, kXattrItemKey, 0}));
-      for (; cur.Valid(); UB_RETURN_IF_ERROR(cur.Next())) {
+      for (bool first = true;; first = false) {
+        if (!first) UB_RETURN_IF_ERROR(cur.Next());
+        if (!cur.Valid()) break;
         const Key k = cur.key();
         if (k.objectid != ino || k.type != kXattrItemKey) break;
         UB_ASSIGN_OR_RETURN(auto entries, fsimpl::ParseDirItems(cur.data(), k));
@@ -573,7 +577,9 @@ class Engine {
     tree::Cursor c(src_, new_.root);
     UB_RETURN_IF_ERROR(fsimpl::SeekFileExtent(c, InodeId{new_.id, ino}, a));
     uint64_t pos = a;
-    for (; c.Valid() && pos < b; UB_RETURN_IF_ERROR(c.Next())) {
+    for (bool first = true; pos < b; first = false) {
+      if (!first) UB_RETURN_IF_ERROR(c.Next());
+      if (!c.Valid()) break;
       const Key k = c.key();
       if (k.objectid != ino || k.type != kExtentDataKey) {
         if (k.objectid > ino || (k.objectid == ino && k.type > kExtentDataKey)) break;
@@ -653,7 +659,9 @@ class Engine {
   // ENCODED_WRITE of its compressed bytes when asked. False: write it.
   Result<bool> Whole(uint64_t ino, const std::string& p, const Key& k, const FileExtentItem& fe, uint64_t len,
                      const InodeItem& ni) {
-    if (len % ss_ == 0 && k.offset % ss_ == 0) {
+    // Unaligned only to the end of both files, as FICLONERANGE allows.
+    const bool at_eof = k.offset + len == ni.size.get();
+    if (k.offset % ss_ == 0 && (len % ss_ == 0 || at_eof)) {
       UB_ASSIGN_OR_RETURN(auto src, FindClone(ino, fe, len, ni));
       if (src) {
         w_.Begin(kCmdClone);
@@ -728,7 +736,9 @@ class Engine {
     constexpr size_t kMaxCandidates = 32;
     tree::Cursor c(src_, *extent_tree_);
     UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, kExtentItemKey, 0}));
-    for (; c.Valid() && cands.size() < kMaxCandidates; UB_RETURN_IF_ERROR(c.Next())) {
+    for (bool first = true; cands.size() < kMaxCandidates; first = false) {
+      if (!first) UB_RETURN_IF_ERROR(c.Next());
+      if (!c.Valid()) break;
       const Key k = c.key();
       if (k.objectid != bytenr || k.type > kSharedDataRefKey) break;
       if (k.type == kExtentItemKey) {
@@ -755,7 +765,9 @@ class Engine {
         // The source's extent items of this extent, from the one at `start`.
         tree::Cursor s(src_, t.root);
         UB_RETURN_IF_ERROR(s.Seek(Key{cino, kExtentDataKey, start}));
-        for (int n = 0; s.Valid() && n < 8; ++n, UB_RETURN_IF_ERROR(s.Next())) {
+        for (int n = 0; n < 8; ++n) {
+          if (n > 0) UB_RETURN_IF_ERROR(s.Next());
+          if (!s.Valid()) break;
           const Key k = s.key();
           if (k.objectid != cino || k.type != kExtentDataKey) break;
           const auto d = s.data();
@@ -772,6 +784,7 @@ class Engine {
           InodeItem si;
           std::memcpy(&si, ii->data(), sizeof si);
           if (!S_ISREG(si.mode.get()) || src_off + len > si.size.get() ||
+              (len % ss_ != 0 && src_off + len != si.size.get()) ||
               ((si.flags.get() ^ ni.flags.get()) & kInodeNodatasum) != 0) {
             break;
           }
