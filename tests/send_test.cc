@@ -234,6 +234,76 @@ TEST_F(SendKernelChain, Protocol2CompressedIsAcceptedByKernelReceive) {
   EXPECT_GT(st.encoded, 0u);
 }
 
+// One stream of several snapshots, each the parent of the next (btrfs send
+// -c snap1 snap2 snap3 snap4 makes snap3's parent snap2, which comes earlier
+// in the same stream), received by ubtrfs: each is equal to its source; a
+// copy of the stream cut inside snap4 leaves snap2 and snap3 received.
+TEST_F(SendKernelChain, ParentsReceivedEarlierInTheSameStream) {
+  TempDir tmp{"send-multi"};
+  const std::string smnt = tmp.Sub("smnt"), multi = tmp.Sub("multi.stream"), first = tmp.Sub("snap1.stream");
+  ASSERT_EQ(mkdir(smnt.c_str(), 0755), 0);
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(g_chain->img, smnt, "ro"), "");
+    ASSERT_EQ(MustRun({"btrfs", "-q", "send", "-f", multi, "-c", smnt + "/snap1", smnt + "/snap2", smnt + "/snap3",
+                       smnt + "/snap4"}),
+              "");
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  CommandResult dump = RunUbtrfs({"receive", "--dump", "-f", multi});
+  ASSERT_TRUE(dump.ok()) << dump.Describe();
+  ASSERT_NE(dump.out.find("snapshot        ./snap3 "), std::string::npos);
+  ASSERT_EQ(MustRun({Ubtrfs(), "send", "-f", first, g_chain->img + ":/snap1"}), "");
+  // Our own streams, concatenated, make the same kind of stream.
+  std::string ours;
+  for (int i = 2; i <= 4; ++i) {
+    const std::string f = tmp.Sub("u" + std::to_string(i));
+    ASSERT_EQ(MustRun({Ubtrfs(), "send", "-f", f, "-p", "/snap" + std::to_string(i - 1),
+                       g_chain->img + ":/snap" + std::to_string(i)}),
+              "");
+    ours += ReadHostFile(f);
+  }
+  WriteHostFile(tmp.Sub("ours.stream"), ours);
+  for (const std::string& stream : {multi, tmp.Sub("ours.stream")}) {
+    const std::string img = tmp.Sub("u.img");
+    unlink(img.c_str());
+    ASSERT_EQ(MustRun({Ubtrfs(), "mkfs", "--size", "512M", img}), "");
+    ASSERT_EQ(MustRun({Ubtrfs(), "receive", "-f", first, img}), "");
+    CommandResult r = RunUbtrfs({"receive", "-v", "-f", stream, img});
+    ASSERT_TRUE(r.ok()) << stream << ": " << r.Describe();
+    auto src = ubtrfs::Filesystem::Open(g_chain->img);
+    auto dst = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(src.ok() && dst.ok());
+    TempDir out{"send-multi-out"};
+    for (int i = 2; i <= 4; ++i) {
+      const std::string snap = "snap" + std::to_string(i);
+      // Through a host copy of the source, compared with the received image.
+      ASSERT_EQ(MustRun({Ubtrfs(), "cp", g_chain->img + ":/" + snap, out.Sub(snap)}), "");
+      auto mism = CompareTreeToImage(out.Sub(snap), **dst, Opts(), "/" + snap);
+      EXPECT_TRUE(mism.empty()) << stream << " " << snap << ": " << FormatMismatches(mism);
+    }
+    EXPECT_EQ(BtrfsCheck(img), "");
+  }
+  // Cut inside snap4: snap2 and snap3 stay (committed before snap3's
+  // snapshot of snap2, and before snap4's of snap3), snap4 does not.
+  const std::string img = tmp.Sub("cut.img");
+  ASSERT_EQ(MustRun({Ubtrfs(), "mkfs", "--size", "512M", img}), "");
+  ASSERT_EQ(MustRun({Ubtrfs(), "receive", "-f", first, img}), "");
+  const std::string whole = ReadHostFile(multi);
+  const size_t at4 = whole.find("snap4");
+  ASSERT_NE(at4, std::string::npos);
+  WriteHostFile(tmp.Sub("cut.stream"), whole.substr(0, at4 + 200));
+  CommandResult r = RunUbtrfs({"receive", "-f", tmp.Sub("cut.stream"), img});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  auto dst = ubtrfs::Filesystem::Open(img);
+  ASSERT_TRUE(dst.ok());
+  EXPECT_TRUE((*dst)->Lookup("/snap3").ok());
+  EXPECT_FALSE((*dst)->Lookup("/snap4").ok());
+  auto ro = (*dst)->SubvolumeReadOnly(*(*dst)->Lookup("/snap3"));
+  EXPECT_TRUE(ro.ok() && *ro);
+  EXPECT_EQ(BtrfsCheck(img), "");
+}
+
 // ---- A chain ubtrfs made (CreateSnapshot) ----
 
 #define UB_OK(expr)                                            \

@@ -77,8 +77,12 @@ struct ReceiveResult {
 // are committed first. The whole stream is one transaction: on success it is
 // committed; on any error (a damaged or cut stream, a command that cannot
 // apply) nothing of it is, `fs` is discarded (Filesystem::Discard: close it)
-// and the image keeps its state as of the call. Errors of the stream name
-// the command, its number and byte offset.
+// and the image keeps its state as of the call. One exception: a snapshot
+// whose parent came earlier in the same stream (btrfs send -c a b c) first
+// commits the subvolumes received before it, which an error after that
+// leaves in place, complete and read-only (as btrfs receive leaves them);
+// result->subvolumes then lists those. Errors of the stream name the
+// command, its number and byte offset.
 UBTRFS_API Status Receive(Filesystem& fs, const StreamSource& source, const ReceiveOptions& options = {},
                           ReceiveResult* result = nullptr);
 
