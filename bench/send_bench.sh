@@ -51,6 +51,9 @@ umount "$work/mnt"
 usend=$(t "$cli" send -p /s1 -f "$work/u.stream" "$work/src.img:/s2")
 "$cli" send -v -p /s1 -f "$work/u2.stream" "$work/src.img:/s2" 2>&1 | sed 's/^/ubtrfs /'
 echo "incremental stream: ubtrfs $(stat -c %s "$work/u.stream") bytes, kernel $(stat -c %s "$work/k.stream") bytes; full stream of s1 $(stat -c %s "$work/full.stream") bytes"
+for side in u k; do
+  echo "$side commands: $("$cli" receive --dump -f "$work/$side.stream" | awk '{print $1}' | sort | uniq -c | awk '{printf "%s %s, ", $2, $1}')"
+done
 echo "incremental send (1% of $n files changed): ubtrfs $usend s, kernel $ksend s, ratio $(awk -v a="$usend" -v b="$ksend" 'BEGIN { printf "%.1f", b / a }')x"
 
 # Both streams give the same tree.

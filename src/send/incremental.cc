@@ -487,14 +487,20 @@ class Engine {
         ranges = std::move(c.ranges);
         std::sort(ranges.begin(), ranges.end());
       }
-      // Merged, and clipped to the new size (TRUNCATE does the rest).
-      uint64_t done = 0;
+      // Merged where they overlap or touch, and clipped to the new size
+      // (TRUNCATE does the rest).
+      std::vector<std::pair<uint64_t, uint64_t>> merged;
       for (auto [a, b] : ranges) {
-        a = std::max(a, done);
         b = std::min(b, size);
         if (a >= b) continue;
+        if (!merged.empty() && a <= merged.back().second) {
+          merged.back().second = std::max(merged.back().second, b);
+        } else {
+          merged.emplace_back(a, b);
+        }
+      }
+      for (auto [a, b] : merged) {
         UB_RETURN_IF_ERROR(SendRange(ino, p, a, b, size, fresh, ni));
-        done = b;
         wrote = true;
       }
       if (fresh || c.o.item.size.get() != size) {
@@ -844,6 +850,10 @@ Status SendByComparison(fsimpl::FilesystemImpl& fs, StreamWriter& w, const SendO
                         uint64_t send_id, const std::string& name) {
   const auto load = [&](uint64_t id) -> Result<Tree> {
     UB_ASSIGN_OR_RETURN(auto r, fs.SendTreeRoot(id));
+    if (r.item.root_dirid.get() != kTop) {
+      return Status::Unsupported("send: subvolume " + std::to_string(id) + " has its top at inode " +
+                                 std::to_string(r.item.root_dirid.get()) + ", not 256");
+    }
     Tree t;
     t.id = id;
     t.root = r.ref;
