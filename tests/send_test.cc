@@ -584,7 +584,9 @@ TEST(SendIncremental, FewChangesGiveASmallStreamAndReadFewBlocks) {
   EXPECT_EQ(ReadImageFile(**d, "/s2/d9/new"), "new file\n");
   EXPECT_FALSE((*d)->Lookup("/s2/d5/f100").ok());
   EXPECT_EQ(ReadImageFile(**d, "/s2/d0/f0"), SeededBytes(3000, 0));
-  EXPECT_EQ(BtrfsCheck(dst), "");
+  if (MkfsMissingReason().empty()) {
+    EXPECT_EQ(BtrfsCheck(dst), "");  // btrfs-progs is there to ask
+  }
 }
 
 // A hostile image: items of the snapshot's own leaves (names, inode items,
