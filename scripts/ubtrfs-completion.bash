@@ -19,7 +19,7 @@ _ubtrfs_options() {
     property) echo "$common get set" ;;
     subvolume) echo "$common create snapshot delete list get-default set-default -r --json --subvol --subvolid" ;;
     receive) echo "$common -f --file --dump -v --verbose" ;;
-    send) echo "$common -f --file --proto" ;;
+    send) echo "$common -f --file -p --parent -c --clone-src --proto --compressed-data -v --verbose" ;;
     info) echo "$common --json" ;;
     cat|mv|chmod|chown|rmdir|put) echo "$common" ;;
     ls) echo "$common -l --json" ;;

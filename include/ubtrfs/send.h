@@ -1,8 +1,8 @@
 // btrfs send streams without the kernel: Receive applies a stream that the
 // kernel's `btrfs send` made (protocol 1, 2 or 3) to an image, as `btrfs
 // receive` applies it to a mounted filesystem; DumpStream prints one as
-// `btrfs receive --dump` does; Send makes a full stream of a read-only
-// subvolume of an image.
+// `btrfs receive --dump` does; Send makes a full or incremental stream of a
+// read-only subvolume of an image.
 //
 //   auto fs = ubtrfs::Filesystem::Open("disk.img", {.writable = true});
 //   ubtrfs::ReceiveResult res;
@@ -77,8 +77,12 @@ struct ReceiveResult {
 // are committed first. The whole stream is one transaction: on success it is
 // committed; on any error (a damaged or cut stream, a command that cannot
 // apply) nothing of it is, `fs` is discarded (Filesystem::Discard: close it)
-// and the image keeps its state as of the call. Errors of the stream name
-// the command, its number and byte offset.
+// and the image keeps its state as of the call. One exception: a snapshot
+// whose parent came earlier in the same stream (btrfs send -c a b c) first
+// commits the subvolumes received before it, which an error after that
+// leaves in place, complete and read-only (as btrfs receive leaves them);
+// result->subvolumes then lists those. Errors of the stream name the
+// command, its number and byte offset.
 UBTRFS_API Status Receive(Filesystem& fs, const StreamSource& source, const ReceiveOptions& options = {},
                           ReceiveResult* result = nullptr);
 
@@ -90,14 +94,40 @@ UBTRFS_API Status DumpStream(const StreamSource& source, const std::function<voi
 using StreamSink = std::function<Status(std::span<const uint8_t> bytes)>;
 
 struct SendOptions {
-  uint32_t proto = 1;  // stream version: 1 or 2 (no compressed data yet)
+  uint32_t proto = 1;  // stream version: 1, 2 or 3
+  // An incremental stream against this read-only subvolume (its top), as
+  // `btrfs send -p`: the receiver snapshots its copy of the parent and
+  // applies only what differs.
+  std::optional<InodeId> parent;
+  // Read-only subvolumes (their tops) whose extents the stream may clone
+  // from, as `btrfs send -c`; the parent is always one.
+  std::vector<InodeId> clone_sources;
+  // Compressed extents as ENCODED_WRITE of their compressed bytes (proto >= 2).
+  bool compressed_data = false;
 };
 
-// A full stream of the read-only subvolume whose top is `subvol` (as `btrfs
-// send` without -p), which the kernel's `btrfs receive` and Receive accept.
-// EINVAL for a writable subvolume or the top level. Incremental streams
-// (-p) and clone sources are not made yet.
-UBTRFS_API Status Send(Filesystem& fs, InodeId subvol, const StreamSink& sink, const SendOptions& options = {});
+struct SendResult {
+  uint64_t commands = 0;       // END included
+  uint64_t stream_bytes = 0;
+  uint64_t data_bytes = 0;     // file bytes in WRITE and ENCODED_WRITE (compressed size for the latter)
+  uint64_t clones = 0;         // CLONE commands
+  uint64_t encoded_writes = 0;
+  // The tree comparison (streams made against a parent, clone sources or
+  // with compressed data): tree blocks read from both trees, subtrees both
+  // share and that were skipped unread, inodes found changed.
+  uint64_t blocks_read = 0;
+  uint64_t shared_subtrees_skipped = 0;
+  uint64_t changed_inodes = 0;
+};
+
+// A stream of the read-only subvolume whose top is `subvol`, which the
+// kernel's `btrfs receive` and Receive accept: full, or incremental against
+// options.parent. The incremental stream is found by comparing the two
+// trees as the kernel's send does (subtrees the two share are not read).
+// EINVAL for a writable subvolume, the top level, a parent or clone source
+// that is not a read-only subvolume's top, or --compressed-data with proto 1.
+UBTRFS_API Status Send(Filesystem& fs, InodeId subvol, const StreamSink& sink, const SendOptions& options = {},
+                       SendResult* result = nullptr);
 
 }  // namespace ubtrfs
 

@@ -230,6 +230,17 @@ class FilesystemImpl final : public Filesystem {
   // The top directory of subvolume `id`.
   Result<InodeId> SubvolumeTopOf(uint64_t id) { return SubvolRoot(id); }
 
+  // ---- Send (send/send.cc, send/incremental.cc) ----
+  // A tree's root and ROOT_ITEM (a subvolume's, or the extent tree's), the
+  // source its blocks are read from, and data read by logical address: what
+  // the incremental send's tree comparison and extent lookups need.
+  Result<Volume::TreeRoot> SendTreeRoot(uint64_t id) { return vol_->FindRoot(id); }
+  tree::BlockSource* SendBlockSource() { return vol_->source(); }
+  Status SendReadData(uint64_t logical, std::span<uint8_t> out) {
+    return vol_->ReadData(logical, out, vol_->verify_data_csums());
+  }
+  uint32_t SendSectorSize() const { return vol_->sectorsize(); }
+
   // ---- Bulk import of new inodes under an empty directory (import.cc) ----
   struct BulkTarget {
     uint64_t transid = 0;

@@ -50,6 +50,8 @@ class Receiver {
   }
 
   bool active() const { return active_; }
+  // How many of the received subvolumes an intermediate commit made durable.
+  size_t committed() const { return committed_; }
 
  private:
   Status Dispatch(const Command& c) {
@@ -188,6 +190,18 @@ class Receiver {
       UB_ASSIGN_OR_RETURN(auto parent_uuid, c.GetUuid(kAttrCloneUuid));
       UB_RETURN_IF_ERROR(c.U64(kAttrCloneCtransid).status());
       UB_ASSIGN_OR_RETURN(InodeId parent, FindSubvolume(parent_uuid));
+      // A parent received earlier in this stream is changed in the running
+      // transaction, and a snapshot copies its source as committed: commit
+      // what the stream made so far (its finished subvolumes) first.
+      for (const ReceivedSubvolume& done : res_->subvolumes) {
+        if (done.id != parent.root) continue;
+        fs_.set_hold_commits(false);
+        Status st = fs_.Commit();
+        fs_.set_hold_commits(true);
+        UB_RETURN_IF_ERROR(st.WithContext("committing the subvolumes received before this snapshot of one of them"));
+        committed_ = res_->subvolumes.size();
+        break;
+      }
       UB_ASSIGN_OR_RETURN(top_, fs_.CreateSnapshot(parent, dest_, path, false));
       s.snapshot = true;
       s.parent_id = parent.root;
@@ -438,6 +452,7 @@ class Receiver {
   InodeId dest_;
   ReceiveResult* res_;
   bool active_ = false;
+  size_t committed_ = 0;
   InodeId top_;
   ReceivedSubvolume cur_;
   std::map<std::string, InodeId, std::less<>> cache_;  // resolved paths of the current subvolume
@@ -471,7 +486,7 @@ Status Receive(Filesystem& fs, const StreamSource& source, const ReceiveOptions&
   res->stream_bytes = reader.offset();
   if (st.ok()) st = fs.Commit().WithContext("receive: commit");
   if (!st.ok()) {
-    res->subvolumes.clear();
+    res->subvolumes.resize(rx.committed());
     Status d = fs.Discard();
     if (!d.ok()) return st.WithContext("and discarding failed too (" + d.ToString() + ")");
   }

@@ -11,6 +11,8 @@
 
 #include <map>
 
+#include "fs/fs_impl.h"
+#include "send/incremental.h"
 #include "send/stream.h"
 #include "ubtrfs/send.h"
 
@@ -161,22 +163,62 @@ class Sender {
 
 }  // namespace
 
-Status Send(Filesystem& fs, InodeId subvol, const StreamSink& sink, const SendOptions& options) {
-  if (options.proto < 1 || options.proto > 2) return Status::Invalid("send: protocol 1 or 2");
-  UB_ASSIGN_OR_RETURN(auto subvols, fs.ListSubvolumes());
+namespace {
+
+// The subvolume whose top is `top`, read-only (`what` names it in errors).
+Result<SubvolumeInfo> ReadOnlyTop(Filesystem& fs, const std::vector<SubvolumeInfo>& subvols, InodeId top,
+                                  const std::string& what) {
   const SubvolumeInfo* info = nullptr;
   for (const auto& s : subvols) {
-    if (s.id == subvol.root) info = &s;
+    if (s.id == top.root) info = &s;
   }
-  if (info == nullptr) return Status::Invalid("send: the top level (5) or no subvolume's top");
-  UB_ASSIGN_OR_RETURN(const bool ro, fs.SubvolumeReadOnly(subvol));
-  if (!ro) return Status::Invalid("send: subvolume " + info->path + " is not read-only (btrfs send sends only those)");
-  const size_t slash = info->path.rfind('/');
-  const std::string name = slash == std::string::npos ? info->path : info->path.substr(slash + 1);
-  StreamWriter w(options.proto, sink);
+  if (info == nullptr) return Status::Invalid("send: " + what + ": the top level (5) or no subvolume's top");
+  UB_ASSIGN_OR_RETURN(InodeId real_top, fs.Lookup("/" + info->path));
+  if (real_top != top) return Status::Invalid("send: " + what + ": not the top of subvolume " + info->path);
+  UB_ASSIGN_OR_RETURN(const bool ro, fs.SubvolumeReadOnly(top));
+  if (!ro) {
+    return Status::Invalid("send: " + what + ": subvolume " + info->path +
+                           " is not read-only (btrfs send sends only those)");
+  }
+  return *info;
+}
+
+}  // namespace
+
+Status Send(Filesystem& fs, InodeId subvol, const StreamSink& sink, const SendOptions& options, SendResult* result) {
+  if (options.proto < 1 || options.proto > 3) return Status::Invalid("send: protocol 1, 2 or 3");
+  if (options.compressed_data && options.proto < 2) {
+    return Status::Invalid("send: compressed data needs protocol 2 or later");
+  }
+  SendResult local;
+  SendResult* res = result ? result : &local;
+  *res = SendResult{};
+  UB_ASSIGN_OR_RETURN(auto subvols, fs.ListSubvolumes());
+  UB_ASSIGN_OR_RETURN(SubvolumeInfo info, ReadOnlyTop(fs, subvols, subvol, "the subvolume"));
+  if (options.parent) {
+    UB_RETURN_IF_ERROR(ReadOnlyTop(fs, subvols, *options.parent, "the parent").status());
+    if (options.parent->root == subvol.root) return Status::Invalid("send: the parent is the subvolume itself");
+  }
+  for (const InodeId& c : options.clone_sources) {
+    UB_RETURN_IF_ERROR(ReadOnlyTop(fs, subvols, c, "clone source").status());
+  }
+  const size_t slash = info.path.rfind('/');
+  const std::string name = slash == std::string::npos ? info.path : info.path.substr(slash + 1);
+  StreamWriter w(options.proto, [&](std::span<const uint8_t> b) {
+    res->stream_bytes += b.size();
+    return sink(b);
+  });
   UB_RETURN_IF_ERROR(w.WriteHeader());
+  if (options.parent || !options.clone_sources.empty() || options.compressed_data) {
+    auto* impl = dynamic_cast<fsimpl::FilesystemImpl*>(&fs);
+    if (impl == nullptr) return Status::Unsupported("send: incremental streams from this Filesystem");
+    return SendByComparison(*impl, w, options, res, subvol.root, name);
+  }
+  // A receiver knows a subvolume received from elsewhere by its received
+  // uuid, as the kernel's send names it.
+  if (info.received_uuid != std::array<uint8_t, 16>{}) info.uuid = info.received_uuid;
   Sender s(fs, w, subvol.root);
-  UB_RETURN_IF_ERROR(s.Top(subvol, name, *info));
+  UB_RETURN_IF_ERROR(s.Top(subvol, name, info));
   w.Begin(kCmdEnd);
   return w.End();
 }
