@@ -193,6 +193,19 @@ enum FileType : uint8_t {
   kFtXattr = 8,
   kFtMax = 9,
 };
+// The dir item type of an inode's mode (on-disk modes are Linux's S_IF*).
+constexpr uint8_t FileTypeOfMode(uint32_t mode) {
+  switch (mode & 0170000) {
+    case 0100000: return kFtRegFile;
+    case 0040000: return kFtDir;
+    case 0020000: return kFtChrdev;
+    case 0060000: return kFtBlkdev;
+    case 0010000: return kFtFifo;
+    case 0140000: return kFtSock;
+    case 0120000: return kFtSymlink;
+    default: return kFtUnknown;
+  }
+}
 
 // ---- File extents ---------------------------------------------------------------
 enum FileExtentType : uint8_t { kFileExtentInline = 0, kFileExtentReg = 1, kFileExtentPrealloc = 2 };

@@ -298,19 +298,6 @@ struct Extra {
   bool deferred_data = false;      // data through the write path later
 };
 
-uint8_t FtFromMode(uint32_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG: return format::kFtRegFile;
-    case S_IFDIR: return format::kFtDir;
-    case S_IFCHR: return format::kFtChrdev;
-    case S_IFBLK: return format::kFtBlkdev;
-    case S_IFIFO: return format::kFtFifo;
-    case S_IFSOCK: return format::kFtSock;
-    case S_IFLNK: return format::kFtSymlink;
-  }
-  return format::kFtUnknown;
-}
-
 void PutDirItem(std::vector<uint8_t>& b, const Key& location, uint64_t transid, uint8_t type, std::string_view name,
                 std::string_view data) {
   const size_t at = b.size();
@@ -705,14 +692,14 @@ class BulkImporter {
       const uint64_t h = by_hash[k].first;
       for (; k < by_hash.size() && by_hash[k].first == h; ++k) {
         const uint32_t c = by_hash[k].second;
-        PutDirItem(item, Key{InoOf(c), format::kInodeItemKey, 0}, t_.transid, FtFromMode(nodes_[c].mode),
+        PutDirItem(item, Key{InoOf(c), format::kInodeItemKey, 0}, t_.transid, format::FileTypeOfMode(nodes_[c].mode),
                    nodes_[c].name, {});
       }
       UB_RETURN_IF_ERROR(Add(Key{dir_ino, format::kDirItemKey, h}, std::move(item)));
     }
     for (uint32_t c : children) {
       std::vector<uint8_t> item;
-      PutDirItem(item, Key{InoOf(c), format::kInodeItemKey, 0}, t_.transid, FtFromMode(nodes_[c].mode),
+      PutDirItem(item, Key{InoOf(c), format::kInodeItemKey, 0}, t_.transid, format::FileTypeOfMode(nodes_[c].mode),
                  nodes_[c].name, {});
       UB_RETURN_IF_ERROR(Add(Key{dir_ino, format::kDirIndexKey, IndexOf(c)}, std::move(item)));
     }

@@ -39,19 +39,6 @@ void SetTime(Timespec& ts, const Time& t) {
   ts.nsec = t.nsec;
 }
 
-uint8_t FtFromMode(uint32_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG: return kFtRegFile;
-    case S_IFDIR: return kFtDir;
-    case S_IFCHR: return kFtChrdev;
-    case S_IFBLK: return kFtBlkdev;
-    case S_IFIFO: return kFtFifo;
-    case S_IFSOCK: return kFtSock;
-    case S_IFLNK: return kFtSymlink;
-  }
-  return kFtUnknown;
-}
-
 template <typename T>
 std::vector<uint8_t> AsBytes(const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
@@ -626,7 +613,7 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   SetTime(ii.otime, now);
   // The link (with the inode item) first: it fails cleanly (EEXIST) before
   // anything else changed.
-  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FtFromMode(mode), &ii, dir_rec.get()));
+  UB_RETURN_IF_ERROR(AddLink(dir, name, id, FileTypeOfMode(mode), &ii, dir_rec.get()));
   CacheInode(id, ii);
   if (parent.flags.get() & kInodeCompress) UB_RETURN_IF_ERROR(InheritCompressionProperty(dir, id));
   if (S_ISLNK(mode)) {
@@ -681,7 +668,7 @@ Status FilesystemImpl::LinkImpl(InodeId inode, InodeId dir, std::string_view nam
   if (existing.ok()) return Status::Error(EEXIST, std::string(name) + ": exists");
   if (existing.status().code() != ENOENT) return existing.status();
   if (ii.nlink.get() >= 65535) return Status::Error(EMLINK, "too many links");
-  UB_RETURN_IF_ERROR(AddLink(dir, name, inode, FtFromMode(ii.mode.get()), nullptr));
+  UB_RETURN_IF_ERROR(AddLink(dir, name, inode, FileTypeOfMode(ii.mode.get()), nullptr));
   UB_ASSIGN_OR_RETURN(ii, LoadInode(inode));
   ii.nlink = ii.nlink.get() + 1;
   SetTime(ii.ctime, Now());
@@ -771,8 +758,8 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
     }
     UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
     UB_RETURN_IF_ERROR(RemoveLink(new_dir, new_name, *dst, nullptr));
-    UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), nullptr));
-    UB_RETURN_IF_ERROR(AddLink(old_dir, old_name, *dst, FtFromMode(dst_ii.mode.get()), nullptr));
+    UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FileTypeOfMode(src_ii.mode.get()), nullptr));
+    UB_RETURN_IF_ERROR(AddLink(old_dir, old_name, *dst, FileTypeOfMode(dst_ii.mode.get()), nullptr));
     for (InodeId id : {src, *dst}) {
       UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
       SetTime(ii.ctime, now);
@@ -800,7 +787,7 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
     }
   }
   UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
-  UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FtFromMode(src_ii.mode.get()), nullptr));
+  UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FileTypeOfMode(src_ii.mode.get()), nullptr));
   UB_ASSIGN_OR_RETURN(src_ii, LoadInode(src));
   SetTime(src_ii.ctime, now);
   return StoreInode(src, src_ii);

@@ -135,19 +135,6 @@ Result<std::vector<RefEntry>> ParseRefs(const std::string& where, const Key& k, 
   return out;
 }
 
-uint8_t FtypeOf(uint32_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG: return kFtRegFile;
-    case S_IFDIR: return kFtDir;
-    case S_IFCHR: return kFtChrdev;
-    case S_IFBLK: return kFtBlkdev;
-    case S_IFIFO: return kFtFifo;
-    case S_IFSOCK: return kFtSock;
-    case S_IFLNK: return kFtSymlink;
-    default: return kFtUnknown;
-  }
-}
-
 const char kLog[] = "tree log: item ";
 const char kFs[] = "subvolume tree item ";
 
@@ -687,7 +674,7 @@ Status Replayer::ReplayInodeRef(const Key& k, std::span<const uint8_t> d) {
   }
   UB_ASSIGN_OR_RETURN(auto inode, Inode(ino));
   if (!inode) return Status::Corrupt(kLog + KeyToString(k) + ": the inode does not exist");
-  const uint8_t ftype = FtypeOf(inode->mode.get());
+  const uint8_t ftype = FileTypeOfMode(inode->mode.get());
   lt_->fixup.insert(ino);
   for (const auto& r : logged) {
     if (r.name.empty() || r.name.size() > 255) return Status::Corrupt(kLog + KeyToString(k) + ": bad name length");
