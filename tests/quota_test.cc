@@ -4,8 +4,11 @@
 // subvolume deletions; limits give EDQUOT. The judges: btrfs check (it
 // recounts every qgroup) and the kernel, whose `btrfs quota rescan`
 // recounts them from scratch and must find the numbers ubtrfs wrote.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <filesystem>
 
 #include <cerrno>
 #include <functional>
@@ -111,6 +114,55 @@ TEST(Quotas, KeptExactThroughWritesSnapshotsReflinksAndDrops) {
   ASSERT_EQ(MustRun({"btrfs", "quota", "rescan", "-w", mnt}), "");
   EXPECT_EQ(QgroupTable(mnt), ours) << "the kernel's recount differs from what ubtrfs wrote";
   EXPECT_EQ(ReadHostFile(mnt + "/sv/rx"), SeededBytes(2u << 20, 10));
+  EXPECT_EQ(m.Unmount(), "");
+}
+
+// A kernel tree log on an image with quotas (fsyncs, then the power cut):
+// ubtrfs's replay adds the logged extents, and the qgroups stay exact.
+TEST(Quotas, ReplayOfAKernelLogKeepsThemExact) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel writes the log: " << why;
+  TempDir tmp("ubtrfs-quota-log");
+  const std::string img = tmp.Sub("img"), copy = tmp.Sub("copy"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 1ull << 30), "");
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "commit=3600"), "");
+    ASSERT_EQ(MustRun({"btrfs", "quota", "enable", mnt}), "");
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
+    WriteHostFile(mnt + "/sv/committed", SeededBytes(3u << 20, 1));
+    ASSERT_EQ(MustRun({"sync"}), "");
+    for (const char* name : {"b", "c"}) {
+      const int fd = open((mnt + "/sv/" + name).c_str(), O_CREAT | O_WRONLY, 0644);
+      ASSERT_GE(fd, 0);
+      const std::string bytes = SeededBytes(2u << 20, name[0]);
+      ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+      ASSERT_EQ(fsync(fd), 0);
+      close(fd);
+    }
+    std::filesystem::copy_file(img, copy);  // the power cut, before any commit
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  CommandResult super = RunCommand({"btrfs", "inspect-internal", "dump-super", copy});
+  ASSERT_NE(super.out.find("\nlog_root\t\t"), std::string::npos);
+  if (super.out.find("\nlog_root\t\t0\n") != std::string::npos) GTEST_SKIP() << "the kernel committed before the copy";
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(copy, o);  // replays and commits
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    EXPECT_TRUE(ReadImageFile(**fs, "/sv/c") == SeededBytes(2u << 20, 'c'));
+    PutFile(**fs, "/sv", "after", SeededBytes(1u << 20, 2));
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  EXPECT_EQ(BtrfsCheck(copy), "");
+  LoopMount m;
+  ASSERT_EQ(m.Mount(copy, mnt), "");
+  const std::string ours = QgroupTable(mnt);
+  ASSERT_EQ(MustRun({"btrfs", "quota", "rescan", "-w", mnt}), "");
+  EXPECT_EQ(QgroupTable(mnt), ours) << "the kernel's recount differs from what ubtrfs wrote";
   EXPECT_EQ(m.Unmount(), "");
 }
 
