@@ -54,7 +54,7 @@ struct ReceivedSubvolume {
   uint64_t id = 0;   // its subvolume id in the image
   bool snapshot = false;  // an incremental stream: a snapshot of `parent_id`
   uint64_t parent_id = 0;
-  std::array<uint8_t, 16> received_uuid{};  // the sent subvolume's uuid
+  std::array<uint8_t, 16> received_uuid{};  // the sent subvolume's uuid (its received uuid if it was received itself)
   uint64_t stransid = 0, rtransid = 0;
 };
 

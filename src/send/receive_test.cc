@@ -413,11 +413,14 @@ TEST(Send, FullStreamOfAReceivedSubvolumeReceivesAlike) {
   auto fs = b.Open(false);
   EXPECT_EQ(*fs->GetXattr(*fs->Lookup("/s1/d/f"), "user.k"), "v");
   EXPECT_EQ(*fs->ReadLink(*fs->Lookup("/s1/l")), "d/f");
-  // The received uuid is the sent subvolume's uuid.
+  // A subvolume that was itself received is named by its received uuid, as
+  // the kernel's send names it (so chains stay linked across hops).
   auto sent = a.Subvolumes();
   auto got = b.Subvolumes();
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].received_uuid, sent[0].uuid);
+  ASSERT_NE(sent[0].received_uuid, decltype(sent[0].received_uuid){});
+  EXPECT_EQ(got[0].received_uuid, sent[0].received_uuid);
+  EXPECT_NE(got[0].received_uuid, sent[0].uuid);
 }
 
 }  // namespace
