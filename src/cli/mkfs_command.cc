@@ -118,8 +118,9 @@ bool IsMounted(const std::string& path) {
 // features every image we make has cannot be turned off; the others we do
 // not write are refused by name.
 Status ApplyFeatures(const std::vector<std::string>& lists, txn::MkfsOptions* opts) {
-  static const std::vector<std::string> kAlways = {"mixed-bg-backref", "extref", "skinny-metadata", "no-holes",
-                                                   "free-space-tree"};
+  // Under btrfs-progs' names and the superblock's.
+  static const std::vector<std::string> kAlways = {"mixed-bg-backref", "mixed-backref", "extref", "extended-iref",
+                                                   "skinny-metadata", "no-holes",      "free-space-tree", "fst"};
   for (const std::string& list : lists) {
     size_t pos = 0;
     while (pos <= list.size()) {
@@ -131,8 +132,7 @@ Status ApplyFeatures(const std::vector<std::string>& lists, txn::MkfsOptions* op
       if (off) f.erase(0, 1);
       if (f == "block-group-tree" || f == "block_group_tree") {
         opts->block_group_tree = !off;
-      } else if (std::find(kAlways.begin(), kAlways.end(), f) != kAlways.end() || f == "extended-iref" ||
-                 f == "mixed-backref" || f == "fst") {
+      } else if (std::find(kAlways.begin(), kAlways.end(), f) != kAlways.end()) {
         if (off) return Status::Invalid("feature " + f + " cannot be turned off: ubtrfs always writes it");
       } else {
         return Status::Invalid("unknown or unsupported feature '" + f +

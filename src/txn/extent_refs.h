@@ -10,6 +10,8 @@
 #include <optional>
 #include <vector>
 
+#include "tree/tree_block.h"
+
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "ubtrfs/status.h"
@@ -45,6 +47,22 @@ void InsertInlineRef(std::vector<uint8_t>& item, const std::vector<InlineRef>& r
 void EraseInlineRef(std::vector<uint8_t>& item, const InlineRef& r);
 // Writes a new count into a data ref (EXTENT_DATA_REF or SHARED_DATA_REF).
 void SetInlineCount(std::vector<uint8_t>& item, const InlineRef& r, uint32_t count);
+
+// Calls fn(key, item) for each file extent item of leaf b that references a
+// data extent (regular or prealloc, not a hole; inline extents reference none).
+template <typename Fn>
+void ForEachDataExtent(const tree::TreeBlock& b, Fn&& fn) {
+  for (int i = 0; i < b.nritems(); ++i) {
+    const format::Key k = b.key(i);
+    if (k.type != format::kExtentDataKey) continue;
+    auto d = b.item_data(i);
+    if (d.size() < sizeof(format::FileExtentItem)) continue;
+    const auto* fe = reinterpret_cast<const format::FileExtentItem*>(d.data());
+    if (fe->type != format::kFileExtentReg && fe->type != format::kFileExtentPrealloc) continue;
+    if (fe->disk_bytenr.get() == 0) continue;
+    fn(k, *fe);
+  }
+}
 
 }  // namespace ubtrfs::txn
 

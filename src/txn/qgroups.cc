@@ -66,7 +66,6 @@ class RootWalk {
     std::set<uint64_t> roots;
     std::vector<uint64_t> parents, by_tree;                      // blocks: parents, trees holding it
     std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> data;  // data: (root, ino, offset)
-    bool tree_block = false;
     int level = 0;
     Cursor c(src_, ext_);
     UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
@@ -76,11 +75,10 @@ class RootWalk {
       if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
         if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
         const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
-        tree_block = ei->flags.get() & kExtentFlagTreeBlock;
         size_t start = sizeof(ExtentItem);
         if (k.type == kMetadataItemKey) {
           level = static_cast<int>(k.offset);
-        } else if (tree_block) {
+        } else if (ei->flags.get() & kExtentFlagTreeBlock) {
           if (d.size() < start + sizeof(TreeBlockInfo)) return Status::Corrupt("extent tree: short " + KeyToString(k));
           level = reinterpret_cast<const TreeBlockInfo*>(d.data() + start)->level;
           start += sizeof(TreeBlockInfo);
@@ -112,7 +110,6 @@ class RootWalk {
       }
     }
     for (const auto& [root, ino, off] : data) UB_RETURN_IF_ERROR(LeavesInTree(root, ino, off, bytenr, &parents));
-    (void)tree_block;
     for (uint64_t p : parents) {
       UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
       roots.insert(up.begin(), up.end());
@@ -193,19 +190,16 @@ Status TxnManager::LoadQuotas() {
       if (st->flags.get() & kQgroupStatusRescan) {
         return Status::Unsupported("writing to an image during a quota rescan (the kernel finishes it at mount)");
       }
-      state->inconsistent = st->flags.get() & kQgroupStatusInconsistent;
     } else if (k.type == kQgroupInfoKey) {
       if (d.size() < sizeof(QgroupInfoItem)) return Status::Corrupt("quota tree: short item " + KeyToString(k));
       const auto* in = reinterpret_cast<const QgroupInfoItem*>(d.data());
       Qgroup& g = state->groups[k.offset];
       g.rfer = in->rfer.get();
       g.excl = in->excl.get();
-      g.has_info = true;
     } else if (k.type == kQgroupLimitKey) {
       if (d.size() < sizeof(QgroupLimitItem)) return Status::Corrupt("quota tree: short item " + KeyToString(k));
       Qgroup& g = state->groups[k.offset];
       std::memcpy(&g.limit, d.data(), sizeof(QgroupLimitItem));
-      g.has_limit = true;
     } else if (k.type == kQgroupRelationKey) {
       // Stored both ways; (child, parent) has the child's id first and
       // lower level ids are smaller.
@@ -242,7 +236,8 @@ std::set<uint64_t> TxnManager::QgroupsOf(const std::set<uint64_t>& roots) const 
 Status TxnManager::CheckQuota(uint64_t root, uint64_t bytes) {
   if (!quotas_) return Status::Ok();
   auto lock = AllocLock();
-  for (uint64_t g : QgroupsOf({root})) {
+  const std::set<uint64_t> groups = QgroupsOf({root});
+  for (uint64_t g : groups) {
     Qgroup& q = quotas_->groups[g];
     const uint64_t flags = q.limit.flags.get();
     const uint64_t rfer = q.rfer + q.reserved + bytes, excl = q.excl + q.reserved + bytes;
@@ -252,7 +247,7 @@ Status TxnManager::CheckQuota(uint64_t root, uint64_t bytes) {
                                        std::to_string(g & ((1ull << 48) - 1)) + " is exceeded");
     }
   }
-  for (uint64_t g : QgroupsOf({root})) quotas_->groups[g].reserved += bytes;
+  for (uint64_t g : groups) quotas_->groups[g].reserved += bytes;
   return Status::Ok();
 }
 
@@ -261,7 +256,6 @@ Status TxnManager::NewQgroup(uint64_t root, uint64_t inherit_from) {
   auto lock = AllocLock();
   Qgroup& g = quotas_->groups[root];
   g = Qgroup{};
-  g.has_info = g.has_limit = true;
   g.dirty = true;
   if (inherit_from) {
     auto src = quotas_->groups.find(inherit_from);
@@ -291,14 +285,9 @@ Status TxnManager::TraceDroppedSubtree(uint64_t bytenr, int level, uint64_t gene
     if (!quotas_->extra.emplace(at.bytenr, vol_->nodesize()).second) continue;
     UB_ASSIGN_OR_RETURN(tree::BlockRef b, dirty_->Read(at));
     if (b->is_leaf()) {
-      for (int i = 0; i < b->nritems(); ++i) {
-        if (b->key(i).type != kExtentDataKey) continue;
-        auto d = b->item_data(i);
-        if (d.size() < sizeof(FileExtentItem)) continue;
-        const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
-        if (fe->type == kFileExtentInline || fe->disk_bytenr.get() == 0) continue;
-        quotas_->extra.emplace(fe->disk_bytenr.get(), fe->disk_num_bytes.get());
-      }
+      ForEachDataExtent(*b, [&](const Key&, const FileExtentItem& fe) {
+        quotas_->extra.emplace(fe.disk_bytenr.get(), fe.disk_num_bytes.get());
+      });
     } else {
       for (int i = 0; i < b->nritems(); ++i) {
         todo.push_back(tree::BlockCheck{b->child_bytenr(i), b->level() - 1, b->child_generation(i), {}});
@@ -357,6 +346,18 @@ Status TxnManager::AccountQuotas() {
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot * ext, vol_->MutableRoot(kExtentTreeObjectid));
   tree::RootPtr now = ext->ref;
   now.live = nullptr;
+  // Each subvolume's qgroups (its own and those above), found once.
+  std::map<uint64_t, std::set<uint64_t>> up;
+  auto groups_of = [&](uint64_t r) -> const std::set<uint64_t>& {
+    auto it = up.find(r);
+    if (it == up.end()) it = up.emplace(r, QgroupsOf({r})).first;
+    return it->second;
+  };
+  auto union_of = [&](const std::set<uint64_t>& roots) {
+    std::set<uint64_t> out;
+    for (uint64_t r : roots) out.insert(groups_of(r).begin(), groups_of(r).end());
+    return out;
+  };
   RootWalk new_walk(dirty_.get(), now, [&](uint64_t id) -> std::optional<tree::RootPtr> {
     auto r = vol_->MutableRoot(id, true);
     if (!r.ok()) return std::nullopt;
@@ -366,7 +367,7 @@ Status TxnManager::AccountQuotas() {
   });
   for (const auto& t : q.touched) {
     UB_ASSIGN_OR_RETURN(auto new_roots, new_walk.Roots(t.bytenr));
-    const std::set<uint64_t> before = QgroupsOf(t.old_roots), after = QgroupsOf(new_roots);
+    const std::set<uint64_t> before = union_of(t.old_roots), after = union_of(new_roots);
     if (before == after && before.empty()) continue;
     std::set<uint64_t> all = before;
     all.insert(after.begin(), after.end());
@@ -374,7 +375,7 @@ Status TxnManager::AccountQuotas() {
       bool any = false;
       for (uint64_t r : roots) {
         if (!IsFsTree(r)) continue;
-        if (!QgroupsOf({r}).count(g)) return false;
+        if (!groups_of(r).count(g)) return false;
         any = true;
       }
       return any;

@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "format/ondisk.h"
+#include "txn/extent_refs.h"
 #include "txn/transaction.h"
 
 namespace ubtrfs::txn {
@@ -64,19 +65,11 @@ void TxnManager::ChangeChildRefs(const tree::TreeBlock& b, uint64_t root, int de
     }
     return;
   }
-  for (int i = 0; i < b.nritems(); ++i) {
-    const Key k = b.key(i);
-    if (k.type != kExtentDataKey) continue;
-    auto d = b.item_data(i);
-    if (d.size() < sizeof(FileExtentItem)) continue;  // inline extents reference no data extent
-    const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
-    if (fe->type != kFileExtentReg && fe->type != kFileExtentPrealloc) continue;
-    const uint64_t disk = fe->disk_bytenr.get(), disk_len = fe->disk_num_bytes.get();
-    if (disk == 0) continue;  // a hole
-    const RefId r = root ? RefId{kExtentDataRefKey, root, k.objectid, k.offset - fe->offset.get()}
+  ForEachDataExtent(b, [&](const Key& k, const FileExtentItem& fe) {
+    const RefId r = root ? RefId{kExtentDataRefKey, root, k.objectid, k.offset - fe.offset.get()}
                          : RefId{kSharedDataRefKey, parent};
-    QueueRef(disk, false, disk_len, r, delta);
-  }
+    QueueRef(fe.disk_bytenr.get(), false, fe.disk_num_bytes.get(), r, delta);
+  });
 }
 
 void TxnManager::ReferenceChildrenByParent(const tree::TreeBlock& b) {

@@ -210,7 +210,7 @@ class TxnManager final : public tree::BlockAllocator {
     uint64_t rfer = 0, excl = 0;
     uint64_t reserved = 0;  // data written this transaction (for limits)
     format::QgroupLimitItem limit{};
-    bool has_info = false, has_limit = false, dirty = false;
+    bool dirty = false;
     std::vector<uint64_t> parents;
   };
   struct Touched {
@@ -219,7 +219,6 @@ class TxnManager final : public tree::BlockAllocator {
   };
   struct QuotaState {
     std::map<uint64_t, Qgroup> groups;    // by qgroup id
-    bool inconsistent = false;            // the kernel's flag; kept as it is
     tree::RootPtr committed_extent;       // the extent tree as last committed
     std::map<uint64_t, uint64_t> extra;   // extents to account beyond the refs changed (drops)
     struct Inherit {
