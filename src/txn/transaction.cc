@@ -213,6 +213,24 @@ Status TxnManager::PinLogBlock(uint64_t bytenr) {
   return Status::Ok();
 }
 
+Result<uint64_t> TxnManager::AllocLogBlock() {
+  auto lock = AllocLock();
+  if (chunk_alloc_->HasPending()) return Status::Error(ENOSPC, "a new chunk is not committed yet");
+  const uint32_t n = vol_->nodesize();
+  UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupMetadata, n, n));
+  if (chunk_alloc_->HasPending()) {
+    // The allocation made a chunk: the block may lie in it. The space goes
+    // back (pinned) and the caller commits instead.
+    UB_RETURN_IF_ERROR(space_->Free(bytenr, n));
+    MarkGroupDirty(bytenr);
+    return Status::Error(ENOSPC, "metadata space for a tree log needs a new chunk");
+  }
+  UB_RETURN_IF_ERROR(space_->Free(bytenr, n));  // pinned: not handed out again before the commit
+  MarkGroupDirty(bytenr);
+  freed_blocks_.push_back(bytenr);  // a cached block of an older life at this address is stale
+  return bytenr;
+}
+
 Result<bool> TxnManager::AdoptLoggedExtent(uint64_t bytenr, uint64_t num_bytes) {
   auto lock = AllocLock();
   const std::string where = "tree log: data extent " + std::to_string(bytenr) + " (" + std::to_string(num_bytes) +

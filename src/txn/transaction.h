@@ -89,6 +89,18 @@ class TxnManager final : public tree::BlockAllocator {
   // replay's commit clears log_root whatever the log held).
   void ForceSuperblockWrite() { force_super_ = true; }
 
+  // ---- Tree-log writing (src/log/tree_log.cc) ----
+  // A block for an fsync's log tree: metadata space that was free at the
+  // last commit, with no extent item (log blocks never get one), pinned
+  // until the next commit so nothing else takes it; free in the free space
+  // tree that commit writes. ENOSPC rather than a new chunk: a log must lie
+  // in chunks the committed chunk tree has.
+  Result<uint64_t> AllocLogBlock();
+  // New chunks made in the running transaction: a log may not point into
+  // them (a replay maps addresses through the committed chunk tree).
+  bool HasNewChunks() const { return chunk_alloc_->HasPending(); }
+  const tree::HeaderTemplate& header_template() const { return dirty_->header_template(); }
+
   // Makes tree `new_id` a snapshot of tree `src`, whose root must be
   // committed (snapshot.cc): its root item (uuid given, parent uuid the
   // source's, read-only or not), its own copy of the source's root block.
