@@ -351,8 +351,8 @@ Status FilesystemImpl::LogExtents(InodeId id, const InodeItem& ii, std::vector<s
     }
   }
   // A logged item that reaches outside a range widens it: it goes, and
-  // what the tree has over all of it is logged again.
-  auto logged_extents = tree_log_->Items(id.root, MinKey(id.ino, kExtentDataKey), MaxKey(id.ino, kExtentDataKey));
+  // what the tree has over all of it is logged again. Only the items at
+  // either end of a range can reach outside it (logged items never overlap).
   auto extent_end = [&](const Key& k, const std::vector<uint8_t>& d) -> uint64_t {
     if (d.size() < kFileExtentInlineDataStart) return k.offset + ss;
     const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
@@ -362,13 +362,28 @@ Status FilesystemImpl::LogExtents(InodeId id, const InodeItem& ii, std::vector<s
     return k.offset + fe->num_bytes.get();
   };
   for (auto& [s, e] : merged) {
-    for (const auto& [k, d] : logged_extents) {
-      const uint64_t ke = extent_end(k, *d);
-      if (k.offset < e && ke > s) {
-        s = std::min(s, k.offset);
-        e = std::max(e, ke);
+    if (auto before = tree_log_->ItemAtOrBefore(id.root, Key{id.ino, kExtentDataKey, s})) {
+      if (extent_end(before->first, *before->second) > s) {
+        s = before->first.offset;
+        e = std::max(e, extent_end(before->first, *before->second));
       }
     }
+    if (e > s) {
+      if (auto last = tree_log_->ItemAtOrBefore(id.root, Key{id.ino, kExtentDataKey, e - 1})) {
+        e = std::max(e, extent_end(last->first, *last->second));
+      }
+    }
+  }
+  {
+    std::vector<std::pair<uint64_t, uint64_t>> again;
+    for (const auto& r : merged) {
+      if (!again.empty() && r.first <= again.back().second) {
+        again.back().second = std::max(again.back().second, r.second);
+      } else {
+        again.push_back(r);
+      }
+    }
+    merged = std::move(again);
   }
   uint64_t total = 0;
   for (const auto& [s, e] : merged) total += std::min(e, size_end) - std::min(s, size_end);
@@ -379,9 +394,7 @@ Status FilesystemImpl::LogExtents(InodeId id, const InodeItem& ii, std::vector<s
   const size_t csize = CsumSize(vol_->csum_type());
   const uint64_t transid = txn_->transid();
   for (const auto& [s, e] : merged) {
-    for (const auto& [k, d] : logged_extents) {
-      if (k.offset < e && extent_end(k, *d) > s) tree_log_->Erase(id.root, k, k);
-    }
+    tree_log_->Erase(id.root, Key{id.ino, kExtentDataKey, s}, Key{id.ino, kExtentDataKey, e - 1});
     std::vector<std::pair<Key, std::vector<uint8_t>>> found;
     {
       Cursor c(vol_->source(), tree);

@@ -16,12 +16,19 @@ namespace ubtrfs::log {
 using namespace ubtrfs::format;
 using Bytes = std::vector<uint8_t>;
 
+namespace {
+
+bool IsCsum(const Key& k) { return k.objectid == kExtentCsumObjectid && k.type == kExtentCsumKey; }
+
+}  // namespace
+
 void TreeLog::Put(uint64_t root, const Key& k, Bytes data) {
   Tree& t = trees_[root];
   auto [it, added] = t.items.try_emplace(k);
   if (!added) bytes_ -= sizeof(Item) + it->second.size();
   bytes_ += sizeof(Item) + data.size();
   it->second = std::move(data);
+  Touch(t, k);
 }
 
 void TreeLog::Erase(uint64_t root, const Key& from, const Key& to) {
@@ -30,6 +37,7 @@ void TreeLog::Erase(uint64_t root, const Key& from, const Key& to) {
   auto& items = t->second.items;
   for (auto it = items.lower_bound(from); it != items.end() && !(to < it->first);) {
     bytes_ -= sizeof(Item) + it->second.size();
+    Touch(t->second, it->first);
     it = items.erase(it);
   }
 }
@@ -45,14 +53,67 @@ std::vector<std::pair<Key, const Bytes*>> TreeLog::Items(uint64_t root, const Ke
   return out;
 }
 
+std::optional<std::pair<Key, const Bytes*>> TreeLog::ItemAtOrBefore(uint64_t root, const Key& key) const {
+  auto t = trees_.find(root);
+  if (t == trees_.end()) return std::nullopt;
+  const auto& items = t->second.items;
+  auto it = items.upper_bound(key);
+  if (it == items.begin()) return std::nullopt;
+  --it;
+  if (it->first.objectid != key.objectid || it->first.type != key.type) return std::nullopt;
+  return std::make_pair(it->first, &it->second);
+}
+
+// EXTENT_CSUM items as the csum tree has them: keyed by their first
+// sector, never overlapping, at most the kernel's size (a leaf less two
+// item headers, one checksum to spare).
 void TreeLog::PutCsums(uint64_t root, uint64_t logical, std::span<const uint8_t> sums) {
   const size_t csize = CsumSize(vol_->csum_type());
   const uint32_t ss = vol_->sectorsize();
+  const size_t max_sums = (vol_->nodesize() - sizeof(Header) - 2 * sizeof(Item)) / csize - 1;
+  const uint64_t end = logical + sums.size() / csize * ss;
   Tree& t = trees_[root];
-  for (size_t i = 0; i + csize <= sums.size(); i += csize, logical += ss) {
-    auto [it, added] = t.csums.try_emplace(logical);
-    if (added) bytes_ += csize;
-    it->second.assign(sums.begin() + static_cast<long>(i), sums.begin() + static_cast<long>(i + csize));
+  auto& items = t.items;
+  auto put = [&](uint64_t at, Bytes d) {
+    const Key k{kExtentCsumObjectid, kExtentCsumKey, at};
+    bytes_ += sizeof(Item) + d.size();
+    items[k] = std::move(d);
+    Touch(t, k);
+  };
+  auto drop = [&](std::map<Key, Bytes>::iterator it) {
+    bytes_ -= sizeof(Item) + it->second.size();
+    Touch(t, it->first);
+    return items.erase(it);
+  };
+  // What the log had over [logical, end) goes; pieces outside stay.
+  auto it = items.lower_bound(Key{kExtentCsumObjectid, kExtentCsumKey, logical});
+  if (it != items.begin() && IsCsum(std::prev(it)->first)) {
+    auto prev = std::prev(it);
+    const uint64_t ps = prev->first.offset, pe = ps + prev->second.size() / csize * ss;
+    if (pe > logical) {
+      Bytes head(prev->second.begin(), prev->second.begin() + static_cast<long>((logical - ps) / ss * csize));
+      Bytes tail;
+      if (pe > end) tail.assign(prev->second.begin() + static_cast<long>((end - ps) / ss * csize), prev->second.end());
+      drop(prev);
+      put(ps, std::move(head));
+      if (!tail.empty()) put(end, std::move(tail));
+      it = items.lower_bound(Key{kExtentCsumObjectid, kExtentCsumKey, logical});
+    }
+  }
+  while (it != items.end() && IsCsum(it->first) && it->first.offset < end) {
+    const uint64_t is = it->first.offset, ie = is + it->second.size() / csize * ss;
+    Bytes tail;
+    if (ie > end) tail.assign(it->second.begin() + static_cast<long>((end - is) / ss * csize), it->second.end());
+    it = drop(it);
+    if (!tail.empty()) {
+      put(end, std::move(tail));
+      break;
+    }
+  }
+  for (size_t i = 0; i < sums.size() / csize; i += max_sums) {
+    const size_t n = std::min(max_sums, sums.size() / csize - i);
+    put(logical + i * ss, Bytes(sums.begin() + static_cast<long>(i * csize),
+                                sums.begin() + static_cast<long>((i + n) * csize)));
   }
 }
 
@@ -61,27 +122,10 @@ void TreeLog::Reset() {
   bytes_ = 0;
   owned_.clear();
   live_.clear();
-  live_content_.clear();
+  live_nodes_.clear();
+  new_nodes_.clear();
   pending_.clear();
   taken_.clear();
-}
-
-// Runs of neighbouring sectors as EXTENT_CSUM items no larger than the
-// kernel's (a leaf less two item headers, one checksum to spare).
-std::vector<std::pair<Key, Bytes>> TreeLog::CsumItems(const Tree& t) const {
-  const size_t csize = CsumSize(vol_->csum_type());
-  const uint32_t ss = vol_->sectorsize();
-  const size_t max_sums = (vol_->nodesize() - sizeof(Header) - 2 * sizeof(Item)) / csize - 1;
-  std::vector<std::pair<Key, Bytes>> out;
-  uint64_t next = 0;
-  for (const auto& [logical, sum] : t.csums) {
-    if (out.empty() || logical != next || out.back().second.size() / csize >= max_sums) {
-      out.push_back({Key{kExtentCsumObjectid, kExtentCsumKey, logical}, {}});
-    }
-    out.back().second.insert(out.back().second.end(), sum.begin(), sum.end());
-    next = logical + ss;
-  }
-  return out;
 }
 
 uint64_t TreeLog::HashOf(std::span<const uint8_t> b) {
@@ -106,27 +150,37 @@ Result<uint64_t> TreeLog::TakeBlock(txn::TxnManager* txn) {
   return b;
 }
 
-Result<uint64_t> TreeLog::Place(txn::TxnManager* txn, Bytes bytes, std::vector<uint64_t>* used) {
-  // `bytes` has bytenr and checksum zero: the form live blocks are kept in.
-  const uint64_t h = HashOf(bytes);
-  uint64_t bytenr = 0;
-  auto [lo, hi] = live_content_.equal_range(h);
-  for (auto it = lo; it != hi; ++it) {
-    if (!taken_.count(it->second.first) && it->second.second == bytes) {
-      bytenr = it->second.first;
-      break;
+Bytes TreeLog::Blank(txn::TxnManager* txn, int level) const {
+  Bytes b(vol_->nodesize(), 0);
+  auto* h = reinterpret_cast<Header*>(b.data());
+  const tree::HeaderTemplate& tmpl = txn->header_template();
+  std::memcpy(h->fsid, tmpl.fsid, kFsidSize);
+  std::memcpy(h->chunk_tree_uuid, tmpl.chunk_tree_uuid, kUuidSize);
+  h->flags = kHeaderFlagWritten | (kMixedBackrefRev << kBackrefRevShift);
+  h->generation = txn->transid();
+  h->owner = kTreeLogObjectid;
+  h->level = static_cast<uint8_t>(level);
+  return b;
+}
+
+Result<uint64_t> TreeLog::Place(txn::TxnManager* txn, Bytes bytes, bool reuse) {
+  // `bytes` has bytenr and checksum zero: the form durable nodes are kept in.
+  const uint64_t h = reuse ? HashOf(bytes) : 0;
+  if (reuse) {
+    auto [lo, hi] = live_nodes_.equal_range(h);
+    for (auto it = lo; it != hi; ++it) {
+      if (!taken_.count(it->second.first) && it->second.second == bytes) {
+        const uint64_t bytenr = it->second.first;
+        taken_.insert(bytenr);
+        new_nodes_.emplace(h, std::make_pair(bytenr, std::move(bytes)));
+        ++stats_.blocks_kept;
+        return bytenr;
+      }
     }
   }
-  used->push_back(0);  // filled below; the order is the tree's
-  if (bytenr != 0) {
-    taken_.insert(bytenr);
-    used->back() = bytenr;
-    ++stats_.blocks_kept;
-    return bytenr;
-  }
-  UB_ASSIGN_OR_RETURN(bytenr, TakeBlock(txn));
+  UB_ASSIGN_OR_RETURN(uint64_t bytenr, TakeBlock(txn));
   taken_.insert(bytenr);
-  used->back() = bytenr;
+  if (reuse) new_nodes_.emplace(h, std::make_pair(bytenr, bytes));
   auto* hdr = reinterpret_cast<Header*>(bytes.data());
   hdr->bytenr = bytenr;
   CsumBytes c = ComputeCsum(vol_->csum_type(), std::span<const uint8_t>(bytes).subspan(kCsumSize));
@@ -138,64 +192,96 @@ Result<uint64_t> TreeLog::Place(txn::TxnManager* txn, Bytes bytes, std::vector<u
   return bytenr;
 }
 
-Result<TreeLog::Built> TreeLog::BuildTree(txn::TxnManager* txn,
-                                          const std::vector<std::pair<Key, std::span<const uint8_t>>>& items,
-                                          std::vector<uint64_t>* used) {
-  const uint32_t nodesize = vol_->nodesize();
-  const size_t space = nodesize - sizeof(Header);
-  const uint64_t transid = txn->transid();
-  const tree::HeaderTemplate& tmpl = txn->header_template();
-  auto blank = [&](int level) {
-    Bytes b(nodesize, 0);
-    auto* h = reinterpret_cast<Header*>(b.data());
-    std::memcpy(h->fsid, tmpl.fsid, kFsidSize);
-    std::memcpy(h->chunk_tree_uuid, tmpl.chunk_tree_uuid, kUuidSize);
-    h->flags = kHeaderFlagWritten | (kMixedBackrefRev << kBackrefRevShift);
-    h->generation = transid;
-    h->owner = kTreeLogObjectid;
-    h->level = static_cast<uint8_t>(level);
-    return b;
-  };
-  struct Child {
-    Key first;
-    uint64_t bytenr;
-  };
-  std::vector<Child> level_blocks;
-  // Leaves, filled in key order (an unchanged item run keeps its leaves
-  // byte for byte, so they are not written again).
-  size_t i = 0;
-  do {
-    Bytes b = blank(0);
-    auto* h = reinterpret_cast<Header*>(b.data());
-    auto* slots = reinterpret_cast<Item*>(b.data() + sizeof(Header));
-    size_t n = 0, data_end = space;
-    const Key first = i < items.size() ? items[i].first : Key{};
-    for (; i < items.size(); ++i, ++n) {
-      const auto& [k, d] = items[i];
-      const size_t need = sizeof(Item) + d.size();
-      if (need > space) return Status::Error(EIO, "internal: log item " + KeyToString(k) + " does not fit in a leaf");
-      if ((n + 1) * sizeof(Item) + (space - data_end) + d.size() > space) break;
-      data_end -= d.size();
-      k.To(&slots[n].key);
-      slots[n].offset = static_cast<uint32_t>(data_end);
-      slots[n].size = static_cast<uint32_t>(d.size());
-      if (!d.empty()) std::memcpy(b.data() + sizeof(Header) + data_end, d.data(), d.size());
+Result<uint64_t> TreeLog::WriteLeaf(txn::TxnManager* txn, std::span<const std::pair<Key, std::span<const uint8_t>>> items) {
+  Bytes b = Blank(txn, 0);
+  const size_t space = vol_->nodesize() - sizeof(Header);
+  auto* slots = reinterpret_cast<Item*>(b.data() + sizeof(Header));
+  size_t data_end = space;
+  for (size_t n = 0; n < items.size(); ++n) {
+    const auto& [k, d] = items[n];
+    data_end -= d.size();
+    k.To(&slots[n].key);
+    slots[n].offset = static_cast<uint32_t>(data_end);
+    slots[n].size = static_cast<uint32_t>(d.size());
+    if (!d.empty()) std::memcpy(b.data() + sizeof(Header) + data_end, d.data(), d.size());
+  }
+  reinterpret_cast<Header*>(b.data())->nritems = static_cast<uint32_t>(items.size());
+  return Place(txn, std::move(b), false);
+}
+
+Result<std::vector<TreeLog::Leaf>> TreeLog::BuildLeaves(txn::TxnManager* txn, const Tree& t) {
+  const size_t space = vol_->nodesize() - sizeof(Header);
+  std::vector<Leaf> out;
+  // Packs the items in [lo, hi) (hi: none = to the end) into new leaves.
+  auto pack = [&](const Key& lo, const std::optional<Key>& hi) -> Status {
+    std::vector<std::pair<Key, std::span<const uint8_t>>> run;
+    size_t used = 0;
+    auto flush = [&]() -> Status {
+      if (run.empty()) return Status::Ok();
+      UB_ASSIGN_OR_RETURN(uint64_t bytenr, WriteLeaf(txn, run));
+      out.push_back(Leaf{run.front().first, bytenr});
+      run.clear();
+      used = 0;
+      return Status::Ok();
+    };
+    for (auto it = t.items.lower_bound(lo); it != t.items.end() && (!hi || it->first < *hi); ++it) {
+      const size_t need = sizeof(Item) + it->second.size();
+      if (need > space) {
+        return Status::Error(EIO, "internal: log item " + KeyToString(it->first) + " does not fit in a leaf");
+      }
+      if (used + need > space) UB_RETURN_IF_ERROR(flush());
+      run.push_back({it->first, it->second});
+      used += need;
     }
-    h->nritems = static_cast<uint32_t>(n);
-    UB_ASSIGN_OR_RETURN(uint64_t bytenr, Place(txn, std::move(b), used));
-    level_blocks.push_back(Child{first, bytenr});
-  } while (i < items.size());
+    return flush();
+  };
+  const std::vector<Leaf>& old = t.leaves;
+  if (old.empty()) {
+    UB_RETURN_IF_ERROR(pack(Key{}, std::nullopt));
+  } else {
+    // Each leaf of the durable log holds the keys from its first to the next
+    // leaf's first (the first leaf: from the start). A leaf with no key
+    // changed in that range is kept; runs of changed ones are packed anew.
+    size_t i = 0;
+    while (i < old.size()) {
+      auto range_lo = [&](size_t j) { return j == 0 ? Key{} : old[j].first; };
+      auto changed = [&](size_t j) {
+        auto d = t.dirty.lower_bound(range_lo(j));
+        return d != t.dirty.end() && (j + 1 == old.size() || *d < old[j + 1].first);
+      };
+      if (!changed(i)) {
+        out.push_back(old[i]);
+        taken_.insert(old[i].bytenr);
+        ++stats_.blocks_kept;
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < old.size() && changed(j)) ++j;
+      UB_RETURN_IF_ERROR(pack(range_lo(i), j < old.size() ? std::optional<Key>(old[j].first) : std::nullopt));
+      i = j;
+    }
+  }
+  if (out.empty()) {
+    UB_ASSIGN_OR_RETURN(uint64_t bytenr, WriteLeaf(txn, {}));
+    out.push_back(Leaf{Key{}, bytenr});
+  }
+  return out;
+}
+
+Result<TreeLog::Built> TreeLog::BuildNodes(txn::TxnManager* txn, std::vector<Leaf> level_blocks) {
+  const size_t max_ptrs = (vol_->nodesize() - sizeof(Header)) / sizeof(KeyPtr);
+  const uint64_t transid = txn->transid();
   int level = 0;
-  const size_t max_ptrs = space / sizeof(KeyPtr);
   while (level_blocks.size() > 1) {
     ++level;
     if (level >= kMaxLevel) return Status::Error(EIO, "internal: tree log too tall");
     const size_t n = level_blocks.size();
     const size_t groups = (n + max_ptrs - 1) / max_ptrs;
-    std::vector<Child> up;
+    std::vector<Leaf> up;
     for (size_t g = 0; g < groups; ++g) {
       const size_t from = n * g / groups, to = n * (g + 1) / groups;
-      Bytes b = blank(level);
+      Bytes b = Blank(txn, level);
       auto* ptrs = reinterpret_cast<KeyPtr*>(b.data() + sizeof(Header));
       for (size_t c = from; c < to; ++c) {
         level_blocks[c].first.To(&ptrs[c - from].key);
@@ -203,8 +289,8 @@ Result<TreeLog::Built> TreeLog::BuildTree(txn::TxnManager* txn,
         ptrs[c - from].generation = transid;
       }
       reinterpret_cast<Header*>(b.data())->nritems = static_cast<uint32_t>(to - from);
-      UB_ASSIGN_OR_RETURN(uint64_t bytenr, Place(txn, std::move(b), used));
-      up.push_back(Child{level_blocks[from].first, bytenr});
+      UB_ASSIGN_OR_RETURN(uint64_t bytenr, Place(txn, std::move(b), true));
+      up.push_back(Leaf{level_blocks[from].first, bytenr});
     }
     level_blocks = std::move(up);
   }
@@ -215,17 +301,14 @@ Status TreeLog::Sync(txn::TxnManager* txn) {
   if (vol_->super().log_root.get() != 0) return Status::Error(EIO, "internal: an unreplayed log is still in place");
   pending_.clear();
   taken_.clear();
-  std::vector<uint64_t> used;
-  const uint64_t transid = txn->transid();
+  new_nodes_.clear();
   // Each subvolume's log tree, then the log root tree with their ROOT_ITEMs.
-  std::vector<std::pair<Key, Bytes>> root_items;
+  std::map<uint64_t, std::vector<Leaf>> new_leaves;
+  Tree roots;
   for (const auto& [root, t] : trees_) {
-    const auto csums = CsumItems(t);
-    std::vector<std::pair<Key, std::span<const uint8_t>>> items;
-    items.reserve(t.items.size() + csums.size());
-    for (const auto& [k, d] : t.items) items.push_back({k, d});
-    for (const auto& [k, d] : csums) items.push_back({k, d});  // EXTENT_CSUM_OBJECTID sorts after every inode
-    UB_ASSIGN_OR_RETURN(Built b, BuildTree(txn, items, &used));
+    UB_ASSIGN_OR_RETURN(auto leaves, BuildLeaves(txn, t));
+    new_leaves[root] = leaves;
+    UB_ASSIGN_OR_RETURN(Built b, BuildNodes(txn, std::move(leaves)));
     RootItem ri{};
     ri.inode.generation = 1;
     ri.inode.size = 3;
@@ -236,17 +319,21 @@ Status TreeLog::Sync(txn::TxnManager* txn) {
     ri.generation_v2 = b.generation;
     ri.bytenr = b.bytenr;
     ri.level = static_cast<uint8_t>(b.level);
-    root_items.push_back({Key{kTreeLogObjectid, kRootItemKey, root}, Bytes(reinterpret_cast<uint8_t*>(&ri),
-                                                                          reinterpret_cast<uint8_t*>(&ri) + sizeof ri)});
+    const auto* p = reinterpret_cast<const uint8_t*>(&ri);
+    roots.items[Key{kTreeLogObjectid, kRootItemKey, root}] = Bytes(p, p + sizeof ri);
   }
-  std::vector<std::pair<Key, std::span<const uint8_t>>> items;
-  for (const auto& [k, d] : root_items) items.push_back({k, d});
-  UB_ASSIGN_OR_RETURN(Built top, BuildTree(txn, items, &used));
-  (void)transid;
+  UB_ASSIGN_OR_RETURN(auto root_leaves, BuildLeaves(txn, roots));
+  UB_ASSIGN_OR_RETURN(Built top, BuildNodes(txn, std::move(root_leaves)));
 
   // The new blocks, neighbours gathered into one write; then the superblock
   // only once they are durable.
   io::BlockDevice* dev = vol_->device();
+  std::vector<std::pair<uint64_t, std::span<const uint8_t>>> writes;  // physical, bytes
+  for (const auto& [bytenr, bytes] : pending_) {
+    UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
+    for (uint64_t p : copies) writes.push_back({p, bytes});
+  }
+  std::sort(writes.begin(), writes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::span<const uint8_t>> run;
   uint64_t run_start = 0, run_bytes = 0;
   auto flush_run = [&]() -> Status {
@@ -256,12 +343,6 @@ Status TreeLog::Sync(txn::TxnManager* txn) {
     run_bytes = 0;
     return Status::Ok();
   };
-  std::vector<std::pair<uint64_t, std::span<const uint8_t>>> writes;  // physical, bytes
-  for (const auto& [bytenr, bytes] : pending_) {
-    UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
-    for (uint64_t p : copies) writes.push_back({p, bytes});
-  }
-  std::sort(writes.begin(), writes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [phys, bytes] : writes) {
     if (!run.empty() && (phys != run_start + run_bytes || run_bytes >= (1u << 20))) UB_RETURN_IF_ERROR(flush_run());
     if (run.empty()) run_start = phys;
@@ -279,20 +360,15 @@ Status TreeLog::Sync(txn::TxnManager* txn) {
   // Durable: the new log's blocks are the live ones.
   stats_.blocks_written += pending_.size();
   ++stats_.syncs;
-  std::unordered_multimap<uint64_t, std::pair<uint64_t, Bytes>> content;
-  for (auto& [h, entry] : live_content_) {
-    if (taken_.count(entry.first)) content.emplace(h, std::move(entry));
+  for (auto& [root, t] : trees_) {
+    t.leaves = std::move(new_leaves[root]);
+    t.dirty.clear();
   }
-  for (auto& [bytenr, bytes] : pending_) {
-    std::memset(bytes.data(), 0, kCsumSize);
-    reinterpret_cast<Header*>(bytes.data())->bytenr = 0;
-    const uint64_t h = HashOf(bytes);
-    content.emplace(h, std::make_pair(bytenr, std::move(bytes)));
-  }
-  live_content_ = std::move(content);
-  live_ = taken_;
-  pending_.clear();
+  live_nodes_ = std::move(new_nodes_);
+  new_nodes_.clear();
+  live_ = std::move(taken_);
   taken_.clear();
+  pending_.clear();
   return Status::Ok();
 }
 

@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <unordered_map>
@@ -52,11 +53,14 @@ class TreeLog {
   // The logged items in [from, to].
   std::vector<std::pair<format::Key, const std::vector<uint8_t>*>> Items(uint64_t root, const format::Key& from,
                                                                          const format::Key& to) const;
+  // The logged item of `key`'s objectid and type at or before `key`, if any.
+  std::optional<std::pair<format::Key, const std::vector<uint8_t>*>> ItemAtOrBefore(uint64_t root,
+                                                                                     const format::Key& key) const;
   // Checksums of the data sectors from `logical` (one CsumSize entry each),
   // replacing what the log had for them.
   void PutCsums(uint64_t root, uint64_t logical, std::span<const uint8_t> sums);
-  // Bytes of items and checksums logged (what a sync writes at most, before
-  // block overhead).
+  // Bytes of items logged (what a sync writes at most, before block
+  // overhead).
   uint64_t bytes() const { return bytes_; }
   bool empty() const { return trees_.empty(); }
 
@@ -73,23 +77,34 @@ class TreeLog {
   const TreeLogStats& stats() const { return stats_; }
 
  private:
+  struct Leaf {
+    format::Key first;  // the leaf holds the logged keys from here to the next leaf's first
+    uint64_t bytenr = 0;
+  };
   struct Tree {
     std::map<format::Key, std::vector<uint8_t>> items;
-    std::map<uint64_t, std::vector<uint8_t>> csums;  // sector logical address -> its checksum
+    // Keys changed since the last sync: the leaves they fall in are packed
+    // again, every other leaf of the durable log is kept as it is.
+    std::set<format::Key> dirty;
+    std::vector<Leaf> leaves;  // of the durable log, in key order
   };
   struct Built {
     uint64_t bytenr = 0;
     uint64_t generation = 0;
     int level = 0;
   };
-  // Blocks of one tree from sorted items: leaves, then nodes up to one root.
-  Result<Built> BuildTree(txn::TxnManager* txn, const std::vector<std::pair<format::Key, std::span<const uint8_t>>>& items,
-                          std::vector<uint64_t>* used);
-  // Places a finished block: the same bytes as a block of the durable log
-  // keep that block's address; anything else gets a free log block.
-  Result<uint64_t> Place(txn::TxnManager* txn, std::vector<uint8_t> bytes, std::vector<uint64_t>* used);
+  void Touch(Tree& t, const format::Key& k) { t.dirty.insert(k); }
+  // One leaf from items [from, to) of `items`.
+  Result<uint64_t> WriteLeaf(txn::TxnManager* txn,
+                             std::span<const std::pair<format::Key, std::span<const uint8_t>>> items);
+  // Leaves for every item of `t`, keeping the clean leaves of the durable
+  // log; then nodes up to one root.
+  Result<std::vector<Leaf>> BuildLeaves(txn::TxnManager* txn, const Tree& t);
+  Result<Built> BuildNodes(txn::TxnManager* txn, std::vector<Leaf> leaves);
+  // A node's bytes: the same as a node of the durable log keep its address.
+  Result<uint64_t> Place(txn::TxnManager* txn, std::vector<uint8_t> bytes, bool reuse);
   Result<uint64_t> TakeBlock(txn::TxnManager* txn);
-  std::vector<std::pair<format::Key, std::vector<uint8_t>>> CsumItems(const Tree& t) const;
+  std::vector<uint8_t> Blank(txn::TxnManager* txn, int level) const;
   static uint64_t HashOf(std::span<const uint8_t> b);
 
   txn::Volume* vol_;
@@ -97,13 +112,14 @@ class TreeLog {
   uint64_t bytes_ = 0;
   // Blocks: every block the log took in this transaction (pinned until the
   // commit), the blocks of the log the superblock on the device points at,
-  // and their contents (with bytenr and checksum zeroed) for reuse.
+  // and the durable nodes' contents (bytenr and checksum zeroed) for reuse.
   std::set<uint64_t> owned_;
   std::set<uint64_t> live_;
-  std::unordered_multimap<uint64_t, std::pair<uint64_t, std::vector<uint8_t>>> live_content_;  // hash -> (bytenr, bytes)
+  std::unordered_multimap<uint64_t, std::pair<uint64_t, std::vector<uint8_t>>> live_nodes_;  // hash -> (bytenr, bytes)
+  std::unordered_multimap<uint64_t, std::pair<uint64_t, std::vector<uint8_t>>> new_nodes_;
   // Writes of the sync in progress: bytenr -> sealed bytes.
   std::map<uint64_t, std::vector<uint8_t>> pending_;
-  std::set<uint64_t> taken_;  // blocks of the sync in progress (reused or new)
+  std::set<uint64_t> taken_;  // blocks of the sync in progress (kept or new)
   TreeLogStats stats_;
 };
 
