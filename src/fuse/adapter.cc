@@ -723,7 +723,10 @@ void Adapter::Release(fuse_req_t req, fuse_ino_t ino) {
 
 void Adapter::Fsync(fuse_req_t req, fuse_ino_t ino, bool datasync) {
   if (opts_.read_only) return Err(req, 0);
-  if (ino != 0 && opts_.tree_log) {
+  // fsync of the mount's top directory (`sync MOUNTPOINT`) commits
+  // everything: with no syncfs from the kernel (FUSE does not pass it on),
+  // it is the one way a shell has to make the whole mount durable.
+  if (ino != 0 && ino != FUSE_ROOT_ID && opts_.tree_log) {
     // The inode's changes go to the tree log; the periodic commit still
     // has the rest (the mount stays dirty).
     auto id = Resolve(req, ino);

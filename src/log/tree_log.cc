@@ -118,6 +118,7 @@ void TreeLog::PutCsums(uint64_t root, uint64_t logical, std::span<const uint8_t>
 }
 
 void TreeLog::Reset() {
+  transid_ = 0;
   trees_.clear();
   bytes_ = 0;
   owned_.clear();
@@ -299,6 +300,11 @@ Result<TreeLog::Built> TreeLog::BuildNodes(txn::TxnManager* txn, std::vector<Lea
 
 Status TreeLog::Sync(txn::TxnManager* txn) {
   if (vol_->super().log_root.get() != 0) return Status::Error(EIO, "internal: an unreplayed log is still in place");
+  // Blocks kept from an earlier sync were pinned by this transaction only.
+  if (transid_ != 0 && transid_ != txn->transid()) {
+    return Status::Error(EIO, "internal: the tree log outlived its transaction");
+  }
+  transid_ = txn->transid();
   pending_.clear();
   taken_.clear();
   new_nodes_.clear();

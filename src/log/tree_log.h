@@ -108,6 +108,7 @@ class TreeLog {
   static uint64_t HashOf(std::span<const uint8_t> b);
 
   txn::Volume* vol_;
+  uint64_t transid_ = 0;  // the transaction the log belongs to (0: none yet)
   std::map<uint64_t, Tree> trees_;  // by subvolume id
   uint64_t bytes_ = 0;
   // Blocks: every block the log took in this transaction (pinned until the
