@@ -723,6 +723,19 @@ void FsyncLogWorkload(WorkloadRun& r, int ops) {
       const std::string victim = files[r.rng()() % files.size()];
       r.Unlink(victim);
       r.Fsync(WorkloadRun::Parent(victim));
+    } else if (kind < 17) {  // a directory moved to another, a file in it fsynced
+      std::vector<std::string> ds;
+      for (const auto& [p, n] : r.model()) {
+        if (n.type == 'd' && p.rfind("new", 0) == 0 && p.find('/') == std::string::npos) ds.push_back(p);
+      }
+      if (ds.size() < 2) continue;
+      const std::string from = ds[r.rng()() % ds.size()];
+      std::string to = ds[r.rng()() % ds.size()];
+      if (to == from) continue;
+      const std::string moved = to + "/moved" + std::to_string(i);
+      r.Rename(from, moved);
+      r.CreateFile(moved + "/g", r.Bytes(r.rng()() % 5000));
+      r.Fsync(moved + "/g");
     } else if (kind < 18) {  // truncate (leaving a hole past the new end) and fsync
       const std::string f = "db/log" + std::to_string(r.rng()() % 3);
       const size_t size = r.model().at(f).data->size();

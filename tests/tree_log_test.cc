@@ -146,6 +146,10 @@ class TreeLog : public ::testing::Test {
     auto sv = fs.CreateSubvolume(op.Path("/"), "sv", ubtrfs::NewInode{.mode = 040755});
     if (!sv.ok()) return "subvolume: " + sv.status().ToString();
     op.Write("/sv/committed", "in a subvolume");
+    op.Mkdir("/other");
+    op.Mkdir("/other/sub");
+    op.Write("/other/sub/inner", "inner");
+    op.Write("/other/f", "moved across");
     op.Commit();
     if (!op.err.empty()) return op.err;
 
@@ -224,6 +228,21 @@ class TreeLog : public ::testing::Test {
     op.Write("/newdir/d1/d2/deep", x.files["/newdir/d1/d2/deep"]);
     op.Fsync("/newdir/d1/d2/deep");
     x.gone.push_back("/newdir/tmp");
+    // A committed directory and a committed file moved to another
+    // directory (neither directory fsynced): the old names must go at the
+    // replay (fsstress found directories with two names, which the
+    // kernel's replay refuses).
+    op.Check(fs.Rename(op.Path("/other"), "sub", op.Path("/newdir"), "sub_moved"), "rename sub");
+    x.files["/newdir/sub_moved/inner2"] = "inner, later";
+    op.Write("/newdir/sub_moved/inner2", x.files["/newdir/sub_moved/inner2"]);
+    op.Fsync("/newdir/sub_moved/inner2");
+    x.files["/newdir/sub_moved/inner"] = "inner";
+    x.gone.push_back("/other/sub");
+    op.Check(fs.Rename(op.Path("/other"), "f", op.Path("/newdir"), "f_moved"), "rename f");
+    op.Fsync("/newdir/f_moved");
+    x.files["/newdir/f_moved"] = "moved across";
+    x.nlink["/newdir/f_moved"] = 1;
+    x.gone.push_back("/other/f");
     // A small (inline) file.
     x.files["/newdir/small"] = "tiny";
     op.Write("/newdir/small", "tiny");

@@ -776,12 +776,17 @@ class FilesystemImpl final : public Filesystem {
   // been logged (it is logged whole the first time).
   void NoteExtentRange(InodeId id, uint64_t start, uint64_t end, bool new_inode);
   void NoteInodeChanged(uint64_t root, uint64_t ino);
+  // A name of `id` left directory `dir` (its DIR_INDEX `index`) in this
+  // transaction: if `id` is logged, a replay must remove that name too.
+  void NoteNameRemoved(InodeId id, uint64_t dir, uint64_t index);
+  void ForgetRemovedNames(InodeId id);  // the inode is gone
   void ResetLog();  // the transaction committed
   std::unique_ptr<log::TreeLog> tree_log_;
   std::mutex log_mu_;  // guards logged_ and log_ranges_ (changes note into them from many threads)
   std::atomic<bool> log_active_{false};  // something was logged in this transaction
   std::map<std::pair<uint64_t, uint64_t>, LoggedInode> logged_;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>> log_ranges_;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>> removed_names_;  // (dir, index)
   void NoteFailure(const Status& st);
   // The operation lock of a writable view: shared for the operations that
   // run in parallel (reads, and creates under their directory's lock),

@@ -104,10 +104,22 @@ void FilesystemImpl::NoteInodeChanged(uint64_t root, uint64_t ino) {
   if (it != logged_.end()) it->second.changed = true;
 }
 
+void FilesystemImpl::NoteNameRemoved(InodeId id, uint64_t dir, uint64_t index) {
+  if (!txn_) return;
+  std::lock_guard lock(log_mu_);
+  removed_names_[std::pair(id.root, id.ino)].push_back({dir, index});
+}
+
+void FilesystemImpl::ForgetRemovedNames(InodeId id) {
+  std::lock_guard lock(log_mu_);
+  removed_names_.erase(std::pair(id.root, id.ino));
+}
+
 void FilesystemImpl::ResetLog() {
   std::lock_guard lock(log_mu_);
   logged_.clear();
   log_ranges_.clear();
+  removed_names_.clear();
   log_active_.store(false, std::memory_order_release);
   if (tree_log_) tree_log_->Reset();
 }
@@ -306,6 +318,28 @@ Status FilesystemImpl::LogOneInode(InodeId id, LogMode mode, std::vector<std::pa
       }
     }
     tree_log_->Put(id.root, k, std::move(d));
+  }
+  // Names this inode lost in this transaction, in directories the replay
+  // finds in the committed tree: a one-index DIR_LOG_INDEX range there
+  // removes each (else a renamed file would keep its old name too, and a
+  // renamed directory would have two).
+  std::vector<std::pair<uint64_t, uint64_t>> removed;
+  {
+    std::lock_guard lock(log_mu_);
+    auto r = removed_names_.find(key);
+    if (r != removed_names_.end()) removed = r->second;
+  }
+  for (const auto& [dir, index] : removed) {
+    const InodeId d{id.root, dir};
+    auto di = LoadInode(d);
+    if (!di.ok() && di.status().code() != ENOENT) return di.status().WithContext(where);
+    if (!di.ok()) return Status::Error(EAGAIN, "a directory this inode left is gone");
+    if (di->generation.get() > committed_gen) continue;  // a new directory: its names come only from the log
+    Le64 end;
+    end = index;
+    tree_log_->Put(id.root, Key{dir, kDirLogIndexKey, index},
+                   std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&end), reinterpret_cast<uint8_t*>(&end) + 8));
+    more->push_back({d, LogMode::kExists});
   }
   if (is_dir && mode == LogMode::kAll) {
     Le64 end;

@@ -560,11 +560,13 @@ Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId ta
     UB_RETURN_IF_ERROR(w->Delete(Key{dir.ino, kDirIndexKey, index}).WithContext("dir index of '" + std::string(name) + "'"));
   }
   NoteInodeChanged(target.root, target.ino);  // its names in a tree log are stale
+  NoteNameRemoved(target, dir.ino, index);
   return TouchDir(dir, -2 * static_cast<int64_t>(name.size()));
 }
 
 Status FilesystemImpl::DropInode(InodeId id) {
   NoteInodeChanged(id.root, id.ino);  // a copy in a tree log must go
+  ForgetRemovedNames(id);
   int64_t nbytes = 0;
   UB_RETURN_IF_ERROR(DropExtents(id, 0, UINT64_MAX, &nbytes));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
