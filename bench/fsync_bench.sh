@@ -26,7 +26,7 @@ mkdir -p "$work/mnt"
 
 fresh() {  # a fully written 1 GiB image with a filesystem
   dd if=/dev/zero of="$1" bs=1M count=1024 status=none conv=fsync
-  if [ "$2" = kernel ]; then mkfs.btrfs -q -f "$1" >/dev/null 2>&1; else "$cli" mkfs "$1" >/dev/null; fi
+  if [ "$2" = kernel ]; then mkfs.btrfs -q -f "$1" >/dev/null 2>&1; else "$cli" mkfs --force "$1" >/dev/null; fi
 }
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
@@ -92,13 +92,13 @@ declare -A res
 for rep in $(seq "$reps"); do
   for mode in fsync commit; do
     fresh "$work/lib.img" ubtrfs
-    v=$("$build/fsync_bench" "$work/lib.img" --mode "$mode" --count 2000 | sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p')
+    v=$("$build/fsync_bench" "$work/lib.img" --mode "$mode" --count 1000 | sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p')
     res[lib-$mode]+="$v "
   done
   for side in ubtrfs notreelog kernel; do
     [ "$side" = kernel ] && [ "$have_kernel" = 0 ] && continue
-    res[loop-$side]+="$(mount_side "$side" loop 2000) "
-    res[sqlite-$side]+="$(mount_side "$side" sqlite 1000) "
+    res[loop-$side]+="$(mount_side "$side" loop 1000) "
+    res[sqlite-$side]+="$(mount_side "$side" sqlite 300) "
   done
 done
 
