@@ -71,6 +71,13 @@ Status SpaceManager::MarkUsed(uint64_t start, uint64_t len) {
   return g->MarkUsed(start, len);
 }
 
+Status SpaceManager::TruncateGroup(uint64_t start, uint64_t length) {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(start);
+  if (it == groups_.end()) return Status::NotFound("no block group at " + std::to_string(start));
+  return it->second->Truncate(length);
+}
+
 Status SpaceManager::Free(uint64_t start, uint64_t len) {
   std::lock_guard lock(mu_);
   UB_ASSIGN_OR_RETURN(BlockGroup * g, GroupForRangeLocked("freeing", start, len));

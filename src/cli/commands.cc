@@ -33,6 +33,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);
   RegisterDumpTree(app);
   RegisterMkfs(app);
+  RegisterResize(app);
   RegisterCheck(app);
   RegisterMount(app);
   RegisterStats(app);

@@ -18,6 +18,7 @@ int ExitCode();
 void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
+void RegisterResize(CLI::App& app);        // resize (offline grow and shrink)
 void RegisterCheck(CLI::App& app);         // check
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats

@@ -267,6 +267,7 @@ class TxnManager final : public tree::BlockAllocator {
   TxnStats stats_;
   bool force_super_ = false;
   friend class ChunkAllocator;
+  friend class DeviceLayout;  // relocate.cc: offline layout changes
   std::unique_ptr<ChunkAllocator> chunk_alloc_;
   std::unique_ptr<QuotaState> quotas_;  // null: the image has no quotas
 };
