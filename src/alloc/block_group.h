@@ -85,6 +85,8 @@ class BlockGroup {
   // it, superblock stripes) goes with it; the owner has made sure that
   // nothing there is in use (txn/relocate.cc).
   Status Truncate(uint64_t length);
+  // The next search starts at the group's start again.
+  void Rewind() { cursor_ = 0; }
 
   uint64_t start() const { return start_; }
   uint64_t length() const { return nbits_ * unit_; }

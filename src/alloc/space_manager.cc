@@ -86,7 +86,17 @@ Status SpaceManager::Free(uint64_t start, uint64_t len) {
 
 void SpaceManager::Commit() {
   std::lock_guard lock(mu_);
-  for (auto& [start, g] : groups_) g->Commit();
+  // Tree blocks freed by the committed transaction are taken again before
+  // fresh space: next-fit alone would walk a large metadata group to its
+  // end before reusing anything, spreading the trees over the whole chunk
+  // (an imported /usr/share: 124 MiB of chunk for 82 MiB of blocks), which
+  // mkfs --shrink and resize then cannot give back.
+  for (auto& [start, g] : groups_) {
+    g->Commit();
+    if (g->flags() & (kBlockGroupMetadata | kBlockGroupSystem)) g->Rewind();
+  }
+  hint_[std::countr_zero(kBlockGroupMetadata)] = 0;
+  hint_[std::countr_zero(kBlockGroupSystem)] = 0;
 }
 
 void SpaceManager::set_new_chunk_hook(NewChunkFn fn) {
