@@ -55,6 +55,7 @@ struct MkfsArgs {
   std::string owner;                     // UID:GID
   bool deterministic = false;
   bool shrink = false;
+  bool reflink = false;
   bool force = false;
   bool quiet = false;
 };
@@ -283,6 +284,12 @@ void CmdMkfs(const MkfsArgs& a) {
       }
     }
   }
+  if (a.reflink && (a.rootdir.empty() || archive)) {
+    return Fail("--reflink needs a directory --rootdir (it clones the host files' data into the image file)");
+  }
+  if (a.reflink && !a.compress.empty()) {
+    return Fail("--reflink and --compress exclude each other: compressed data is not the host files' bytes");
+  }
   if (archive && !a.subvols.empty()) return Fail("--subvol needs a directory --rootdir, not an archive");
   if (archive && !a.inode_flags.empty()) return Fail("--inode-flags needs a directory --rootdir, not an archive");
   if (!a.rootdir.empty() && !archive) {
@@ -396,7 +403,7 @@ void CmdMkfs(const MkfsArgs& a) {
       io.progress = [&progress](const ImportStats& st) { progress.Update(st); };
       s = ImportArchive(**fs, a.rootdir, (*fs)->Root(), io, &stats);
     } else {
-      s = ImportRootdir(**fs, root_real, subvols, inode_flags, owner, max_time, &progress, &stats);
+      s = ImportRootdir(**fs, root_real, subvols, inode_flags, owner, max_time, &progress, &stats, a.reflink);
     }
     if (s.ok()) s = (*fs)->Commit();
     progress.Done();
@@ -460,6 +467,11 @@ void CmdMkfs(const MkfsArgs& a) {
     fmt::print("Rootdir:            {}: {} files, {} directories, {} symlinks, {} hard links, {} special files, {}\n",
                a.rootdir, stats.files, stats.dirs, stats.symlinks, stats.hardlinks, stats.specials,
                Human(stats.bytes));
+    if (a.reflink) {
+      fmt::print("  reflink:          {} shared with the host files, {} copied by the kernel, {} written\n",
+                 Human(stats.reflinked_bytes), Human(stats.kernel_copied_bytes),
+                 Human(stats.bytes - std::min(stats.bytes, stats.reflinked_bytes + stats.kernel_copied_bytes)));
+    }
     for (const auto& sv : subvols) {
       fmt::print("  subvolume:        {} ({}{})\n", sv.rel, sv.read_only ? "ro" : "rw", sv.is_default ? ", default" : "");
     }
@@ -501,6 +513,9 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_flag("--deterministic", args.deterministic,
                 "The same input gives the same image bytes: uuids from -U or a fixed seed, the filesystem's own "
                 "times and imported times clamped to SOURCE_DATE_EPOCH (0 if unset); also on with SOURCE_DATE_EPOCH");
+  cmd->add_flag("--reflink", args.reflink,
+                "With a directory --rootdir: clone file data from the host files into the image file (FICLONERANGE, "
+                "shared extents) where the file system under both can, else copy it in the kernel");
   cmd->add_flag("--shrink", args.shrink,
                 "With --rootdir: the smallest image that holds the tree (chunks cut to what they hold, the image "
                 "file cut at the end of the last one); the size is reported");

@@ -990,6 +990,14 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
       UB_RETURN_IF_ERROR(Read(file, a, std::span(buf).subspan(0, std::min(b, old_size) - a)).status());
     }
     std::memcpy(buf.data() + (offset - a), data.data(), data.size());
+    // The caller's bytes that lie in a host file (import --reflink) are in
+    // buf now: the clone source follows them there.
+    std::optional<txn::ScopedCloneSource> from_host;
+    if (const txn::CloneSource* cs = txn::CurrentCloneSource();
+        cs && data.data() >= cs->base && data.data() + data.size() <= cs->base + cs->len) {
+      from_host.emplace(txn::CloneSource{cs->fd, cs->offset + static_cast<uint64_t>(data.data() - cs->base),
+                                         buf.data() + (offset - a), data.size()});
+    }
     // Files of one sector were tried above (inline or nothing).
     auto pieces = zc.on() && new_size > ss ? AllocCompressedPieces(zc, a, buf, new_size - a, pre, &mark_nocompress) : AllocPieces(a, buf);
     if (!pieces.ok()) {
