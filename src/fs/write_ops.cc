@@ -982,6 +982,17 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
     UB_RETURN_IF_ERROR(DropExtents(file, 0, UINT64_MAX, &nbytes_delta));
     UB_RETURN_IF_ERROR(WriteInline(file, content));
     nbytes_delta += static_cast<int64_t>(content.size());
+  } else if (!has_inline && !zc.on() && offset % ss == 0 && data.size() % ss == 0) {
+    // Whole sectors replace whatever was there: straight from the caller's
+    // buffer (no copy, no read of the old bytes), as an import's writes
+    // of large files are.
+    auto pieces = AllocPieces(offset, data);
+    if (!pieces.ok()) {
+      t_clean_failure = true;  // nothing changed yet
+      return pieces.status();
+    }
+    UB_RETURN_IF_ERROR(DropExtents(file, offset, end, &nbytes_delta));
+    UB_RETURN_IF_ERROR(WritePieces(file, *pieces, data, csum, &nbytes_delta));
   } else {
     const uint64_t a = has_inline ? 0 : offset / ss * ss;
     const uint64_t b = (end + ss - 1) / ss * ss;
