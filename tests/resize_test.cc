@@ -159,6 +159,10 @@ TEST(ResizeTest, GrowKernelUsesNewSpace) {
   auto u = RunCommand({"btrfs", "filesystem", "usage", "-b", mnt});
   ASSERT_TRUE(u.ok()) << u.Describe();
   EXPECT_EQ(UsageField(u.out, R"(Device size:\s+(\d+))"), 512ull << 20);
+  // Not while the kernel has it.
+  r = Cli({"resize", img, "+1G"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.err.find("is mounted"), std::string::npos) << r.err;
   // More than the old size holds.
   WriteFile(mnt + "/fill", 300 << 20, 5);
   ASSERT_EQ(m.Unmount(), "");

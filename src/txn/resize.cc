@@ -5,9 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/file.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "alloc/chunk_map.h"
 #include "format/ondisk.h"
@@ -49,6 +53,41 @@ Result<Opened> OpenForResize(const std::string& path) {
   if (o.txn->HasChanges()) UB_RETURN_IF_ERROR(o.txn->Commit());  // what the open itself changed
   return o;
 }
+
+// Held while the image is resized: ubtrfs mount holds the same lock, and a
+// kernel mount goes through a loop device backed by the file.
+class ImageLock {
+ public:
+  ~ImageLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Take(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) return Status::Error(errno, path + ": " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      return Status::Error(EBUSY, path + " is in use (mounted by ubtrfs?); unmount it first");
+    }
+    char* real = ::realpath(path.c_str(), nullptr);
+    if (!real) return Status::Ok();
+    const std::string target = real;
+    std::free(real);
+    std::ifstream mounts("/proc/self/mounts");
+    std::string line;
+    while (std::getline(mounts, line)) {
+      const std::string source = line.substr(0, line.find(' '));
+      std::string backing = source;
+      if (source.rfind("/dev/loop", 0) == 0) {
+        std::ifstream f("/sys/block/" + source.substr(5) + "/loop/backing_file");
+        std::getline(f, backing);
+      }
+      if (backing == target) return Status::Error(EBUSY, path + " is mounted; unmount it first");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 Result<bool> IsRegular(const std::string& path, uint64_t* size) {
   struct stat st;
@@ -133,6 +172,8 @@ Status ParseResizeTarget(std::string_view text, ResizeTarget* out) {
 
 Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeResult* result) {
   ResizeResult r;
+  ImageLock lock;
+  UB_RETURN_IF_ERROR(lock.Take(path));
   uint64_t file_size = 0;
   UB_ASSIGN_OR_RETURN(const bool regular, IsRegular(path, &file_size));
   UB_ASSIGN_OR_RETURN(Opened o, OpenForResize(path));
@@ -224,6 +265,8 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
 
 Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
   ResizeResult r;
+  ImageLock lock;
+  UB_RETURN_IF_ERROR(lock.Take(path));
   uint64_t file_size = 0;
   UB_ASSIGN_OR_RETURN(const bool regular, IsRegular(path, &file_size));
   UB_ASSIGN_OR_RETURN(Opened o, OpenForResize(path));
