@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "cli/mkfs_rootdir.h"
 #include "ubtrfs/resize.h"
 
@@ -15,6 +16,11 @@ struct ResizeArgs {
 };
 
 void CmdResize(const ResizeArgs& a) {
+  if (Placement().offset != 0 || Placement().partition != 0) {
+    fmt::print(stderr, "ubtrfs resize: resizes a whole image file; --offset and --partition are not supported\n");
+    SetExitCode(2);
+    return;
+  }
   ResizeTarget target;
   if (Status s = ParseResizeTarget(a.size, &target); !s.ok()) {
     fmt::print(stderr, "ubtrfs resize: {}\n", s.message());
