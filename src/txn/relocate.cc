@@ -205,7 +205,6 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * bg_w, txn_->Writer(txn_->block_group_tree()));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * fst_w, txn_->Writer(kFreeSpaceTreeObjectid));
-  UB_ASSIGN_OR_RETURN(auto dev_root, vol->FindRoot(kDevTreeObjectid));
   for (const Cut& cut : cuts) {
     const std::string where = "trimming chunk " + std::to_string(cut.logical);
     for (size_t i = 0; i < cut.physical.size(); ++i) {
@@ -218,7 +217,6 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
       reinterpret_cast<DevExtent*>(de->data())->length = cut.new_len;
       UB_RETURN_IF_ERROR(dev_w->Update(k, *de));
     }
-    (void)dev_root;
     const Key bg_old{cut.logical, kBlockGroupItemKey, cut.old_len};
     UB_ASSIGN_OR_RETURN(auto bg, tree::LookupItem(txn_->source(), bg_w->LiveRef(), bg_old));
     if (!bg) return Status::Corrupt(where + ": no block group item " + KeyToString(bg_old));
