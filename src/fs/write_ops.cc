@@ -992,6 +992,17 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
     UB_RETURN_IF_ERROR(DropExtents(file, 0, UINT64_MAX, &nbytes_delta));
     UB_RETURN_IF_ERROR(WriteInline(file, content));
     nbytes_delta += static_cast<int64_t>(content.size());
+  } else if (!has_inline && !zc.on() && offset % ss == 0 && data.size() % ss == 0) {
+    // Whole sectors replace whatever was there: straight from the caller's
+    // buffer (no copy, no read of the old bytes), as an import's writes
+    // of large files are.
+    auto pieces = AllocPieces(offset, data);
+    if (!pieces.ok()) {
+      t_clean_failure = true;  // nothing changed yet
+      return pieces.status();
+    }
+    UB_RETURN_IF_ERROR(DropExtents(file, offset, end, &nbytes_delta));
+    UB_RETURN_IF_ERROR(WritePieces(file, *pieces, data, csum, &nbytes_delta));
   } else {
     const uint64_t a = has_inline ? 0 : offset / ss * ss;
     const uint64_t b = (end + ss - 1) / ss * ss;
@@ -1000,6 +1011,14 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
       UB_RETURN_IF_ERROR(Read(file, a, std::span(buf).subspan(0, std::min(b, old_size) - a)).status());
     }
     std::memcpy(buf.data() + (offset - a), data.data(), data.size());
+    // The caller's bytes that lie in a host file (import --reflink) are in
+    // buf now: the clone source follows them there.
+    std::optional<txn::ScopedCloneSource> from_host;
+    if (const txn::CloneSource* cs = txn::CurrentCloneSource();
+        cs && data.data() >= cs->base && data.data() + data.size() <= cs->base + cs->len) {
+      from_host.emplace(txn::CloneSource{cs->fd, cs->offset + static_cast<uint64_t>(data.data() - cs->base),
+                                         buf.data() + (offset - a), data.size()});
+    }
     // Files of one sector were tried above (inline or nothing).
     auto pieces = zc.on() && new_size > ss ? AllocCompressedPieces(zc, a, buf, new_size - a, pre, &mark_nocompress) : AllocPieces(a, buf);
     if (!pieces.ok()) {

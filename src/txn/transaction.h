@@ -32,6 +32,32 @@ struct TxnStats {
   uint64_t data_bytes_written = 0;
 };
 
+// Data the calling thread is about to write that also lies in a host file
+// (import with reflink): while one is in scope, TxnManager::WriteData puts
+// the sectors of any buffer inside [base, base + len) onto the device with
+// BlockDevice::CloneFrom from `fd` at `offset` + their place in the buffer,
+// sharing the host file's extents where its file system can. The bytes are
+// still in the buffer, so checksums come from them as for any write.
+struct CloneSource {
+  int fd = -1;
+  uint64_t offset = 0;
+  const uint8_t* base = nullptr;
+  size_t len = 0;
+};
+class ScopedCloneSource {
+ public:
+  explicit ScopedCloneSource(const CloneSource& s);
+  ~ScopedCloneSource();
+  ScopedCloneSource(const ScopedCloneSource&) = delete;
+  ScopedCloneSource& operator=(const ScopedCloneSource&) = delete;
+
+ private:
+  CloneSource saved_;
+};
+
+// The calling thread's clone source, or null.
+const CloneSource* CurrentCloneSource();
+
 class TxnManager final : public tree::BlockAllocator {
  public:
   // One back reference of an extent: TREE_BLOCK_REF (a = root),
@@ -279,6 +305,7 @@ class TxnManager final : public tree::BlockAllocator {
   TxnStats stats_;
   bool force_super_ = false;
   friend class ChunkAllocator;
+  friend class DeviceLayout;  // relocate.cc: offline layout changes
   std::unique_ptr<ChunkAllocator> chunk_alloc_;
   std::unique_ptr<QuotaState> quotas_;  // null: the image has no quotas
 };
