@@ -51,10 +51,7 @@ Status Walk(tree::BlockSource* src, uint64_t bytenr, int level, TreeShape* t, in
 }
 
 int ImageStats(const std::string& image, bool json) {
-  io::Placement where;
-  where.offset = Placement().offset;
-  where.partition = Placement().partition;
-  auto dev = io::OpenImage(image, io::OpenFlags{}, where);
+  auto dev = OpenImageDevices(image);
   if (!dev.ok()) {
     std::cerr << "ubtrfs stats: " << dev.status().ToString() << "\n";
     return 8;
