@@ -93,7 +93,8 @@ Status ChunkMap::AddChunk(uint64_t logical, std::span<const uint8_t> item, uint3
   // division and modulo below has a sane divisor.
   bool bad_count = nstripes < rule.devs_min || (rule.devs_max != 0 && nstripes != rule.devs_max);
   if (profile == kBlockGroupRaid10) bad_count = bad_count || sub != 2 || nstripes % 2 != 0;
-  if (profile == 0 || profile == kBlockGroupDup) bad_count = nstripes != rule.devs_max;
+  if (profile == 0) bad_count = nstripes != 1;
+  if (profile == kBlockGroupDup) bad_count = nstripes != 2;
   if (bad_count) {
     return Status::Corrupt(where + ": " + pname + " chunk with " + std::to_string(nstripes) + " stripes" +
                            (profile == kBlockGroupRaid10 ? " and " + std::to_string(sub) + " sub-stripes" : ""));
@@ -122,8 +123,8 @@ Status ChunkMap::AddChunk(uint64_t logical, std::span<const uint8_t> item, uint3
     if (phys + info.stripe_size < phys) return Status::Corrupt(where + ": stripe " + std::to_string(i) + " wraps");
     if (dev != device_sizes_.end() && phys + info.stripe_size > dev->second) {
       return Status::Corrupt(where + ": stripe " + std::to_string(i) + " [" + std::to_string(phys) + ", +" +
-                             std::to_string(info.stripe_size) + ") lies beyond the end of device " +
-                             std::to_string(info.stripes[i].devid) + " (" + std::to_string(dev->second) +
+                             std::to_string(info.stripe_size) + ") lies beyond the end of the device (device " +
+                             std::to_string(info.stripes[i].devid) + ", " + std::to_string(dev->second) +
                              " bytes; truncated image?)");
     }
   }
