@@ -95,6 +95,8 @@ struct FsInfo {
   uint64_t incompat_flags = 0;
   uint64_t compat_ro_flags = 0;
   int superblock_mirror = 0;  // which superblock copy was used
+  uint64_t devid = 0;         // the device whose superblock this is
+  std::vector<uint64_t> devices_missing;  // devids the filesystem lists that were not opened
 };
 
 // Attributes of a new inode. Times default to now.

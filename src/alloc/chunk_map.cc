@@ -215,6 +215,19 @@ Result<std::vector<std::vector<Piece>>> ChunkMap::Map(uint64_t logical, uint64_t
   return out;
 }
 
+Result<std::vector<uint64_t>> ChunkMap::MapPhysical(uint64_t logical, uint64_t len) const {
+  UB_ASSIGN_OR_RETURN(auto copies, Map(logical, len));
+  std::vector<uint64_t> out;
+  for (const auto& c : copies) {
+    if (c.size() != 1) {
+      return Status::Invalid("range [" + std::to_string(logical) + ", +" + std::to_string(len) +
+                             ") is split over stripes");
+    }
+    out.push_back(c[0].physical);
+  }
+  return out;
+}
+
 std::vector<std::pair<uint64_t, uint64_t>> SuperblockRanges(const ChunkInfo& c) {
   std::set<std::pair<uint64_t, uint64_t>> ranges;
   const uint64_t sl = c.stripe_len ? c.stripe_len : 65536;

@@ -77,6 +77,10 @@ class ChunkMap {
   // boundaries). RAID5/6 give one copy: the data pieces; parity is
   // ChunkIo's business. The range must lie inside one chunk.
   Result<std::vector<std::vector<Piece>>> Map(uint64_t logical, uint64_t len) const;
+  // Where each copy starts on its device, for ranges each copy holds in
+  // one piece (any range of a SINGLE, DUP or RAID1* chunk; tests and tools
+  // that patch single-device images). EINVAL when a copy is split.
+  Result<std::vector<uint64_t>> MapPhysical(uint64_t logical, uint64_t len) const;
   // Thread-safe against a concurrent AddChunk (a writer adding a chunk while
   // readers map addresses); ChunkInfo entries never move or change.
   const ChunkInfo* Find(uint64_t logical) const;

@@ -301,6 +301,8 @@ class FilesystemImpl final : public Filesystem {
     i.incompat_flags = sb.incompat_flags.get();
     i.compat_ro_flags = sb.compat_ro_flags.get();
     i.superblock_mirror = vol_->super_mirror();
+    i.devid = sb.dev_item.devid.get();
+    i.devices_missing = vol_->missing_devices();
     return i;
   }
 
