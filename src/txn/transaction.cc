@@ -51,8 +51,10 @@ Status TxnManager::Load(bool allow_log) {
         "writing needs skinny-metadata (the mkfs.btrfs default since 3.18; `btrfstune -x` turns it on, and the "
         "kernel converts the old extent items as it rewrites them)");
   }
-  if (incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatRaid1c34 | kIncompatSimpleQuota)) {
-    return Status::Unsupported("writing to an image with features " + IncompatNames(incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatRaid1c34 | kIncompatSimpleQuota)));
+  // raid1c34 only says RAID1C3/RAID1C4 chunks exist, which are written.
+  if (incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatSimpleQuota)) {
+    return Status::Unsupported("writing to an image with features " +
+                               IncompatNames(incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatSimpleQuota)));
   }
   const bool fst_valid = (ro & kCompatRoFreeSpaceTree) && (ro & kCompatRoFreeSpaceTreeValid);
   if (ro & kCompatRoBlockGroupTree) {
