@@ -36,6 +36,7 @@
 #include "io/block_device.h"
 #include "io/offset_device.h"
 #include "txn/devices.h"
+#include "check/scrub.h"
 #include "tree/block_reader.h"
 #include "tree/tree_block.h"
 
@@ -1241,6 +1242,16 @@ CheckResult CheckVolume(txn::Volume& vol, const CheckOptions& options) {
   CheckResult result;
   for (const auto& w : vol.warnings()) result.warnings.push_back(w);
   Checker(vol, options, &result).Run();
+  // Every copy of every tree block: reads stop at the first good copy, so
+  // a bad mirror would go unseen (data copies: --check-data-csum above).
+  ScrubOptions so;
+  so.readonly = true;
+  so.data = false;
+  so.superblocks = false;  // the open already chose among them, with a warning
+  so.only_repairable = true;
+  if (auto s = ScrubVolume(vol, so); s.ok()) {
+    for (const auto& e : s->errors) result.warnings.push_back(e + " (another copy is good; ubtrfs scrub rewrites it)");
+  }
   return result;
 }
 
