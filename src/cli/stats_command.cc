@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
+#include "txn/devices.h"
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "fuse/adapter.h"
@@ -137,7 +138,9 @@ void RegisterStats(CLI::App& app) {
   cmd->add_flag("--json", json, "print JSON");
   cmd->callback([] {
     struct stat st;
-    if (::stat(target.c_str(), &st) != 0) {
+    // IMG1,IMG2,...: the first device decides whether this is an image.
+    const std::string first = txn::SplitDeviceList(target).front();
+    if (::stat(first.c_str(), &st) != 0) {
       std::cerr << "ubtrfs stats: " << target << ": " << std::strerror(errno) << "\n";
       SetExitCode(8);
       return;
