@@ -87,7 +87,11 @@ class ArrayMount {
       while (!dev.empty() && (dev.back() == '\n' || dev.back() == ' ')) dev.pop_back();
       loops_.push_back(dev);
     }
-    RunCommand({"btrfs", "device", "scan"});
+    // Only these devices: a scan of every block device would register other
+    // tests' loop devices with the kernel too.
+    std::vector<std::string> scan{"btrfs", "device", "scan"};
+    scan.insert(scan.end(), loops_.begin(), loops_.end());
+    RunCommand(scan);
     return RunCommand({"btrfs", "check", "--readonly", loops_.front()});
   }
   void Unmount() {
