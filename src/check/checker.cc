@@ -1266,7 +1266,6 @@ Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& opti
   // Whether any superblock copy carries the magic: without one this is not
   // a btrfs image at all (an operational error), with one it is a damaged one.
   bool magic = false;
-  uint64_t num_devices = 0;
   io::BlockDevice* first = devs->front().get();
   for (int i = 0; i < kSuperMirrorMax && !magic; ++i) {
     std::vector<uint8_t> buf(sizeof(SuperBlock));
@@ -1275,10 +1274,8 @@ Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& opti
     if (!first->ReadAt(off, buf).ok()) continue;
     const auto* sb = reinterpret_cast<const SuperBlock*>(buf.data());
     magic = sb->magic.get() == kMagic;
-    if (magic) num_devices = sb->num_devices.get();
   }
   if (!magic) return Status::Invalid(path + ": not a btrfs image (no superblock magic at 64 KiB, 64 MiB or 256 GiB)");
-  (void)num_devices;
   txn::VolumeOptions vo;
   vo.node_cache_bytes = 32ull << 20;
   vo.verify_data_csums = false;
