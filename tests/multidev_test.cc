@@ -410,6 +410,88 @@ TEST_P(MultiDeviceTest, DegradedWritesGoToThePresentDevices) {
 
 INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceTest, testing::ValuesIn(kProfiles), PrintProfile);
 
+// Arrays straight from mkfs.btrfs (small chunks): ubtrfs's writes need new
+// chunks, which must have the profile, a stripe per device as the profile
+// wants, and items btrfs check and the kernel accept.
+class NewChunksTest : public testing::TestWithParam<Profile> {};
+
+TEST_P(NewChunksTest, NewChunksFollowTheProfileAcrossTheDevices) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "needs kernel loop mounts: " << why;
+  const Profile& p = GetParam();
+  TempDir dir("ubtrfs-newchunks");
+  std::vector<std::string> images;
+  std::vector<std::string> argv{"mkfs.btrfs", "-q", "-f", "-d", p.name, "-m", p.name == "single" ? "raid1" : p.name};
+  for (int i = 0; i < p.devices; ++i) {
+    images.push_back(dir.Sub("d" + std::to_string(i + 1) + ".img"));
+    std::string err;
+    ASSERT_TRUE(ubtrfs_test::MakeSparseFile(images.back(), 512 * kMiB, &err)) << err;
+    argv.push_back(images.back());
+  }
+  ASSERT_TRUE(RunCommand(argv).ok());
+  auto chunks = [&] {
+    std::vector<std::unique_ptr<io::BlockDevice>> devs;
+    for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
+    auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+    EXPECT_TRUE(vol.ok()) << vol.status().ToString();
+    return vol.ok() ? (*vol)->chunks().chunks() : std::map<uint64_t, alloc::ChunkInfo>{};
+  };
+  const auto before = chunks();
+  const std::string src = dir.Sub("src");
+  ::mkdir(src.c_str(), 0755);
+  ubtrfs_test::WriteHostFile(src + "/big", ubtrfs_test::SeededBytes(150 * kMiB, 3));
+  for (int i = 0; i < 3000; ++i) ubtrfs_test::WriteHostFile(src + "/s" + std::to_string(i), std::string(i % 700, 'y'));
+  auto cp = ubtrfs_test::RunUbtrfs({"cp", src, Join(images) + ":/src"});
+  ASSERT_EQ(cp.exit_code, 0) << cp.Describe();
+  const auto after = chunks();
+  const uint64_t want_data = p.name == "raid0"     ? format::kBlockGroupRaid0
+                            : p.name == "raid1"   ? format::kBlockGroupRaid1
+                            : p.name == "raid1c3" ? format::kBlockGroupRaid1c3
+                            : p.name == "raid10"  ? format::kBlockGroupRaid10
+                                                  : 0;
+  const uint64_t want_meta = p.name == "single" ? format::kBlockGroupRaid1 : want_data;
+  size_t added = 0;
+  for (const auto& [logical, c] : after) {
+    if (before.count(logical)) continue;
+    ++added;
+    SCOPED_TRACE("new chunk " + std::to_string(logical) + " " + alloc::ProfileName(c.type));
+    const uint64_t want = (c.type & format::kBlockGroupData) ? want_data : want_meta;
+    EXPECT_EQ(c.profile(), want);
+    std::set<uint64_t> devids;
+    for (const auto& s : c.stripes) devids.insert(s.devid);
+    EXPECT_EQ(devids.size(), c.stripes.size()) << "two stripes on one device";
+    const alloc::ProfileRule rule = alloc::RuleFor(want);
+    if (rule.devs_max != 0) {
+      EXPECT_EQ(c.stripes.size(), rule.devs_max);
+    } else {
+      EXPECT_EQ(c.stripes.size(), images.size());  // RAID0 and RAID10 take every device
+    }
+  }
+  EXPECT_GT(added, 0u) << "the writes fitted into mkfs's chunks: nothing tested";
+  auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", Join(images)});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  {
+    ArrayMount loops;
+    auto progs = loops.Check(images);
+    EXPECT_TRUE(progs.ok()) << progs.Describe();
+  }
+  const std::string mnt = dir.Sub("mnt");
+  ::mkdir(mnt.c_str(), 0755);
+  ArrayMount m;
+  ASSERT_EQ(m.Mount(images, mnt), "");
+  EXPECT_EQ(ubtrfs_test::ReadHostFile(mnt + "/src/big"), ubtrfs_test::ReadHostFile(src + "/big"));
+  auto scrub = RunCommand({"btrfs", "scrub", "start", "-B", mnt});
+  EXPECT_TRUE(scrub.ok()) << scrub.Describe();
+  EXPECT_NE(scrub.out.find("no errors found"), std::string::npos) << scrub.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, NewChunksTest,
+                         testing::Values(Profile{"single", 2, true, 0}, Profile{"raid0", 2, true, 0},
+                                         Profile{"raid1", 2, true, 1}, Profile{"raid1c3", 3, true, 2},
+                                         Profile{"raid10", 4, true, 1}),
+                         PrintProfile);
+
 // Options every subcommand takes: --scan finds the members by fsid.
 TEST(MultiDeviceCli, ScanFindsTheOtherMembers) {
   if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
