@@ -107,7 +107,7 @@ struct Image {
   }
   // Rewrites the leaf holding `it` in every copy, checksum recomputed.
   void Patch(Patcher& p, const Item& it, const std::function<void(Block&)>& m) const {
-    auto copies = vol->chunks().Map(it.leaf, nodesize);
+    auto copies = vol->chunks().MapPhysical(it.leaf, nodesize);
     ASSERT_TRUE(copies.ok()) << copies.status().ToString();
     for (uint64_t phys : *copies) {
       Block b = p.Read(phys, nodesize);

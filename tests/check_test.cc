@@ -177,7 +177,7 @@ class Image {
   // Applies `m` to every copy of tree block `bytenr`, then (if fix_csum)
   // recomputes its checksum.
   void Patch(uint64_t bytenr, const std::function<void(Block&)>& m, bool fix_csum = true) {
-    auto copies = vol_->chunks().Map(bytenr, vol_->nodesize());
+    auto copies = vol_->chunks().MapPhysical(bytenr, vol_->nodesize());
     ASSERT_TRUE(copies.ok()) << copies.status().ToString();
     const int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
     ASSERT_GE(fd, 0) << path_ << ": " << std::strerror(errno);
@@ -202,7 +202,7 @@ class Image {
 
   // Flips one bit of every copy of the data at `logical` (no checksum fixed).
   void FlipDataBit(uint64_t logical) {
-    auto copies = vol_->chunks().Map(logical, 1);
+    auto copies = vol_->chunks().MapPhysical(logical, 1);
     ASSERT_TRUE(copies.ok()) << copies.status().ToString();
     const int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
     ASSERT_GE(fd, 0) << path_ << ": " << std::strerror(errno);

@@ -607,10 +607,10 @@ TEST(ChunkAllocEnospc, SuperblockCopyInsideANewChunkIsLeftAlone) {
     ASSERT_EQ(st.code(), ENOSPC) << st.ToString();
     bool found = false;
     for (const auto& [logical, c] : o->vol->chunks().chunks()) {
-      if (c.physical[0] <= SuperblockOffset(1) && SuperblockOffset(1) < c.physical[0] + c.length) {
+      if (c.stripes[0].physical <= SuperblockOffset(1) && SuperblockOffset(1) < c.stripes[0].physical + c.length) {
         found = true;
         EXPECT_TRUE(c.type & kBlockGroupData) << "chunk at " << logical;
-        const uint64_t sb_logical = logical + (SuperblockOffset(1) - c.physical[0]);
+        const uint64_t sb_logical = logical + (SuperblockOffset(1) - c.stripes[0].physical);
         auto g = t.space().FindGroup(sb_logical);
         ASSERT_TRUE(g);
         // Filled with 1 MiB extents around the 64 KiB stripe: less than 1 MiB is left.

@@ -943,14 +943,15 @@ std::string CompareDupCopies(const io::CrashImage& img, const alloc::ChunkMap& c
   for (const auto& [phys, len] : reads) {
     if (len != nodesize || !done.insert(phys).second) continue;
     for (const auto& [logical, c] : chunks.chunks()) {
-      if (c.physical.size() < 2) continue;
-      for (uint64_t start : c.physical) {
+      if (c.stripes.size() < 2) continue;
+      for (const auto& st : c.stripes) {
+        const uint64_t start = st.physical;
         if (phys < start || phys + len > start + c.length) continue;
         const uint64_t off = phys - start;
         std::vector<uint8_t> a(len), b(len);
-        img.image().Read(c.physical[0] + off, a);
-        for (size_t k = 1; k < c.physical.size(); ++k) {
-          img.image().Read(c.physical[k] + off, b);
+        img.image().Read(c.stripes[0].physical + off, a);
+        for (size_t k = 1; k < c.stripes.size(); ++k) {
+          img.image().Read(c.stripes[k].physical + off, b);
           if (a != b) {
             out += "tree block at logical " + std::to_string(logical + off) + ": copy " + std::to_string(k) +
                    " differs from copy 0\n";

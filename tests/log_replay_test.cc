@@ -579,7 +579,7 @@ TEST_F(LogReplay, ReplayOfALogWithValidChecksumsAndBadItemsFailsCleanly) {
     nodesize = (*vol)->nodesize();
     csum_type = (*vol)->csum_type();
     for (uint64_t b : blocks) {
-      auto m = (*vol)->chunks().Map(b, nodesize);
+      auto m = (*vol)->chunks().MapPhysical(b, nodesize);
       ASSERT_TRUE(m.ok());
       phys[b] = *m;
     }
@@ -630,7 +630,7 @@ TEST_F(LogReplay, DamagedLogBlockIsAClearErrorAndNothingIsWritten) {
     ASSERT_TRUE(dev.ok());
     auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), {});
     ASSERT_TRUE(vol.ok()) << vol.status().ToString();
-    auto m = (*vol)->chunks().Map(log_root, (*vol)->nodesize());
+    auto m = (*vol)->chunks().MapPhysical(log_root, (*vol)->nodesize());
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     copies = *m;
   }

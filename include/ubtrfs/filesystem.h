@@ -95,6 +95,8 @@ struct FsInfo {
   uint64_t incompat_flags = 0;
   uint64_t compat_ro_flags = 0;
   int superblock_mirror = 0;  // which superblock copy was used
+  uint64_t devid = 0;         // the device whose superblock this is
+  std::vector<uint64_t> devices_missing;  // devids the filesystem lists that were not opened
 };
 
 // Attributes of a new inode. Times default to now.
@@ -234,6 +236,15 @@ struct OpenOptions {
   // libblkid). Nothing outside it is read or written.
   uint64_t offset = 0;
   int partition = 0;
+  // A filesystem over several devices: the others besides `path` (Open
+  // also takes "a.img,b.img" as `path`), and directories whose files are
+  // scanned for the rest (same fsid). `offset`/`partition` apply to each.
+  std::vector<std::string> devices;
+  std::vector<std::string> scan_dirs;
+  // Open for writing although devices are missing (the kernel's -o
+  // degraded); without it such an open fails with ENODEV. Reads of a
+  // degraded filesystem always work where another copy or parity is there.
+  bool degraded = false;
   // Compress file data written through this handle (Write, and the imports
   // of ubtrfs/import.h); see CompressOptions. Default: none, as the kernel.
   CompressOptions compress;

@@ -35,6 +35,8 @@
 #include "format/superblock.h"
 #include "io/block_device.h"
 #include "io/offset_device.h"
+#include "txn/devices.h"
+#include "check/scrub.h"
 #include "tree/block_reader.h"
 #include "tree/tree_block.h"
 
@@ -584,8 +586,14 @@ void Checker::VerifyData(uint64_t logical, std::span<const uint8_t> csums) {
       return;
     }
     buf.resize(cnt * ss_);
-    for (size_t c = 0; c < copies->size(); ++c) {
-      Status st = vol_.device()->ReadAt((*copies)[c], buf);
+    // Every copy (RAID5/6: the data as stored, mirror 0); a missing device's
+    // copies are not there to check.
+    const size_t ncopies = copies->size();
+    for (size_t c = 0; c < ncopies; ++c) {
+      bool present = true;
+      for (const auto& p : (*copies)[c]) present = present && vol_.devices().Has(p.devid);
+      if (!present) continue;
+      Status st = vol_.chunk_io().Read(pos, buf, static_cast<int>(c));
       if (!st.ok()) {
         Error("data at logical " + N(pos) + " (mirror " + N(c + 1) + "): " + st.message());
         continue;
@@ -790,19 +798,9 @@ void Checker::CheckChunks() {
 
 Ranges Checker::SuperStripes(const BlockGroupRec& bg) const {
   Ranges out;
-  auto c = chunks_.find(bg.start);
-  if (c == chunks_.end()) return out;
-  const ChunkRec& ch = c->second;
-  const uint64_t stripe = ch.stripe_len ? ch.stripe_len : kBtrfsStripeLen;
-  for (int i = 0; i < kSuperMirrorMax; ++i) {
-    const uint64_t phys = SuperblockOffset(i);
-    for (const auto& [devid, p] : ch.stripes) {
-      (void)devid;
-      if (phys < p || phys >= p + ch.length) continue;
-      const uint64_t logical = ch.logical + (phys - p) / stripe * stripe;
-      out.emplace_back(logical, logical + stripe);
-    }
-  }
+  const alloc::ChunkInfo* c = vol_.chunks().Find(bg.start);
+  if (c == nullptr || c->logical != bg.start) return out;
+  for (auto [start, len] : alloc::SuperblockRanges(*c)) out.emplace_back(start, start + len);
   return Normalize(out);
 }
 
@@ -1244,40 +1242,47 @@ CheckResult CheckVolume(txn::Volume& vol, const CheckOptions& options) {
   CheckResult result;
   for (const auto& w : vol.warnings()) result.warnings.push_back(w);
   Checker(vol, options, &result).Run();
+  // Every copy of every tree block: reads stop at the first good copy, so
+  // a bad mirror would go unseen (data copies: --check-data-csum above).
+  ScrubOptions so;
+  so.readonly = true;
+  so.data = false;
+  so.superblocks = false;  // the open already chose among them, with a warning
+  so.only_repairable = true;
+  if (auto s = ScrubVolume(vol, so); s.ok()) {
+    for (const auto& e : s->errors) result.warnings.push_back(e + " (another copy is good; ubtrfs scrub rewrites it)");
+  }
   return result;
 }
 
 Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& options) {
-  io::Placement where;
-  where.offset = options.offset;
-  where.partition = options.partition;
-  auto dev = io::OpenImage(path, io::OpenFlags{}, where);
-  if (!dev.ok()) return dev.status();
-  // Whether any superblock copy carries the magic: without one this is not a
-  // btrfs image at all (an operational error), with one it is a damaged one.
+  txn::DeviceSpec spec;
+  spec.paths = txn::SplitDeviceList(path);
+  spec.scan_dirs = options.scan_dirs;
+  spec.where.offset = options.offset;
+  spec.where.partition = options.partition;
+  auto devs = txn::OpenDevices(spec);
+  if (!devs.ok()) return devs.status();
+  // Whether any superblock copy carries the magic: without one this is not
+  // a btrfs image at all (an operational error), with one it is a damaged one.
   bool magic = false;
-  uint64_t num_devices = 0;
+  io::BlockDevice* first = devs->front().get();
   for (int i = 0; i < kSuperMirrorMax && !magic; ++i) {
     std::vector<uint8_t> buf(sizeof(SuperBlock));
     const uint64_t off = SuperblockOffset(i);
-    if (off + buf.size() > (*dev)->Size()) break;
-    if (!(*dev)->ReadAt(off, buf).ok()) continue;
+    if (off + buf.size() > first->Size()) break;
+    if (!first->ReadAt(off, buf).ok()) continue;
     const auto* sb = reinterpret_cast<const SuperBlock*>(buf.data());
     magic = sb->magic.get() == kMagic;
-    if (magic) num_devices = sb->num_devices.get();
   }
   if (!magic) return Status::Invalid(path + ": not a btrfs image (no superblock magic at 64 KiB, 64 MiB or 256 GiB)");
   txn::VolumeOptions vo;
   vo.node_cache_bytes = 32ull << 20;
   vo.verify_data_csums = false;
-  auto vol = txn::Volume::Open(std::move(*dev), vo);
+  auto vol = txn::Volume::Open(std::move(*devs), vo);
   if (!vol.ok()) {
     const int code = vol.status().code();
-    // A chunk tree naming another device while the superblock says there is
-    // one device is damage, not an unsupported multi-device filesystem.
-    const bool stray_device =
-        code == EOPNOTSUPP && num_devices == 1 && vol.status().message().find("multi-device") != std::string::npos;
-    if (code != EUCLEAN && code != EIO && !stray_device) return vol.status();
+    if (code != EUCLEAN && code != EIO) return vol.status();
     CheckResult r;
     r.error_count = 1;
     r.errors.push_back("cannot open the filesystem: " + vol.status().message());

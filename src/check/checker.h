@@ -47,6 +47,9 @@ struct CheckOptions {
   // Where the filesystem lies in the image (OpenOptions::offset, partition).
   uint64_t offset = 0;
   int partition = 0;
+  // Where to look for the other devices (the path may also be
+  // IMG1,IMG2,...).
+  std::vector<std::string> scan_dirs;
 };
 
 struct CheckResult {

@@ -36,6 +36,7 @@ void CmdCheck(const CheckArgs& a, const std::vector<std::string>& extra) {
   opts.max_errors = a.max_errors;
   opts.offset = Placement().offset;
   opts.partition = Placement().partition;
+  opts.scan_dirs = Placement().scan_dirs;
   auto r = check::CheckImage(a.image, opts);
   if (!r.ok()) {
     if (a.json) {

@@ -20,6 +20,7 @@ void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
 void RegisterResize(CLI::App& app);        // resize (offline grow and shrink)
 void RegisterCheck(CLI::App& app);         // check
+void RegisterScrub(CLI::App& app);         // scrub (every copy verified, bad ones rewritten)
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats
 void RegisterProperty(CLI::App& app);

@@ -890,10 +890,7 @@ void CmdDumpTree(const Options& o) {
       return;
     }
   }
-  io::Placement where;
-  where.offset = Placement().offset;
-  where.partition = Placement().partition;
-  auto dev = io::OpenImage(o.image, io::OpenFlags{}, where);
+  auto dev = OpenImageDevices(o.image);
   if (!dev.ok()) {
     fmt::print(stderr, "ERROR: {}\n", dev.status().message());  // names the path
     SetExitCode(1);

@@ -1,11 +1,18 @@
 // Options every subcommand that opens an image takes: where the filesystem
-// lies in it (--offset N, --partition N of a GPT or MBR disk image).
+// lies in it (--offset N, --partition N of a GPT or MBR disk image), where
+// the other devices of a multi-device filesystem are (IMAGE itself may be
+// IMG1,IMG2,...; --scan DIR finds the rest by fsid), and --degraded.
 #ifndef UBTRFS_CLI_IMAGE_OPTIONS_H_
 #define UBTRFS_CLI_IMAGE_OPTIONS_H_
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/block_device.h"
 
 #include "ubtrfs/filesystem.h"
 
@@ -14,6 +21,8 @@ namespace ubtrfs::cli {
 struct ImagePlacement {
   uint64_t offset = 0;
   int partition = 0;
+  std::vector<std::string> scan_dirs;
+  bool degraded = false;
 };
 
 // Adds --offset and --partition to `cmd` (one set for the whole process:
@@ -22,6 +31,9 @@ void AddPlacementOptions(CLI::App* cmd);
 const ImagePlacement& Placement();
 // Copies them into open options.
 void PlacementInto(OpenOptions* o);
+// The devices IMAGE (IMG1,IMG2,...) and --scan name, opened read-only (or
+// writable), for the commands that open a txn::Volume themselves.
+Result<std::vector<std::unique_ptr<io::BlockDevice>>> OpenImageDevices(const std::string& image, bool writable = false);
 
 }  // namespace ubtrfs::cli
 

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
+#include "txn/devices.h"
 #include "fuse/mount.h"
 
 namespace ubtrfs::cli {
@@ -37,6 +38,8 @@ void RegisterMount(CLI::App& app) {
     if (subvolid != 0) config.options.push_back("subvolid=" + std::to_string(subvolid));
     config.offset = Placement().offset;
     config.partition = Placement().partition;
+    config.scan_dirs = Placement().scan_dirs;
+    config.degraded = Placement().degraded;
     SetExitCode(fuse::RunMount(config));
   });
 }
@@ -48,7 +51,9 @@ std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv) {
     if (sub->check_name(argv[1])) return out;
   }
   struct stat src, dir;
-  if (::stat(argv[1], &src) != 0 || !(S_ISREG(src.st_mode) || S_ISBLK(src.st_mode))) return out;
+  for (const auto& dev : txn::SplitDeviceList(argv[1])) {
+    if (::stat(dev.c_str(), &src) != 0 || !(S_ISREG(src.st_mode) || S_ISBLK(src.st_mode))) return out;
+  }
   if (::stat(argv[2], &dir) != 0 || !S_ISDIR(dir.st_mode)) return out;
   static char mount_word[] = "mount";
   out.insert(out.begin() + 1, mount_word);

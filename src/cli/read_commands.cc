@@ -5,7 +5,10 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <ctime>
+#include <optional>
 #include <fmt/core.h>
 #include <map>
 #include <memory>
@@ -18,6 +21,7 @@
 #include "format/superblock.h"
 #include "ubtrfs/export.h"
 #include "ubtrfs/filesystem.h"
+#include "txn/devices.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -42,16 +46,71 @@ std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {
 
 bool g_json = false;  // --json of info and ls
 
+std::string DevidList(const std::vector<uint64_t>& ids) {
+  std::string out;
+  for (uint64_t d : ids) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return out;
+}
+
+// What a member's own superblock says when the filesystem cannot be opened
+// from the devices given (a RAID0 member alone, say): the fields, and which
+// devids are missing as far as the superblock tells (it does not list them:
+// every devid up to num_devices but this one).
+bool InfoFromSuperblock(const std::string& image, const Status& why) {
+  auto devs = OpenImageDevices(image);
+  if (!devs.ok()) return false;
+  std::vector<uint64_t> have;
+  std::optional<txn::SuperChoice> first;
+  for (auto& d : *devs) {
+    auto sc = txn::ReadSuperblock(*d);
+    if (!sc.ok()) return false;
+    if (!first) first = *sc;
+    have.push_back(sc->sb.dev_item.devid.get());
+  }
+  const format::SuperBlock& sb = first->sb;
+  std::vector<uint64_t> missing;
+  for (uint64_t id = 1; id <= sb.num_devices.get() && missing.size() < 64; ++id) {
+    if (std::find(have.begin(), have.end(), id) == have.end()) missing.push_back(id);
+  }
+  fmt::print("label:            {}\n", std::string(sb.label, strnlen(sb.label, format::kLabelSize)));
+  fmt::print("fsid:             {}\n", format::UuidToString(sb.fsid));
+  fmt::print("generation:       {}\n", sb.generation.get());
+  fmt::print("sectorsize:       {}\n", sb.sectorsize.get());
+  fmt::print("nodesize:         {}\n", sb.nodesize.get());
+  fmt::print("total bytes:      {}\n", sb.total_bytes.get());
+  fmt::print("bytes used:       {}\n", sb.bytes_used.get());
+  fmt::print("devices:          {}\n", sb.num_devices.get());
+  fmt::print("this device:      {}\n", sb.dev_item.devid.get());
+  fmt::print("missing devices:  {} (by devid; not opened)\n", DevidList(missing));
+  fmt::print("superblock copy:  {}\n", first->mirror);
+  fmt::print(stderr, "ubtrfs: warning: {}: the filesystem cannot be read from the devices given: {}\n", image,
+             why.ToString());
+  return true;
+}
+
 void CmdInfo(const std::string& image) {
-  auto fs = OpenOrReport(image);
-  if (!fs) return;
+  OpenOptions o;
+  SubvolOptionsInto(&o);
+  PlacementInto(&o);
+  auto opened = Filesystem::Open(image, o);
+  if (!opened.ok()) {
+    if (InfoFromSuperblock(image, opened.status())) return;
+    PrintError(image, opened.status());
+    SetExitCode(1);
+    return;
+  }
+  std::unique_ptr<Filesystem> fs = std::move(*opened);
+  for (const auto& w : fs->Warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", image, w);
   FsInfo i = fs->Info();
   if (g_json) {
+    std::string missing;
+    for (uint64_t d : i.devices_missing) missing += (missing.empty() ? "" : ", ") + std::to_string(d);
     fmt::print("{{\"label\": {}, \"fsid\": \"{}\", \"generation\": {}, \"sectorsize\": {}, \"nodesize\": {}, "
                "\"checksum\": \"{}\", \"total_bytes\": {}, \"bytes_used\": {}, \"devices\": {}, "
+               "\"devid\": {}, \"missing_devices\": [{}], "
                "\"incompat\": {}, \"compat_ro\": {}, \"superblock_copy\": {}}}\n",
                JsonString(i.label), i.fsid, i.generation, i.sectorsize, i.nodesize, i.csum_type, i.total_bytes,
-               i.bytes_used, i.num_devices, JsonString(format::IncompatNames(i.incompat_flags)),
+               i.bytes_used, i.num_devices, i.devid, missing, JsonString(format::IncompatNames(i.incompat_flags)),
                JsonString(format::CompatRoNames(i.compat_ro_flags)), i.superblock_mirror);
     return;
   }
@@ -64,6 +123,10 @@ void CmdInfo(const std::string& image) {
   fmt::print("total bytes:      {}\n", i.total_bytes);
   fmt::print("bytes used:       {}\n", i.bytes_used);
   fmt::print("devices:          {}\n", i.num_devices);
+  if (i.num_devices > 1) {
+    fmt::print("this device:      {}\n", i.devid);
+    fmt::print("missing devices:  {}\n", i.devices_missing.empty() ? "none" : DevidList(i.devices_missing));
+  }
   fmt::print("incompat:         {}\n", format::IncompatNames(i.incompat_flags));
   fmt::print("compat_ro:        {}\n", format::CompatRoNames(i.compat_ro_flags));
   fmt::print("superblock copy:  {}\n", i.superblock_mirror);

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
+#include "txn/devices.h"
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "fuse/adapter.h"
@@ -51,10 +52,7 @@ Status Walk(tree::BlockSource* src, uint64_t bytenr, int level, TreeShape* t, in
 }
 
 int ImageStats(const std::string& image, bool json) {
-  io::Placement where;
-  where.offset = Placement().offset;
-  where.partition = Placement().partition;
-  auto dev = io::OpenImage(image, io::OpenFlags{}, where);
+  auto dev = OpenImageDevices(image);
   if (!dev.ok()) {
     std::cerr << "ubtrfs stats: " << dev.status().ToString() << "\n";
     return 8;
@@ -140,7 +138,9 @@ void RegisterStats(CLI::App& app) {
   cmd->add_flag("--json", json, "print JSON");
   cmd->callback([] {
     struct stat st;
-    if (::stat(target.c_str(), &st) != 0) {
+    // IMG1,IMG2,...: the first device decides whether this is an image.
+    const std::string first = txn::SplitDeviceList(target).front();
+    if (::stat(first.c_str(), &st) != 0) {
       std::cerr << "ubtrfs stats: " << target << ": " << std::strerror(errno) << "\n";
       SetExitCode(8);
       return;

@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "txn/devices.h"
 #include "cli/image_options.h"
 #include "ubtrfs/import.h"
 #include "ubtrfs/filesystem.h"
@@ -69,7 +70,10 @@ bool SplitImagePath(const std::string& arg, std::string* image, std::string* pat
   if (colon == std::string::npos || colon == 0) return false;
   struct stat st;
   const std::string candidate = arg.substr(0, colon);
-  if (::stat(candidate.c_str(), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) return false;
+  // IMG1,IMG2,...: every device of a multi-device filesystem must exist.
+  for (const auto& dev : txn::SplitDeviceList(candidate)) {
+    if (::stat(dev.c_str(), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) return false;
+  }
   *image = candidate;
   *path = arg.substr(colon + 1);
   if (path->empty()) *path = "/";

@@ -8,15 +8,25 @@
 #include "io/overlay_device.h"
 #include "io/undo_device.h"
 #include "log/replay.h"
+#include "txn/devices.h"
 
 namespace ubtrfs {
 
 using fsimpl::FilesystemImpl;
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(const std::string& path, const OpenOptions& options) {
-  io::Placement where;
-  where.offset = options.offset;
-  where.partition = options.partition;
+  txn::DeviceSpec spec;
+  spec.paths = txn::SplitDeviceList(path);
+  for (const auto& d : options.devices) spec.paths.push_back(d);
+  spec.scan_dirs = options.scan_dirs;
+  spec.where.offset = options.offset;
+  spec.where.partition = options.partition;
+  spec.writable = options.writable;
+  if (spec.paths.size() > 1 || !spec.scan_dirs.empty()) {
+    UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
+    return OpenOnDevices(std::move(devs), options);
+  }
+  io::Placement where = spec.where;
   UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(path, io::OpenFlags{options.writable}, where));
   if (options.offset == 0 && options.partition == 0) {
     // A whole-disk image with the filesystem in a partition: say which.
@@ -42,19 +52,24 @@ namespace {
 // image, committed. Read-only: into an in-memory overlay of the device that
 // is never written back, and the view reads through it.
 Result<std::unique_ptr<txn::Volume>> ReplayTreeLog(std::unique_ptr<txn::Volume> vol, const txn::VolumeOptions& vo,
-                                                   io::UndoDevice* undo) {
+                                                   const std::vector<io::UndoDevice*>& undo) {
   if (vo.writable) {
     UB_RETURN_IF_ERROR(log::ReplayLog(vol.get()).WithContext("replaying the tree log"));
-    if (undo) undo->Forget();  // committed: a later Discard must not undo it
-    return txn::Volume::Open(txn::Volume::TakeDevice(std::move(vol)), vo);
+    for (auto* u : undo) u->Forget();  // committed: a later Discard must not undo it
+    return txn::Volume::Open(txn::Volume::TakeDevices(std::move(vol)), vo);
   }
-  auto overlay = std::make_unique<io::OverlayDevice>(txn::Volume::TakeDevice(std::move(vol)));
-  std::unique_ptr<io::BlockDevice> view = overlay->Share();
+  std::vector<std::unique_ptr<io::BlockDevice>> overlays, views;
+  for (auto& d : txn::Volume::TakeDevices(std::move(vol))) {
+    auto overlay = std::make_unique<io::OverlayDevice>(std::move(d));
+    views.push_back(overlay->Share());
+    overlays.push_back(std::move(overlay));
+  }
   txn::VolumeOptions wo = vo;
   wo.writable = true;
+  wo.degraded = true;  // only memory is written
   Status st = Status::Ok();
   {
-    auto rw = txn::Volume::Open(std::move(overlay), wo);
+    auto rw = txn::Volume::Open(std::move(overlays), wo);
     st = rw.ok() ? log::ReplayLog(rw->get()) : rw.status();
   }
   if (!st.ok() && st.code() != EOPNOTSUPP) {
@@ -62,7 +77,7 @@ Result<std::unique_ptr<txn::Volume>> ReplayTreeLog(std::unique_ptr<txn::Volume> 
   }
   // Unsupported for writing (so not replayable): the last commit's state,
   // as before; an uncommitted replay left the superblock as it was.
-  UB_ASSIGN_OR_RETURN(auto ro, txn::Volume::Open(std::move(view), vo));
+  UB_ASSIGN_OR_RETURN(auto ro, txn::Volume::Open(std::move(views), vo));
   if (!st.ok()) {
     ro->AddWarning("the tree log cannot be replayed (" + st.message() +
                    "): files fsynced after the last commit are not shown");
@@ -76,22 +91,32 @@ Result<std::unique_ptr<txn::Volume>> ReplayTreeLog(std::unique_ptr<txn::Volume> 
 }  // namespace
 
 Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice> dev, const OpenOptions& options) {
+  std::vector<std::unique_ptr<io::BlockDevice>> devs;
+  devs.push_back(std::move(dev));
+  return OpenOnDevices(std::move(devs), options);
+}
+
+Result<std::unique_ptr<Filesystem>> OpenOnDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs,
+                                                  const OpenOptions& options) {
   txn::VolumeOptions vo;
   vo.writable = options.writable;
+  vo.degraded = options.degraded;
   vo.node_cache_bytes = options.node_cache_bytes;
   vo.verify_data_csums = options.verify_data_csums;
-  io::UndoDevice* undo = nullptr;
+  std::vector<io::UndoDevice*> undo;
   if (options.writable && options.undo_uncommitted) {
-    auto u = std::make_unique<io::UndoDevice>(std::move(dev));
-    undo = u.get();
-    dev = std::move(u);
+    for (auto& dev : devs) {
+      auto u = std::make_unique<io::UndoDevice>(std::move(dev));
+      undo.push_back(u.get());
+      dev = std::move(u);
+    }
   }
-  UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(dev), vo));
+  UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(devs), vo));
   if (vol->super().log_root.get() != 0) {
     UB_ASSIGN_OR_RETURN(vol, ReplayTreeLog(std::move(vol), vo, undo));
   }
   auto impl = std::make_unique<FilesystemImpl>(std::move(vol));
-  impl->set_undo_device(undo);
+  impl->set_undo_devices(std::move(undo));
   impl->set_legacy_dir_index_batching(options.legacy_dir_index_batching);
   impl->set_dir_item_options(options.dir_item_index_after, options.dir_item_batch);
   impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));

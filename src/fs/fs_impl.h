@@ -169,7 +169,7 @@ class FilesystemImpl final : public Filesystem {
   // result as Write, sooner.
   Result<size_t> WritePrecompressed(InodeId file, uint64_t offset, std::span<const uint8_t> data,
                                     std::span<const fs::Precompressed> pre);
-  void set_undo_device(io::UndoDevice* u) { undo_ = u; }
+  void set_undo_devices(std::vector<io::UndoDevice*> u) { undo_ = std::move(u); }
 
   // ---- Write side (write_ops.cc) ----
   Result<InodeId> Create(InodeId dir, std::string_view name, const NewInode& attrs) override;
@@ -303,6 +303,8 @@ class FilesystemImpl final : public Filesystem {
     i.incompat_flags = sb.incompat_flags.get();
     i.compat_ro_flags = sb.compat_ro_flags.get();
     i.superblock_mirror = vol_->super_mirror();
+    i.devid = sb.dev_item.devid.get();
+    i.devices_missing = vol_->missing_devices();
     return i;
   }
 
@@ -1053,7 +1055,7 @@ class FilesystemImpl final : public Filesystem {
   PaddedWriterCache cached_writer_;
   std::atomic<bool> caller_keeps_file_times_{false};  // SetCallerKeepsFileTimes
   std::atomic<bool> aborted_{false};        // a failed change: no more writes, no commit
-  io::UndoDevice* undo_ = nullptr;           // inside vol_'s device chain, when undo_uncommitted
+  std::vector<io::UndoDevice*> undo_;        // inside vol_'s devices (one each), when undo_uncommitted
   // The failing operation of this thread had changed nothing yet (set by the
   // operation, read and cleared by NoteFailure).
   static thread_local bool t_clean_failure;

@@ -5,6 +5,7 @@
 #define UBTRFS_FS_OPEN_DEVICE_H_
 
 #include <memory>
+#include <vector>
 
 #include "io/block_device.h"
 #include "ubtrfs/filesystem.h"
@@ -12,6 +13,10 @@
 namespace ubtrfs {
 
 Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice> dev, const OpenOptions& options);
+// The devices of one filesystem, in any order (txn::Volume::Open matches
+// them by devid).
+Result<std::unique_ptr<Filesystem>> OpenOnDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs,
+                                                  const OpenOptions& options);
 
 }  // namespace ubtrfs
 

@@ -1221,7 +1221,7 @@ Status FilesystemImpl::CommitImpl() {
   ApplyPendingIncompat();
   UB_RETURN_IF_ERROR(txn_->Commit());
   ResetLog();  // the commit's superblock has no log_root
-  if (undo_ != nullptr) undo_->Forget();  // what the commit made durable stays
+  for (auto* u : undo_) u->Forget();  // what the commit made durable stays
   const txn::TxnStats& after = txn_->stats();
   if (after.commits != before.commits) {
     commit_time.Record(stats::NowNs() - t0);
@@ -1374,7 +1374,12 @@ Status FilesystemImpl::Discard() {
       aborted_ = true;
     }
   }
-  if (undo_ != nullptr) return undo_->Rollback().WithContext("putting back the bytes written since the last commit");
+  if (!undo_.empty()) {
+    for (auto* u : undo_) {
+      UB_RETURN_IF_ERROR(u->Rollback().WithContext("putting back the bytes written since the last commit"));
+    }
+    return Status::Ok();
+  }
   return Status::Ok();
 }
 

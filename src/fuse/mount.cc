@@ -1,4 +1,5 @@
 #include "fuse/mount.h"
+#include "txn/devices.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -51,6 +52,8 @@ struct Parsed {
   std::string subvol;                     // subvol=, subvolid= (OpenOptions)
   uint64_t subvolid = 0;
   CompressOptions compress;               // compress=, compress-force=
+  bool degraded = false;                  // degraded (OpenOptions::degraded)
+  std::vector<std::string> devices;       // device=PATH (OpenOptions::devices), as the kernel's
 };
 
 bool ParseSeconds(const std::string& text, double* out) {
@@ -108,6 +111,10 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
       const bool has_val = eq != std::string::npos;
       if (opt == "ro") {
         p->read_only = true;
+      } else if (opt == "degraded") {
+        p->degraded = true;
+      } else if (key == "device" && has_val && !val.empty()) {
+        p->devices.push_back(val);
       } else if (opt == "rw") {
         p->read_only = false;
       } else if (key == "commit" && has_val) {
@@ -253,23 +260,35 @@ int RunMount(const MountConfig& cfg) {
   // daemon's fork, which shares the open file description) until exit. A
   // read-only mount takes a shared lock, so it and a read-write one exclude
   // each other too.
-  const int lock_fd = ::open(cfg.image.c_str(), (p.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-  if (lock_fd < 0) {
-    fmt::print(stderr, "ubtrfs: mount: {}: {}\n", cfg.image, std::strerror(errno));
-    return 1;
-  }
-  if (::flock(lock_fd, (p.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
-    const int e = errno;
-    if (e == EWOULDBLOCK) {
-      fmt::print(stderr,
-                 "ubtrfs: mount: {} is in use by another mount ({}); refusing to mount it {} as well\n",
-                 cfg.image, p.read_only ? "mounted read-write" : "locked by another ubtrfs process",
-                 p.read_only ? "read-only" : "read-write");
-    } else {
-      fmt::print(stderr, "ubtrfs: mount: locking {}: {}\n", cfg.image, std::strerror(e));
+  // Every device of a multi-device filesystem is locked alike.
+  std::vector<std::string> to_lock = txn::SplitDeviceList(cfg.image);
+  for (const auto& d : p.devices) to_lock.push_back(d);
+  std::vector<int> lock_fds;
+  auto unlock_all = [&] {
+    for (int fd : lock_fds) ::close(fd);
+    lock_fds.clear();
+  };
+  for (const auto& path : to_lock) {
+    const int lock_fd = ::open(path.c_str(), (p.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (lock_fd < 0) {
+      fmt::print(stderr, "ubtrfs: mount: {}: {}\n", path, std::strerror(errno));
+      unlock_all();
+      return 1;
     }
-    ::close(lock_fd);
-    return 1;
+    lock_fds.push_back(lock_fd);
+    if (::flock(lock_fd, (p.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+      const int e = errno;
+      if (e == EWOULDBLOCK) {
+        fmt::print(stderr,
+                   "ubtrfs: mount: {} is in use by another mount ({}); refusing to mount it {} as well\n",
+                   path, p.read_only ? "mounted read-write" : "locked by another ubtrfs process",
+                   p.read_only ? "read-only" : "read-write");
+      } else {
+        fmt::print(stderr, "ubtrfs: mount: locking {}: {}\n", path, std::strerror(e));
+      }
+      unlock_all();
+      return 1;
+    }
   }
 
   OpenOptions oo;
@@ -279,11 +298,15 @@ int RunMount(const MountConfig& cfg) {
   oo.compress = p.compress;
   oo.offset = cfg.offset;
   oo.partition = cfg.partition;
+  oo.devices = p.devices;
+  for (const auto& d : cfg.devices) oo.devices.push_back(d);
+  oo.scan_dirs = cfg.scan_dirs;
+  oo.degraded = p.degraded || cfg.degraded;
   auto opened = Filesystem::Open(cfg.image, oo);
   if (!opened.ok()) {
     fmt::print(stderr, "ubtrfs: mount: {}: {}{}\n", cfg.image, opened.status().ToString(),
                !p.read_only && opened.status().code() == EOPNOTSUPP ? "; -o ro mounts it read-only" : "");
-    ::close(lock_fd);
+    unlock_all();
     return 1;
   }
   std::unique_ptr<Filesystem> fs = std::move(*opened);
@@ -308,19 +331,19 @@ int RunMount(const MountConfig& cfg) {
   if (se) adapter->SetSession(se.get());
   if (!se) {
     fmt::print(stderr, "ubtrfs: mount: bad FUSE options '{}'\n", fuse_opts);
-    ::close(lock_fd);
+    unlock_all();
     return 2;
   }
   if (fuse_set_signal_handlers(se.get()) != 0) {
     fmt::print(stderr, "ubtrfs: mount: cannot install signal handlers\n");
-    ::close(lock_fd);
+    unlock_all();
     return 1;
   }
   if (fuse_session_mount(se.get(), mountpoint.c_str()) != 0) {
     // libfuse has said why (no /dev/fuse, EPERM from fusermount3, ...).
     fmt::print(stderr, "ubtrfs: mount: cannot mount {} on {}\n", cfg.image, mountpoint);
     fuse_remove_signal_handlers(se.get());
-    ::close(lock_fd);
+    unlock_all();
     return 1;
   }
   if (!cfg.foreground) {
@@ -328,7 +351,7 @@ int RunMount(const MountConfig& cfg) {
     if (fuse_daemonize(0) != 0) {
       fuse_session_unmount(se.get());
       fuse_remove_signal_handlers(se.get());
-      ::close(lock_fd);
+      unlock_all();
       return 1;
     }
     openlog("ubtrfs", LOG_PID, LOG_DAEMON);
@@ -369,7 +392,7 @@ int RunMount(const MountConfig& cfg) {
   if (p.stats) Log("requests: " + adapter->CountsReport());
   adapter.reset();
   fs.reset();
-  ::close(lock_fd);  // only now may another mount open the image
+  unlock_all();  // only now may another mount open the image
   return rc;
 }
 

@@ -18,7 +18,9 @@ struct MountConfig {
   //   tree log), stats (request counters on stderr at unmount),
   //   nodefault_permissions (no permission checks by the kernel;
   //   refused with allow_other on a read-write mount), debug,
-  //   subvol=PATH / subvolid=ID (where the mount starts, as btrfs's).
+  //   subvol=PATH / subvolid=ID (where the mount starts, as btrfs's),
+  //   device=PATH (another device of the filesystem), degraded (write
+  //   although devices are missing), as the kernel's.
   // Anything else goes to libfuse (allow_other, auto_unmount, max_read=, ...).
   std::vector<std::string> options;
   bool foreground = false;
@@ -26,6 +28,11 @@ struct MountConfig {
   // Where the filesystem lies in the image (OpenOptions::offset, partition).
   uint64_t offset = 0;
   int partition = 0;
+  // More devices of a multi-device filesystem (OpenOptions::devices,
+  // scan_dirs, degraded); -o device=PATH and -o degraded add to them.
+  std::vector<std::string> devices;
+  std::vector<std::string> scan_dirs;
+  bool degraded = false;
 };
 
 // Opens, locks and mounts the image; without `foreground`, daemonizes once

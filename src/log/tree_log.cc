@@ -331,34 +331,14 @@ Status TreeLog::Sync(txn::TxnManager* txn) {
   UB_ASSIGN_OR_RETURN(auto root_leaves, BuildLeaves(txn, roots));
   UB_ASSIGN_OR_RETURN(Built top, BuildNodes(txn, std::move(root_leaves)));
 
-  // The new blocks, neighbours gathered into one write; then the superblock
-  // only once they are durable.
-  io::BlockDevice* dev = vol_->device();
-  std::vector<std::pair<uint64_t, std::span<const uint8_t>>> writes;  // physical, bytes
+  // The new blocks (every copy, on every device), then the superblock only
+  // once they are durable.
   for (const auto& [bytenr, bytes] : pending_) {
-    UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
-    for (uint64_t p : copies) writes.push_back({p, bytes});
+    UB_RETURN_IF_ERROR(vol_->chunk_io().Write(bytenr, bytes).WithContext("writing a tree log block"));
   }
-  std::sort(writes.begin(), writes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::span<const uint8_t>> run;
-  uint64_t run_start = 0, run_bytes = 0;
-  auto flush_run = [&]() -> Status {
-    if (run.empty()) return Status::Ok();
-    UB_RETURN_IF_ERROR(dev->WriteGather(run_start, run));
-    run.clear();
-    run_bytes = 0;
-    return Status::Ok();
-  };
-  for (const auto& [phys, bytes] : writes) {
-    if (!run.empty() && (phys != run_start + run_bytes || run_bytes >= (1u << 20))) UB_RETURN_IF_ERROR(flush_run());
-    if (run.empty()) run_start = phys;
-    run.push_back(bytes);
-    run_bytes += bytes.size();
-  }
-  UB_RETURN_IF_ERROR(flush_run());
-  UB_RETURN_IF_ERROR(dev->Flush());
+  UB_RETURN_IF_ERROR(vol_->devices().Flush());
   UB_RETURN_IF_ERROR(vol_->WriteLogSuperblock(top.bytenr, static_cast<uint8_t>(top.level)));
-  UB_RETURN_IF_ERROR(dev->Flush());
+  UB_RETURN_IF_ERROR(vol_->devices().Flush());
   // The commit that ends this transaction must write a superblock, whatever
   // else it holds: the one on the device points at this log.
   txn->ForceSuperblockWrite();

@@ -57,35 +57,47 @@ Result<BlockRef> BlockReader::Read(const BlockCheck& check) {
     stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
     return cached;
   }
+  UB_RETURN_IF_ERROR(CheckPlace(check));
+  const int mirrors = io_->NumMirrors(check.bytenr);
+  Status first_error;
+  for (int i = 0; i < mirrors; ++i) {
+    auto block = ReadMirror(check, i);
+    if (block.ok()) {
+      if (i > 0) stats_.mirror_repairs.fetch_add(1, std::memory_order_relaxed);
+      cache_.Put(*block);
+      return *block;
+    }
+    if (first_error.ok()) first_error = block.status();
+  }
+  if (mirrors > 1) {
+    return first_error.WithContext("all " + std::to_string(mirrors) + " copies bad, first");
+  }
+  return first_error;
+}
+
+Status BlockReader::CheckPlace(const BlockCheck& check) const {
+  const std::string where = "tree block " + std::to_string(check.bytenr);
   if (check.bytenr % 4096 != 0) return Status::Corrupt(where + ": not aligned");
-  auto mapped = chunks_->Map(check.bytenr, params_.nodesize);
-  if (!mapped.ok()) return mapped.status().WithContext(where);
-  std::vector<uint64_t> copies = std::move(*mapped);
   const alloc::ChunkInfo* chunk = chunks_->Find(check.bytenr);
+  if (chunk == nullptr) {
+    return Status::Corrupt(where + ": logical address " + std::to_string(check.bytenr) + " is not in any chunk");
+  }
+  if (check.bytenr - chunk->logical > chunk->length - params_.nodesize || chunk->length < params_.nodesize) {
+    return Status::Corrupt(where + ": crosses the end of chunk " + std::to_string(chunk->logical));
+  }
   if (chunk->type & format::kBlockGroupData && !(chunk->type & format::kBlockGroupMetadata) &&
       !(chunk->type & format::kBlockGroupSystem)) {
     return Status::Corrupt(where + ": lies in a DATA chunk");
   }
-  Status first_error;
-  for (size_t i = 0; i < copies.size(); ++i) {
-    std::vector<uint8_t> buf = TakeBlockBuffer(params_.nodesize);
-    stats_.reads.fetch_add(1, std::memory_order_relaxed);
-    Status st = dev_->ReadAt(copies[i], buf);
-    if (st.ok()) {
-      auto block = TreeBlock::Parse(std::move(buf), params_, check);
-      if (block.ok()) {
-        if (i > 0) stats_.mirror_repairs.fetch_add(1, std::memory_order_relaxed);
-        cache_.Put(*block);
-        return *block;
-      }
-      st = block.status();
-    }
-    if (first_error.ok()) first_error = st;
-  }
-  if (copies.size() > 1) {
-    return first_error.WithContext("all " + std::to_string(copies.size()) + " copies bad, first");
-  }
-  return first_error;
+  return Status::Ok();
+}
+
+Result<BlockRef> BlockReader::ReadMirror(const BlockCheck& check, int mirror) {
+  UB_RETURN_IF_ERROR(CheckPlace(check));
+  std::vector<uint8_t> buf = TakeBlockBuffer(params_.nodesize);
+  stats_.reads.fetch_add(1, std::memory_order_relaxed);
+  UB_RETURN_IF_ERROR(io_->Read(check.bytenr, buf, mirror).WithContext("tree block " + std::to_string(check.bytenr)));
+  return TreeBlock::Parse(std::move(buf), params_, check);
 }
 
 }  // namespace ubtrfs::tree

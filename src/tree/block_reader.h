@@ -1,6 +1,6 @@
 // Reads tree blocks through the chunk map, verifies them, and keeps recently
-// used ones in an LRU node cache. With DUP metadata a block that fails
-// verification on one copy is read from the other.
+// used ones in an LRU node cache. A block that fails verification on one
+// copy (DUP, RAID1*, RAID10) is read from the next, or rebuilt from parity.
 #ifndef UBTRFS_TREE_BLOCK_READER_H_
 #define UBTRFS_TREE_BLOCK_READER_H_
 
@@ -10,8 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "alloc/chunk_map.h"
-#include "io/block_device.h"
+#include "alloc/chunk_io.h"
 #include "tree/tree_block.h"
 
 namespace ubtrfs::tree {
@@ -51,10 +50,14 @@ class BlockSource {
 
 class BlockReader final : public BlockSource {
  public:
-  BlockReader(io::BlockDevice* dev, const alloc::ChunkMap* chunks, const TreeParams& params, size_t cache_bytes)
-      : dev_(dev), chunks_(chunks), params_(params), cache_(cache_bytes) {}
+  BlockReader(alloc::ChunkIo* io, const TreeParams& params, size_t cache_bytes)
+      : io_(io), chunks_(&io->map()), params_(params), cache_(cache_bytes) {}
 
   Result<BlockRef> Read(const BlockCheck& check) override;
+  // One mirror of the block (alloc::ChunkIo's numbering), verified, not
+  // cached: scrub and check look at every copy.
+  Result<BlockRef> ReadMirror(const BlockCheck& check, int mirror);
+  int NumMirrors(uint64_t bytenr) const { return io_->NumMirrors(bytenr); }
   // After a commit wrote blocks at these addresses, older cached contents
   // are stale; written blocks can be cached directly.
   void Invalidate(uint64_t bytenr) { cache_.Erase(bytenr); }
@@ -63,7 +66,9 @@ class BlockReader final : public BlockSource {
   const BlockReaderStats& stats() const { return stats_; }
 
  private:
-  io::BlockDevice* dev_;
+  Status CheckPlace(const BlockCheck& check) const;
+
+  alloc::ChunkIo* io_;
   const alloc::ChunkMap* chunks_;
   TreeParams params_;
   NodeCache cache_;

@@ -91,14 +91,7 @@ Status TxnManager::NoteBlockGroupItem(const Key& k, std::set<uint64_t>* seen) {
 Status TxnManager::ExcludeSuperStripes() {
   std::set<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [logical, c] : vol_->chunks().chunks()) {
-    for (uint64_t phys : c.physical) {
-      for (int m = 0; m < kSuperMirrorMax; ++m) {
-        const uint64_t sb = SuperblockOffset(m);
-        if (sb < phys || sb >= phys + c.length) continue;
-        const uint64_t start = logical + (sb - phys) / kStripeLen * kStripeLen;
-        ranges.insert({start, std::min(kStripeLen, logical + c.length - start)});
-      }
-    }
+    for (auto r : alloc::SuperblockRanges(c)) ranges.insert(r);
   }
   for (const auto& [start, len] : ranges) {
     UB_RETURN_IF_ERROR(space_->MarkUsed(start, len).WithContext("superblock stripe"));

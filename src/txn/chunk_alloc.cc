@@ -16,6 +16,9 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
+// The kernel's BTRFS_AVAIL_ALLOC_BIT_SINGLE: "single was seen", apart from
+// no profile bit at all.
+constexpr uint64_t kAvailAllocBitSingle = 1ull << 48;
 
 uint64_t RoundDown(uint64_t v, uint64_t a) { return v / a * a; }
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -107,8 +110,6 @@ Result<std::vector<uint64_t>> PlaceStripes(const std::vector<std::pair<uint64_t,
 
 Status ChunkAllocator::Load() {
   Volume* vol = txn_->vol_;
-  const SuperBlock& sb = vol->super();
-  const uint64_t devid = sb.dev_item.devid.get();
 
   const tree::RootPtr chunk_root = vol->chunk_tree();
   UB_ASSIGN_OR_RETURN(tree::BlockRef root_block,
@@ -116,36 +117,67 @@ Status ChunkAllocator::Load() {
                                                            chunk_root.generation, {}}));
   std::memcpy(chunk_tree_uuid_, root_block->header().chunk_tree_uuid, kUuidSize);
 
-  const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
-  UB_ASSIGN_OR_RETURN(auto dev_item, tree::LookupItem(txn_->source(), chunk_root, dev_key));
-  if (!dev_item || dev_item->size() < sizeof(DevItem)) {
-    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+  device_end_ = 0;
+  for (const auto& [devid, item] : vol->dev_items()) {
+    io::BlockDevice* bd = vol->devices().Get(devid);
+    if (bd == nullptr) continue;  // missing: nothing goes there
+    Dev& d = devs_[devid];
+    d.item = item;
+    d.end = std::min<uint64_t>(item.total_bytes.get(), bd->Size());
+    device_end_ += d.end;
   }
-  std::memcpy(&dev_item_, dev_item->data(), sizeof(DevItem));
-  device_end_ = std::min<uint64_t>(dev_item_.total_bytes.get(), vol->device()->Size());
+  if (devs_.empty()) return Status::Corrupt("chunk tree: no DEV_ITEM for any device present");
 
   UB_ASSIGN_OR_RETURN(auto dev_root, vol->FindRoot(kDevTreeObjectid));
   tree::Cursor c(txn_->source(), dev_root.ref);
-  UB_RETURN_IF_ERROR(c.Seek(Key{devid, kDevExtentKey, 0}).WithContext("dev tree"));
-  uint64_t sum = 0;
-  for (; c.Valid() && c.key().objectid == devid && c.key().type == kDevExtentKey;) {
-    if (c.data().size() < sizeof(DevExtent)) {
-      return Status::Corrupt("dev tree: short DEV_EXTENT " + KeyToString(c.key()));
+  UB_RETURN_IF_ERROR(c.Seek(Key{0, kDevExtentKey, 0}).WithContext("dev tree"));
+  for (; c.Valid();) {
+    if (c.key().type == kDevExtentKey) {
+      if (c.data().size() < sizeof(DevExtent)) {
+        return Status::Corrupt("dev tree: short DEV_EXTENT " + KeyToString(c.key()));
+      }
+      const auto* de = reinterpret_cast<const DevExtent*>(c.data().data());
+      auto it = devs_.find(c.key().objectid);
+      if (it != devs_.end()) {
+        uint64_t& len = it->second.extents[c.key().offset];
+        len = std::max(len, de->length.get());
+        // DEV_ITEM.bytes_used is written as this sum (plus new chunks), which
+        // also mends an image where the two disagree.
+        it->second.bytes_used += de->length.get();
+      }
     }
-    const auto* de = reinterpret_cast<const DevExtent*>(c.data().data());
-    dev_extents_[c.key().offset] = std::max(dev_extents_[c.key().offset], de->length.get());
-    sum += de->length.get();
     UB_RETURN_IF_ERROR(c.Next().WithContext("dev tree"));
   }
-  // DEV_ITEM.bytes_used is written as this sum (plus new chunks), which also
-  // mends an image where the two disagree.
-  dev_bytes_used_ = sum;
   // Stripes are device space too, whatever the dev tree says.
+  uint64_t seen[3] = {0, 0, 0};
   for (const auto& [logical, ci] : vol->chunks().chunks()) {
-    for (uint64_t p : ci.physical) dev_extents_[p] = std::max(dev_extents_[p], ci.length);
-    for (int bit = 0; bit < 3; ++bit) {
-      if (ci.type & (1ull << bit)) profile_[bit] = ci.type & kBlockGroupProfileMask;
+    for (const alloc::StripeLoc& st : ci.stripes) {
+      auto it = devs_.find(st.devid);
+      if (it == devs_.end()) continue;
+      uint64_t& len = it->second.extents[st.physical];
+      len = std::max(len, ci.stripe_size);
     }
+    for (int bit = 0; bit < 3; ++bit) {
+      if (ci.type & (1ull << bit)) {
+        seen[bit] |= ci.type & kBlockGroupProfileMask;
+        if ((ci.type & kBlockGroupProfileMask) == 0) seen[bit] |= kAvailAllocBitSingle;
+      }
+    }
+  }
+  // The most redundant profile in use, reduced to what the present devices
+  // allow (the kernel's btrfs_reduce_alloc_profile).
+  const uint32_t ndevs = static_cast<uint32_t>(devs_.size());
+  for (int bit = 0; bit < 3; ++bit) {
+    if (seen[bit] == 0) continue;
+    uint64_t allowed = 0;
+    for (uint64_t p : {kBlockGroupRaid1c4, kBlockGroupRaid6, kBlockGroupRaid1c3, kBlockGroupRaid5, kBlockGroupRaid10,
+                       kBlockGroupRaid1, kBlockGroupDup, kBlockGroupRaid0}) {
+      if ((seen[bit] & p) && alloc::RuleFor(p).devs_min <= ndevs) {
+        allowed = p;
+        break;
+      }
+    }
+    profile_[bit] = allowed;
   }
   return Status::Ok();
 }
@@ -176,33 +208,85 @@ std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::FreeDeviceRanges() co
 
 std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::FreeDeviceRangesLocked() const {
   std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [devid, d] : devs_) {
+    auto r = FreeRanges(d);
+    out.insert(out.end(), r.begin(), r.end());
+  }
+  return out;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::FreeRanges(const Dev& d) const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
   auto add = [&](uint64_t s, uint64_t e) {
     s = RoundUp(s, kStripeLen);
     e = RoundDown(e, kStripeLen);
     if (e > s) out.push_back({s, e - s});
   };
   uint64_t cur = kDeviceStart;
-  for (const auto& [s, l] : dev_extents_) {
-    if (s > cur) add(cur, std::min(s, device_end_));
+  for (const auto& [s, l] : d.extents) {
+    if (s > cur) add(cur, std::min(s, d.end));
     cur = std::max(cur, s + l);
-    if (cur >= device_end_) break;
+    if (cur >= d.end) break;
   }
-  if (cur < device_end_) add(cur, device_end_);
+  if (cur < d.end) add(cur, d.end);
   return out;
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::SuperStripes(uint64_t logical, uint64_t len,
-                                                                        const std::vector<uint64_t>& physical) const {
-  std::set<std::pair<uint64_t, uint64_t>> ranges;
-  for (uint64_t p : physical) {
-    for (int m = 0; m < kSuperMirrorMax; ++m) {
-      const uint64_t sb = SuperblockOffset(m);
-      if (sb < p || sb >= p + len) continue;
-      const uint64_t start = logical + (sb - p) / kStripeLen * kStripeLen;
-      ranges.insert({start, std::min(kStripeLen, logical + len - start)});
+Status ChunkAllocator::PlaceChunk(uint64_t profile, uint64_t want, uint64_t need,
+                                  std::vector<std::pair<uint64_t, uint64_t>>* stripes, uint64_t* stripe_size) const {
+  stripes->clear();
+  const alloc::ProfileRule rule = alloc::RuleFor(profile);
+  struct Cand {
+    uint64_t devid, max_avail, total_free;
+    std::vector<std::pair<uint64_t, uint64_t>> holes;
+  };
+  std::vector<Cand> cands;
+  for (const auto& [devid, d] : devs_) {
+    Cand c{devid, 0, 0, FreeRanges(d)};
+    for (auto [s, l] : c.holes) {
+      c.max_avail = std::max(c.max_avail, l);
+      c.total_free += l;
+    }
+    if (c.max_avail >= kStripeLen) cands.push_back(std::move(c));
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    return a.max_avail != b.max_avail ? a.max_avail > b.max_avail : a.total_free > b.total_free;
+  });
+  if (profile == 0 || profile == kBlockGroupDup) {
+    // One device: the one with the largest free range (the only one, on a
+    // single-device filesystem), places as before.
+    if (cands.empty()) cands.push_back(Cand{devs_.begin()->first, 0, 0, {}});
+    const Cand& c = cands.front();
+    UB_ASSIGN_OR_RETURN(auto placed, PlaceStripes(c.holes, profile == kBlockGroupDup ? 2 : 1, want, need, stripe_size));
+    for (uint64_t p : placed) stripes->push_back({c.devid, p});
+    return Status::Ok();
+  }
+  uint32_t ndevs = static_cast<uint32_t>(cands.size());
+  if (rule.devs_max != 0) ndevs = std::min(ndevs, rule.devs_max);
+  ndevs -= ndevs % rule.increment;
+  if (ndevs < rule.devs_min) {
+    return Status::Error(ENOSPC, alloc::ProfileName(profile) + " needs " + std::to_string(rule.devs_min) +
+                                     " devices with free space, " + std::to_string(cands.size()) + " have any");
+  }
+  const uint64_t data_stripes = profile == kBlockGroupRaid0 ? ndevs : profile == kBlockGroupRaid10 ? ndevs / 2 : 1;
+  const uint64_t want_stripe = std::max(RoundDown(want / data_stripes, kStripeLen), kStripeLen);
+  const uint64_t need_stripe = RoundUp((need + data_stripes - 1) / data_stripes, kStripeLen);
+  uint64_t size = std::min(want_stripe, RoundDown(cands[ndevs - 1].max_avail, kStripeLen));
+  if (size < need_stripe || size == 0) {
+    return Status::Error(ENOSPC, "no room for " + std::to_string(ndevs) + " " + alloc::ProfileName(profile) +
+                                     " stripes of " + std::to_string(need_stripe) + " bytes (the smallest largest "
+                                     "free range is " + std::to_string(cands[ndevs - 1].max_avail) + " bytes)");
+  }
+  for (uint32_t i = 0; i < ndevs; ++i) {
+    for (auto [s, l] : cands[i].holes) {
+      if (l >= size) {
+        stripes->push_back({cands[i].devid, s});
+        break;
+      }
     }
   }
-  return {ranges.begin(), ranges.end()};
+  *stripe_size = size;
+  return Status::Ok();
 }
 
 // ---- Phase 1: in memory ---------------------------------------------------------------------
@@ -219,10 +303,15 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
   const std::string kind_name = alloc::SpaceManager::KindName(kind);
   const int bit = std::countr_zero(kind);
   const uint64_t profile = profile_[bit];
-  const int nstripes = profile == kBlockGroupDup ? 2 : 1;
-  if (profile != 0 && profile != kBlockGroupDup) {
-    return Status::Unsupported("new " + kind_name + " chunk: " + alloc::ProfileName(profile) + " profile");
+  if (profile & (kBlockGroupRaid5 | kBlockGroupRaid6)) {
+    return Status::Unsupported("new " + kind_name + " chunk: " + alloc::ProfileName(profile) +
+                               " profile (RAID5/RAID6 are read-only)");
   }
+  // The most stripes this chunk can have: what the system chunk array
+  // must make room for.
+  const alloc::ProfileRule rule = alloc::RuleFor(profile);
+  const size_t max_stripes =
+      profile == kBlockGroupDup ? 2 : rule.devs_max != 0 ? rule.devs_max : std::max<size_t>(devs_.size(), 1);
 
   // Data must not take the last device space from the metadata its extents
   // need (csums, extent items, file extent items).
@@ -230,7 +319,7 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
     if (NewChunkLocked(kBlockGroupMetadata, vol->nodesize()).ok()) ++stats_.early_metadata_chunks;
   }
 
-  const size_t sys_entry = sizeof(DiskKey) + sizeof(Chunk) + nstripes * sizeof(Stripe);
+  const size_t sys_entry = sizeof(DiskKey) + sizeof(Chunk) + max_stripes * sizeof(Stripe);
   if (kind == kBlockGroupSystem) {
     size_t used = vol->super().sys_chunk_array_size.get();
     for (const auto& p : pending_) {
@@ -256,46 +345,58 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
       logical = kLogicalAlign;
     }
   }
-  uint64_t len = 0;
-  std::vector<uint64_t> physical;
+  uint64_t len = 0, stripe_size = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> placed;
   std::vector<std::pair<uint64_t, uint64_t>> excluded;
+  std::vector<uint8_t> item;
+  const uint64_t type = kind | profile;
   for (int attempt = 0;; ++attempt) {
-    auto placed = PlaceStripes(FreeDeviceRangesLocked(), nstripes, want, need, &len);
-    if (!placed.ok()) {
+    Status st = PlaceChunk(profile, want, need, &placed, &stripe_size);
+    if (!st.ok()) {
       ++stats_.enospc;
-      return placed.status().WithContext("no new " + kind_name + " chunk for " + std::to_string(min_len) + " bytes");
+      return st.WithContext("no new " + kind_name + " chunk for " + std::to_string(min_len) + " bytes");
     }
-    physical = std::move(*placed);
-    excluded = SuperStripes(logical, len, physical);
-    // A superblock copy inside a stripe takes 64 KiB out of the middle of the
-    // chunk; the request must still fit in one piece.
+    const size_t nstripes = placed.size();
+    const uint64_t data_stripes =
+        profile == kBlockGroupRaid0 ? nstripes : profile == kBlockGroupRaid10 ? nstripes / 2 : 1;
+    len = stripe_size * data_stripes;
+    item.assign(sizeof(Chunk) + nstripes * sizeof(Stripe), 0);
+    auto* c = reinterpret_cast<Chunk*>(item.data());
+    c->length = len;
+    c->owner = kExtentTreeObjectid;
+    c->stripe_len = kStripeLen;
+    c->type = type;
+    c->io_align = static_cast<uint32_t>(kStripeLen);
+    c->io_width = static_cast<uint32_t>(kStripeLen);
+    c->sector_size = vol->sectorsize();
+    c->num_stripes = static_cast<uint16_t>(nstripes);
+    c->sub_stripes = profile == kBlockGroupRaid10 ? 2 : 1;
+    auto* stripes = reinterpret_cast<Stripe*>(item.data() + sizeof(Chunk));
+    alloc::ChunkInfo ci;
+    ci.logical = logical;
+    ci.length = len;
+    ci.type = type;
+    ci.stripe_len = kStripeLen;
+    ci.sub_stripes = c->sub_stripes.get();
+    ci.stripe_size = stripe_size;
+    for (size_t i = 0; i < nstripes; ++i) {
+      const auto [devid, phys] = placed[i];
+      stripes[i].devid = devid;
+      stripes[i].offset = phys;
+      std::memcpy(stripes[i].dev_uuid, devs_.at(devid).item.uuid, kUuidSize);
+      ci.stripes.push_back({devid, phys});
+    }
+    excluded = alloc::SuperblockRanges(ci);
+    // A superblock copy inside a stripe takes 64 KiB (a RAID5/6 row) out of
+    // the middle of the chunk; the request must still fit in one piece.
     if (LargestRun(logical, len, excluded) >= min_len) break;
     if (attempt >= 3) {
       ++stats_.enospc;
       return Status::Error(ENOSPC, "no new " + kind_name + " chunk for " + std::to_string(min_len) +
                                        " bytes: superblock copies split every place that fits");
     }
-    need = len + 2 * kStripeLen;
+    need = len + 2 * kStripeLen * data_stripes;
     want = std::max(want, need);
-  }
-
-  const uint64_t type = kind | profile;
-  std::vector<uint8_t> item(sizeof(Chunk) + nstripes * sizeof(Stripe));
-  auto* c = reinterpret_cast<Chunk*>(item.data());
-  c->length = len;
-  c->owner = kExtentTreeObjectid;
-  c->stripe_len = kStripeLen;
-  c->type = type;
-  c->io_align = static_cast<uint32_t>(kStripeLen);
-  c->io_width = static_cast<uint32_t>(kStripeLen);
-  c->sector_size = vol->sectorsize();
-  c->num_stripes = static_cast<uint16_t>(nstripes);
-  c->sub_stripes = 1;
-  auto* stripes = reinterpret_cast<Stripe*>(item.data() + sizeof(Chunk));
-  for (int i = 0; i < nstripes; ++i) {
-    stripes[i].devid = dev_item_.devid.get();
-    stripes[i].offset = physical[i];
-    std::memcpy(stripes[i].dev_uuid, dev_item_.uuid, kUuidSize);
   }
 
   const std::string where = "new " + kind_name + " chunk at " + std::to_string(logical);
@@ -307,8 +408,8 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
     txn_->excluded_ranges_.push_back({s, l});
   }
   txn_->MarkGroupDirty(logical);
-  for (uint64_t p : physical) dev_extents_[p] = len;
-  pending_.push_back(Pending{logical, len, type, physical, std::move(item)});
+  for (auto [devid, p] : placed) devs_[devid].extents[p] = stripe_size;
+  pending_.push_back(Pending{logical, len, type, stripe_size, placed, std::move(item)});
   ++stats_.chunks[bit];
   return Status::Ok();
 }
@@ -408,36 +509,40 @@ Status ChunkAllocator::FinishPending(bool* changed) {
 
 Status ChunkAllocator::FinishOne(const Pending& p) {
   Volume* vol = txn_->vol_;
-  const uint64_t devid = dev_item_.devid.get();
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * bg_w, txn_->Writer(txn_->block_group_tree()));
 
   UB_RETURN_IF_ERROR(chunk_w->Insert(Key{kFirstChunkTreeObjectid, kChunkItemKey, p.logical}, p.item));
 
-  for (uint64_t phys : p.physical) {
+  std::set<uint64_t> touched;
+  for (auto [devid, phys] : p.stripes) {
     DevExtent de{};
     de.chunk_tree = kChunkTreeObjectid;
     de.chunk_objectid = kFirstChunkTreeObjectid;
     de.chunk_offset = p.logical;
-    de.length = p.length;
+    de.length = p.stripe_size;
     std::memcpy(de.chunk_tree_uuid, chunk_tree_uuid_, kUuidSize);
     UB_RETURN_IF_ERROR(dev_w->Insert(Key{devid, kDevExtentKey, phys}, Bytes(&de, sizeof de)));
+    devs_[devid].bytes_used += p.stripe_size;
+    touched.insert(devid);
   }
 
   // DEV_ITEM.bytes_used: what the dev tree now holds, in the chunk tree and
-  // in the superblock's copy.
-  const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
-  UB_ASSIGN_OR_RETURN(auto dev_item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
-  if (!dev_item || dev_item->size() < sizeof(DevItem)) {
-    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+  // in the device's superblock.
+  for (uint64_t devid : touched) {
+    const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
+    UB_ASSIGN_OR_RETURN(auto dev_item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
+    if (!dev_item || dev_item->size() < sizeof(DevItem)) {
+      return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+    }
+    auto* di = reinterpret_cast<DevItem*>(dev_item->data());
+    const uint64_t used = devs_[devid].bytes_used;
+    di->bytes_used = used;
+    UB_RETURN_IF_ERROR(chunk_w->Update(dev_key, *dev_item));
+    if (DevItem* vd = vol->mutable_dev_item(devid)) vd->bytes_used = used;
+    if (vol->super().dev_item.devid.get() == devid) vol->mutable_super().dev_item.bytes_used = used;
   }
-  auto* di = reinterpret_cast<DevItem*>(dev_item->data());
-  dev_bytes_used_ += p.length * p.physical.size();
-  const uint64_t used = dev_bytes_used_;
-  di->bytes_used = used;
-  UB_RETURN_IF_ERROR(chunk_w->Update(dev_key, *dev_item));
-  vol->mutable_super().dev_item.bytes_used = used;
 
   BlockGroupItem bg{};
   bg.used = 0;  // TxnManager::UpdateBlockGroups writes the real figure

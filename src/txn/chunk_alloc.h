@@ -1,6 +1,6 @@
-// New chunks on the device when a kind of space (DATA, METADATA, SYSTEM)
+// New chunks on the devices when a kind of space (DATA, METADATA, SYSTEM)
 // runs out, as the kernel's btrfs_alloc_chunk does, and ENOSPC once the
-// device is full.
+// devices are full.
 //
 // Two phases, like the kernel since 5.x (btrfs_create_pending_block_groups):
 //
@@ -23,12 +23,23 @@
 //   DATA      min(1 GiB, T/10)          profile as the image's data chunks (single)
 //   METADATA  min(256 MiB, T/10)        (1 GiB above 50 GiB devices; DUP)
 //   SYSTEM    min(32 MiB, T/10)         (DUP)
-// rounded down to 1 MiB, never below what the allocation asked for. When
+// rounded down to 1 MiB, never below what the allocation asked for (T:
+// all present devices together; a striped chunk's stripes share it). When
 // the device has less room the chunk shrinks to what fits (multiples of
 // 64 KiB, at least the request); when not even that fits: ENOSPC. DUP puts
 // both stripes in one hole when it can (as the kernel does), else in two.
 // Stripes start on 64 KiB boundaries in [1 MiB, T); logical addresses start
 // 1 MiB-aligned above the highest chunk.
+//
+// Several devices (as the kernel's gather_device_info): the profile is the
+// most redundant one the existing chunks of that kind use, reduced as the
+// kernel's btrfs_reduce_alloc_profile when fewer devices are present than
+// it needs (a degraded RAID1 with one device left gets single chunks).
+// Devices are ranked by their largest free range; the profile takes as many
+// as it may (RAID1: 2, RAID1C3: 3, RAID0/RAID10: all, RAID10 in pairs), each
+// stripe as long as the smallest of those ranges allows. SINGLE and DUP go
+// on the device with the largest free range. RAID5/6 chunks are not made
+// (ubtrfs does not write parity; such filesystems open read-only).
 //
 // Metadata reserve: a transaction must stay committable after an operation
 // got ENOSPC, and committing needs metadata (extent items for every block
@@ -141,7 +152,8 @@ class ChunkAllocator {
   // The size NewChunk aims for (before fitting it to the device).
   uint64_t TargetSize(uint64_t kind) const;
   uint64_t Profile(uint64_t kind) const;
-  // Free device ranges as NewChunk sees them.
+  // Free device ranges as NewChunk sees them (every present device's, one
+  // after the other).
   std::vector<std::pair<uint64_t, uint64_t>> FreeDeviceRanges() const;
   uint64_t device_bytes() const { return device_end_; }
   const ChunkAllocStats& stats() const { return stats_; }
@@ -152,25 +164,34 @@ class ChunkAllocator {
     uint64_t logical = 0;
     uint64_t length = 0;
     uint64_t type = 0;
-    std::vector<uint64_t> physical;
+    uint64_t stripe_size = 0;  // each dev extent's length
+    std::vector<std::pair<uint64_t, uint64_t>> stripes;  // (devid, physical)
     std::vector<uint8_t> item;  // the CHUNK_ITEM body
   };
+  struct Dev {
+    format::DevItem item{};                 // as loaded (devid, uuid, total_bytes)
+    uint64_t end = 0;                       // usable bytes: min(total_bytes, device size)
+    uint64_t bytes_used = 0;                // dev extents in the dev tree (incl. finished new ones)
+    std::map<uint64_t, uint64_t> extents;   // physical start -> length, committed and new
+  };
 
+  std::vector<std::pair<uint64_t, uint64_t>> FreeRanges(const Dev& d) const;
   std::vector<std::pair<uint64_t, uint64_t>> FreeDeviceRangesLocked() const;
+  // Picks devices and stripe places for a chunk of `profile`: fills
+  // stripes (devid, physical) and *stripe_size, or ENOSPC.
+  Status PlaceChunk(uint64_t profile, uint64_t want, uint64_t need, std::vector<std::pair<uint64_t, uint64_t>>* stripes,
+                    uint64_t* stripe_size) const;
   Status NewChunkLocked(uint64_t kind, uint64_t min_len);
   // Metadata free space must reach `need` bytes; adds chunks (phase 1).
   Status EnsureMetadataFree(uint64_t need, const std::string& why);
-  std::vector<std::pair<uint64_t, uint64_t>> SuperStripes(uint64_t logical, uint64_t len,
-                                                          const std::vector<uint64_t>& physical) const;
+
   Status FinishOne(const Pending& p);
 
   TxnManager* txn_;
   mutable std::recursive_mutex mu_;  // NewChunk may be re-entered via EnsureMetadataFree
-  format::DevItem dev_item_{};       // as loaded (devid, uuid, total_bytes)
+  std::map<uint64_t, Dev> devs_;     // present devices, by devid
   uint8_t chunk_tree_uuid_[format::kUuidSize] = {};
-  uint64_t device_end_ = 0;
-  uint64_t dev_bytes_used_ = 0;               // dev extents in the dev tree (incl. finished new ones)
-  std::map<uint64_t, uint64_t> dev_extents_;  // physical start -> length, committed and new
+  uint64_t device_end_ = 0;          // all present devices' usable bytes
   uint64_t profile_[3] = {0, format::kBlockGroupDup, format::kBlockGroupDup};  // by kind bit
   std::vector<Pending> pending_;
   bool committing_ = false;

@@ -27,7 +27,7 @@ bool Overlaps(uint64_t a, uint64_t al, uint64_t b, uint64_t bl) { return a < b +
 std::vector<DeviceLayout::Stripe> DeviceLayout::Stripes() const {
   std::vector<Stripe> out;
   for (const auto& [logical, c] : txn_->vol_->chunks().chunks()) {
-    for (size_t i = 0; i < c.physical.size(); ++i) out.push_back({logical, c.length, c.type, i, c.physical[i]});
+    for (size_t i = 0; i < c.physical().size(); ++i) out.push_back({logical, c.length, c.type, i, c.physical()[i]});
   }
   std::sort(out.begin(), out.end(), [](const Stripe& a, const Stripe& b) { return a.physical < b.physical; });
   return out;
@@ -105,10 +105,12 @@ Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t i
   return Status::Corrupt("system chunk " + std::to_string(logical) + " is missing from the superblock's array");
 }
 
+auto& DeviceLayout::Dev() const { return txn_->chunk_alloc_->devs_.begin()->second; }
+
 Status DeviceLayout::UpdateDevItem() {
   Volume* vol = txn_->vol_;
   ChunkAllocator& ca = *txn_->chunk_alloc_;
-  const uint64_t devid = ca.dev_item_.devid.get();
+  const uint64_t devid = Dev().item.devid.get();
   const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
   UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
@@ -116,15 +118,15 @@ Status DeviceLayout::UpdateDevItem() {
     return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
   }
   auto* di = reinterpret_cast<DevItem*>(item->data());
-  di->bytes_used = ca.dev_bytes_used_;
+  di->bytes_used = Dev().bytes_used;
   di->total_bytes = ca.device_end_;
   UB_RETURN_IF_ERROR(w->Update(dev_key, *item));
   SuperBlock& sb = vol->mutable_super();
-  sb.dev_item.bytes_used = ca.dev_bytes_used_;
+  sb.dev_item.bytes_used = Dev().bytes_used;
   sb.dev_item.total_bytes = ca.device_end_;
   sb.total_bytes = ca.device_end_;
-  ca.dev_item_.total_bytes = ca.device_end_;
-  vol->mutable_chunks()->set_device_size(std::max(ca.device_end_, vol->device()->Size()));
+  Dev().item.total_bytes = ca.device_end_;
+  vol->mutable_chunks()->set_device_size(devid, std::max(ca.device_end_, vol->devices().Get(devid)->Size()));
   return Status::Ok();
 }
 
@@ -133,7 +135,7 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
   Volume* vol = txn_->vol_;
   const uint32_t node = vol->nodesize();
   ChunkAllocator& ca = *txn_->chunk_alloc_;
-  const uint64_t devid = ca.dev_item_.devid.get();
+  const uint64_t devid = Dev().item.devid.get();
 
   // Metadata left free: the kernel's global block reserve as its mount
   // sizes it (the extent, checksum and free space trees' bytes and the root
@@ -176,7 +178,7 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
       meta_free += len > used ? len - used : 0;
       meta_cuts.push_back(cuts.size());
     }
-    cuts.push_back({logical, c.length, len, c.type, c.physical});
+    cuts.push_back({logical, c.length, len, c.type, c.physical()});
   }
   // Not enough free metadata below the cuts: give the groups back some of
   // their tails, the last ones first.
@@ -248,8 +250,8 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
     }
     UB_RETURN_IF_ERROR(txn_->space_->TruncateGroup(cut.logical, cut.new_len));
     UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetLength(cut.logical, cut.new_len));
-    for (uint64_t phys : cut.physical) ca.dev_extents_[phys] = cut.new_len;
-    ca.dev_bytes_used_ -= (cut.old_len - cut.new_len) * cut.physical.size();
+    for (uint64_t phys : cut.physical) Dev().extents[phys] = cut.new_len;
+    Dev().bytes_used -= (cut.old_len - cut.new_len) * cut.physical.size();
     *trimmed += (cut.old_len - cut.new_len) * cut.physical.size();
     txn_->MarkGroupDirty(cut.logical);
   }
@@ -259,7 +261,7 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
 bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t to) const {
   const ChunkAllocator& ca = *txn_->chunk_alloc_;
   if (to % kStripeLen || to < ChunkAllocator::kDeviceStart || to + s.length > ca.device_end_) return false;
-  for (const auto& [p, l] : ca.dev_extents_) {
+  for (const auto& [p, l] : Dev().extents) {
     if (Overlaps(p, l, to, s.length)) return false;
   }
   for (int m = 0; m < kSuperMirrorMax; ++m) {
@@ -318,10 +320,10 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uin
   Volume* vol = txn_->vol_;
   ChunkAllocator& ca = *txn_->chunk_alloc_;
   const alloc::ChunkInfo* ci = vol->chunks().Find(logical);
-  if (!ci || ci->logical != logical || index >= ci->physical.size()) {
+  if (!ci || ci->logical != logical || index >= ci->physical().size()) {
     return Status::Invalid("no copy " + std::to_string(index) + " of a chunk at " + std::to_string(logical));
   }
-  const Stripe s{logical, ci->length, ci->type, index, ci->physical[index]};
+  const Stripe s{logical, ci->length, ci->type, index, ci->physical()[index]};
   const std::string where = "moving copy " + std::to_string(index) + " of chunk " + std::to_string(logical) +
                             " from device offset " + std::to_string(s.physical) + " to " + std::to_string(to);
   if (!PlaceOk(s, to)) return Status::Invalid(where + ": the target is not free device space");
@@ -347,12 +349,13 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uin
     if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
   });
   std::vector<uint8_t> buf;
+  io::BlockDevice* dev = vol->devices().Get(Dev().item.devid.get());
   for (auto [a, l] : used) {
     for (uint64_t off = a - logical; off < a - logical + l;) {
       const uint64_t n = std::min(kCopyBytes, a - logical + l - off);
       buf.resize(n);
-      UB_RETURN_IF_ERROR(vol->device()->ReadAt(s.physical + off, buf).WithContext(where));
-      UB_RETURN_IF_ERROR(vol->device()->WriteAt(to + off, buf).WithContext(where));
+      UB_RETURN_IF_ERROR(dev->ReadAt(s.physical + off, buf).WithContext(where));
+      UB_RETURN_IF_ERROR(dev->WriteAt(to + off, buf).WithContext(where));
       *copied += n;
       off += n;
     }
@@ -360,7 +363,7 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uin
 
   UB_RETURN_IF_ERROR(UpdateChunkItem(logical, s.length, index, to).WithContext(where));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
-  const uint64_t devid = ca.dev_item_.devid.get();
+  const uint64_t devid = Dev().item.devid.get();
   const Key old_key{devid, kDevExtentKey, s.physical};
   UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(txn_->source(), dev_w->LiveRef(), old_key));
   if (!de) return Status::Corrupt(where + ": no dev extent " + KeyToString(old_key));
@@ -369,8 +372,8 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uin
 
   // From here on, blocks of this transaction go to the new place only.
   UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetStripe(logical, index, to));
-  ca.dev_extents_.erase(s.physical);
-  ca.dev_extents_[to] = s.length;
+  Dev().extents.erase(s.physical);
+  Dev().extents[to] = s.length;
   return Status::Ok();
 }
 
@@ -383,6 +386,7 @@ Status DeviceLayout::SetDeviceSize(uint64_t bytes) {
                            std::to_string(DeviceExtentEnd()) + ")");
   }
   ca.device_end_ = bytes;
+  Dev().end = bytes;
   return UpdateDevItem();
 }
 

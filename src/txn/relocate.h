@@ -77,6 +77,8 @@ class DeviceLayout {
   bool PlaceOk(const Stripe& s, uint64_t to) const;
   Status UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical);
   Status UpdateDevItem();
+  // The one device (resize and --shrink work on single-device images).
+  auto& Dev() const;
 
   TxnManager* txn_;
 };

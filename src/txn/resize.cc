@@ -178,6 +178,10 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
   UB_ASSIGN_OR_RETURN(const bool regular, IsRegular(path, &file_size));
   UB_ASSIGN_OR_RETURN(Opened o, OpenForResize(path));
   const uint32_t ss = o.vol->sectorsize();
+  if (o.vol->super().num_devices.get() != 1) {
+    return Status::Unsupported("resize of a filesystem over several devices (" +
+                               std::to_string(o.vol->super().num_devices.get()) + ")");
+  }
   r.old_bytes = o.vol->super().total_bytes.get();
   txn::DeviceLayout layout(o.txn.get());
 
@@ -207,7 +211,7 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
                            std::to_string(want));
   }
 
-  if (want > r.old_bytes || (want > o.vol->device()->Size())) {
+  if (want > r.old_bytes || (want > o.vol->devices().Get(o.vol->super().dev_item.devid.get())->Size())) {
     // Growing: the file first, so that the device (and the superblock
     // copies that now fit) is there when the commit writes.
     if (regular && file_size < want) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <thread>
+#include <tuple>
 
 #include "format/checksum.h"
 #include "format/superblock.h"
@@ -50,8 +51,10 @@ Status TxnManager::Load(bool allow_log) {
         "writing needs skinny-metadata (the mkfs.btrfs default since 3.18; `btrfstune -x` turns it on, and the "
         "kernel converts the old extent items as it rewrites them)");
   }
-  if (incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatRaid1c34 | kIncompatSimpleQuota)) {
-    return Status::Unsupported("writing to an image with features " + IncompatNames(incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatRaid1c34 | kIncompatSimpleQuota)));
+  // raid1c34 only says RAID1C3/RAID1C4 chunks exist, which are written.
+  if (incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatSimpleQuota)) {
+    return Status::Unsupported("writing to an image with features " +
+                               IncompatNames(incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatSimpleQuota)));
   }
   const bool fst_valid = (ro & kCompatRoFreeSpaceTree) && (ro & kCompatRoFreeSpaceTreeValid);
   if (ro & kCompatRoBlockGroupTree) {
@@ -174,7 +177,6 @@ const CloneSource* CurrentCloneSource() { return t_clone_source.fd >= 0 ? &t_clo
 Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bool csum) {
   const uint32_t ss = vol_->sectorsize();
   if (logical % ss || data.size() % ss) return Status::Invalid("unaligned data write");
-  UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(logical, data.size()));
   const CloneSource& cs = t_clone_source;
   // Only whole sectors the buffer holds as they lie in the host file (not
   // a padded tail, not compressed bytes), from a sector-aligned place in it.
@@ -183,14 +185,28 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
       (cs.offset + static_cast<uint64_t>(data.data() - cs.base)) % ss == 0) {
     host_len = std::min<uint64_t>(data.size(), cs.base + cs.len - data.data()) / ss * ss;
   }
-  for (uint64_t phys : copies) {
-    uint64_t done = 0;
-    if (host_len > 0) {
-      UB_ASSIGN_OR_RETURN(bool cloned,
-                          vol_->device()->CloneFrom(cs.fd, cs.offset + (data.data() - cs.base), phys, host_len));
-      if (cloned) done = host_len;
+  if (host_len == 0) {
+    UB_RETURN_IF_ERROR(vol_->chunk_io().Write(logical, data));
+  } else {
+    // Cloned piece by piece where each copy lies (RAID5/6 never get here:
+    // they are not written).
+    UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(logical, data.size()));
+    for (const auto& pieces : copies) {
+      for (const alloc::Piece& p : pieces) {
+        io::BlockDevice* dev = vol_->chunk_io().devices().Get(p.devid);
+        if (dev == nullptr) continue;  // a missing device of a degraded array
+        uint64_t done = 0;
+        if (p.buf_offset < host_len) {
+          const uint64_t n = std::min(p.length, host_len - p.buf_offset) / ss * ss;
+          if (n > 0) {
+            UB_ASSIGN_OR_RETURN(bool cloned, dev->CloneFrom(cs.fd, cs.offset + (data.data() - cs.base) + p.buf_offset,
+                                                            p.physical, n));
+            if (cloned) done = n;
+          }
+        }
+        if (done < p.length) UB_RETURN_IF_ERROR(dev->WriteAt(p.physical + done, data.subspan(p.buf_offset + done, p.length - done)));
+      }
     }
-    if (done < data.size()) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys + done, data.subspan(done)));
   }
   {
     auto lock = AllocLock();
@@ -373,7 +389,8 @@ Status TxnManager::UpdateRootItems(bool* changed) {
 Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
   const tree::TreeParams& params = vol_->reader()->params();
   const auto blocks = dirty_->All();  // by address
-  std::vector<std::vector<uint64_t>> phys(blocks.size());  // each block's device copies
+  // Each block's pieces on the devices, every copy.
+  std::vector<std::vector<alloc::Piece>> phys(blocks.size());
   // Seal and verify blocks [from, to): checksum, and never write a block our
   // own reader would refuse.
   auto seal_range = [&](size_t from, size_t to) -> Status {
@@ -386,7 +403,18 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
       std::memcpy(block->mutable_bytes(), c.data(), kCsumSize);
       UB_RETURN_IF_ERROR(tree::VerifyTreeBlock(bytes, params, tree::BlockCheck{bytenr, -1, transid(), {}})
                              .WithContext("refusing to write"));
-      UB_ASSIGN_OR_RETURN(phys[i], vol_->chunks().Map(bytenr, bytes.size()));
+      const alloc::ChunkInfo* chunk = vol_->chunks().Find(bytenr);
+      if (chunk && (chunk->profile() & (kBlockGroupRaid5 | kBlockGroupRaid6))) {
+        return Status::Unsupported("writing tree block " + std::to_string(bytenr) + " into a " +
+                                   alloc::ProfileName(chunk->type) + " chunk");
+      }
+      UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
+      for (auto& copy : copies) {
+        for (const alloc::Piece& p : copy) {
+          // A degraded array writes the copies it has (as the kernel).
+          if (vol_->devices().Has(p.devid)) phys[i].push_back(p);
+        }
+      }
     }
     return Status::Ok();
   };
@@ -414,35 +442,46 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
   constexpr uint64_t kRunBytes = 1u << 20;
   constexpr uint64_t kWritebackEvery = 8u << 20;
   uint64_t since_hint = 0;
-  size_t copies = 0;
-  for (const auto& p : phys) copies = std::max(copies, p.size());
-  std::vector<std::span<const uint8_t>> run;
-  for (size_t c = 0; c < copies; ++c) {
-    uint64_t run_start = 0, run_bytes = 0;
-    auto flush_run = [&]() -> Status {
-      if (run.empty()) return Status::Ok();
-      UB_RETURN_IF_ERROR(vol_->device()->WriteGather(run_start, run));
-      since_hint += run_bytes;
-      run.clear();
-      run_bytes = 0;
-      if (since_hint >= kWritebackEvery) {
-        vol_->device()->StartWriteback();
-        since_hint = 0;
-      }
-      return Status::Ok();
-    };
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      if (c >= phys[i].size()) continue;
-      const auto bytes = blocks[i].second->bytes();
-      if (!run.empty() && (phys[i][c] != run_start + run_bytes || run_bytes + bytes.size() > kRunBytes)) {
-        UB_RETURN_IF_ERROR(flush_run());
-      }
-      if (run.empty()) run_start = phys[i][c];
-      run.push_back(bytes);
-      run_bytes += bytes.size();
-    }
-    UB_RETURN_IF_ERROR(flush_run());
+  // Every piece in device order, so neighbouring blocks on one device
+  // become one gathered write.
+  struct Out {
+    uint64_t devid, physical;
+    std::span<const uint8_t> bytes;
+  };
+  std::vector<Out> outs;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto bytes = blocks[i].second->bytes();
+    for (const alloc::Piece& p : phys[i]) outs.push_back({p.devid, p.physical, bytes.subspan(p.buf_offset, p.length)});
   }
+  std::sort(outs.begin(), outs.end(),
+            [](const Out& a, const Out& b) { return std::tie(a.devid, a.physical) < std::tie(b.devid, b.physical); });
+  std::vector<std::span<const uint8_t>> run;
+  uint64_t run_dev = 0, run_start = 0, run_bytes = 0;
+  auto flush_run = [&]() -> Status {
+    if (run.empty()) return Status::Ok();
+    UB_RETURN_IF_ERROR(vol_->devices().WriteGather(run_dev, run_start, run));
+    since_hint += run_bytes;
+    run.clear();
+    run_bytes = 0;
+    if (since_hint >= kWritebackEvery) {
+      vol_->devices().StartWriteback();
+      since_hint = 0;
+    }
+    return Status::Ok();
+  };
+  for (const Out& o : outs) {
+    if (!run.empty() && (o.devid != run_dev || o.physical != run_start + run_bytes ||
+                         run_bytes + o.bytes.size() > kRunBytes)) {
+      UB_RETURN_IF_ERROR(flush_run());
+    }
+    if (run.empty()) {
+      run_dev = o.devid;
+      run_start = o.physical;
+    }
+    run.push_back(o.bytes);
+    run_bytes += o.bytes.size();
+  }
+  UB_RETURN_IF_ERROR(flush_run());
   written->reserve(blocks.size());
   for (const auto& [bytenr, block] : blocks) written->push_back(bytenr);
   return Status::Ok();
@@ -495,7 +534,7 @@ Status TxnManager::Commit() {
   UB_RETURN_IF_ERROR(WriteDirtyBlocks(&written));
   write_time.Record(stats::NowNs() - t0);
   t0 = stats::NowNs();
-  UB_RETURN_IF_ERROR(vol_->device()->Flush());
+  UB_RETURN_IF_ERROR(vol_->devices().Flush());
   uint64_t flush_ns = stats::NowNs() - t0;
 
   SuperBlock& sb = vol_->mutable_super();
@@ -531,7 +570,7 @@ Status TxnManager::Commit() {
   UB_RETURN_IF_ERROR(vol_->WriteSuperblocks());
   force_super_ = false;
   t0 = stats::NowNs();
-  UB_RETURN_IF_ERROR(vol_->device()->Flush());
+  UB_RETURN_IF_ERROR(vol_->devices().Flush());
   flush_time.Record(flush_ns + stats::NowNs() - t0);
 
   // Committed: freed space becomes reusable, the cache learns the new blocks.

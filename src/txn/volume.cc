@@ -5,79 +5,91 @@
 
 #include "format/checksum.h"
 #include "format/superblock.h"
+#include "format/key.h"
+#include "txn/devices.h"
 
 namespace ubtrfs::txn {
 
 using namespace ubtrfs::format;
 
 Result<std::unique_ptr<Volume>> Volume::Open(std::unique_ptr<io::BlockDevice> dev, const VolumeOptions& options) {
-  std::unique_ptr<Volume> v(new Volume(std::move(dev), options));
-  UB_RETURN_IF_ERROR(v->LoadSuperblock());
+  std::vector<std::unique_ptr<io::BlockDevice>> devs;
+  devs.push_back(std::move(dev));
+  return Open(std::move(devs), options);
+}
+
+Result<std::unique_ptr<Volume>> Volume::Open(std::vector<std::unique_ptr<io::BlockDevice>> devs,
+                                             const VolumeOptions& options) {
+  if (devs.empty()) return Status::Invalid("no device to open");
+  std::unique_ptr<Volume> v(new Volume(options));
+  UB_RETURN_IF_ERROR(v->LoadDevices(std::move(devs)));
   UB_RETURN_IF_ERROR(v->CheckFeatures());
   UB_RETURN_IF_ERROR(v->LoadChunks());
+  UB_RETURN_IF_ERROR(v->CheckDevices());
   auto csum = v->FindRoot(kCsumTreeObjectid);
   if (!csum.ok() && csum.status().code() != ENOENT) return csum.status();
   if (!csum.ok()) v->warnings_.push_back("the csum tree is missing: file data cannot be verified");
-  if (v->dev_->Size() < v->super_.dev_item.total_bytes.get()) {
-    v->warnings_.push_back("the device is " + std::to_string(v->dev_->Size()) + " bytes, smaller than the " +
-                           std::to_string(v->super_.dev_item.total_bytes.get()) + " its superblock records (truncated image?)");
-  }
   return v;
 }
 
-Status Volume::LoadSuperblock() {
-  std::vector<std::string> problems;
-  std::vector<uint8_t> buf(kSuperInfoSize);
-  int best = -1;
-  uint64_t best_gen = 0;
-  SuperBlock best_sb{};
-  for (int mirror = 0; mirror < kSuperMirrorMax; ++mirror) {
-    const uint64_t off = SuperblockOffset(mirror);
-    if (off + kSuperInfoSize > dev_->Size()) {
-      if (mirror == 0) {
-        problems.push_back("primary superblock at 65536: device is only " + std::to_string(dev_->Size()) + " bytes");
-      }
-      break;
+std::vector<std::unique_ptr<io::BlockDevice>> Volume::TakeDevices(std::unique_ptr<Volume> v) {
+  std::vector<std::unique_ptr<io::BlockDevice>> out;
+  for (auto& [id, d] : v->devs_->Release()) out.push_back(std::move(d));
+  v.reset();
+  return out;
+}
+
+format::DevItem* Volume::mutable_dev_item(uint64_t devid) {
+  auto it = dev_items_.find(devid);
+  return it == dev_items_.end() ? nullptr : &it->second;
+}
+
+Status Volume::LoadDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs) {
+  devs_ = std::make_unique<io::DeviceSet>();
+  std::vector<SuperChoice> supers;
+  for (size_t i = 0; i < devs.size(); ++i) {
+    UB_ASSIGN_OR_RETURN(SuperChoice sc, ReadSuperblock(*devs[i]));
+    supers.push_back(sc);
+  }
+  // The first device names the filesystem; the newest superblock among the
+  // members is the one to follow (the kernel's latest_dev).
+  size_t best = 0;
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const SuperBlock& sb = supers[i].sb;
+    if (std::memcmp(sb.fsid, supers[0].sb.fsid, kFsidSize) != 0) {
+      return Status::Invalid(devs[i]->Name() + " belongs to another filesystem (fsid " + UuidToString(sb.fsid) +
+                             ", not " + UuidToString(supers[0].sb.fsid) + ")");
     }
-    Status st = dev_->ReadAt(off, buf);
-    if (st.ok()) st = ValidateSuperblock(buf, off);
-    if (!st.ok()) {
-      problems.push_back((mirror == 0 ? "primary " : "copy " + std::to_string(mirror) + " ") + st.message());
-      continue;
-    }
-    SuperBlock sb;
-    std::memcpy(&sb, buf.data(), sizeof sb);
-    if (mirror == 0) {
-      best = 0;
-      best_sb = sb;
-      break;  // a valid primary always wins, as in the kernel
-    }
-    if (best < 0 || sb.generation.get() > best_gen) {
-      best = mirror;
-      best_gen = sb.generation.get();
-      best_sb = sb;
+    if (sb.generation.get() > supers[best].sb.generation.get()) best = i;
+  }
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const uint64_t gen = supers[i].sb.generation.get(), newest = supers[best].sb.generation.get();
+    if (gen < newest) {
+      warnings_.push_back(devs[i]->Name() + " (device " + std::to_string(supers[i].sb.dev_item.devid.get()) +
+                          ") was last written at generation " + std::to_string(gen) + ", older than " +
+                          std::to_string(newest) + ": blocks it holds may be stale (other copies are used)");
     }
   }
-  if (best < 0) {
-    std::string msg = dev_->Name() + ": no valid btrfs superblock";
-    for (const auto& p : problems) msg += "; " + p;
-    // A checksum type we do not know is not damage: say unsupported.
-    if (!problems.empty() && problems.front().find("unsupported: ") != std::string::npos) {
-      return Status::Error(EOPNOTSUPP, msg);
+  super_ = supers[best].sb;
+  committed_super_ = super_;
+  super_mirror_ = supers[best].mirror;
+  if (!supers[best].warning.empty()) warnings_.push_back(supers[best].warning);
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const uint64_t devid = supers[i].sb.dev_item.devid.get();
+    const std::string name = devs[i]->Name();
+    if (devs[i]->Size() < supers[i].sb.dev_item.total_bytes.get()) {
+      warnings_.push_back("the device " + (devs.size() > 1 ? name + " " : std::string()) + "is " +
+                          std::to_string(devs[i]->Size()) + " bytes, smaller than the " +
+                          std::to_string(supers[i].sb.dev_item.total_bytes.get()) +
+                          " its superblock records (truncated image?)");
     }
-    return Status::Corrupt(msg);
+    if (!devs_->Add(devid, std::move(devs[i]))) {
+      return Status::Invalid(name + " is device " + std::to_string(devid) + ", which was given already");
+    }
   }
-  super_ = best_sb;
-  committed_super_ = best_sb;
-  super_mirror_ = best;
   root_tree_ = tree::RootPtr{super_.root.get(), super_.root_level, super_.generation.get(), kRootTreeObjectid};
   chunk_tree_ = tree::RootPtr{super_.chunk_root.get(), super_.chunk_root_level, super_.chunk_root_generation.get(),
                               kChunkTreeObjectid};
-  if (best > 0) {
-    warnings_.push_back(problems.front() + "; using superblock copy " + std::to_string(best) + " at offset " +
-                        std::to_string(SuperblockOffset(best)) + " (generation " +
-                        std::to_string(super_.generation.get()) + ")");
-  }
   return Status::Ok();
 }
 
@@ -86,9 +98,10 @@ Status Volume::CheckFeatures() {
   if (uint64_t extra = incompat & ~kSupportedIncompat) {
     return Status::Unsupported("filesystem features " + IncompatNames(extra));
   }
-  if (super_.num_devices.get() != 1) {
-    return Status::Unsupported("multi-device filesystem (" + std::to_string(super_.num_devices.get()) +
-                               " devices); only single-device images can be opened");
+  if (super_.num_devices.get() == 0) return Status::Corrupt("superblock: num_devices is 0");
+  if (devs_->size() > super_.num_devices.get()) {
+    return Status::Invalid(std::to_string(devs_->size()) + " devices given, but the filesystem has " +
+                           std::to_string(super_.num_devices.get()));
   }
   const uint64_t flags = super_.flags.get();
   if (flags & kSuperFlagSeeding) return Status::Unsupported("seed device");
@@ -107,7 +120,8 @@ Status Volume::CheckFeatures() {
 }
 
 Status Volume::LoadChunks() {
-  chunks_ = std::make_unique<alloc::ChunkMap>(super_.dev_item.devid.get(), dev_->Size());
+  chunks_ = std::make_unique<alloc::ChunkMap>(devs_->Sizes());
+  io_ = std::make_unique<alloc::ChunkIo>(chunks_.get(), devs_.get());
   UB_ASSIGN_OR_RETURN(auto sys, ParseSysChunkArray(super_));
   for (const auto& c : sys) {
     UB_RETURN_IF_ERROR(chunks_->AddChunk(c.key.offset, c.chunk, sectorsize())
@@ -117,7 +131,7 @@ Status Volume::LoadChunks() {
   params.nodesize = nodesize();
   params.csum_type = csum_type();
   std::memcpy(params.fsid, MetadataFsid(super_), kFsidSize);
-  reader_ = std::make_unique<tree::BlockReader>(dev_.get(), chunks_.get(), params, options_.node_cache_bytes);
+  reader_ = std::make_unique<tree::BlockReader>(io_.get(), params, options_.node_cache_bytes);
 
   tree::Cursor c(reader_.get(), chunk_tree());
   UB_RETURN_IF_ERROR(c.SeekFirst().WithContext("chunk tree"));
@@ -127,17 +141,61 @@ Status Volume::LoadChunks() {
       UB_RETURN_IF_ERROR(chunks_->AddChunk(k.offset, c.data(), sectorsize()).WithContext("chunk tree"));
     } else if (k.type == kDevItemKey && k.objectid == kDevItemsObjectid) {
       if (c.data().size() < sizeof(DevItem)) return Status::Corrupt("chunk tree: short DEV_ITEM");
-      const auto* d = reinterpret_cast<const DevItem*>(c.data().data());
-      if (d->devid.get() != super_.dev_item.devid.get()) {
-        return Status::Unsupported("chunk tree lists device " + std::to_string(d->devid.get()) +
-                                   " besides this one (multi-device filesystem)");
+      DevItem d;
+      std::memcpy(&d, c.data().data(), sizeof d);
+      if (d.devid.get() != k.offset) {
+        return Status::Corrupt("chunk tree: DEV_ITEM " + KeyToString(k) + " holds devid " +
+                               std::to_string(d.devid.get()));
       }
+      dev_items_[d.devid.get()] = d;
     }
     UB_RETURN_IF_ERROR(c.Next().WithContext("chunk tree"));
   }
   return Status::Ok();
 }
 
+Status Volume::CheckDevices() {
+  const uint64_t num = super_.num_devices.get();
+  if (dev_items_.size() != num) {
+    return Status::Corrupt("the chunk tree lists " + std::to_string(dev_items_.size()) + " device" +
+                           (dev_items_.size() == 1 ? "" : "s") + ", the superblock says " + std::to_string(num));
+  }
+  for (uint64_t devid : devs_->Devids()) {
+    if (!dev_items_.count(devid)) {
+      return Status::Invalid(devs_->Get(devid)->Name() + " claims to be device " + std::to_string(devid) +
+                             ", which the filesystem does not list (a device removed from it?)");
+    }
+  }
+  for (const auto& [devid, item] : dev_items_) {
+    if (!devs_->Has(devid)) missing_.push_back(devid);
+  }
+  bool parity = false;
+  for (const auto& [logical, ci] : chunks_->chunks()) {
+    for (const alloc::StripeLoc& s : ci.stripes) {
+      if (!dev_items_.count(s.devid)) {
+        return Status::Corrupt("chunk at logical " + std::to_string(logical) + ": stripe on device " +
+                               std::to_string(s.devid) + ", which the chunk tree does not list");
+      }
+    }
+    parity = parity || (ci.profile() & (kBlockGroupRaid5 | kBlockGroupRaid6));
+  }
+  if (!missing_.empty()) {
+    std::string list;
+    for (uint64_t d : missing_) list += (list.empty() ? "" : ", ") + std::to_string(d);
+    const std::string what = "device" + std::string(missing_.size() > 1 ? "s " : " ") + list + " of " +
+                             std::to_string(num) + (missing_.size() > 1 ? " are" : " is") + " missing";
+    if (options_.writable && !options_.degraded) {
+      return Status::Error(ENODEV, what + ": a degraded filesystem is opened for writing only when asked "
+                                          "(-o degraded; OpenOptions::degraded)");
+    }
+    warnings_.push_back(what + " (degraded): reads use the other copies or parity");
+  }
+  if (options_.writable && parity) {
+    return Status::Unsupported("writing to a filesystem with RAID5/RAID6 chunks (ubtrfs reads them, but does not "
+                               "write parity)");
+  }
+  return Status::Ok();
+}
 
 tree::RootPtr Volume::chunk_tree() const { return chunk_tree_; }
 
@@ -191,21 +249,50 @@ std::vector<uint64_t> Volume::LoadedRoots() {
   return out;
 }
 
+// Each device's superblock carries its own DEV_ITEM, as the kernel's
+// write_all_supers fills it in.
+SuperBlock Volume::SuperFor(const SuperBlock& base, uint64_t devid) const {
+  SuperBlock sb = base;
+  if (auto it = dev_items_.find(devid); it != dev_items_.end()) {
+    const DevItem& d = it->second;
+    sb.dev_item.devid = d.devid.get();
+    sb.dev_item.total_bytes = d.total_bytes.get();
+    sb.dev_item.bytes_used = d.bytes_used.get();
+    sb.dev_item.io_align = d.io_align.get();
+    sb.dev_item.io_width = d.io_width.get();
+    sb.dev_item.sector_size = d.sector_size.get();
+    sb.dev_item.type = d.type.get();
+    sb.dev_item.generation = 0;
+    std::memcpy(sb.dev_item.uuid, d.uuid, kUuidSize);
+    std::memcpy(sb.dev_item.fsid, d.fsid, kUuidSize);
+  }
+  return sb;
+}
+
+Status Volume::WriteSuperCopy(io::BlockDevice* dev, SuperBlock sb, int mirror) {
+  const uint64_t off = SuperblockOffset(mirror);
+  std::vector<uint8_t> buf(kSuperInfoSize);
+  sb.bytenr = off;
+  std::memcpy(buf.data(), &sb, kSuperInfoSize);
+  CsumBytes c = ComputeCsum(csum_type(), std::span<const uint8_t>(buf).subspan(kCsumSize));
+  std::memcpy(buf.data(), c.data(), kCsumSize);
+  return dev->WriteAt(off, buf);
+}
+
 Status Volume::WriteSuperblocks() {
   super_.root = root_tree_.bytenr;
   super_.root_level = static_cast<uint8_t>(root_tree_.level);
   super_.chunk_root = chunk_tree_.bytenr;
   super_.chunk_root_level = static_cast<uint8_t>(chunk_tree_.level);
   super_.chunk_root_generation = chunk_tree_.generation;
-  std::vector<uint8_t> buf(kSuperInfoSize);
-  for (int mirror = 0; mirror < kSuperMirrorMax; ++mirror) {
-    const uint64_t off = SuperblockOffset(mirror);
-    if (off + kSuperInfoSize > dev_->Size()) break;
-    super_.bytenr = off;
-    std::memcpy(buf.data(), &super_, kSuperInfoSize);
-    CsumBytes c = ComputeCsum(csum_type(), std::span<const uint8_t>(buf).subspan(kCsumSize));
-    std::memcpy(buf.data(), c.data(), kCsumSize);
-    UB_RETURN_IF_ERROR(dev_->WriteAt(off, buf));
+  for (uint64_t devid : devs_->Devids()) {
+    io::BlockDevice* dev = devs_->Get(devid);
+    const SuperBlock sb = SuperFor(super_, devid);
+    for (int mirror = 0; mirror < kSuperMirrorMax; ++mirror) {
+      if (SuperblockOffset(mirror) + kSuperInfoSize > dev->Size()) break;
+      UB_RETURN_IF_ERROR(WriteSuperCopy(dev, sb, mirror));
+    }
+    if (devid == super_.dev_item.devid.get()) super_.dev_item = sb.dev_item;
   }
   super_.bytenr = SuperblockOffset(0);
   committed_super_ = super_;
@@ -213,15 +300,14 @@ Status Volume::WriteSuperblocks() {
 }
 
 Status Volume::WriteLogSuperblock(uint64_t log_root, uint8_t log_root_level) {
-  SuperBlock sb = committed_super_;
-  sb.log_root = log_root;
-  sb.log_root_level = log_root_level;
-  sb.bytenr = SuperblockOffset(0);
-  std::vector<uint8_t> buf(kSuperInfoSize);
-  std::memcpy(buf.data(), &sb, kSuperInfoSize);
-  CsumBytes c = ComputeCsum(csum_type(), std::span<const uint8_t>(buf).subspan(kCsumSize));
-  std::memcpy(buf.data(), c.data(), kCsumSize);
-  return dev_->WriteAt(SuperblockOffset(0), buf).WithContext("writing the tree log's superblock");
+  SuperBlock base = committed_super_;
+  base.log_root = log_root;
+  base.log_root_level = log_root_level;
+  for (uint64_t devid : devs_->Devids()) {
+    UB_RETURN_IF_ERROR(WriteSuperCopy(devs_->Get(devid), SuperFor(base, devid), 0)
+                           .WithContext("writing the tree log's superblock"));
+  }
+  return Status::Ok();
 }
 
 Status Volume::LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_t>* csums,
@@ -276,31 +362,65 @@ Status Volume::ReadData(uint64_t logical, std::span<uint8_t> out, bool verify) {
   const std::string where = "data at logical " + std::to_string(logical);
   if (logical % ss != 0 || out.size() % ss != 0) return Status::Invalid(where + ": unaligned read");
   if (out.empty()) return Status::Ok();
-  UB_ASSIGN_OR_RETURN(std::vector<uint64_t> copies, chunks_->Map(logical, out.size()));
   const alloc::ChunkInfo* chunk = chunks_->Find(logical);
+  if (chunk == nullptr) return Status::Corrupt("logical address " + std::to_string(logical) + " is not in any chunk");
+  if (out.size() > chunk->logical + chunk->length - logical) {
+    return Status::Corrupt("range [" + std::to_string(logical) + ", +" + std::to_string(out.size()) +
+                           ") crosses the end of chunk " + std::to_string(chunk->logical));
+  }
   if (!(chunk->type & kBlockGroupData)) return Status::Corrupt(where + ": not in a DATA chunk");
   std::vector<uint8_t> csums;
   std::vector<bool> present;
   const size_t nsectors = out.size() / ss;
   if (verify) UB_RETURN_IF_ERROR(LookupCsums(logical, nsectors, &csums, &present));
   const size_t csize = CsumSize(csum_type());
-  Status first_error;
-  for (size_t copy = 0; copy < copies.size(); ++copy) {
-    Status st = dev_->ReadAt(copies[copy], out);
-    if (st.ok() && verify) {
-      for (size_t i = 0; i < nsectors; ++i) {
-        if (!present[i]) continue;
-        if (!VerifyCsum(csum_type(), out.subspan(i * ss, ss), csums.data() + i * csize)) {
-          st = Status::IoError("data checksum mismatch at logical " + std::to_string(logical + i * ss) +
-                               " (copy " + std::to_string(copy) + ")");
-          break;
+  const int mirrors = io_->NumMirrors(logical);
+  // The whole range from the first mirror; then each sector that failed
+  // from the next ones, so two copies bad in different places still read.
+  std::vector<size_t> bad;
+  Status first_error = io_->Read(logical, out, 0);
+  if (!first_error.ok()) {
+    for (size_t i = 0; i < nsectors; ++i) bad.push_back(i);
+  } else if (verify) {
+    for (size_t i = 0; i < nsectors; ++i) {
+      if (present[i] && !VerifyCsum(csum_type(), out.subspan(i * ss, ss), csums.data() + i * csize)) {
+        if (first_error.ok()) {
+          first_error = Status::IoError("data checksum mismatch at logical " + std::to_string(logical + i * ss) +
+                                        " (copy 0)");
         }
+        bad.push_back(i);
       }
     }
-    if (st.ok()) return st;
-    if (first_error.ok()) first_error = st;
   }
-  return first_error;
+  if (bad.empty()) return Status::Ok();
+  // A missing device fails the whole range at once: retry it whole first.
+  if (mirrors > 1 && bad.size() == nsectors) {
+    for (int m = 1; m < mirrors; ++m) {
+      if (!io_->Read(logical, out, m).ok()) continue;
+      std::vector<size_t> still;
+      for (size_t i : bad) {
+        if (verify && present[i] && !VerifyCsum(csum_type(), out.subspan(i * ss, ss), csums.data() + i * csize)) {
+          still.push_back(i);
+        }
+      }
+      bad = std::move(still);
+      break;
+    }
+  }
+  for (size_t i : bad) {
+    std::span<uint8_t> sector = out.subspan(i * ss, ss);
+    Status st = first_error;
+    for (int m = 1; m < mirrors; ++m) {
+      st = io_->Read(logical + i * ss, sector, m);
+      if (st.ok() && verify && present[i] && !VerifyCsum(csum_type(), sector, csums.data() + i * csize)) {
+        st = Status::IoError("data checksum mismatch at logical " + std::to_string(logical + i * ss) + " (copy " +
+                             std::to_string(m) + ")");
+      }
+      if (st.ok()) break;
+    }
+    if (!st.ok()) return first_error;
+  }
+  return Status::Ok();
 }
 
 }  // namespace ubtrfs::txn

@@ -1,6 +1,7 @@
-// An opened single-device btrfs image: the chosen superblock, the chunk map,
-// the tree block reader, the roots of the root tree, and data reads with
-// checksum verification. Thread-safe after Open().
+// An opened btrfs filesystem over one or more devices: the chosen
+// superblock, the device set, the chunk map, the tree block reader, the roots
+// of the root tree, and data reads with checksum verification. Thread-safe
+// after Open().
 #ifndef UBTRFS_TXN_VOLUME_H_
 #define UBTRFS_TXN_VOLUME_H_
 
@@ -11,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "alloc/chunk_io.h"
 #include "alloc/chunk_map.h"
 #include "format/ondisk.h"
 #include "io/block_device.h"
+#include "io/device_set.h"
 #include "tree/block_reader.h"
 #include "tree/cursor.h"
 
@@ -23,6 +26,8 @@ struct VolumeOptions {
   size_t node_cache_bytes = 64ull << 20;
   bool verify_data_csums = true;
   bool writable = false;
+  // Writable although devices are missing (the kernel's -o degraded).
+  bool degraded = false;
 };
 
 class Volume {
@@ -30,6 +35,13 @@ class Volume {
   // Takes the device, picks a valid superblock (the primary, else the best
   // mirror, with a warning), loads the chunk tree and checks features.
   static Result<std::unique_ptr<Volume>> Open(std::unique_ptr<io::BlockDevice> dev, const VolumeOptions& options);
+  // Several devices of one filesystem, in any order: each is matched to its
+  // devid by its superblock (all must carry the first one's fsid). Devices
+  // the chunk tree lists but that are not given are missing: read-only
+  // opens go on (reads use the other copies or parity), writable ones need
+  // options.degraded.
+  static Result<std::unique_ptr<Volume>> Open(std::vector<std::unique_ptr<io::BlockDevice>> devs,
+                                              const VolumeOptions& options);
 
   const format::SuperBlock& super() const { return super_; }
   int super_mirror() const { return super_mirror_; }
@@ -38,11 +50,7 @@ class Volume {
   void AddWarning(std::string w) { warnings_.push_back(std::move(w)); }
   // Ends a Volume and hands back its device (to open it again, e.g. after
   // the tree-log replay committed).
-  static std::unique_ptr<io::BlockDevice> TakeDevice(std::unique_ptr<Volume> v) {
-    auto dev = std::move(v->dev_);
-    v.reset();
-    return dev;
-  }
+  static std::vector<std::unique_ptr<io::BlockDevice>> TakeDevices(std::unique_ptr<Volume> v);
   uint32_t sectorsize() const { return super_.sectorsize.get(); }
   uint32_t nodesize() const { return super_.nodesize.get(); }
   uint16_t csum_type() const { return super_.csum_type.get(); }
@@ -63,7 +71,14 @@ class Volume {
   tree::RootPtr* mutable_chunk_tree() { return &chunk_tree_; }
   const alloc::ChunkMap& chunks() const { return *chunks_; }
   alloc::ChunkMap* mutable_chunks() { return chunks_.get(); }  // new chunks (txn/chunk_alloc)
-  io::BlockDevice* device() { return dev_.get(); }
+  io::DeviceSet& devices() { return *devs_; }
+  alloc::ChunkIo& chunk_io() { return *io_; }
+  // Devids the chunk tree lists that were not opened.
+  const std::vector<uint64_t>& missing_devices() const { return missing_; }
+  // Each device's DEV_ITEM as the chunk tree has it (new chunks change
+  // bytes_used); superblocks carry their device's.
+  const std::map<uint64_t, format::DevItem>& dev_items() const { return dev_items_; }
+  format::DevItem* mutable_dev_item(uint64_t devid);
 
   tree::RootPtr root_tree() const { return root_tree_; }
   tree::RootPtr chunk_tree() const;
@@ -87,31 +102,38 @@ class Volume {
   std::mutex& roots_mutex() { return roots_mu_; }
   // Every tree root loaded so far.
   std::vector<uint64_t> LoadedRoots();
-  // Writes the superblock (checksummed) to every copy the device has room for.
+  // Writes the superblock (checksummed) to every copy each present device
+  // has room for, each with its own DEV_ITEM.
   Status WriteSuperblocks();
   // An fsync's tree log (src/log/tree_log.h): the superblock as last
   // committed, pointing at the log root, written to the primary copy only
-  // (as the kernel's log commit does; the mirrors keep the committed state).
+  // (of every device, as the kernel's log commit does; the mirrors keep the
+  // committed state).
   Status WriteLogSuperblock(uint64_t log_root, uint8_t log_root_level);
 
   // Reads `out.size()` bytes of data at `logical` (both sector aligned),
   // verifying data checksums where the csum tree has them and `verify` is
-  // set; tries every copy before failing.
+  // set; a sector that fails on one mirror is read from the next.
   Status ReadData(uint64_t logical, std::span<uint8_t> out, bool verify);
+  // Checksums for the sectors of [logical, logical + n * sectorsize): one
+  // entry per sector, empty where the csum tree has none.
+  Status LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_t>* csums, std::vector<bool>* present);
   bool verify_data_csums() const { return options_.verify_data_csums; }
   bool writable() const { return options_.writable; }
 
  private:
-  Volume(std::unique_ptr<io::BlockDevice> dev, const VolumeOptions& options)
-      : dev_(std::move(dev)), options_(options) {}
-  Status LoadSuperblock();
+  explicit Volume(const VolumeOptions& options) : options_(options) {}
+  Status LoadDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs);
+  format::SuperBlock SuperFor(const format::SuperBlock& base, uint64_t devid) const;
+  Status WriteSuperCopy(io::BlockDevice* dev, format::SuperBlock sb, int mirror);
   Status LoadChunks();
   Status CheckFeatures();
-  // Checksums for the sectors of [logical, logical + n * sectorsize): one
-  // entry per sector, empty where the csum tree has none.
-  Status LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_t>* csums, std::vector<bool>* present);
+  Status CheckDevices();
 
-  std::unique_ptr<io::BlockDevice> dev_;
+  std::unique_ptr<io::DeviceSet> devs_;
+  std::unique_ptr<alloc::ChunkIo> io_;
+  std::map<uint64_t, format::DevItem> dev_items_;
+  std::vector<uint64_t> missing_;
   VolumeOptions options_;
   format::SuperBlock super_{};
   format::SuperBlock committed_super_{};  // as on the device: the log's superblock starts from it

@@ -113,7 +113,7 @@ Base MakeBase() {
   BASE_CHECK(vol.ok());
   auto fsr = (*vol)->FindRoot(fmtd::kFsTreeObjectid);
   BASE_CHECK(fsr.ok() && fsr->ref.level == 0);  // the whole fs tree in one leaf
-  auto copies = (*vol)->chunks().Map(fsr->ref.bytenr, kNodeSize);
+  auto copies = (*vol)->chunks().MapPhysical(fsr->ref.bytenr, kNodeSize);
   BASE_CHECK(copies.ok() && !copies->empty());
   b.leaf_copies = *copies;
   b.csum_type = (*vol)->csum_type();

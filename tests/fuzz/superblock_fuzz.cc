@@ -346,7 +346,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const auto* info = map.Find(c.key.offset);
         FUZZ_CHECK(info != nullptr && info->logical == c.key.offset);
         auto m = map.Map(c.key.offset, std::min<uint64_t>(info->length, sb.sectorsize.get()));
-        FUZZ_CHECK(m.ok() && m->size() == info->physical.size());
+        FUZZ_CHECK(m.ok() && m->size() == info->mirrors());
         auto past = map.Map(c.key.offset + info->length - 1, 2);
         (void)past;
       }

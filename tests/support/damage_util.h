@@ -235,7 +235,7 @@ struct Layout {
   std::string inline_path;
 
   std::vector<uint64_t> Copies(uint64_t logical, uint64_t len) const {
-    auto m = vol->chunks().Map(logical, len);
+    auto m = vol->chunks().MapPhysical(logical, len);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     return m.ok() ? *m : std::vector<uint64_t>{};
   }

@@ -1,0 +1,230 @@
+#include "alloc/chunk_io.h"
+
+#include <algorithm>
+#include <array>
+#include <set>
+#include <vector>
+
+#include "format/ondisk.h"
+
+namespace ubtrfs::alloc {
+
+using namespace ubtrfs::format;
+
+namespace {
+
+struct GfTables {
+  std::array<uint8_t, 512> exp{};
+  std::array<int, 256> log{};
+  GfTables() {
+    int x = 1;
+    for (int i = 0; i < 255; ++i) {
+      exp[i] = static_cast<uint8_t>(x);
+      log[x] = i;
+      x <<= 1;
+      if (x & 0x100) x ^= 0x11d;
+    }
+    for (int i = 255; i < 512; ++i) exp[i] = exp[i - 255];
+    log[0] = -1;
+  }
+};
+
+const GfTables& Gf() {
+  static const GfTables t;
+  return t;
+}
+
+bool IsParity(uint64_t profile) { return profile == kBlockGroupRaid5 || profile == kBlockGroupRaid6; }
+
+}  // namespace
+
+uint8_t GfMul(uint8_t a, uint8_t b) {
+  if (a == 0 || b == 0) return 0;
+  const GfTables& t = Gf();
+  return t.exp[t.log[a] + t.log[b]];
+}
+
+uint8_t GfPow2(int e) { return Gf().exp[((e % 255) + 255) % 255]; }
+
+uint8_t GfInv(uint8_t a) {
+  if (a == 0) return 0;
+  const GfTables& t = Gf();
+  return t.exp[255 - t.log[a]];
+}
+
+void ComputeParity(std::span<const std::span<const uint8_t>> data, std::span<uint8_t> p, std::span<uint8_t> q) {
+  std::fill(p.begin(), p.end(), 0);
+  std::fill(q.begin(), q.end(), 0);
+  for (size_t i = 0; i < data.size(); ++i) {
+    const uint8_t g = GfPow2(static_cast<int>(i));
+    for (size_t b = 0; b < p.size(); ++b) {
+      p[b] ^= data[i][b];
+      if (!q.empty()) q[b] ^= GfMul(g, data[i][b]);
+    }
+  }
+}
+
+int ChunkIo::NumMirrors(uint64_t logical) const {
+  const ChunkInfo* c = map_->Find(logical);
+  if (c == nullptr) return 0;
+  switch (c->profile()) {
+    case kBlockGroupRaid5: return 2;
+    case kBlockGroupRaid6: return 3 + static_cast<int>(c->data_stripes()) - 1;
+    default: return static_cast<int>(c->mirrors());
+  }
+}
+
+Status ChunkIo::Read(uint64_t logical, std::span<uint8_t> out, int mirror) {
+  const ChunkInfo* c = map_->Find(logical);
+  if (c == nullptr) return Status::Corrupt("logical address " + std::to_string(logical) + " is not in any chunk");
+  if (IsParity(c->profile())) return ReadParity(*c, logical, out, mirror);
+  UB_ASSIGN_OR_RETURN(auto copies, map_->Map(logical, out.size()));
+  if (mirror < 0 || static_cast<size_t>(mirror) >= copies.size()) {
+    return Status::Invalid("mirror " + std::to_string(mirror) + " of " + std::to_string(copies.size()));
+  }
+  for (const Piece& p : copies[mirror]) {
+    UB_RETURN_IF_ERROR(devs_->ReadAt(p.devid, p.physical, out.subspan(p.buf_offset, p.length)));
+  }
+  return Status::Ok();
+}
+
+Status ChunkIo::ReadParity(const ChunkInfo& c, uint64_t logical, std::span<uint8_t> out, int mirror) {
+  const uint64_t off = logical - c.logical;
+  if (out.size() > c.length - off) {
+    return Status::Corrupt("range [" + std::to_string(logical) + ", +" + std::to_string(out.size()) +
+                           ") crosses the end of chunk " + std::to_string(c.logical));
+  }
+  const bool raid6 = c.profile() == kBlockGroupRaid6;
+  const uint32_t k = c.data_stripes();
+  const uint32_t n = static_cast<uint32_t>(c.stripes.size());
+  const uint64_t sl = c.stripe_len;
+  const uint32_t kP = k, kQ = k + 1;
+  std::vector<uint8_t> scratch;
+  for (uint64_t done = 0; done < out.size();) {
+    const uint64_t at = off + done;
+    const uint64_t elem = at / sl, in = at % sl;
+    const uint64_t row = elem / k;
+    const uint32_t t = static_cast<uint32_t>(elem % k);
+    const uint64_t len = std::min<uint64_t>(sl - in, out.size() - done);
+    std::span<uint8_t> dst = out.subspan(done, len);
+    // Stripe s of the row (data 0..k-1, then P, then Q) sits on stripe
+    // (s + row) % n of the chunk: parity rotates one device per row.
+    auto loc = [&](uint32_t s) -> const StripeLoc& { return c.stripes[(s + row) % n]; };
+    auto read = [&](uint32_t s, std::span<uint8_t> buf) {
+      const StripeLoc& l = loc(s);
+      return devs_->ReadAt(l.devid, l.physical + row * sl + in, buf);
+    };
+    done += len;
+    std::set<uint32_t> bad;
+    if (mirror == 0) {
+      if (devs_->Has(loc(t).devid)) {
+        Status st = read(t, dst);
+        if (st.ok()) continue;
+      }
+      bad.insert(t);
+    } else if (mirror == 1) {
+      bad.insert(t);
+    } else if (raid6 && mirror == 2) {
+      bad = {t, kP};
+    } else if (raid6 && mirror >= 3 && static_cast<uint32_t>(mirror - 3) < k - 1) {
+      uint32_t j = static_cast<uint32_t>(mirror - 3);
+      if (j >= t) ++j;
+      bad = {t, j};
+    } else {
+      return Status::Invalid("mirror " + std::to_string(mirror) + " of a " + ProfileName(c.type) + " chunk");
+    }
+    for (uint32_t s = 0; s < k + c.parity_stripes(); ++s) {
+      if (!devs_->Has(loc(s).devid)) bad.insert(s);
+    }
+    const std::string where = "rebuilding logical " + std::to_string(logical + done - len) + " (" +
+                              ProfileName(c.type) + " row " + std::to_string(row) + ")";
+    std::vector<uint32_t> bad_data;
+    for (uint32_t s : bad) {
+      if (s < k) bad_data.push_back(s);
+    }
+    const bool p_ok = !bad.count(kP), q_ok = raid6 && !bad.count(kQ);
+    const size_t avail = (p_ok ? 1 : 0) + (q_ok ? 1 : 0);
+    if (bad_data.size() > avail || bad_data.size() > 2) {
+      return Status::IoError(where + ": " + std::to_string(bad.size()) + " of its stripes are unavailable");
+    }
+    // The good data stripes, and the sums of P and Q over them.
+    std::vector<uint8_t> pacc(len, 0), qacc(len, 0);
+    scratch.resize(len);
+    for (uint32_t s = 0; s < k; ++s) {
+      if (bad.count(s)) continue;
+      UB_RETURN_IF_ERROR(read(s, scratch).WithContext(where));
+      const uint8_t g = GfPow2(static_cast<int>(s));
+      for (uint64_t b = 0; b < len; ++b) {
+        pacc[b] ^= scratch[b];
+        if (q_ok) qacc[b] ^= GfMul(g, scratch[b]);
+      }
+    }
+    std::vector<uint8_t> pbuf, qbuf;
+    if (p_ok) {
+      pbuf.resize(len);
+      UB_RETURN_IF_ERROR(read(kP, pbuf).WithContext(where + ": P"));
+      for (uint64_t b = 0; b < len; ++b) pbuf[b] ^= pacc[b];  // = xor of the bad data stripes
+    }
+    if (q_ok && (bad_data.size() == 2 || !p_ok)) {
+      qbuf.resize(len);
+      UB_RETURN_IF_ERROR(read(kQ, qbuf).WithContext(where + ": Q"));
+      for (uint64_t b = 0; b < len; ++b) qbuf[b] ^= qacc[b];  // = sum of g^i D_i over the bad ones
+    }
+    if (bad_data.size() == 1 && p_ok) {
+      std::copy(pbuf.begin(), pbuf.end(), dst.begin());
+    } else if (bad_data.size() == 1) {
+      const uint8_t inv = GfInv(GfPow2(static_cast<int>(t)));
+      for (uint64_t b = 0; b < len; ++b) dst[b] = GfMul(qbuf[b], inv);
+    } else {
+      // D_t ^ D_j = P', g^t D_t ^ g^j D_j = Q'  =>  D_t = (g^j P' ^ Q') / (g^t ^ g^j)
+      const uint32_t j = bad_data[0] == t ? bad_data[1] : bad_data[0];
+      const uint8_t gt = GfPow2(static_cast<int>(t)), gj = GfPow2(static_cast<int>(j));
+      const uint8_t inv = GfInv(gt ^ gj);
+      for (uint64_t b = 0; b < len; ++b) dst[b] = GfMul(GfMul(gj, pbuf[b]) ^ qbuf[b], inv);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ChunkIo::Write(uint64_t logical, std::span<const uint8_t> data) {
+  const ChunkInfo* c = map_->Find(logical);
+  if (c == nullptr) return Status::Corrupt("logical address " + std::to_string(logical) + " is not in any chunk");
+  if (IsParity(c->profile())) {
+    return Status::Unsupported("writing to a " + ProfileName(c->type) + " chunk (RAID5/RAID6 are read-only)");
+  }
+  UB_ASSIGN_OR_RETURN(auto copies, map_->Map(logical, data.size()));
+  size_t written = 0;
+  for (const auto& copy : copies) {
+    bool whole = true;
+    for (const Piece& p : copy) {
+      if (!devs_->Has(p.devid)) {
+        whole = false;
+        continue;
+      }
+      UB_RETURN_IF_ERROR(devs_->WriteAt(p.devid, p.physical, data.subspan(p.buf_offset, p.length)));
+    }
+    if (whole) ++written;
+  }
+  if (written == 0) {
+    return Status::IoError("writing logical " + std::to_string(logical) + ": no copy lies wholly on present devices");
+  }
+  return Status::Ok();
+}
+
+Status ChunkIo::WriteMirror(uint64_t logical, std::span<const uint8_t> data, int mirror) {
+  const ChunkInfo* c = map_->Find(logical);
+  if (c == nullptr) return Status::Corrupt("logical address " + std::to_string(logical) + " is not in any chunk");
+  if (IsParity(c->profile())) {
+    return Status::Unsupported("writing to a " + ProfileName(c->type) + " chunk (RAID5/RAID6 are read-only)");
+  }
+  UB_ASSIGN_OR_RETURN(auto copies, map_->Map(logical, data.size()));
+  if (mirror < 0 || static_cast<size_t>(mirror) >= copies.size()) {
+    return Status::Invalid("mirror " + std::to_string(mirror) + " of " + std::to_string(copies.size()));
+  }
+  for (const Piece& p : copies[mirror]) {
+    UB_RETURN_IF_ERROR(devs_->WriteAt(p.devid, p.physical, data.subspan(p.buf_offset, p.length)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace ubtrfs::alloc

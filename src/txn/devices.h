@@ -1,0 +1,42 @@
+// Finding the devices of a filesystem: the superblock each one carries, the
+// list a user names ("IMG1,IMG2,..."), and a scan of directories for the
+// other members (same fsid).
+#ifndef UBTRFS_TXN_DEVICES_H_
+#define UBTRFS_TXN_DEVICES_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/ondisk.h"
+#include "io/block_device.h"
+#include "io/offset_device.h"
+
+namespace ubtrfs::txn {
+
+struct SuperChoice {
+  format::SuperBlock sb{};
+  int mirror = 0;       // which copy: the primary unless it is damaged
+  std::string warning;  // why a mirror was used
+};
+// The superblock a device carries: a valid primary always wins, else the
+// newest valid copy (as the kernel's btrfs_read_dev_super).
+Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev);
+
+// "a.img,b.img" names two devices, unless a file of that whole name exists.
+std::vector<std::string> SplitDeviceList(const std::string& spec);
+
+struct DeviceSpec {
+  std::vector<std::string> paths;      // named devices, the first one's fsid rules
+  std::vector<std::string> scan_dirs;  // look here for the others
+  io::Placement where;                 // applied to every device
+  bool writable = false;
+};
+// Opens the named devices and, from each scan directory, every file or
+// block device whose superblock has the first device's fsid and a devid not
+// taken yet.
+Result<std::vector<std::unique_ptr<io::BlockDevice>>> OpenDevices(const DeviceSpec& spec);
+
+}  // namespace ubtrfs::txn
+
+#endif  // UBTRFS_TXN_DEVICES_H_
