@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
@@ -48,7 +49,8 @@ std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv) {
     if (sub->check_name(argv[1])) return out;
   }
   struct stat src, dir;
-  if (::stat(argv[1], &src) != 0 || !(S_ISREG(src.st_mode) || S_ISBLK(src.st_mode))) return out;
+  const bool rbd = std::string_view(argv[1]).starts_with("rbd:");
+  if (!rbd && (::stat(argv[1], &src) != 0 || !(S_ISREG(src.st_mode) || S_ISBLK(src.st_mode)))) return out;
   if (::stat(argv[2], &dir) != 0 || !S_ISDIR(dir.st_mode)) return out;
   static char mount_word[] = "mount";
   out.insert(out.begin() + 1, mount_word);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "fuse/adapter.h"
@@ -245,16 +247,54 @@ int RunMount(const MountConfig& cfg) {
   const std::string image_abs = img_real ? img_real : cfg.image;
   std::free(img_real);
 
+  // librados runs threads, which fork does not take along: an RBD image
+  // is opened in the daemon, forked before the open, and the parent waits
+  // until the daemon has mounted (exit 0) or failed (its exit code; it
+  // printed why on the terminal they share).
+  const bool rbd = std::string_view(cfg.image).starts_with("rbd:");
+  const bool early_fork = rbd && !cfg.foreground;
+  int ready_fd = -1;
+  if (early_fork) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      fmt::print(stderr, "ubtrfs: mount: pipe: {}\n", std::strerror(errno));
+      return 1;
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      fmt::print(stderr, "ubtrfs: mount: fork: {}\n", std::strerror(errno));
+      return 1;
+    }
+    if (pid > 0) {
+      ::close(fds[1]);
+      char c;
+      ssize_t n;
+      do n = ::read(fds[0], &c, 1);
+      while (n < 0 && errno == EINTR);
+      ::close(fds[0]);
+      if (n == 1) return 0;
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1;
+    }
+    ::close(fds[0]);
+    ready_fd = fds[1];
+    ::setsid();
+  }
+
   // One read-write mount per image: an exclusive lock, held (across the
   // daemon's fork, which shares the open file description) until exit. A
   // read-only mount takes a shared lock, so it and a read-write one exclude
-  // each other too.
-  const int lock_fd = ::open(cfg.image.c_str(), (p.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  // each other too. (An RBD image's writer takes the image's own exclusive
+  // lock when it opens, which other machines see as well.)
+  const int lock_fd = rbd ? ::open("/dev/null", O_RDONLY | O_CLOEXEC)
+                          : ::open(cfg.image.c_str(), (p.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
   if (lock_fd < 0) {
     fmt::print(stderr, "ubtrfs: mount: {}: {}\n", cfg.image, std::strerror(errno));
     return 1;
   }
-  if (::flock(lock_fd, (p.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+  if (!rbd && ::flock(lock_fd, (p.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
     const int e = errno;
     if (e == EWOULDBLOCK) {
       fmt::print(stderr,
@@ -319,7 +359,24 @@ int RunMount(const MountConfig& cfg) {
     ::close(lock_fd);
     return 1;
   }
-  if (!cfg.foreground) {
+  if (early_fork) {
+    // What fuse_daemonize does after its fork, then the parent may go.
+    const int nul = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (nul >= 0) {
+      ::dup2(nul, 0);
+      ::dup2(nul, 1);
+      ::dup2(nul, 2);
+      if (nul > 2) ::close(nul);
+    }
+    if (::chdir("/") != 0) {
+      // (nothing relies on the working directory; "/" only frees the old one)
+    }
+    const char ready = 1;
+    (void)!::write(ready_fd, &ready, 1);
+    ::close(ready_fd);
+    openlog("ubtrfs", LOG_PID, LOG_DAEMON);
+    g_daemonized = true;
+  } else if (!cfg.foreground) {
     // Returns in the child; the parent exits 0 once the child is ready.
     if (fuse_daemonize(0) != 0) {
       fuse_session_unmount(se.get());
