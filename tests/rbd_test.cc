@@ -243,7 +243,8 @@ TEST_F(RbdTest, MkfsRootdirCpOutCheckAndKernelMount) {
   const std::string host_file = tmp.Sub("extra");
   ubtrfs_test::WriteHostFile(host_file, ubtrfs_test::SeededBytes(300000, 3));
   for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"info", img},
+       std::vector<std::vector<std::string>>{{"subvolume", "snapshot", img + ":/", img + ":/snap"},
+                                             {"info", img},
                                              {"ls", img, "/"},
                                              {"check", img},
                                              {"mkdir", img + ":/added"},
@@ -254,7 +255,6 @@ TEST_F(RbdTest, MkfsRootdirCpOutCheckAndKernelMount) {
                                              {"df", img},
                                              {"dump-tree", img},
                                              {"stats", img},
-                                             {"subvolume", "snapshot", img + ":/", img + ":/snap"},
                                              {"subvolume", "list", img}}) {
     r = Cli(args);
     EXPECT_TRUE(r.ok()) << ubtrfs_test::ShellJoin(args) << ": " << r.Describe();
