@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
         if (!d.ok()) Die("mkdir", d.status());
         dir = *d;
       }
-      char name[48];
+      char name[64];
       std::snprintf(name, sizeof name, "%08llx%032llx", static_cast<unsigned long long>(i),
                     static_cast<unsigned long long>(i * 0x9E3779B97F4A7C15ull));
       auto f = fs->Create(dir, name, {.mode = 0644});
@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
     auto tc = Clock::now();
     if (Status st = fs->Commit(); !st.ok()) Die("commit", st);
     const double t_commit = Since(tc), t_all = Since(t0);
-    std::printf("create: %llu files of 4 KiB: %.2f s (%.0f files/s), of which the final commit %.2f s "
-                "(%llu writes, %.1f MiB, %llu flushes)\n",
+    std::printf("create: %llu files of 4 KiB: %.2f s (%.0f files/s), of which the final commit %.2f s; "
+                "the whole phase sent %llu writes, %.1f MiB, %llu flushes\n",
                 static_cast<unsigned long long>(files), t_all, files / t_all, t_commit,
                 static_cast<unsigned long long>(c.writes.load()), c.bytes.load() / 1048576.0,
                 static_cast<unsigned long long>(c.flushes.load()));

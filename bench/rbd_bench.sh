@@ -36,12 +36,34 @@ lat=$(rbd -c "$conf" create --size 64M rbd/lat && rbd -c "$conf" bench --io-type
         --io-total 8M --io-pattern rand rbd/lat 2>/dev/null | awk '/elapsed/ {print $0}')
 echo "rbd bench, 4 KiB writes one at a time: $lat"
 rbd -c "$conf" rm --no-progress rbd/lat >/dev/null
+# fs_mark through `ubtrfs mount -f` of the image: -S 0 (no fsync) and -S 1
+# (fsync before close: each fsync commits, so this is commit latency).
+mount_fsmark() {  # image [env...]
+  local image=$1
+  shift
+  [ -e /dev/fuse ] && command -v fs_mark >/dev/null || { echo "mount: skipped (no /dev/fuse or fs_mark)"; return; }
+  local mnt=$work/mnt
+  mkdir -p "$mnt"
+  env "$@" "$bin" mount -f "$image" "$mnt" &
+  local pid=$!
+  for _ in $(seq 1 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
+  for sync in 0 1; do
+    local n=$files
+    [ "$sync" = 1 ] && n=$((files / 20))
+    local fps
+    fps=$(fs_mark -S "$sync" -s 4096 -n "$n" -t 1 -L 1 -k -d "$mnt/fsm$sync" 2>&1 | awk 'h {print $4; exit} /Files\/sec/ {h=1}')
+    echo "mount: fs_mark -S $sync -s 4096 -n $n: $fps files/s"
+  done
+  fusermount3 -u "$mnt"
+  wait "$pid"
+}
 run() {  # name image [env...]
   local name=$1 image=$2
   shift 2
   echo "== $name"
   "$bin" mkfs -q --size "$size" "$image"  # (creates the RBD image)
   env "$@" "$bench" "$image" --files "$files" --write-mib "$mib"
+  mount_fsmark "$image" "$@"
   "$bin" check "$image" >/dev/null || { echo "check failed on $image" >&2; exit 1; }
 }
 run file "$work/img"
