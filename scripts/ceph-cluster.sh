@@ -6,6 +6,8 @@
 #   scripts/ceph-cluster.sh start [DIR]   prints the path of its ceph.conf
 #   scripts/ceph-cluster.sh env CONF      prints `export CEPH_CONF=...` lines
 #   scripts/ceph-cluster.sh stop CONF     stops its daemons, removes its dir
+#   scripts/ceph-cluster.sh kill-osd CONF      kill -9 of the OSD (a crash)
+#   scripts/ceph-cluster.sh start-osd CONF     starts it again, waits until it serves
 #
 # DIR (default: a new mktemp -d under ${TMPDIR:-/tmp}) holds everything; stop
 # kills only the daemons whose pid files are in it. Settings from the
@@ -156,9 +158,28 @@ cmd_env() {
   echo "export CEPH_CONF=$conf UBTRFS_CEPH_CONF=$conf"
 }
 
+cmd_kill_osd() {
+  local dir pid
+  dir=$(conf_dir "${1:-}" kill-osd)
+  pid=$(cat "$dir/run/osd.0.pid")
+  kill -9 "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+}
+
+cmd_start_osd() {
+  local dir conf=${1:-}
+  dir=$(conf_dir "$conf" start-osd)
+  ceph-osd -c "$conf" -i 0 >>"$dir/log/osd.out" 2>&1 || die "ceph-osd did not start (dir $dir)"
+  timeout "${UBTRFS_CEPH_TIMEOUT:-60}" rados -c "$conf" -p rbd put ubtrfs-probe "$conf" ||
+    die "the OSD does not serve (dir $dir)"
+  rados -c "$conf" -p rbd rm ubtrfs-probe
+}
+
 case "${1:-}" in
+  kill-osd) shift; cmd_kill_osd "$@" ;;
+  start-osd) shift; cmd_start_osd "$@" ;;
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   env) shift; cmd_env "$@" ;;
-  *) die "usage: $0 start [DIR] | stop CONF | env CONF" ;;
+  *) die "usage: $0 start [DIR] | stop CONF | env CONF | kill-osd CONF | start-osd CONF" ;;
 esac

@@ -507,3 +507,92 @@ TEST_F(RbdTest, FusePosixSuiteOnRbd) {
 }
 
 }  // namespace
+
+namespace {
+
+// A crash of the storage and of the writer at once, on a cluster of its own
+// whose OSD keeps its data on disk (bluestore on a sparse file, which
+// survives kill -9; memstore does not): the OSD and the mount daemon are
+// killed while files are being written, the OSD restarted, and the image is
+// at its last commit, btrfs-check clean, with everything fsynced.
+TEST(RbdBluestoreTest, OsdAndDaemonKilledLeaveTheLastCommit) {
+  if (!ubtrfs::io::RbdSupported()) GTEST_SKIP() << "ubtrfs was built without librbd";
+  for (const char* tool : {"ceph-mon", "ceph-osd", "rbd"}) {
+    if (ubtrfs_test::FindProgram(tool).empty()) GTEST_SKIP() << tool << " not installed (scripts/deps.sh)";
+  }
+  if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  setenv("UBTRFS_CEPH_STORE", "bluestore", 1);
+  setenv("UBTRFS_CEPH_STORE_BYTES", "2147483648", 1);
+  CommandResult started = RunCommand({kClusterScript, "start"});
+  unsetenv("UBTRFS_CEPH_STORE");
+  unsetenv("UBTRFS_CEPH_STORE_BYTES");
+  std::string conf = started.out;
+  while (!conf.empty() && conf.back() == '\n') conf.pop_back();
+  if (!started.ok() || conf.empty()) GTEST_SKIP() << "a bluestore test cluster did not start: " << started.Describe();
+  struct Stop {
+    std::string conf;
+    ~Stop() { (void)RunCommand({kClusterScript, "stop", conf}); }
+  } stop_cluster{conf};
+
+  TempDir tmp("ubtrfs-rbd-osdkill");
+  const std::string img = "rbd:rbd/crash:conf=" + conf, mnt = tmp.Sub("mnt"), log = tmp.Sub("mount.log");
+  CommandResult r = RunCommand({kCli, "mkfs", "-q", "--size", "512M", img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ubtrfs_test::MountProcess mount;
+  std::string skip, error;
+  if (!mount.Start(img, mnt, log, {}, &skip, &error)) {
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    FAIL() << error;
+  }
+  const std::string synced = ubtrfs_test::SeededBytes(2 << 20, 21);
+  {
+    int fd = open((mnt + "/synced").c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, synced.data(), synced.size()), static_cast<ssize_t>(synced.size()));
+    ASSERT_EQ(fsync(fd), 0);
+    close(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    const std::string chunk = ubtrfs_test::SeededBytes(128 << 10, 22);
+    for (int i = 0; !stop; ++i) {
+      int fd = open((mnt + "/w" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
+      if (fd < 0) break;
+      bool ok = write(fd, chunk.data(), chunk.size()) == static_cast<ssize_t>(chunk.size());
+      if (ok && i % 4 == 0) ok = fsync(fd) == 0;
+      close(fd);
+      if (!ok) break;
+      written = i + 1;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  r = RunCommand({kClusterScript, "kill-osd", conf});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  ASSERT_EQ(kill(mount.pid(), SIGKILL), 0);
+  EXPECT_EQ(mount.Wait(30), 128 + SIGKILL);
+  stop = true;
+  mount.Cleanup();
+  writer.join();
+  EXPECT_GT(written.load(), 4) << "the writer did not get going before the kill";
+  const int fsynced = written.load() / 4 * 4;  // w0, w4, ... below it were fsynced
+  r = RunCommand({kClusterScript, "start-osd", conf});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+
+  const std::string exported = tmp.Sub("exported.img");
+  r = RunCommand({"rbd", "-c", conf, "export", "--no-progress", "rbd/crash", exported});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(ubtrfs_test::BtrfsCheck(exported), "");
+  auto fs = ubtrfs::Filesystem::Open(img);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_TRUE(ubtrfs_test::ReadImageFile(**fs, "/synced") == synced) << "the fsynced file is not intact";
+  const std::string chunk = ubtrfs_test::SeededBytes(128 << 10, 22);
+  for (int i = 0; i < fsynced; i += 4) {
+    EXPECT_TRUE(ubtrfs_test::ReadImageFile(**fs, "/w" + std::to_string(i)) == chunk) << "fsynced /w" << i;
+  }
+  std::fprintf(stderr, "note: %d files written, those up to w%d fsynced, before the OSD and the daemon died\n",
+               written.load(), fsynced > 0 ? fsynced - 4 : 0);
+}
+
+}  // namespace
