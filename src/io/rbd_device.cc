@@ -231,9 +231,12 @@ class RbdDevice final : public BlockDevice {
     if (r < 0) return Fail(r, name_ + ": reading the image's features");
     if (features & RBD_FEATURE_EXCLUSIVE_LOCK) {
       r = rbd_lock_acquire(image_, RBD_LOCK_MODE_EXCLUSIVE);
-      if (r < 0) return Status::Error(EBUSY, name_ + ": in use: another client holds its exclusive lock" + Owners() +
-                                                 " (another read-write ubtrfs or a VM; read-only opens work) [" +
-                                                 Errno(r) + "]");
+      // (librbd answers EROFS when the owner refuses to hand the lock over)
+      if (r == -EROFS || r == -EBUSY) {
+        return Status::Error(EBUSY, name_ + ": in use: another client holds its exclusive lock" + Owners() +
+                                        " (another read-write ubtrfs or a VM; read-only opens work)");
+      }
+      if (r < 0) return Fail(r, name_ + ": taking the exclusive lock");
       return Status::Ok();
     }
     char host[256] = {};
