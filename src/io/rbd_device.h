@@ -40,8 +40,7 @@ struct RbdSpec {
   std::string Name() const;
 };
 
-// Parses the text after no prefix check beyond "rbd:"; EINVAL names what
-// is wrong.
+// Parses an rbd: path; EINVAL names what is wrong.
 Result<RbdSpec> ParseRbdSpec(std::string_view text);
 
 // Whether ubtrfs was built with librbd.
