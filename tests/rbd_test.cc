@@ -485,6 +485,41 @@ TEST_F(RbdTest, KillDuringWritesLeavesTheLastCommit) {
   EXPECT_EQ(ExportAndCheck(tmp.Sub("exported2.img")), "");
 }
 
+// `ubtrfs mount` without -f: the daemon opens the RBD image after its fork
+// (librados threads do not survive one), the command returns once it is
+// mounted, and an error of the daemon's open reaches the command's exit code
+// and stderr. The unmount ends the daemon and frees the lock.
+TEST_F(RbdTest, DaemonMountReportsItsOpen) {
+  if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-rbd-daemon");
+  const std::string img = Spec(), mnt = tmp.Sub("mnt"), mnt2 = tmp.Sub("mnt2");
+  ASSERT_TRUE(Cli({"mkfs", "-q", "--size", "256M", img}).ok());
+  ASSERT_TRUE(Cli({"mkdir", img + ":/here"}).ok());
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(mnt2.c_str(), 0755), 0);
+  CommandResult r = Cli({"mount", img, mnt});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  struct stat st;
+  EXPECT_EQ(stat((mnt + "/here").c_str(), &st), 0);
+  ubtrfs_test::WriteHostFile(mnt + "/through-the-daemon", "x");
+  r = Cli({"mount", img, mnt2});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
+  EXPECT_FALSE(ubtrfs_test::IsUbtrfsMount(mnt2));
+  r = RunCommand({"fusermount3", "-u", mnt});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  // The daemon commits and closes after the unmount: the next writer gets in.
+  const auto t0 = Clock::now();
+  do {
+    r = Cli({"mkdir", img + ":/after"});
+    if (r.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (SecondsSince(t0) < 20);
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  r = Cli({"ls", img, "/"});
+  EXPECT_NE(r.out.find("through-the-daemon"), std::string::npos) << r.out;
+}
+
 // The project's POSIX suite (tests/fuse_posix_test.cc), run again by this
 // binary with every case on an RBD image of this cluster.
 TEST_F(RbdTest, FusePosixSuiteOnRbd) {
