@@ -38,6 +38,7 @@
 #include "support/tree_gen.h"
 #include "ubtrfs/block_device.h"
 #include "ubtrfs/filesystem.h"
+#include "ubtrfs/ubtrfs.h"
 
 #ifndef UBTRFS_CLI_PATH
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
@@ -483,6 +484,29 @@ TEST_F(RbdTest, KillDuringWritesLeavesTheLastCommit) {
   EXPECT_TRUE(last.ok()) << last.ToString();
   std::fprintf(stderr, "note: the next writer got the image %.1f s after the kill\n", SecondsSince(t0));
   EXPECT_EQ(ExportAndCheck(tmp.Sub("exported2.img")), "");
+}
+
+// The C API takes rbd: paths too: ubtrfs_mkfs creates the RBD image, a
+// second ubtrfs_mkfs refuses it without force, open/write/close/read.
+TEST_F(RbdTest, CApiMkfsOpenWriteRead) {
+  const std::string img = Spec();
+  ASSERT_EQ(ubtrfs_mkfs(img.c_str(), 256ull << 20, 0), 0) << ubtrfs_last_error();
+  EXPECT_EQ(ubtrfs_mkfs(img.c_str(), 0, 0), -EEXIST);
+  ubtrfs_fs* fs = nullptr;
+  ASSERT_EQ(ubtrfs_open(img.c_str(), UBTRFS_OPEN_WRITABLE, &fs), 0) << ubtrfs_last_error();
+  ubtrfs_ino root, file;
+  ASSERT_EQ(ubtrfs_root(fs, &root), 0);
+  ASSERT_EQ(ubtrfs_create(fs, root, "from-c", 0644, &file), 0) << ubtrfs_last_error();
+  ASSERT_EQ(ubtrfs_write(fs, file, 0, "hello rbd\n", 10), 10) << ubtrfs_last_error();
+  ubtrfs_fs* other = nullptr;
+  EXPECT_EQ(ubtrfs_open(img.c_str(), UBTRFS_OPEN_WRITABLE, &other), -EBUSY);
+  ASSERT_EQ(ubtrfs_close(fs), 0) << ubtrfs_last_error();
+  ASSERT_EQ(ubtrfs_open(img.c_str(), 0, &fs), 0) << ubtrfs_last_error();
+  ASSERT_EQ(ubtrfs_lookup(fs, "/from-c", &file), 0);
+  char buf[32] = {};
+  EXPECT_EQ(ubtrfs_read(fs, file, 0, buf, sizeof buf), 10);
+  EXPECT_STREQ(buf, "hello rbd\n");
+  EXPECT_EQ(ubtrfs_close(fs), 0);
 }
 
 // `ubtrfs mount` without -f: the daemon opens the RBD image after its fork
