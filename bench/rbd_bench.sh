@@ -29,7 +29,7 @@ if [ -z "$conf" ]; then
   conf=$("$here/scripts/ceph-cluster.sh" start)
   started=1
 fi
-size=$(( (mib + 3072) ))M
+size=$((mib + 3072))M
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; kernel $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "Ceph: $(ceph --version | cut -d' ' -f1-3), one memstore OSD on 127.0.0.1; $files files, $mib MiB"
 lat=$(rbd -c "$conf" create --size 64M rbd/lat && rbd -c "$conf" bench --io-type write --io-size 4K --io-threads 1 \
