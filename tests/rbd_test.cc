@@ -10,7 +10,10 @@
 // read-only at its state; a second writer is refused; a cluster that is down
 // is a clear error within a bounded time; kill -9 of the daemon during writes
 // leaves the image at its last commit, with everything fsynced; the
-// project's FUSE POSIX suite passes on an RBD image.
+// project's FUSE POSIX suite passes on an RBD image. Two cases run a
+// bluestore cluster of their own, whose OSD they kill: with the writer
+// (everything fsynced survives), and under a running mount (fsync fails in
+// bounded time, nothing is committed over the lost write).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -574,24 +577,49 @@ namespace {
 // survives kill -9; memstore does not): the OSD and the mount daemon are
 // killed while files are being written, the OSD restarted, and the image is
 // at its last commit, btrfs-check clean, with everything fsynced.
-TEST(RbdBluestoreTest, OsdAndDaemonKilledLeaveTheLastCommit) {
-  if (!ubtrfs::io::RbdSupported()) GTEST_SKIP() << "ubtrfs was built without librbd";
-  for (const char* tool : {"ceph-mon", "ceph-osd", "rbd"}) {
-    if (ubtrfs_test::FindProgram(tool).empty()) GTEST_SKIP() << tool << " not installed (scripts/deps.sh)";
+// A cluster of its own (bluestore), stopped when it goes; conf() is empty
+// and why() says why when it could not start.
+class BluestoreCluster {
+ public:
+  BluestoreCluster() {
+    if (!ubtrfs::io::RbdSupported()) {
+      why_ = "ubtrfs was built without librbd";
+      return;
+    }
+    for (const char* tool : {"ceph-mon", "ceph-osd", "rbd"}) {
+      if (ubtrfs_test::FindProgram(tool).empty()) {
+        why_ = std::string(tool) + " not installed (scripts/deps.sh)";
+        return;
+      }
+    }
+    setenv("UBTRFS_CEPH_STORE", "bluestore", 1);
+    setenv("UBTRFS_CEPH_STORE_BYTES", "2147483648", 1);
+    CommandResult started = RunCommand({kClusterScript, "start"});
+    unsetenv("UBTRFS_CEPH_STORE");
+    unsetenv("UBTRFS_CEPH_STORE_BYTES");
+    std::string conf = started.out;
+    while (!conf.empty() && conf.back() == '\n') conf.pop_back();
+    if (!started.ok() || conf.empty()) {
+      why_ = "a bluestore test cluster did not start: " + started.Describe();
+      return;
+    }
+    conf_ = conf;
   }
+  ~BluestoreCluster() {
+    if (!conf_.empty()) (void)RunCommand({kClusterScript, "stop", conf_});
+  }
+  const std::string& conf() const { return conf_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  std::string conf_, why_;
+};
+
+TEST(RbdBluestoreTest, OsdAndDaemonKilledLeaveTheLastCommit) {
   if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
-  setenv("UBTRFS_CEPH_STORE", "bluestore", 1);
-  setenv("UBTRFS_CEPH_STORE_BYTES", "2147483648", 1);
-  CommandResult started = RunCommand({kClusterScript, "start"});
-  unsetenv("UBTRFS_CEPH_STORE");
-  unsetenv("UBTRFS_CEPH_STORE_BYTES");
-  std::string conf = started.out;
-  while (!conf.empty() && conf.back() == '\n') conf.pop_back();
-  if (!started.ok() || conf.empty()) GTEST_SKIP() << "a bluestore test cluster did not start: " << started.Describe();
-  struct Stop {
-    std::string conf;
-    ~Stop() { (void)RunCommand({kClusterScript, "stop", conf}); }
-  } stop_cluster{conf};
+  BluestoreCluster cluster;
+  if (cluster.conf().empty()) GTEST_SKIP() << cluster.why();
+  const std::string conf = cluster.conf();
 
   TempDir tmp("ubtrfs-rbd-osdkill");
   const std::string img = "rbd:rbd/crash:conf=" + conf, mnt = tmp.Sub("mnt"), log = tmp.Sub("mount.log");
@@ -652,6 +680,64 @@ TEST(RbdBluestoreTest, OsdAndDaemonKilledLeaveTheLastCommit) {
   }
   std::fprintf(stderr, "note: %d files written, those up to w%d fsynced, before the OSD and the daemon died\n",
                written.load(), fsynced > 0 ? fsynced - 4 : 0);
+}
+
+// The OSD dies under a running mount: the next fsync fails within the
+// spec's rados_osd_op_timeout (no hang), saying what failed; the device
+// stays failed after the OSD is back (the lost write is not on the image),
+// so nothing is committed over it; the unmount's final commit fails too;
+// and the image is at its last commit, check-clean, and writable again.
+TEST(RbdBluestoreTest, OsdDownMidwayFailsFsyncInBoundedTime) {
+  if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  BluestoreCluster cluster;
+  if (cluster.conf().empty()) GTEST_SKIP() << cluster.why();
+  const std::string conf = cluster.conf();
+  TempDir tmp("ubtrfs-rbd-osddown");
+  const std::string img = "rbd:rbd/down:conf=" + conf, mnt = tmp.Sub("mnt"), log = tmp.Sub("mount.log");
+  CommandResult r = RunCommand({kCli, "mkfs", "-q", "--size", "256M", img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ubtrfs_test::MountProcess mount;
+  std::string skip, error;
+  if (!mount.Start(img + ":rados_osd_op_timeout=3", mnt, log, {}, &skip, &error)) {
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    FAIL() << error;
+  }
+  const auto fsync_mount = [&] {
+    int fd = open(mnt.c_str(), O_RDONLY | O_DIRECTORY);
+    int rc = fsync(fd) == 0 ? 0 : errno;
+    close(fd);
+    return rc;
+  };
+  const std::string kept = ubtrfs_test::SeededBytes(200000, 31);
+  ubtrfs_test::WriteHostFile(mnt + "/kept", kept);
+  ASSERT_EQ(fsync_mount(), 0);
+
+  r = RunCommand({kClusterScript, "kill-osd", conf});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ubtrfs_test::WriteHostFile(mnt + "/lost", ubtrfs_test::SeededBytes(200000, 32));
+  const auto t0 = Clock::now();
+  EXPECT_NE(fsync_mount(), 0) << "fsync with the only OSD down";
+  EXPECT_LT(SecondsSince(t0), 20.0);
+  r = RunCommand({kClusterScript, "start-osd", conf});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(fsync_mount(), 0) << "a device that lost a write must not commit";
+  std::string err;
+  EXPECT_NE(mount.Unmount(&err), 0) << "the final commit should have failed: " << mount.Log();
+  EXPECT_NE(mount.Log().find("Connection timed out"), std::string::npos) << mount.Log();
+
+  const std::string exported = tmp.Sub("exported.img");
+  r = RunCommand({"rbd", "-c", conf, "export", "--no-progress", "rbd/down", exported});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(ubtrfs_test::BtrfsCheck(exported), "");
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    EXPECT_TRUE(ubtrfs_test::ReadImageFile(**fs, "/kept") == kept);
+    EXPECT_EQ((*fs)->Lookup("/lost").status().code(), ENOENT);
+  }
+  r = RunCommand({kCli, "mkdir", img + ":/writable-again"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
 }
 
 }  // namespace
