@@ -529,6 +529,21 @@ TEST_F(RbdTest, DaemonMountReportsItsOpen) {
   struct stat st;
   EXPECT_EQ(stat((mnt + "/here").c_str(), &st), 0);
   ubtrfs_test::WriteHostFile(mnt + "/through-the-daemon", "x");
+  // /proc/mounts (world-readable) names the image without its options.
+  {
+    std::ifstream mounts("/proc/mounts");
+    std::string source, point, line;
+    bool found = false;
+    while (std::getline(mounts, line)) {
+      std::istringstream fields(line);
+      fields >> source >> point;
+      if (point == mnt) {
+        found = true;
+        EXPECT_EQ(source, "rbd:rbd/" + name_);
+      }
+    }
+    EXPECT_TRUE(found) << mnt << " not in /proc/mounts";
+  }
   r = Cli({"mount", img, mnt2});
   EXPECT_EQ(r.exit_code, 1) << r.Describe();
   EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;

@@ -328,7 +328,20 @@ int RunMount(const MountConfig& cfg) {
   p.adapter.log = Log;
   auto adapter = std::make_unique<Adapter>(*fs, p.adapter);
 
-  std::string fuse_opts = "fsname=" + EscapeOption(image_abs) + ",subtype=ubtrfs";
+  std::string fsname = image_abs;
+  if (rbd) {
+    // rbd:POOL/IMAGE[@SNAP] only: /proc/mounts is world-readable, and the
+    // options may hold a key (key=...) or name a keyring.
+    for (size_t i = 4; i < fsname.size(); ++i) {
+      if (fsname[i] == '\\') {
+        ++i;
+      } else if (fsname[i] == ':') {
+        fsname.resize(i);
+        break;
+      }
+    }
+  }
+  std::string fuse_opts = "fsname=" + EscapeOption(fsname) + ",subtype=ubtrfs";
   if (p.default_permissions) fuse_opts += ",default_permissions";
   if (p.read_only) fuse_opts += ",ro";
   for (const auto& o : p.fuse_options) fuse_opts += "," + o;
