@@ -4,7 +4,7 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs check mount stats property subvolume receive send mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize check mount stats property subvolume receive send mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
 # Options of each subcommand; every one also takes -h/--help, --offset and --partition.
@@ -25,7 +25,8 @@ _ubtrfs_options() {
     ls) echo "$common -l --json" ;;
     cp) echo "$common --strict --no-devices --no-xattrs --compress --reflink" ;;
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
-    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --deterministic -f --force -q --quiet" ;;
+    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -f --force -q --quiet" ;;
+    resize) echo "$common -q --quiet max min" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;
     stats) echo "$common --json" ;;
@@ -79,7 +80,7 @@ _ubtrfs() {
       COMPREPLY=($(compgen -W "zstd zlib lzo" -- "$cur"))
       return 0 ;;
     mount:-o|mount:--options)
-      COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= noreaddirplus writeback_cache stats nodefault_permissions debug compress= compress-force= allow_other auto_unmount" -- "$cur"))
+      COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= noreaddirplus writeback_cache notreelog stats nodefault_permissions debug compress= compress-force= allow_other auto_unmount" -- "$cur"))
       return 0 ;;
     find:-type)
       COMPREPLY=($(compgen -W "f d l c b p s" -- "$cur"))

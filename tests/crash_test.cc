@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -284,7 +285,39 @@ class WorkloadRun {
       states_[gen] = model_;
     }
     ++commits_;
+    events_.push_back(Durable{"", LastSuperWrite(before_commit_), rec_.log().size(), model_});
+    before_commit_ = rec_.log().size();
   }
+
+  // A point where something became durable: a commit (path empty) or an
+  // fsync of `path` (through the tree log, or a commit where it fell back
+  // to one). `super` is the log index of its superblock write (SIZE_MAX:
+  // none; nothing changed), `done` the log size when the call returned
+  // (its last flush included); `model` the whole model then.
+  struct Durable {
+    std::string path;
+    size_t super = SIZE_MAX;
+    size_t done = 0;
+    State model;
+  };
+  void Fsync(const std::string& path) {
+    const size_t before = rec_.log().size();
+    Status st = fs_->Fsync(Id(path), false);
+    ASSERT_TRUE(st.ok()) << "fsync " << path << ": " << st.ToString();
+    const uint64_t gen = fs_->Info().generation;
+    if (gen != generation_) {
+      // It committed instead (a large log, new chunks): a commit like any.
+      ASSERT_EQ(gen, generation_ + 1);
+      generation_ = gen;
+      states_[gen] = model_;
+      ++commits_;
+    }
+    events_.push_back(Durable{path, LastSuperWrite(before), rec_.log().size(), model_});
+    before_commit_ = rec_.log().size();
+    ++fsyncs_;
+  }
+  const std::vector<Durable>& events() const { return events_; }
+  int fsyncs() const { return fsyncs_; }
 
   void Finish() {
     Commit();
@@ -557,6 +590,18 @@ class WorkloadRun {
   std::unique_ptr<Filesystem> fs_;
   State model_;
   std::map<uint64_t, State> states_;
+  std::vector<Durable> events_;
+  size_t before_commit_ = 0;
+  int fsyncs_ = 0;
+  // The last primary superblock write from log index `from` on.
+  size_t LastSuperWrite(size_t from) const {
+    size_t at = SIZE_MAX;
+    const auto& log = rec_.log();
+    for (size_t i = from; i < log.size(); ++i) {
+      if (log[i].kind == LogEntry::Kind::kWrite && log[i].offset == format::SuperblockOffset(0)) at = i;
+    }
+    return at;
+  }
   uint64_t generation_ = 0;
   uint64_t next_model_ino_ = 0;
   int commits_ = 0;
@@ -633,6 +678,78 @@ void AppendWorkload(WorkloadRun& r, int appends) {
     if (r.rng()() % 6 == 0 && size > 0) r.WriteAt(f, r.rng()() % size, r.Bytes(1 + r.rng()() % 3000));
     if (::testing::Test::HasFatalFailure()) return;
     r.Commit();
+  }
+}
+
+// fsync through the tree log, in the patterns of the issue and of
+// applications: appends (a database's journal), renames of fsynced files
+// (atomic replace), a new file in a new directory, fsync of a directory
+// after an unlink, a truncate, an xattr; a commit now and then ends a log.
+void FsyncLogWorkload(WorkloadRun& r, int ops) {
+  r.Mkdir("db");
+  for (int f = 0; f < 3; ++f) r.CreateFile("db/log" + std::to_string(f), r.Bytes(3000 * f));
+  r.CreateFile("db/old", r.Bytes(20000));
+  r.Commit();
+  int dirs = 0, tmps = 0;
+  for (int i = 0; i < ops && !::testing::Test::HasFatalFailure(); ++i) {
+    const int kind = static_cast<int>(r.rng()() % 20);
+    if (kind < 8) {  // append and fsync
+      const std::string f = "db/log" + std::to_string(r.rng()() % 3);
+      const size_t size = r.model().at(f).data->size();
+      r.WriteAt(f, size, r.Bytes(r.rng()() % 3 ? 1 + r.rng()() % 5000 : 4096));
+      if (r.rng()() % 4 == 0 && size > 0) r.WriteAt(f, r.rng()() % size, r.Bytes(1 + r.rng()() % 3000));
+      r.Fsync(f);
+    } else if (kind < 11) {  // atomic replace: write, fsync, rename over, fsync
+      const std::string target = "db/cfg" + std::to_string(r.rng()() % 2);
+      const std::string tmp = "db/tmp" + std::to_string(tmps++);
+      r.CreateFile(tmp, r.Bytes(r.rng()() % 2 ? r.rng()() % 1500 : r.rng()() % 30000));
+      if (r.rng()() % 2) r.SetXattr(tmp, "user.v", std::to_string(i));
+      r.Fsync(tmp);
+      r.Rename(tmp, target);
+      r.Fsync(target);
+    } else if (kind < 14) {  // a new file in a new directory
+      const std::string d = "new" + std::to_string(dirs++);
+      r.Mkdir(d);
+      if (r.rng()() % 2) r.Mkdir(d + "/sub");
+      const std::string f = r.model().count(d + "/sub") ? d + "/sub/f" : d + "/f";
+      r.CreateFile(f, r.Bytes(r.rng()() % 20000));
+      r.Fsync(f);
+    } else if (kind < 16) {  // unlink, then fsync the directory
+      std::vector<std::string> files;
+      for (const auto& [p, n] : r.model()) {
+        if (n.type == 'f' && p.rfind("db/log", 0) != 0) files.push_back(p);
+      }
+      if (files.empty()) continue;
+      const std::string victim = files[r.rng()() % files.size()];
+      r.Unlink(victim);
+      r.Fsync(WorkloadRun::Parent(victim));
+    } else if (kind < 17) {  // a directory moved to another, a file in it fsynced
+      std::vector<std::string> ds;
+      for (const auto& [p, n] : r.model()) {
+        if (n.type == 'd' && p.rfind("new", 0) == 0 && p.find('/') == std::string::npos) ds.push_back(p);
+      }
+      if (ds.size() < 2) continue;
+      const std::string from = ds[r.rng()() % ds.size()];
+      std::string to = ds[r.rng()() % ds.size()];
+      if (to == from) continue;
+      const std::string moved = to + "/moved" + std::to_string(i);
+      r.Rename(from, moved);
+      r.CreateFile(moved + "/g", r.Bytes(r.rng()() % 5000));
+      r.Fsync(moved + "/g");
+    } else if (kind < 18) {  // truncate (leaving a hole past the new end) and fsync
+      const std::string f = "db/log" + std::to_string(r.rng()() % 3);
+      const size_t size = r.model().at(f).data->size();
+      r.Truncate(f, size / 3);
+      r.WriteAt(f, size / 3 + 10000, r.Bytes(100));
+      r.Fsync(f);
+    } else if (kind < 19) {
+      r.Commit();
+    } else {  // a hard link, then fsync of the file
+      const std::string f = "db/log" + std::to_string(r.rng()() % 3);
+      const std::string l = "db/link" + std::to_string(i);
+      r.Link(f, l);
+      r.Fsync(l);
+    }
   }
 }
 
@@ -855,6 +972,8 @@ struct Totals {
   uint64_t btrfs_check_super_points = 0;
   uint64_t failures = 0;
   uint64_t older_state = 0;  // crash images at the older of two allowed generations
+  uint64_t log_replays = 0;  // crash images with an fsync's tree log
+  uint64_t kernel_replays = 0;
   double seconds = 0, btrfs_seconds = 0;
 };
 
@@ -900,7 +1019,104 @@ class CrashVerifier {
 
   // What is wrong with a crash image that may show generations lo..hi
   // ("" when nothing). Counts btrfs checks and older states in the totals.
-  std::string Examine(const io::CrashImage& img, uint64_t lo, uint64_t hi, bool run_btrfs_check) {
+  // Every fsync whose last flush is durable: its path holds what it held
+  // then, or what it held at a later durability point already issued (a
+  // later fsync logs changed inodes again; a later commit).
+  std::string CheckFsynced(const State& got, size_t durable, size_t issued) const {
+    std::string out;
+    const auto& ev = run_.events();
+    for (size_t k = 0; k < ev.size(); ++k) {
+      if (ev[k].path.empty() || ev[k].done > durable) continue;
+      const std::string& path = ev[k].path;
+      auto have = got.find(path);
+      bool ok = false;
+      std::string wanted;
+      for (size_t j = k; j < ev.size() && !ok; ++j) {
+        if (j > k && (ev[j].super == SIZE_MAX || ev[j].super >= issued)) continue;
+        auto want = ev[j].model.find(path);
+        if (want == ev[j].model.end()) {
+          ok = have == got.end();
+          wanted += " absent;";
+        } else {
+          ok = have != got.end() && have->second == want->second;
+          wanted += " " + Describe(want->second) + ";";
+        }
+      }
+      if (!ok) {
+        out += "fsynced /" + path + " (fsync " + std::to_string(k) + ") is " +
+               (have == got.end() ? std::string("missing") : Describe(have->second)) + ", want one of:" + wanted + "\n";
+      }
+    }
+    return out;
+  }
+
+  // A writable open replays the log and commits: the checker passes and the
+  // tree is what the read-only open showed; btrfs check and, on a sample,
+  // the kernel agree.
+  std::string ReplayWritable(const io::CrashImage& img, const State& shown) {
+    auto copy = img.Clone();
+    {
+      OpenOptions o;
+      o.writable = true;
+      auto fs = OpenOnDevice(io::NewUnownedDevice(copy.get()), o);
+      if (!fs.ok()) return "does not open writable (replaying the log): " + fs.status().ToString() + "\n";
+      auto snap = Snapshot(**fs);
+      if (!snap.ok()) return "after the replay, reading the tree fails: " + snap.status().ToString() + "\n";
+      if (!(*snap == shown)) return "the replay shows another tree than the read-only open:\n" + Diff(shown, *snap);
+    }
+    auto vol = txn::Volume::Open(copy->Clone(), txn::VolumeOptions{});
+    if (!vol.ok()) return "after the replay, the volume does not open: " + vol.status().ToString() + "\n";
+    if ((*vol)->super().log_root.get() != 0) return "after the replay, log_root is still set\n";
+    check::CheckResult cr = check::CheckVolume(**vol);
+    if (!cr.clean()) {
+      std::string out = "after the replay, ubtrfs check: " + std::to_string(cr.error_count) + " errors:\n";
+      for (size_t i = 0; i < cr.errors.size() && i < 8; ++i) out += "  " + cr.errors[i] + "\n";
+      return out;
+    }
+    std::string out;
+    Totals& t = GlobalTotals();
+    if (have_btrfs_ && replay_checks_ < 6) {
+      ++replay_checks_;
+      const std::string path = scratch_ + "/replayed.img";
+      if (Status st = copy->SaveToFile(path); !st.ok()) return "cannot save: " + st.ToString() + "\n";
+      ++t.btrfs_checks;
+      std::string e = ubtrfs_test::BtrfsCheck(path);
+      if (!e.empty()) out += "btrfs check after ubtrfs's replay: " + e.substr(0, 2000) + "\n";
+    }
+    if (kernel_ && kernel_checks_ < 3) {
+      // The kernel's own replay of the crashed image, and btrfs check after.
+      ++kernel_checks_;
+      ++t.kernel_replays;
+      const std::string path = scratch_ + "/kernel.img", mnt = scratch_ + "/kernel.mnt";
+      if (Status st = img.SaveToFile(path); !st.ok()) return "cannot save: " + st.ToString() + "\n";
+      mkdir(mnt.c_str(), 0755);
+      ubtrfs_test::LoopMount m;
+      if (std::string e = m.Mount(path, mnt, "noatime"); !e.empty()) return out + "the kernel does not mount it: " + e + "\n";
+      for (const auto& [p, n] : shown) {
+        if (n.type != 'f') continue;
+        std::ifstream in(mnt + "/" + p, std::ios::binary);
+        std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (!in.good() && !in.eof()) {
+          out += "the kernel's replay lacks /" + p + "\n";
+        } else if (n.data && bytes != *n.data) {
+          out += "the kernel's replay has other bytes in /" + p + "\n";
+        }
+      }
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(mnt)) {
+        const std::string rel = entry.path().string().substr(mnt.size() + 1);
+        if (!shown.count(rel)) out += "the kernel's replay has /" + rel + ", ubtrfs's does not\n";
+      }
+      if (std::string e = m.Unmount(); !e.empty()) return out + e + "\n";
+      if (have_btrfs_) {
+        std::string e = ubtrfs_test::BtrfsCheck(path);
+        if (!e.empty()) out += "btrfs check after the kernel's replay: " + e.substr(0, 2000) + "\n";
+      }
+    }
+    return out;
+  }
+
+  std::string Examine(const io::CrashImage& img, uint64_t lo, uint64_t hi, bool run_btrfs_check, size_t durable = 0,
+                      size_t issued = 0) {
     Totals& t = GlobalTotals();
     std::string failure;
     // 1. Our checker.
@@ -927,8 +1143,33 @@ class CrashVerifier {
       if (!fs.ok()) {
         failure += "does not open: " + fs.status().ToString() + "\n";
       } else {
-        for (const auto& w : (*fs)->Warnings()) failure += "opened with a warning: " + w + "\n";
+        bool log_replayed = false;
+        for (const auto& w : (*fs)->Warnings()) {
+          // An fsync's tree log, replayed in memory: the committed state
+          // plus what was fsynced since (checked below, not against one
+          // commit's model).
+          if (w.find("tree log") != std::string::npos && w.find("replayed in memory") != std::string::npos) {
+            log_replayed = true;
+            continue;
+          }
+          failure += "opened with a warning: " + w + "\n";
+        }
         gen = (*fs)->Info().generation;
+        if (run_.fsyncs() > 0) {
+          auto snap = Snapshot(**fs);
+          if (!snap.ok()) {
+            failure += "reading the tree fails: " + snap.status().ToString() + "\n";
+          } else {
+            failure += CheckFsynced(*snap, durable, issued);
+            if (log_replayed) failure += ReplayWritable(img, *snap);
+          }
+          if (log_replayed) {
+            ++GlobalTotals().log_replays;
+            // (the replay in memory is a commit of its own: one generation more)
+            if (gen < lo || gen > hi + 1) failure += "generation " + std::to_string(gen) + " outside [lo, hi + 1]\n";
+            return failure;
+          }
+        }
         if (gen < lo || gen > hi) {
           failure += "generation " + std::to_string(gen) + " outside [" + std::to_string(lo) + ", " +
                      std::to_string(hi) + "] (last flushed / last issued superblock)\n";
@@ -1009,7 +1250,7 @@ class CrashVerifier {
       where += " torn entry " + std::to_string((*img)->torn_entry()) + " (" +
                std::to_string((*img)->torn_sectors().size()) + " sectors landed)";
     }
-    std::string failure = Examine(**img, lo, hi, run_btrfs_check);
+    std::string failure = Examine(**img, lo, hi, run_btrfs_check, rep_.DurablePrefix(p.entries), p.entries);
     if (!failure.empty()) {
       ++t.failures;
       ++failures_;
@@ -1129,7 +1370,11 @@ class CrashVerifier {
   std::set<size_t> super_writes_;
   bool have_btrfs_ = false;
   bool resume_drops_ = false;
+  bool kernel_ = false;  // loop mounts work: the kernel replays a sample of the logs
+  int replay_checks_ = 0, kernel_checks_ = 0;
   uint64_t failures_ = 0;  // crash points of this workload that failed
+ public:
+  void set_kernel(bool k) { kernel_ = k; }
 };
 
 class CrashTest : public ::testing::Test {
@@ -1145,7 +1390,8 @@ class CrashTest : public ::testing::Test {
       s << (first ? "" : ", ") << c << " " << io::CrashModeName(m);
       first = false;
     }
-    s << "); " << t.older_state << " showed the previous commit; btrfs check on " << t.btrfs_checks << " of them ("
+    s << "); " << t.older_state << " showed the previous commit; " << t.log_replays << " replayed a tree log ("
+      << t.kernel_replays << " also by the kernel); btrfs check on " << t.btrfs_checks << " of them ("
       << t.btrfs_check_super_points << " at superblock writes, the rest a random sample), "
       << static_cast<int>(t.btrfs_seconds) << " s; " << t.failures << " failures; " << static_cast<int>(t.seconds)
       << " s in all\n";
@@ -1173,6 +1419,7 @@ class CrashTest : public ::testing::Test {
     CrashVerifier v(run, scratch_.path(), name);
     v.set_have_btrfs(have_btrfs_);
     v.set_resume_drops(resume_drops_);
+    v.set_kernel(kernel_);
     v.RunPlan(plan, seed ^ 0x5eed);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++t.workloads;
@@ -1187,6 +1434,7 @@ class CrashTest : public ::testing::Test {
 
   bool have_btrfs_ = false;
   bool resume_drops_ = false;
+  bool kernel_ = false;
   TempDir scratch_{"ubtrfs-crash"};
 };
 
@@ -1213,6 +1461,14 @@ TEST_F(CrashTest, NamespaceChurn) {
 TEST_F(CrashTest, AppendsWithFsync) {
   const uint64_t seed = BaseSeed() * 1000 + 2;
   RunWorkload("appends", [&](WorkloadRun& r) { AppendWorkload(r, Soak() ? 200 : 40); }, ShortPlan(), seed);
+}
+
+TEST_F(CrashTest, FsyncThroughTheTreeLog) {
+  const uint64_t seed = BaseSeed() * 1000 + 9;
+  std::string why;
+  kernel_ = ubtrfs_test::LoopMountsAvailable(&why);
+  if (!kernel_) std::cout << "loop mounts unavailable (" << why << "): the kernel replays no log here\n";
+  RunWorkload("fsync-log", [&](WorkloadRun& r) { FsyncLogWorkload(r, Soak() ? 200 : 40); }, ShortPlan(), seed);
 }
 
 TEST_F(CrashTest, RenameOverExisting) {

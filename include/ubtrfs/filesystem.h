@@ -317,6 +317,15 @@ class UBTRFS_API Filesystem {
   virtual Status RemoveXattr(InodeId id, std::string_view name) = 0;
   // Makes every change so far durable (all or nothing on a crash).
   virtual Status Commit() = 0;
+  // fsync(2) / fdatasync(2) (datasync true) of one inode: when it returns,
+  // the inode, its data and a name that reaches it survive a crash. Writes
+  // a tree log (only this inode's changes and one superblock) where the
+  // kernel would, a full Commit() where it falls back to one. Other
+  // uncommitted changes may or may not survive a crash.
+  virtual Status Fsync(InodeId id, bool datasync) {
+    (void)id, (void)datasync;
+    return Commit();
+  }
   // Gives up every change since the last Commit: nothing more is committed
   // (closing commits nothing; every later change is EROFS), and with
   // OpenOptions::undo_uncommitted the bytes written since are put back.

@@ -23,6 +23,10 @@ struct ImportStats {
   uint64_t files = 0, dirs = 0, symlinks = 0, hardlinks = 0, specials = 0;
   uint64_t bytes = 0;
   uint64_t xattrs = 0;
+  // With ImportOptions::reflink: data bytes shared with the host files
+  // (cloned), and copied by the kernel where it could not clone.
+  uint64_t reflinked_bytes = 0;
+  uint64_t kernel_copied_bytes = 0;
 };
 
 struct ImportOptions {
@@ -54,6 +58,14 @@ struct ImportOptions {
   // reproducible builds clamp to SOURCE_DATE_EPOCH (a source tree's ctimes
   // and atimes are those of its checkout and reads).
   std::optional<Time> max_time;
+  // File data goes from the host file into the image file without passing
+  // through this process's writes: cloned (FICLONERANGE, the image then
+  // shares the host file's extents) where the image file lies on the same
+  // file system as the sources and it can clone (btrfs, xfs), else copied
+  // in the kernel (copy_file_range), else written as usual. The bytes are
+  // still read, for the checksums. Not with compression (compressed data
+  // is not the host's bytes): such files are written as usual.
+  bool reflink = false;
 };
 
 // ImportOptions::inode_flags bits.

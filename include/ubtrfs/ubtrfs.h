@@ -110,6 +110,10 @@ UBTRFS_C_API int ubtrfs_open_ex(const char *path, unsigned flags, uint64_t offse
 UBTRFS_C_API int ubtrfs_close(ubtrfs_fs *fs);
 /* Makes every change so far durable. */
 UBTRFS_C_API int ubtrfs_commit(ubtrfs_fs *fs);
+/* fsync(2) (datasync 0) or fdatasync(2) (datasync 1) of one inode: its data,
+ * attributes and a name reaching it survive a crash, through a tree log
+ * (no full commit) where the kernel would write one. */
+UBTRFS_C_API int ubtrfs_fsync(ubtrfs_fs *fs, ubtrfs_ino ino, int datasync);
 /* Gives up every change since the last commit: nothing more is committed
  * (ubtrfs_close commits nothing; later changes fail with -EROFS); with
  * UBTRFS_OPEN_UNDO_UNCOMMITTED the bytes written since are put back. Close

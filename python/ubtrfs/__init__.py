@@ -113,6 +113,7 @@ _SIGNATURES = {
     "ubtrfs_open": (_c_int, [_c_str, ctypes.c_uint, _P(_FS)]),
     "ubtrfs_close": (_c_int, [_FS]),
     "ubtrfs_commit": (_c_int, [_FS]),
+    "ubtrfs_fsync": (_c_int, [_FS, _Ino, _c_int]),
     "ubtrfs_discard": (_c_int, [_FS]),
     "ubtrfs_open_ex": (_c_int, [_c_str, ctypes.c_uint, _c_u64, _c_int, _P(_FS)]),
     "ubtrfs_mkfs": (_c_int, [_c_str, _c_u64, _c_int]),
@@ -375,6 +376,14 @@ class Filesystem:
     def commit(self):
         """Make every change so far durable (one transaction: all or nothing on a crash)."""
         _check(self._lib.ubtrfs_commit(self._handle()), self._image)
+
+    def fsync(self, path, datasync=False):
+        """Make one file or directory durable, as os.fsync (os.fdatasync with datasync=True).
+
+        Writes a tree log of its changes, not a whole commit, where the kernel
+        would; other changes may or may not survive a crash.
+        """
+        _check(self._lib.ubtrfs_fsync(self._handle(), self._lookup(path), 1 if datasync else 0), os.fsdecode(path))
 
     def discard(self):
         """Give up every change since the last commit (then close the image).

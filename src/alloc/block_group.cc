@@ -245,6 +245,30 @@ Status BlockGroup::Free(uint64_t start, uint64_t len) {
   return Status::Ok();
 }
 
+Status BlockGroup::Truncate(uint64_t length) {
+  if (length == 0 || length % unit_ != 0 || length > this->length()) {
+    return Status::Invalid("truncating block group " + Range(start_, this->length()) + " to " +
+                           std::to_string(length) + " bytes");
+  }
+  const uint64_t keep = length >> unit_shift_;
+  for (uint64_t i = keep; i < nbits_; ++i) {
+    const size_t w = i >> 6;
+    const uint64_t m = 1ULL << (i & 63);
+    const bool used = bitmap_[w] & m;
+    const bool pinned = clone_ && (clone_[w] & m) && !used;
+    if (used) --used_units_;
+    if (pinned) --pinned_units_;
+    bitmap_[w] &= ~m;
+    if (clone_) clone_[w] &= ~m;
+  }
+  g_bitmap_bytes -= bitmap_.size() * sizeof(uint64_t);
+  nbits_ = keep;
+  bitmap_.resize((nbits_ + 63) / 64);
+  g_bitmap_bytes += bitmap_.size() * sizeof(uint64_t);
+  if (cursor_ >= nbits_) cursor_ = 0;
+  return Status::Ok();
+}
+
 void BlockGroup::Commit() {
   if (!clone_) return;
   clone_.reset();

@@ -80,6 +80,14 @@ class BlockGroup {
   // so pinned space becomes free.
   void Commit();
 
+  // Cuts the group to its first `length` bytes (a multiple of unit, > 0):
+  // whatever the tail held (a range marked used to keep allocations out of
+  // it, superblock stripes) goes with it; the owner has made sure that
+  // nothing there is in use (txn/relocate.cc).
+  Status Truncate(uint64_t length);
+  // The next search starts at the group's start again.
+  void Rewind() { cursor_ = 0; }
+
   uint64_t start() const { return start_; }
   uint64_t length() const { return nbits_ * unit_; }
   uint64_t end() const { return start_ + length(); }

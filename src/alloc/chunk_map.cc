@@ -84,6 +84,29 @@ Status ChunkMap::AddChunk(uint64_t logical, std::span<const uint8_t> item, uint3
   return Status::Ok();
 }
 
+Status ChunkMap::SetLength(uint64_t logical, uint64_t length) {
+  std::unique_lock lock(mu_);
+  auto it = chunks_.find(logical);
+  if (it == chunks_.end()) return Status::NotFound("no chunk at logical " + std::to_string(logical));
+  if (length == 0 || length > it->second.length) {
+    return Status::Invalid("chunk at logical " + std::to_string(logical) + ": cannot set length " +
+                           std::to_string(length) + " (now " + std::to_string(it->second.length) + ")");
+  }
+  it->second.length = length;
+  return Status::Ok();
+}
+
+Status ChunkMap::SetStripe(uint64_t logical, size_t index, uint64_t physical) {
+  std::unique_lock lock(mu_);
+  auto it = chunks_.find(logical);
+  if (it == chunks_.end()) return Status::NotFound("no chunk at logical " + std::to_string(logical));
+  if (index >= it->second.physical.size()) {
+    return Status::Invalid("chunk at logical " + std::to_string(logical) + " has no stripe " + std::to_string(index));
+  }
+  it->second.physical[index] = physical;
+  return Status::Ok();
+}
+
 const ChunkInfo* ChunkMap::Find(uint64_t logical) const {
   std::shared_lock lock(mu_);
   auto it = chunks_.upper_bound(logical);

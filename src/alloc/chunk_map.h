@@ -41,6 +41,15 @@ class ChunkMap {
   // Unlocked: only for the thread that adds chunks, or before sharing.
   const std::map<uint64_t, ChunkInfo>& chunks() const { return chunks_; }
 
+  // Offline layout changes (txn/relocate.cc: resize, mkfs --shrink), made
+  // while nothing else maps addresses: the one exception to entries never
+  // changing. A chunk's length cut (its tail unused), a copy moved to
+  // another device offset (its bytes copied first), the device's size.
+  Status SetLength(uint64_t logical, uint64_t length);
+  Status SetStripe(uint64_t logical, size_t index, uint64_t physical);
+  void set_device_size(uint64_t bytes) { device_size_ = bytes; }
+  uint64_t device_size() const { return device_size_; }
+
  private:
   uint64_t devid_;
   uint64_t device_size_;

@@ -69,6 +69,8 @@ class SpaceManager {
   Status AddGroup(uint64_t start, uint64_t length, uint64_t flags);
   // Committed state from disk; the range must lie in one group.
   Status MarkUsed(uint64_t start, uint64_t len);
+  // BlockGroup::Truncate of the group that starts at `start`.
+  Status TruncateGroup(uint64_t start, uint64_t length);
 
   void set_new_chunk_hook(NewChunkFn fn);
 

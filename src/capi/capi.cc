@@ -255,6 +255,15 @@ int MkfsRbd(const std::string& p, uint64_t size, bool force) {
 
 }  // namespace
 
+int ubtrfs_fsync(ubtrfs_fs* fs, ubtrfs_ino ino, int datasync) {
+  return Call<int>("fsync", [&]() -> int {
+    if (int e = CheckFs("fsync", fs)) return e;
+    if (!fs->writable) return Fail("fsync", EROFS, "the image was opened read-only");
+    Status st = fs->fs->Fsync(Id(ino), datasync != 0);
+    return st.ok() ? 0 : FailStatus("fsync", st);
+  });
+}
+
 int ubtrfs_mkfs(const char* path, uint64_t size, int force) {
   return Call<int>("mkfs", [&]() -> int {
     if (int e = CheckPtr("mkfs", path, "path")) return e;

@@ -33,6 +33,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);
   RegisterDumpTree(app);
   RegisterMkfs(app);
+  RegisterResize(app);
   RegisterCheck(app);
   RegisterMount(app);
   RegisterStats(app);
@@ -46,7 +47,7 @@ void RegisterCommands(CLI::App& app) {
   for (auto* cmd : app.get_subcommands({})) {
     // Every subcommand that opens an image's file tree; not the ones that
     // read its trees raw, mkfs, and those with options of their own.
-    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "stats", "mkfs", "mount", "property", "subvolume", "send"};
+    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "stats", "mkfs", "resize", "mount", "property", "subvolume", "send"};
     if (!kNoSubvol.count(cmd->get_name())) AddSubvolOptions(cmd);
   }
 }

@@ -18,6 +18,7 @@ int ExitCode();
 void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
+void RegisterResize(CLI::App& app);        // resize (offline grow and shrink)
 void RegisterCheck(CLI::App& app);         // check
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats
@@ -37,7 +38,8 @@ std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv);
 
 // `cp HOST IMAGE:PATH`: copies a host file or tree into an image.
 // `compress`: "" or a --compress value (ALG[:LEVEL]).
-void CopyIn(const std::string& host, const std::string& image, const std::string& path, const std::string& compress);
+void CopyIn(const std::string& host, const std::string& image, const std::string& path, const std::string& compress,
+            bool reflink = false);
 // `cp --reflink IMAGE:SRC IMAGE:DST` (reflink_copy.cc): a copy inside one
 // image whose regular files share their data with the originals.
 void CopyReflink(const std::string& image, const std::string& src_path, const std::string& dst_path);

@@ -35,6 +35,7 @@
 #include "txn/mkfs.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
+#include "ubtrfs/resize.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -54,9 +55,14 @@ struct MkfsArgs {
   std::vector<std::string> inode_flags;  // nodatacow|nodatasum[,...]:PATH
   std::string owner;                     // UID:GID
   bool deterministic = false;
+  bool shrink = false;
+  bool reflink = false;
   bool force = false;
   bool quiet = false;
 };
+
+// mkfs --shrink builds in a sparse file of this size, then cuts it.
+constexpr uint64_t kShrinkBuildBytes = 1ull << 40;
 
 void Fail(const std::string& msg) {
   fmt::print(stderr, "ubtrfs mkfs: {}\n", msg);
@@ -205,6 +211,25 @@ void CmdMkfs(const MkfsArgs& a) {
     if (!size) return Fail("invalid --size '" + a.size + "': not a size (e.g. 1073741824, 512M, 1G)");
     opts.total_bytes = *size;
   }
+  if (a.shrink) {
+    if (a.rootdir.empty()) return Fail("--shrink needs --rootdir (it makes the image as small as what is imported)");
+    if (Placement().offset != 0 || Placement().partition != 0) {
+      return Fail("--shrink makes an image file; it cannot go with --offset or --partition");
+    }
+    struct stat ist;
+    if (::stat(a.image.c_str(), &ist) == 0 && !S_ISREG(ist.st_mode)) {
+      return Fail("--shrink needs an image file (" + a.image + " is not a regular file)");
+    }
+    // Built in a large sparse file (what --size gives, else 1 TiB: data
+    // chunks fill it from the start, the metadata chunk waits at the end),
+    // then cut to fit.
+    if (!size) {
+      size = kShrinkBuildBytes;
+      opts.total_bytes = *size;
+    }
+    opts.metadata_at_end = true;
+    if (*size >= (64ull << 30)) opts.metadata_chunk_bytes = 1ull << 30;
+  }
   if (Status st = txn::ValidateMkfsOptions(opts); !st.ok()) {
     std::string msg = st.message();
     if (msg.rfind("nodesize", 0) == 0) msg = "invalid --nodesize: " + msg;
@@ -259,6 +284,12 @@ void CmdMkfs(const MkfsArgs& a) {
         return Fail("--rootdir " + a.rootdir + ": not a directory or a tar archive");
       }
     }
+  }
+  if (a.reflink && (a.rootdir.empty() || archive)) {
+    return Fail("--reflink needs a directory --rootdir (it clones the host files' data into the image file)");
+  }
+  if (a.reflink && !a.compress.empty()) {
+    return Fail("--reflink and --compress exclude each other: compressed data is not the host files' bytes");
   }
   if (archive && !a.subvols.empty()) return Fail("--subvol needs a directory --rootdir, not an archive");
   if (archive && !a.inode_flags.empty()) return Fail("--inode-flags needs a directory --rootdir, not an archive");
@@ -349,7 +380,16 @@ void CmdMkfs(const MkfsArgs& a) {
     int fd = ::open(a.image.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return Fail(a.image + ": cannot create: " + std::strerror(errno));
     created = !exists;
-    if (::ftruncate(fd, static_cast<off_t>(*size)) != 0) {
+    int r = ::ftruncate(fd, static_cast<off_t>(*size));
+    // A host file system whose files cannot be that large: a smaller
+    // build file for --shrink.
+    while (r != 0 && (errno == EFBIG || errno == EINVAL) && a.shrink && a.size.empty() && *size > (16ull << 30)) {
+      *size /= 4;
+      opts.total_bytes = *size;
+      if (*size < (64ull << 30)) opts.metadata_chunk_bytes = 0;
+      r = ::ftruncate(fd, static_cast<off_t>(*size));
+    }
+    if (r != 0) {
       const int e = errno;
       ::close(fd);
       if (created) ::unlink(a.image.c_str());
@@ -393,7 +433,7 @@ void CmdMkfs(const MkfsArgs& a) {
       io.progress = [&progress](const ImportStats& st) { progress.Update(st); };
       s = ImportArchive(**fs, a.rootdir, (*fs)->Root(), io, &stats);
     } else {
-      s = ImportRootdir(**fs, root_real, subvols, inode_flags, owner, max_time, &progress, &stats);
+      s = ImportRootdir(**fs, root_real, subvols, inode_flags, owner, max_time, &progress, &stats, a.reflink);
     }
     if (s.ok()) s = (*fs)->Commit();
     progress.Done();
@@ -407,6 +447,13 @@ void CmdMkfs(const MkfsArgs& a) {
                   " (the filesystem holds what was committed before the error)");
     }
   }
+  std::optional<ResizeResult> shrunk;
+  if (a.shrink) {
+    ResizeResult r;
+    if (Status s = ShrinkImageToFit(a.image, &r); !s.ok()) return Fail(a.image + ": --shrink: " + s.ToString());
+    shrunk = r;
+    sum.total_bytes = r.new_bytes;
+  }
   if (a.quiet) return;
 
   fmt::print("Label:              {}\n", opts.label.empty() ? "(null)" : opts.label);
@@ -414,6 +461,7 @@ void CmdMkfs(const MkfsArgs& a) {
   fmt::print("Node size:          {}\n", opts.nodesize);
   fmt::print("Sector size:        {}\n", opts.sectorsize);
   fmt::print("Filesystem size:    {}\n", Human(sum.total_bytes));
+  if (shrunk) fmt::print("Shrunk to:          {} bytes ({})\n", shrunk->new_bytes, Human(shrunk->new_bytes));
   // The chunks as they are now (--rootdir may have added data chunks).
   std::vector<txn::MkfsChunk> chunks = sum.chunks;
   if (auto rdev = io::OpenImage(a.image, io::OpenFlags{}, where); rdev.ok()) {
@@ -449,6 +497,11 @@ void CmdMkfs(const MkfsArgs& a) {
     fmt::print("Rootdir:            {}: {} files, {} directories, {} symlinks, {} hard links, {} special files, {}\n",
                a.rootdir, stats.files, stats.dirs, stats.symlinks, stats.hardlinks, stats.specials,
                Human(stats.bytes));
+    if (a.reflink) {
+      fmt::print("  reflink:          {} shared with the host files, {} copied by the kernel, {} written\n",
+                 Human(stats.reflinked_bytes), Human(stats.kernel_copied_bytes),
+                 Human(stats.bytes - std::min(stats.bytes, stats.reflinked_bytes + stats.kernel_copied_bytes)));
+    }
     for (const auto& sv : subvols) {
       fmt::print("  subvolume:        {} ({}{})\n", sv.rel, sv.read_only ? "ro" : "rw", sv.is_default ? ", default" : "");
     }
@@ -490,6 +543,12 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_flag("--deterministic", args.deterministic,
                 "The same input gives the same image bytes: uuids from -U or a fixed seed, the filesystem's own "
                 "times and imported times clamped to SOURCE_DATE_EPOCH (0 if unset); also on with SOURCE_DATE_EPOCH");
+  cmd->add_flag("--reflink", args.reflink,
+                "With a directory --rootdir: clone file data from the host files into the image file (FICLONERANGE, "
+                "shared extents) where the file system under both can, else copy it in the kernel");
+  cmd->add_flag("--shrink", args.shrink,
+                "With --rootdir: the smallest image that holds the tree (chunks cut to what they hold, the image "
+                "file cut at the end of the last one); the size is reported");
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });

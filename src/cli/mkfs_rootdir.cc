@@ -42,8 +42,9 @@ std::optional<std::string> RelBelow(const std::string& root, const std::string& 
 ImportOptions ImportOptionsFor(const std::string& base, const std::vector<SubvolSpec>& subvols,
                                const std::map<std::string, uint32_t>& flags,
                                const std::optional<std::pair<uint32_t, uint32_t>>& owner,
-                               const std::optional<Time>& max_time, ProgressLine* progress) {
+                               const std::optional<Time>& max_time, ProgressLine* progress, bool reflink) {
   ImportOptions io;
+  io.reflink = reflink;
   if (progress) io.progress = [progress](const ImportStats& s) { progress->Update(s); };
   io.owner = owner;
   io.max_time = max_time;
@@ -200,8 +201,9 @@ std::optional<std::map<std::string, uint32_t>> ParseInodeFlags(const std::vector
 Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<SubvolSpec>& subvols_in,
                      const std::map<std::string, uint32_t>& flags,
                      const std::optional<std::pair<uint32_t, uint32_t>>& owner,
-                     const std::optional<Time>& max_time, ProgressLine* progress, ImportStats* stats) {
-  UB_RETURN_IF_ERROR(ImportContents(fs, root, fs.Root(), ImportOptionsFor("", subvols_in, flags, owner, max_time, progress), stats));
+                     const std::optional<Time>& max_time, ProgressLine* progress, ImportStats* stats,
+                     bool reflink) {
+  UB_RETURN_IF_ERROR(ImportContents(fs, root, fs.Root(), ImportOptionsFor("", subvols_in, flags, owner, max_time, progress, reflink), stats));
   // Parents before children: a path sorts before the paths below it.
   std::vector<SubvolSpec> subvols = subvols_in;
   std::sort(subvols.begin(), subvols.end(), [](const auto& x, const auto& y) { return x.rel < y.rel; });
@@ -222,7 +224,7 @@ Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<
     auto made_top = fs.CreateSubvolume(dir, name, a);
     if (!made_top.ok()) return made_top.status().WithContext("subvolume " + s.rel);
     const InodeId top = *made_top;
-    UB_RETURN_IF_ERROR(ImportContents(fs, host, top, ImportOptionsFor(s.rel, subvols, flags, owner, max_time, progress), stats)
+    UB_RETURN_IF_ERROR(ImportContents(fs, host, top, ImportOptionsFor(s.rel, subvols, flags, owner, max_time, progress, reflink), stats)
                            .WithContext("subvolume " + s.rel));
     ++stats->dirs;
     parents.insert(parent);

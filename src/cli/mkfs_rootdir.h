@@ -61,7 +61,7 @@ std::optional<std::map<std::string, uint32_t>> ParseInodeFlags(const std::vector
 Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<SubvolSpec>& subvols,
                      const std::map<std::string, uint32_t>& flags,
                      const std::optional<std::pair<uint32_t, uint32_t>>& owner, const std::optional<Time>& max_time,
-                     ProgressLine* progress, ImportStats* stats);
+                     ProgressLine* progress, ImportStats* stats, bool reflink = false);
 
 }  // namespace ubtrfs::cli
 

@@ -178,6 +178,15 @@ bool cp_reflink = false;  // cp inside one image: --reflink
 
 void CmdCp(const std::string& source, const std::string& dest) {
   std::string image, path;
+  // Host -> image: the data cloned from the host files into the image file.
+  if (cp_reflink && !SplitImagePath(source, &image, &path) && SplitImagePath(dest, &image, &path)) {
+    if (!cp_compress.empty()) {
+      fmt::print(stderr, "ubtrfs: cp: --reflink and --compress exclude each other\n");
+      SetExitCode(2);
+      return;
+    }
+    return CopyIn(source, image, path, cp_compress, true);
+  }
   if (cp_reflink) {
     std::string dst_image, dst_path;
     struct stat a, b;
@@ -261,7 +270,9 @@ void RegisterReadCommands(CLI::App& app) {
   cp->add_option("--compress", cp_compress,
                  "Copying in: compress file data with zlib, lzo or zstd (ALG[:LEVEL]), as mount -o compress=");
   cp->add_flag("--reflink", cp_reflink,
-               "Inside one image (IMAGE:SRC IMAGE:DST): regular files share their data with the originals");
+               "Inside one image (IMAGE:SRC IMAGE:DST): regular files share their data with the originals; from the "
+               "host (SRC IMAGE:PATH): data cloned from the host files into the image file where the file system "
+               "under both can (FICLONERANGE), else copied in the kernel");
   cp->callback([] { CmdCp(source, dest); });
 }
 

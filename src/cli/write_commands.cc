@@ -106,7 +106,8 @@ bool SplitImagePath(const std::string& arg, std::string* image, std::string* pat
   return true;
 }
 
-void CopyIn(const std::string& host, const std::string& image, const std::string& path, const std::string& compress) {
+void CopyIn(const std::string& host, const std::string& image, const std::string& path, const std::string& compress,
+            bool reflink) {
   CompressOptions co;
   if (!compress.empty()) {
     if (Status c = ParseCompressSpec(compress, &co); !c.ok()) {
@@ -129,6 +130,7 @@ void CopyIn(const std::string& host, const std::string& image, const std::string
   const auto& [dir, name] = *where;
   ImportStats stats;
   ImportOptions options;
+  options.reflink = reflink;
   const bool tty = ::isatty(2);
   if (tty) {
     options.progress = [](const ImportStats& s) {

@@ -258,6 +258,7 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
         const auto* fb = reinterpret_cast<const uint8_t*>(&fe);
         UB_RETURN_IF_ERROR(w->Insert(Key{file.ino, kExtentDataKey, p.file_off}, std::span(fb, sizeof fe)));
         UB_RETURN_IF_ERROR(txn_->AddDataRef(p.bytenr, p.len, file.root, file.ino, p.file_off));
+        NoteExtentRange(file, p.file_off, p.file_off + p.len, ii.generation.get() > vol_->super().generation.get());
         nbytes_delta += static_cast<int64_t>(p.len);
       }
       UB_ASSIGN_OR_RETURN(ii, LoadInode(file));

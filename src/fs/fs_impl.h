@@ -33,6 +33,7 @@
 #include "inode/delayed_index.h"
 #include "inode/inode_cache.h"
 #include "io/undo_device.h"
+#include "log/tree_log.h"
 #include "stats/stats.h"
 #include "txn/space_reserve.h"
 #include "txn/transaction.h"
@@ -185,6 +186,7 @@ class FilesystemImpl final : public Filesystem {
   Status SetXattr(InodeId id, std::string_view name, std::string_view value, int flags) override;
   Status RemoveXattr(InodeId id, std::string_view name) override;
   Status Commit() override;
+  Status Fsync(InodeId id, bool datasync) override;  // fsync.cc
   Status Discard() override;
   Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) override;  // fallocate.cc
   // subvolume.cc
@@ -756,6 +758,35 @@ class FilesystemImpl final : public Filesystem {
   Status SetXattrImpl(InodeId id, std::string_view name, std::string_view value, int flags);
   Status RemoveXattrImpl(InodeId id, std::string_view name);
   Status CommitImpl();
+  // ---- fsync's tree log (fsync.cc) ----
+  // kExists: inode item, names and xattrs (an ancestor directory);
+  // kAll: also a file's extents, a directory's entries.
+  enum class LogMode : uint8_t { kExists, kAll };
+  struct LoggedInode {
+    LogMode mode = LogMode::kExists;
+    bool changed = false;    // changed since its copy went into the log
+    bool committed = false;  // exists in the last committed tree
+  };
+  Status FsyncImpl(InodeId id);
+  Status LogInodeTree(InodeId id, LogMode mode);
+  Status LogOneInode(InodeId id, LogMode mode, std::vector<std::pair<InodeId, LogMode>>* more);
+  Status LogExtents(InodeId id, const format::InodeItem& ii, std::vector<std::pair<uint64_t, uint64_t>> ranges);
+  // File ranges whose extents changed (dropped, replaced, allocated): a
+  // committed file's are logged from them. A new file's only once it has
+  // been logged (it is logged whole the first time).
+  void NoteExtentRange(InodeId id, uint64_t start, uint64_t end, bool new_inode);
+  void NoteInodeChanged(uint64_t root, uint64_t ino);
+  // A name of `id` left directory `dir` (its DIR_INDEX `index`) in this
+  // transaction: if `id` is logged, a replay must remove that name too.
+  void NoteNameRemoved(InodeId id, uint64_t dir, uint64_t index);
+  void ForgetRemovedNames(InodeId id);  // the inode is gone
+  void ResetLog();  // the transaction committed
+  std::unique_ptr<log::TreeLog> tree_log_;
+  std::mutex log_mu_;  // guards logged_ and log_ranges_ (changes note into them from many threads)
+  std::atomic<bool> log_active_{false};  // something was logged in this transaction
+  std::map<std::pair<uint64_t, uint64_t>, LoggedInode> logged_;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>> log_ranges_;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>> removed_names_;  // (dir, index)
   void NoteFailure(const Status& st);
   // The operation lock of a writable view: shared for the operations that
   // run in parallel (reads, and creates under their directory's lock),

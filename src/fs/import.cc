@@ -21,7 +21,9 @@
 
 #include "format/checksum.h"
 #include "fs/fs_impl.h"
+#include "io/block_device.h"
 #include "txn/clock.h"
+#include "txn/transaction.h"
 
 namespace ubtrfs::fs {
 namespace {
@@ -198,7 +200,17 @@ class Importer {
         break;
       }
       if (n == 0) break;
-      auto w = fs_.Write(id, off, std::span(buf_.data(), static_cast<size_t>(n)));
+      Result<size_t> w = Status::Ok();
+      if (options_.reflink) {
+        io::CloneCounts& cc = io::GlobalCloneCounts();
+        const uint64_t cloned = cc.cloned, copied = cc.copied;
+        txn::ScopedCloneSource from_host({fd, off, buf_.data(), static_cast<size_t>(n)});
+        w = fs_.Write(id, off, std::span(buf_.data(), static_cast<size_t>(n)));
+        stats_->reflinked_bytes += cc.cloned - cloned;
+        stats_->kernel_copied_bytes += cc.copied - copied;
+      } else {
+        w = fs_.Write(id, off, std::span(buf_.data(), static_cast<size_t>(n)));
+      }
       if (!w.ok()) {
         result = w.status();
         break;

@@ -122,6 +122,7 @@ Status FilesystemImpl::InitWrite() {
   dir_items_ = std::make_unique<inode::DelayedDirItems>(dir_item_options_);
   delayed_ = std::make_unique<inode::DelayedDirIndex>(
       vol_->nodesize(), legacy_batching_ ? inode::BatchPolicy::kLeafFreeSpace : inode::BatchPolicy::kFullLeaf);
+  tree_log_ = std::make_unique<log::TreeLog>(vol_.get());
   // What the open itself changed (a free space tree built) is committed
   // before any operation, so a failure later cannot take it back.
   if (txn_->HasChanges()) UB_RETURN_IF_ERROR(Commit().WithContext("committing the free space tree"));
@@ -251,6 +252,7 @@ void FilesystemImpl::MarkChanged(inode::InodeRecord& r) {
   r.item.transid = txn_->transid();
   r.item.sequence = r.item.sequence.get() + 1;
   r.dirty.store(true, std::memory_order_relaxed);
+  NoteInodeChanged(r.root, r.ino);
 }
 
 Status FilesystemImpl::FlushInodes() {
@@ -557,10 +559,14 @@ Status FilesystemImpl::RemoveLink(InodeId dir, std::string_view name, InodeId ta
   if (!delayed_->Cancel(dir.root, dir.ino, index)) {
     UB_RETURN_IF_ERROR(w->Delete(Key{dir.ino, kDirIndexKey, index}).WithContext("dir index of '" + std::string(name) + "'"));
   }
+  NoteInodeChanged(target.root, target.ino);  // its names in a tree log are stale
+  NoteNameRemoved(target, dir.ino, index);
   return TouchDir(dir, -2 * static_cast<int64_t>(name.size()));
 }
 
 Status FilesystemImpl::DropInode(InodeId id) {
+  NoteInodeChanged(id.root, id.ino);  // a copy in a tree log must go
+  ForgetRemovedNames(id);
   int64_t nbytes = 0;
   UB_RETURN_IF_ERROR(DropExtents(id, 0, UINT64_MAX, &nbytes));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
@@ -800,6 +806,10 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
 // one reference to the same disk extent, a removal drops one.
 Status FilesystemImpl::DropExtents(InodeId id, uint64_t start, uint64_t end, int64_t* nbytes_delta) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  {
+    UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+    NoteExtentRange(id, start, end, ii.generation.get() > vol_->super().generation.get());
+  }
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
   std::vector<std::pair<Key, std::vector<uint8_t>>> hits;
   {
@@ -982,6 +992,17 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
     UB_RETURN_IF_ERROR(DropExtents(file, 0, UINT64_MAX, &nbytes_delta));
     UB_RETURN_IF_ERROR(WriteInline(file, content));
     nbytes_delta += static_cast<int64_t>(content.size());
+  } else if (!has_inline && !zc.on() && offset % ss == 0 && data.size() % ss == 0) {
+    // Whole sectors replace whatever was there: straight from the caller's
+    // buffer (no copy, no read of the old bytes), as an import's writes
+    // of large files are.
+    auto pieces = AllocPieces(offset, data);
+    if (!pieces.ok()) {
+      t_clean_failure = true;  // nothing changed yet
+      return pieces.status();
+    }
+    UB_RETURN_IF_ERROR(DropExtents(file, offset, end, &nbytes_delta));
+    UB_RETURN_IF_ERROR(WritePieces(file, *pieces, data, csum, &nbytes_delta));
   } else {
     const uint64_t a = has_inline ? 0 : offset / ss * ss;
     const uint64_t b = (end + ss - 1) / ss * ss;
@@ -990,6 +1011,14 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
       UB_RETURN_IF_ERROR(Read(file, a, std::span(buf).subspan(0, std::min(b, old_size) - a)).status());
     }
     std::memcpy(buf.data() + (offset - a), data.data(), data.size());
+    // The caller's bytes that lie in a host file (import --reflink) are in
+    // buf now: the clone source follows them there.
+    std::optional<txn::ScopedCloneSource> from_host;
+    if (const txn::CloneSource* cs = txn::CurrentCloneSource();
+        cs && data.data() >= cs->base && data.data() + data.size() <= cs->base + cs->len) {
+      from_host.emplace(txn::CloneSource{cs->fd, cs->offset + static_cast<uint64_t>(data.data() - cs->base),
+                                         buf.data() + (offset - a), data.size()});
+    }
     // Files of one sector were tried above (inline or nothing).
     auto pieces = zc.on() && new_size > ss ? AllocCompressedPieces(zc, a, buf, new_size - a, pre, &mark_nocompress) : AllocPieces(a, buf);
     if (!pieces.ok()) {
@@ -1191,6 +1220,7 @@ Status FilesystemImpl::CommitImpl() {
   UB_RETURN_IF_ERROR(FlushInodes());
   ApplyPendingIncompat();
   UB_RETURN_IF_ERROR(txn_->Commit());
+  ResetLog();  // the commit's superblock has no log_root
   if (undo_ != nullptr) undo_->Forget();  // what the commit made durable stays
   const txn::TxnStats& after = txn_->stats();
   if (after.commits != before.commits) {

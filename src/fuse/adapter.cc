@@ -114,9 +114,9 @@ const fuse_lowlevel_ops& Adapter::Ops() {
       fuse_reply_err(r, 0);
     };
     o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info*) { Self(r)->Release(r, i); };
-    o.fsync = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) {
+    o.fsync = [](fuse_req_t r, fuse_ino_t i, int datasync, fuse_file_info*) {
       Self(r)->Count(Op::kFsync);
-      Self(r)->Fsync(r);
+      Self(r)->Fsync(r, i, datasync != 0);
     };
     o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info* fi) { Self(r)->OpenDir(r, i, fi); };
     o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t off, fuse_file_info* fi) {
@@ -126,14 +126,14 @@ const fuse_lowlevel_ops& Adapter::Ops() {
       Self(r)->ReadDir(r, i, s, off, fi, true);
     };
     o.releasedir = [](fuse_req_t r, fuse_ino_t, fuse_file_info* fi) { Self(r)->ReleaseDir(r, fi); };
-    o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info*) {
+    o.fsyncdir = [](fuse_req_t r, fuse_ino_t i, int datasync, fuse_file_info*) {
       Self(r)->Count(Op::kFsyncdir);
-      Self(r)->Fsync(r);
+      Self(r)->Fsync(r, i, datasync != 0);
     };
 #ifdef UBTRFS_FUSE_HAS_SYNCFS
     o.syncfs = [](fuse_req_t r, fuse_ino_t) {
       Self(r)->Count(Op::kSyncfs);
-      Self(r)->Fsync(r);
+      Self(r)->Fsync(r, 0, false);
     };
 #endif
     o.statfs = [](fuse_req_t r, fuse_ino_t) { Self(r)->StatFs(r); };
@@ -721,9 +721,18 @@ void Adapter::Release(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_err(req, 0);
 }
 
-void Adapter::Fsync(fuse_req_t req) {
+void Adapter::Fsync(fuse_req_t req, fuse_ino_t ino, bool datasync) {
   if (opts_.read_only) return Err(req, 0);
-  // No per-file durability in btrfs terms without a log tree: commit it all.
+  // fsync of the mount's top directory (`sync MOUNTPOINT`) commits
+  // everything: with no syncfs from the kernel (FUSE does not pass it on),
+  // it is the one way a shell has to make the whole mount durable.
+  if (ino != 0 && ino != FUSE_ROOT_ID && opts_.tree_log) {
+    // The inode's changes go to the tree log; the periodic commit still
+    // has the rest (the mount stays dirty).
+    auto id = Resolve(req, ino);
+    if (!id) return;
+    return ReplyStatus(req, fs_.Fsync(*id, datasync));
+  }
   dirty_.store(false, std::memory_order_release);
   Status s = fs_.Commit();
   if (!s.ok()) MarkDirty();

@@ -56,6 +56,9 @@ struct AdapterOptions {
   bool read_only = false;
   bool readdirplus = true;
   bool writeback_cache = false;   // kernel write-back caching of file data
+  // fsync and fsyncdir write a tree log (Filesystem::Fsync); false: a full
+  // commit each, as the kernel's notreelog (and ubtrfs before the log).
+  bool tree_log = true;
   // Where errors that point at the image or the library (EIO, EUCLEAN,
   // ENOSPC, EOPNOTSUPP, ...) are reported; ordinary errno answers (ENOENT,
   // EEXIST, ...) are not.
@@ -109,7 +112,7 @@ class Adapter {
   void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
   void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off);
   void Release(fuse_req_t req, fuse_ino_t ino);
-  void Fsync(fuse_req_t req);
+  void Fsync(fuse_req_t req, fuse_ino_t ino, bool datasync);  // ino 0: the whole file system (syncfs)
   void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
   void ReleaseDir(fuse_req_t req, fuse_file_info* fi);

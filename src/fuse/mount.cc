@@ -145,6 +145,10 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         p->adapter.readdirplus = false;
       } else if (opt == "writeback_cache") {
         p->adapter.writeback_cache = true;
+      } else if (opt == "notreelog") {
+        p->adapter.tree_log = false;
+      } else if (opt == "treelog") {
+        p->adapter.tree_log = true;
       } else if (opt == "default_permissions") {
         p->default_permissions = true;
       } else if (opt == "nodefault_permissions") {

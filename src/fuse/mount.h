@@ -14,7 +14,8 @@ struct MountConfig {
   //   ro / rw, commit=SECONDS (default 30; 0 = only at fsync and unmount),
   //   attr_timeout= / entry_timeout= / negative_timeout= (seconds, default 1),
   //   threads=N (request threads; 1 = single-threaded loop), noreaddirplus,
-  //   writeback_cache, stats (request counters on stderr at unmount),
+  //   writeback_cache, notreelog (fsync commits in full instead of writing a
+  //   tree log), stats (request counters on stderr at unmount),
   //   nodefault_permissions (no permission checks by the kernel;
   //   refused with allow_other on a read-write mount), debug,
   //   subvol=PATH / subvolid=ID (where the mount starts, as btrfs's).

@@ -3,6 +3,7 @@
 #ifndef UBTRFS_IO_BLOCK_DEVICE_H_
 #define UBTRFS_IO_BLOCK_DEVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -29,6 +30,15 @@ class BlockDevice {
     }
     return Status::Ok();
   }
+  // Puts `len` bytes of host file `src_fd` at `src_off` onto the device at
+  // `offset` without passing them through memory: a clone that shares the
+  // host file's extents (FICLONERANGE) where the host file system can, else
+  // an in-kernel copy (copy_file_range). False when the device can do
+  // neither for this range (the caller writes the bytes itself).
+  virtual Result<bool> CloneFrom(int src_fd, uint64_t src_off, uint64_t offset, uint64_t len) {
+    (void)src_fd, (void)src_off, (void)offset, (void)len;
+    return false;
+  }
   virtual Status Flush() = 0;
   // A hint that the writes so far may go to the device now, so the next
   // Flush() waits for less; it neither waits nor makes anything durable.
@@ -36,6 +46,13 @@ class BlockDevice {
   virtual uint64_t Size() const = 0;
   virtual std::string Name() const = 0;
 };
+
+// Bytes CloneFrom has put on devices in this process, by how.
+struct CloneCounts {
+  std::atomic<uint64_t> cloned{0};  // shared with the source (FICLONERANGE)
+  std::atomic<uint64_t> copied{0};  // copied by the kernel (copy_file_range)
+};
+CloneCounts& GlobalCloneCounts();
 
 struct OpenFlags {
   bool writable = false;

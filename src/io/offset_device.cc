@@ -31,6 +31,10 @@ class WindowDevice final : public BlockDevice {
     UB_RETURN_IF_ERROR(Check(offset, len, "write"));
     return inner_->WriteGather(offset_ + offset, pieces);
   }
+  Result<bool> CloneFrom(int src_fd, uint64_t src_off, uint64_t offset, uint64_t len) override {
+    if (offset > size_ || len > size_ - offset) return false;
+    return inner_->CloneFrom(src_fd, src_off, offset_ + offset, len);
+  }
   Status Flush() override { return inner_->Flush(); }
   void StartWriteback() override { inner_->StartWriteback(); }
   uint64_t Size() const override { return size_; }

@@ -47,6 +47,7 @@ class DirtyBlocks final : public BlockSource {
       : clean_(clean), params_(params), tmpl_(tmpl), alloc_(alloc), transid_(transid) {}
 
   Result<BlockRef> Read(const BlockCheck& check) override;
+  const HeaderTemplate& header_template() const { return tmpl_; }
   bool Locking() const override { return concurrent_.load(std::memory_order_relaxed); }
   bool NeedsLock(const TreeBlock& b) const override { return Locking() && b.generation() == transid_; }
   // Concurrent mode: several threads read and change the trees at once, so

@@ -147,6 +147,7 @@ class ChunkAllocator {
   const ChunkAllocStats& stats() const { return stats_; }
 
  private:
+  friend class DeviceLayout;  // relocate.cc moves and trims dev extents
   struct Pending {
     uint64_t logical = 0;
     uint64_t length = 0;

@@ -132,9 +132,13 @@ Result<std::vector<PlannedChunk>> PlanChunks(uint64_t total, const MkfsOptions& 
   }
   uint64_t phys = kReservedBytes;
   std::vector<PlannedChunk> chunks;
-  AddChunk(&chunks, kBlockGroupSystem | kBlockGroupDup, sys, 2, &phys);
-  AddChunk(&chunks, kBlockGroupMetadata | kBlockGroupDup, meta, 2, &phys);
-  const uint64_t left = RoundDown(total - phys, kMiB);
+  // Chunks go in ascending logical (= physical) order either way.
+  const uint64_t tail = RoundDown(total - 2 * sys - 2 * meta, kMiB);
+  if (!o.metadata_at_end) {
+    AddChunk(&chunks, kBlockGroupSystem | kBlockGroupDup, sys, 2, &phys);
+    AddChunk(&chunks, kBlockGroupMetadata | kBlockGroupDup, meta, 2, &phys);
+  }
+  const uint64_t left = RoundDown((o.metadata_at_end ? tail : total) - phys, kMiB);
   uint64_t data;
   if (o.data_bytes == 0) {
     data = std::min(64 * kMiB, RoundDown(left / 2, kMiB));
@@ -152,6 +156,11 @@ Result<std::vector<PlannedChunk>> PlanChunks(uint64_t total, const MkfsOptions& 
     const uint64_t len = std::min(data, kMkfsMaxDataChunk);
     AddChunk(&chunks, kBlockGroupData, len, 1, &phys);
     data -= len;
+  }
+  if (o.metadata_at_end) {
+    phys = tail;
+    AddChunk(&chunks, kBlockGroupSystem | kBlockGroupDup, sys, 2, &phys);
+    AddChunk(&chunks, kBlockGroupMetadata | kBlockGroupDup, meta, 2, &phys);
   }
   return chunks;
 }

@@ -71,6 +71,10 @@ struct MkfsOptions {
   // devices, leaving room for the kernel to allocate more metadata);
   // kMkfsAllSpace: everything left. More than kMkfsMaxDataChunk is split.
   uint64_t data_bytes = 0;
+  // The system and metadata chunks at the end of the device, data from
+  // 1 MiB on (mkfs --shrink: data chunks then fill the device from its
+  // start, and the small chunks move down behind them at the end).
+  bool metadata_at_end = false;
 };
 
 struct MkfsChunk {

@@ -163,11 +163,35 @@ Result<uint64_t> TxnManager::AllocData(uint64_t len) {
   return bytenr;
 }
 
+namespace {
+thread_local CloneSource t_clone_source;
+}  // namespace
+
+ScopedCloneSource::ScopedCloneSource(const CloneSource& s) : saved_(t_clone_source) { t_clone_source = s; }
+ScopedCloneSource::~ScopedCloneSource() { t_clone_source = saved_; }
+const CloneSource* CurrentCloneSource() { return t_clone_source.fd >= 0 ? &t_clone_source : nullptr; }
+
 Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bool csum) {
   const uint32_t ss = vol_->sectorsize();
   if (logical % ss || data.size() % ss) return Status::Invalid("unaligned data write");
   UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(logical, data.size()));
-  for (uint64_t phys : copies) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys, data));
+  const CloneSource& cs = t_clone_source;
+  // Only whole sectors the buffer holds as they lie in the host file (not
+  // a padded tail, not compressed bytes), from a sector-aligned place in it.
+  uint64_t host_len = 0;
+  if (cs.fd >= 0 && data.data() >= cs.base && data.data() < cs.base + cs.len &&
+      (cs.offset + static_cast<uint64_t>(data.data() - cs.base)) % ss == 0) {
+    host_len = std::min<uint64_t>(data.size(), cs.base + cs.len - data.data()) / ss * ss;
+  }
+  for (uint64_t phys : copies) {
+    uint64_t done = 0;
+    if (host_len > 0) {
+      UB_ASSIGN_OR_RETURN(bool cloned,
+                          vol_->device()->CloneFrom(cs.fd, cs.offset + (data.data() - cs.base), phys, host_len));
+      if (cloned) done = host_len;
+    }
+    if (done < data.size()) UB_RETURN_IF_ERROR(vol_->device()->WriteAt(phys + done, data.subspan(done)));
+  }
   {
     auto lock = AllocLock();
     stats_.data_bytes_written += data.size();
@@ -211,6 +235,24 @@ Status TxnManager::PinLogBlock(uint64_t bytenr) {
   MarkGroupDirty(bytenr);
   freed_blocks_.push_back(bytenr);  // its cached copy is stale once the space is reused
   return Status::Ok();
+}
+
+Result<uint64_t> TxnManager::AllocLogBlock() {
+  auto lock = AllocLock();
+  if (chunk_alloc_->HasPending()) return Status::Error(ENOSPC, "a new chunk is not committed yet");
+  const uint32_t n = vol_->nodesize();
+  UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupMetadata, n, n));
+  if (chunk_alloc_->HasPending()) {
+    // The allocation made a chunk: the block may lie in it. The space goes
+    // back (pinned) and the caller commits instead.
+    UB_RETURN_IF_ERROR(space_->Free(bytenr, n));
+    MarkGroupDirty(bytenr);
+    return Status::Error(ENOSPC, "metadata space for a tree log needs a new chunk");
+  }
+  UB_RETURN_IF_ERROR(space_->Free(bytenr, n));  // pinned: not handed out again before the commit
+  MarkGroupDirty(bytenr);
+  freed_blocks_.push_back(bytenr);  // a cached block of an older life at this address is stale
+  return bytenr;
 }
 
 Result<bool> TxnManager::AdoptLoggedExtent(uint64_t bytenr, uint64_t num_bytes) {

@@ -32,6 +32,32 @@ struct TxnStats {
   uint64_t data_bytes_written = 0;
 };
 
+// Data the calling thread is about to write that also lies in a host file
+// (import with reflink): while one is in scope, TxnManager::WriteData puts
+// the sectors of any buffer inside [base, base + len) onto the device with
+// BlockDevice::CloneFrom from `fd` at `offset` + their place in the buffer,
+// sharing the host file's extents where its file system can. The bytes are
+// still in the buffer, so checksums come from them as for any write.
+struct CloneSource {
+  int fd = -1;
+  uint64_t offset = 0;
+  const uint8_t* base = nullptr;
+  size_t len = 0;
+};
+class ScopedCloneSource {
+ public:
+  explicit ScopedCloneSource(const CloneSource& s);
+  ~ScopedCloneSource();
+  ScopedCloneSource(const ScopedCloneSource&) = delete;
+  ScopedCloneSource& operator=(const ScopedCloneSource&) = delete;
+
+ private:
+  CloneSource saved_;
+};
+
+// The calling thread's clone source, or null.
+const CloneSource* CurrentCloneSource();
+
 class TxnManager final : public tree::BlockAllocator {
  public:
   // One back reference of an extent: TREE_BLOCK_REF (a = root),
@@ -88,6 +114,18 @@ class TxnManager final : public tree::BlockAllocator {
   // The next commit writes the superblock even if no tree changed (the
   // replay's commit clears log_root whatever the log held).
   void ForceSuperblockWrite() { force_super_ = true; }
+
+  // ---- Tree-log writing (src/log/tree_log.cc) ----
+  // A block for an fsync's log tree: metadata space that was free at the
+  // last commit, with no extent item (log blocks never get one), pinned
+  // until the next commit so nothing else takes it; free in the free space
+  // tree that commit writes. ENOSPC rather than a new chunk: a log must lie
+  // in chunks the committed chunk tree has.
+  Result<uint64_t> AllocLogBlock();
+  // New chunks made in the running transaction: a log may not point into
+  // them (a replay maps addresses through the committed chunk tree).
+  bool HasNewChunks() const { return chunk_alloc_->HasPending(); }
+  const tree::HeaderTemplate& header_template() const { return dirty_->header_template(); }
 
   // Makes tree `new_id` a snapshot of tree `src`, whose root must be
   // committed (snapshot.cc): its root item (uuid given, parent uuid the
@@ -267,6 +305,7 @@ class TxnManager final : public tree::BlockAllocator {
   TxnStats stats_;
   bool force_super_ = false;
   friend class ChunkAllocator;
+  friend class DeviceLayout;  // relocate.cc: offline layout changes
   std::unique_ptr<ChunkAllocator> chunk_alloc_;
   std::unique_ptr<QuotaState> quotas_;  // null: the image has no quotas
 };

@@ -68,6 +68,7 @@ Status Volume::LoadSuperblock() {
     return Status::Corrupt(msg);
   }
   super_ = best_sb;
+  committed_super_ = best_sb;
   super_mirror_ = best;
   root_tree_ = tree::RootPtr{super_.root.get(), super_.root_level, super_.generation.get(), kRootTreeObjectid};
   chunk_tree_ = tree::RootPtr{super_.chunk_root.get(), super_.chunk_root_level, super_.chunk_root_generation.get(),
@@ -207,7 +208,20 @@ Status Volume::WriteSuperblocks() {
     UB_RETURN_IF_ERROR(dev_->WriteAt(off, buf));
   }
   super_.bytenr = SuperblockOffset(0);
+  committed_super_ = super_;
   return Status::Ok();
+}
+
+Status Volume::WriteLogSuperblock(uint64_t log_root, uint8_t log_root_level) {
+  SuperBlock sb = committed_super_;
+  sb.log_root = log_root;
+  sb.log_root_level = log_root_level;
+  sb.bytenr = SuperblockOffset(0);
+  std::vector<uint8_t> buf(kSuperInfoSize);
+  std::memcpy(buf.data(), &sb, kSuperInfoSize);
+  CsumBytes c = ComputeCsum(csum_type(), std::span<const uint8_t>(buf).subspan(kCsumSize));
+  std::memcpy(buf.data(), c.data(), kCsumSize);
+  return dev_->WriteAt(SuperblockOffset(0), buf).WithContext("writing the tree log's superblock");
 }
 
 Status Volume::LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_t>* csums,

@@ -89,6 +89,10 @@ class Volume {
   std::vector<uint64_t> LoadedRoots();
   // Writes the superblock (checksummed) to every copy the device has room for.
   Status WriteSuperblocks();
+  // An fsync's tree log (src/log/tree_log.h): the superblock as last
+  // committed, pointing at the log root, written to the primary copy only
+  // (as the kernel's log commit does; the mirrors keep the committed state).
+  Status WriteLogSuperblock(uint64_t log_root, uint8_t log_root_level);
 
   // Reads `out.size()` bytes of data at `logical` (both sector aligned),
   // verifying data checksums where the csum tree has them and `verify` is
@@ -110,6 +114,7 @@ class Volume {
   std::unique_ptr<io::BlockDevice> dev_;
   VolumeOptions options_;
   format::SuperBlock super_{};
+  format::SuperBlock committed_super_{};  // as on the device: the log's superblock starts from it
   int super_mirror_ = 0;
   std::vector<std::string> warnings_;
   std::unique_ptr<alloc::ChunkMap> chunks_;

@@ -217,6 +217,7 @@ int main(int argc, char **argv) {
   CHECK(root.root == 5 && root.ino == 256);
   CHECK_ERR(ubtrfs_create(fs, root, "a", 0644, &file), EROFS, "");
   CHECK_ERR(ubtrfs_commit(fs), EROFS, "read-only");
+  CHECK_ERR(ubtrfs_fsync(fs, root, 0), EROFS, "read-only");
   CHECK_ERR(ubtrfs_lookup(fs, "/missing", &got), ENOENT, "/missing");
   CHECK_ERR(ubtrfs_lookup(fs, "relative", &got), EINVAL, "not an absolute path");
   CHECK_ERR(ubtrfs_lookup(fs, NULL, &got), EINVAL, "path is NULL");
@@ -293,6 +294,9 @@ int main(int argc, char **argv) {
   OK(ubtrfs_stat(fs, root, &st));
   CHECK(ubtrfs_last_error()[0] == '\0');
 
+  OK(ubtrfs_fsync(fs, file, 0));
+  OK(ubtrfs_fsync(fs, root, 1));
+  CHECK_ERR(ubtrfs_fsync(NULL, file, 0), EBADF, "ubtrfs_fsync");
   OK(ubtrfs_commit(fs));
   OK(ubtrfs_close(fs));
   fs = NULL;

@@ -242,6 +242,14 @@ std::string LoopMount::Mount(const std::string& image, const std::string& mountp
   if (mounted_) return "already mounted";
   std::string opts = options.empty() ? "loop" : "loop," + options;
   CommandResult r = RunCommand({"mount", "-t", "btrfs", "-o", opts, image, mountpoint});
+  for (int i = 0; i < 5 && !r.ok() && r.err.find("File exists") != std::string::npos; ++i) {
+    // A copy of an image mounted a moment ago has the same fsid, and the
+    // kernel may still list the old loop device under it (its release is
+    // asynchronous): forget unmounted devices and try again.
+    (void)RunCommand({"btrfs", "device", "scan", "--forget"});
+    usleep(200000);
+    r = RunCommand({"mount", "-t", "btrfs", "-o", opts, image, mountpoint});
+  }
   if (!r.ok()) {
     // A failed mount may still have left a loop device attached.
     CommandResult lo = RunCommand({"losetup", "-j", image});

@@ -1,0 +1,389 @@
+#include "txn/relocate.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "format/key.h"
+#include "format/superblock.h"
+#include "txn/transaction.h"
+
+namespace ubtrfs::txn {
+
+using namespace ubtrfs::format;
+
+namespace {
+
+constexpr uint64_t kStripeLen = 64 * 1024;
+constexpr uint64_t kCopyBytes = 8ull << 20;
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t RoundDown(uint64_t v, uint64_t a) { return v / a * a; }
+
+bool Overlaps(uint64_t a, uint64_t al, uint64_t b, uint64_t bl) { return a < b + bl && b < a + al; }
+
+}  // namespace
+
+std::vector<DeviceLayout::Stripe> DeviceLayout::Stripes() const {
+  std::vector<Stripe> out;
+  for (const auto& [logical, c] : txn_->vol_->chunks().chunks()) {
+    for (size_t i = 0; i < c.physical.size(); ++i) out.push_back({logical, c.length, c.type, i, c.physical[i]});
+  }
+  std::sort(out.begin(), out.end(), [](const Stripe& a, const Stripe& b) { return a.physical < b.physical; });
+  return out;
+}
+
+uint64_t DeviceLayout::DeviceExtentEnd() const {
+  uint64_t end = ChunkAllocator::kDeviceStart;
+  for (const Stripe& s : Stripes()) end = std::max(end, s.physical + s.length);
+  return end;
+}
+
+// The end of the last byte of the group in use, superblock stripes not
+// counted (they are only there because of where the chunk lies).
+uint64_t DeviceLayout::UsedEnd(uint64_t logical) const {
+  uint64_t end = logical;
+  const auto& excluded = txn_->excluded_ranges_;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() != logical) return;
+    auto note = [&](uint64_t s, uint64_t l) {
+      uint64_t e = s + l;
+      for (bool moved = true; moved && e > s;) {
+        moved = false;
+        for (auto [xs, xl] : excluded) {
+          if (xs < e && e <= xs + xl) {
+            e = std::max(s, xs);
+            moved = true;
+          }
+        }
+      }
+      if (e > s) end = std::max(end, e);
+    };
+    g.ForEachUsedExtent(note);
+    g.ForEachPinnedExtent([&](uint64_t s, uint64_t l) { end = std::max(end, s + l); });
+  });
+  return end;
+}
+
+Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical) {
+  Volume* vol = txn_->vol_;
+  const Key key{kFirstChunkTreeObjectid, kChunkItemKey, logical};
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
+  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), key));
+  if (!item || item->size() < sizeof(Chunk) + sizeof(format::Stripe)) {
+    return Status::Corrupt("chunk tree: no chunk item " + KeyToString(key));
+  }
+  auto patch = [&](uint8_t* body, size_t size) -> Status {
+    auto* c = reinterpret_cast<Chunk*>(body);
+    const size_t n = c->num_stripes.get();
+    if (size < sizeof(Chunk) + n * sizeof(format::Stripe) || index >= n) {
+      return Status::Corrupt("chunk item " + KeyToString(key) + ": stripes do not fit");
+    }
+    c->length = length;
+    reinterpret_cast<format::Stripe*>(body + sizeof(Chunk))[index].offset = physical;
+    return Status::Ok();
+  };
+  UB_RETURN_IF_ERROR(patch(item->data(), item->size()));
+  UB_RETURN_IF_ERROR(w->Update(key, *item));
+  const Chunk* c = reinterpret_cast<const Chunk*>(item->data());
+  if (!(c->type.get() & kBlockGroupSystem)) return Status::Ok();
+  // System chunks are also in the superblock, where the kernel finds the
+  // chunk tree before it can read it.
+  SuperBlock& sb = vol->mutable_super();
+  const uint32_t size = sb.sys_chunk_array_size.get();
+  for (uint32_t at = 0; at + sizeof(DiskKey) + sizeof(Chunk) <= size;) {
+    DiskKey dk;
+    std::memcpy(&dk, sb.sys_chunk_array + at, sizeof dk);
+    auto* ch = reinterpret_cast<Chunk*>(sb.sys_chunk_array + at + sizeof dk);
+    const size_t len = sizeof(Chunk) + size_t{ch->num_stripes.get()} * sizeof(format::Stripe);
+    if (at + sizeof dk + len > size) break;
+    if (dk.offset.get() == logical) {
+      return patch(sb.sys_chunk_array + at + sizeof dk, len);
+    }
+    at += static_cast<uint32_t>(sizeof dk + len);
+  }
+  return Status::Corrupt("system chunk " + std::to_string(logical) + " is missing from the superblock's array");
+}
+
+Status DeviceLayout::UpdateDevItem() {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const uint64_t devid = ca.dev_item_.devid.get();
+  const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
+  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
+  if (!item || item->size() < sizeof(DevItem)) {
+    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+  }
+  auto* di = reinterpret_cast<DevItem*>(item->data());
+  di->bytes_used = ca.dev_bytes_used_;
+  di->total_bytes = ca.device_end_;
+  UB_RETURN_IF_ERROR(w->Update(dev_key, *item));
+  SuperBlock& sb = vol->mutable_super();
+  sb.dev_item.bytes_used = ca.dev_bytes_used_;
+  sb.dev_item.total_bytes = ca.device_end_;
+  sb.total_bytes = ca.device_end_;
+  ca.dev_item_.total_bytes = ca.device_end_;
+  vol->mutable_chunks()->set_device_size(std::max(ca.device_end_, vol->device()->Size()));
+  return Status::Ok();
+}
+
+Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
+  *trimmed = 0;
+  Volume* vol = txn_->vol_;
+  const uint32_t node = vol->nodesize();
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const uint64_t devid = ca.dev_item_.devid.get();
+
+  // Metadata left free: the kernel's global block reserve as its mount
+  // sizes it (the extent, checksum and free space trees' bytes and the root
+  // tree, at least 24 worst-case item inserts: 6 MiB with 16 KiB nodes on
+  // 6.x kernels), plus a commit's worth of blocks, so that a mount can still
+  // delete and commit. Less would still mount, but the kernel's first
+  // commit could find no metadata block and turn the filesystem read-only.
+  uint64_t reserve = 0;
+  for (uint64_t id : {kExtentTreeObjectid, kCsumTreeObjectid, kFreeSpaceTreeObjectid}) {
+    if (auto r = vol->FindRoot(id); r.ok()) reserve += r->item.bytes_used.get();
+  }
+  reserve += 4ull * node;  // the root tree
+  reserve = std::max<uint64_t>(reserve, 24ull * 16 * node);
+  reserve = std::min<uint64_t>(reserve, 512ull << 20);
+  reserve += ChunkAllocator::kCommitReserveBlocks * node;
+
+  struct Cut {
+    uint64_t logical, old_len, new_len, type;
+    std::vector<uint64_t> physical;
+  };
+  std::vector<Cut> cuts;
+  uint64_t meta_free = 0;
+  std::vector<size_t> meta_cuts;
+  for (const auto& [logical, c] : vol->chunks().chunks()) {
+    const uint64_t used_end = UsedEnd(logical);
+    uint64_t want = used_end - logical;
+    if (c.type & kBlockGroupSystem) want += 8ull * node;  // the chunk tree grows with chunks
+    uint64_t len = std::clamp(RoundUp(want, kStripeLen), kStripeLen, c.length);
+    if (c.type & kBlockGroupMetadata) {
+      auto g = txn_->space_->FindGroup(logical);
+      uint64_t excluded_below = 0;
+      for (auto [xs, xl] : txn_->excluded_ranges_) {
+        if (xs >= logical && xs + xl <= logical + len) excluded_below += xl;
+      }
+      // Used bytes below the cut: everything used is below it, except
+      // superblock stripes past it.
+      uint64_t used = g ? g->used_bytes : 0;
+      uint64_t excluded_all = txn_->ExcludedIn(logical);
+      used = used - excluded_all + excluded_below;
+      meta_free += len > used ? len - used : 0;
+      meta_cuts.push_back(cuts.size());
+    }
+    cuts.push_back({logical, c.length, len, c.type, c.physical});
+  }
+  // Not enough free metadata below the cuts: give the groups back some of
+  // their tails, the last ones first.
+  for (auto it = meta_cuts.rbegin(); it != meta_cuts.rend() && meta_free < reserve; ++it) {
+    Cut& cut = cuts[*it];
+    const uint64_t more = std::min(RoundUp(reserve - meta_free, kStripeLen), cut.old_len - cut.new_len);
+    cut.new_len += more;
+    meta_free += more;
+  }
+  std::erase_if(cuts, [](const Cut& c) { return c.new_len >= c.old_len; });
+  if (cuts.empty()) return Status::Ok();
+
+  // Keep the tails out of this transaction's own allocations first.
+  for (const Cut& cut : cuts) {
+    std::vector<std::pair<uint64_t, uint64_t>> free_runs;
+    txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+      if (g.start() != cut.logical) return;
+      g.ForEachFreeExtent([&](uint64_t s, uint64_t l) {
+        const uint64_t from = std::max(s, cut.logical + cut.new_len);
+        if (from < s + l) free_runs.push_back({from, s + l - from});
+      });
+    });
+    for (auto [s, l] : free_runs) UB_RETURN_IF_ERROR(txn_->space_->MarkUsed(s, l).WithContext("trimming a chunk"));
+  }
+
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * bg_w, txn_->Writer(txn_->block_group_tree()));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * fst_w, txn_->Writer(kFreeSpaceTreeObjectid));
+  for (const Cut& cut : cuts) {
+    const std::string where = "trimming chunk " + std::to_string(cut.logical);
+    for (size_t i = 0; i < cut.physical.size(); ++i) {
+      UB_RETURN_IF_ERROR(UpdateChunkItem(cut.logical, cut.new_len, i, cut.physical[i]).WithContext(where));
+    }
+    for (uint64_t phys : cut.physical) {
+      const Key k{devid, kDevExtentKey, phys};
+      UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(txn_->source(), dev_w->LiveRef(), k));
+      if (!de || de->size() < sizeof(DevExtent)) return Status::Corrupt(where + ": no dev extent " + KeyToString(k));
+      reinterpret_cast<DevExtent*>(de->data())->length = cut.new_len;
+      UB_RETURN_IF_ERROR(dev_w->Update(k, *de));
+    }
+    const Key bg_old{cut.logical, kBlockGroupItemKey, cut.old_len};
+    UB_ASSIGN_OR_RETURN(auto bg, tree::LookupItem(txn_->source(), bg_w->LiveRef(), bg_old));
+    if (!bg) return Status::Corrupt(where + ": no block group item " + KeyToString(bg_old));
+    UB_RETURN_IF_ERROR(bg_w->Delete(bg_old));
+    UB_RETURN_IF_ERROR(bg_w->Insert(Key{cut.logical, kBlockGroupItemKey, cut.new_len}, *bg));
+    // The group's free space entries are written anew at commit (it is dirty).
+    std::vector<Key> fst_keys;
+    {
+      tree::Cursor c(txn_->source(), fst_w->LiveRef());
+      UB_RETURN_IF_ERROR(c.Seek(Key{cut.logical, 0, 0}));
+      for (; c.Valid() && c.key().objectid < cut.logical + cut.old_len;) {
+        fst_keys.push_back(c.key());
+        UB_RETURN_IF_ERROR(c.Next());
+      }
+    }
+    for (const Key& k : fst_keys) UB_RETURN_IF_ERROR(fst_w->Delete(k));
+  }
+
+  for (const Cut& cut : cuts) {
+    const uint64_t end = cut.logical + cut.new_len;
+    auto& ranges = txn_->excluded_ranges_;
+    for (auto it = ranges.begin(); it != ranges.end();) {
+      if (it->first >= end && it->first < cut.logical + cut.old_len) {
+        txn_->excluded_[cut.logical] -= it->second;
+        it = ranges.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    UB_RETURN_IF_ERROR(txn_->space_->TruncateGroup(cut.logical, cut.new_len));
+    UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetLength(cut.logical, cut.new_len));
+    for (uint64_t phys : cut.physical) ca.dev_extents_[phys] = cut.new_len;
+    ca.dev_bytes_used_ -= (cut.old_len - cut.new_len) * cut.physical.size();
+    *trimmed += (cut.old_len - cut.new_len) * cut.physical.size();
+    txn_->MarkGroupDirty(cut.logical);
+  }
+  return UpdateDevItem();
+}
+
+bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t to) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  if (to % kStripeLen || to < ChunkAllocator::kDeviceStart || to + s.length > ca.device_end_) return false;
+  for (const auto& [p, l] : ca.dev_extents_) {
+    if (Overlaps(p, l, to, s.length)) return false;
+  }
+  for (int m = 0; m < kSuperMirrorMax; ++m) {
+    const uint64_t sb = SuperblockOffset(m);
+    if (sb < to || sb >= to + s.length) continue;
+    const uint64_t start = s.logical + RoundDown(sb - to, kStripeLen);
+    const uint64_t len = std::min(kStripeLen, s.logical + s.length - start);
+    bool excluded = false;
+    for (auto [xs, xl] : txn_->excluded_ranges_) excluded |= xs == start && xl == len;
+    if (excluded) continue;
+    bool busy = false;
+    txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+      if (g.start() != s.logical) return;
+      auto check = [&](uint64_t a, uint64_t l) { busy |= Overlaps(a, l, start, len); };
+      g.ForEachUsedExtent(check);
+      g.ForEachPinnedExtent(check);
+    });
+    if (busy) return false;
+  }
+  return true;
+}
+
+uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t limit) const {
+  std::set<uint64_t> candidates;
+  // Free 64 KiB pieces of the chunk, for placing a superblock copy on one.
+  std::vector<uint64_t> free_offsets;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() != s.logical) return;
+    g.ForEachFreeExtent([&](uint64_t a, uint64_t l) {
+      for (uint64_t o = RoundUp(a - s.logical, kStripeLen); o + kStripeLen <= a + l - s.logical; o += kStripeLen) {
+        if (free_offsets.size() >= 4096) return;
+        free_offsets.push_back(o);
+      }
+    });
+  });
+  for (auto [hs, hl] : txn_->chunk_alloc_->FreeDeviceRanges()) {
+    if (hs >= limit) break;
+    candidates.insert(hs);
+    for (int m = 0; m < kSuperMirrorMax; ++m) {
+      const uint64_t sb = SuperblockOffset(m);
+      if (sb < hs || sb >= hs + hl) continue;
+      candidates.insert(sb + kStripeLen);  // just past the copy
+      for (uint64_t o : free_offsets) {
+        if (sb >= hs + o) candidates.insert(sb - o);
+      }
+    }
+  }
+  for (uint64_t to : candidates) {
+    if (to + s.length > limit) continue;
+    if (PlaceOk(s, to)) return to;
+  }
+  return 0;
+}
+
+Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uint64_t* copied) {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = vol->chunks().Find(logical);
+  if (!ci || ci->logical != logical || index >= ci->physical.size()) {
+    return Status::Invalid("no copy " + std::to_string(index) + " of a chunk at " + std::to_string(logical));
+  }
+  const Stripe s{logical, ci->length, ci->type, index, ci->physical[index]};
+  const std::string where = "moving copy " + std::to_string(index) + " of chunk " + std::to_string(logical) +
+                            " from device offset " + std::to_string(s.physical) + " to " + std::to_string(to);
+  if (!PlaceOk(s, to)) return Status::Invalid(where + ": the target is not free device space");
+
+  // Superblock copies inside the new place: their 64 KiB of the chunk is
+  // taken out of use (PlaceOk made sure it is free).
+  for (int m = 0; m < kSuperMirrorMax; ++m) {
+    const uint64_t sb = SuperblockOffset(m);
+    if (sb < to || sb >= to + s.length) continue;
+    const uint64_t start = logical + RoundDown(sb - to, kStripeLen);
+    const uint64_t len = std::min(kStripeLen, logical + s.length - start);
+    bool have = false;
+    for (auto [xs, xl] : txn_->excluded_ranges_) have |= xs == start && xl == len;
+    if (have) continue;
+    UB_RETURN_IF_ERROR(txn_->space_->MarkUsed(start, len).WithContext(where + ": superblock stripe"));
+    txn_->excluded_[logical] += len;
+    txn_->excluded_ranges_.push_back({start, len});
+  }
+
+  // The bytes: only what the group uses (free space holds nothing).
+  std::vector<std::pair<uint64_t, uint64_t>> used;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
+  });
+  std::vector<uint8_t> buf;
+  for (auto [a, l] : used) {
+    for (uint64_t off = a - logical; off < a - logical + l;) {
+      const uint64_t n = std::min(kCopyBytes, a - logical + l - off);
+      buf.resize(n);
+      UB_RETURN_IF_ERROR(vol->device()->ReadAt(s.physical + off, buf).WithContext(where));
+      UB_RETURN_IF_ERROR(vol->device()->WriteAt(to + off, buf).WithContext(where));
+      *copied += n;
+      off += n;
+    }
+  }
+
+  UB_RETURN_IF_ERROR(UpdateChunkItem(logical, s.length, index, to).WithContext(where));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
+  const uint64_t devid = ca.dev_item_.devid.get();
+  const Key old_key{devid, kDevExtentKey, s.physical};
+  UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(txn_->source(), dev_w->LiveRef(), old_key));
+  if (!de) return Status::Corrupt(where + ": no dev extent " + KeyToString(old_key));
+  UB_RETURN_IF_ERROR(dev_w->Delete(old_key));
+  UB_RETURN_IF_ERROR(dev_w->Insert(Key{devid, kDevExtentKey, to}, *de));
+
+  // From here on, blocks of this transaction go to the new place only.
+  UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetStripe(logical, index, to));
+  ca.dev_extents_.erase(s.physical);
+  ca.dev_extents_[to] = s.length;
+  return Status::Ok();
+}
+
+Status DeviceLayout::SetDeviceSize(uint64_t bytes) {
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const uint64_t ss = txn_->vol_->sectorsize();
+  bytes = RoundDown(bytes, ss);
+  if (bytes < DeviceExtentEnd()) {
+    return Status::Invalid("device size " + std::to_string(bytes) + " is below the end of the last chunk (" +
+                           std::to_string(DeviceExtentEnd()) + ")");
+  }
+  ca.device_end_ = bytes;
+  return UpdateDevItem();
+}
+
+}  // namespace ubtrfs::txn

@@ -1,0 +1,289 @@
+// ubtrfs/resize.h over txn::DeviceLayout (relocate.cc).
+#include "ubtrfs/resize.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sys/file.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "alloc/chunk_map.h"
+#include "format/ondisk.h"
+#include "io/offset_device.h"
+#include "txn/relocate.h"
+#include "txn/transaction.h"
+#include "txn/volume.h"
+
+namespace ubtrfs {
+
+namespace {
+
+std::string Mib(uint64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  return buf;
+}
+
+std::string KindText(uint64_t type) {
+  if (type & format::kBlockGroupData) return "data";
+  if (type & format::kBlockGroupSystem) return "system";
+  return "metadata";
+}
+
+// One writable open of the image: device, volume, transaction manager.
+struct Opened {
+  std::unique_ptr<txn::Volume> vol;
+  std::unique_ptr<txn::TxnManager> txn;
+};
+
+Result<Opened> OpenForResize(const std::string& path) {
+  UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(path, io::OpenFlags{true}, io::Placement{}));
+  txn::VolumeOptions vo;
+  vo.writable = true;
+  vo.node_cache_bytes = 16ull << 20;
+  Opened o;
+  UB_ASSIGN_OR_RETURN(o.vol, txn::Volume::Open(std::move(dev), vo));
+  UB_ASSIGN_OR_RETURN(o.txn, txn::TxnManager::Open(o.vol.get()));
+  if (o.txn->HasChanges()) UB_RETURN_IF_ERROR(o.txn->Commit());  // what the open itself changed
+  return o;
+}
+
+// Held while the image is resized: ubtrfs mount holds the same lock, and a
+// kernel mount goes through a loop device backed by the file.
+class ImageLock {
+ public:
+  ~ImageLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Take(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) return Status::Error(errno, path + ": " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      return Status::Error(EBUSY, path + " is in use (mounted by ubtrfs?); unmount it first");
+    }
+    char* real = ::realpath(path.c_str(), nullptr);
+    if (!real) return Status::Ok();
+    const std::string target = real;
+    std::free(real);
+    std::ifstream mounts("/proc/self/mounts");
+    std::string line;
+    while (std::getline(mounts, line)) {
+      const std::string source = line.substr(0, line.find(' '));
+      std::string backing = source;
+      if (source.rfind("/dev/loop", 0) == 0) {
+        std::ifstream f("/sys/block/" + source.substr(5) + "/loop/backing_file");
+        std::getline(f, backing);
+      }
+      if (backing == target) return Status::Error(EBUSY, path + " is mounted; unmount it first");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+Result<bool> IsRegular(const std::string& path, uint64_t* size) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Status::Error(errno, path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) return Status::Invalid(path + ": not an image file or block device");
+  *size = static_cast<uint64_t>(st.st_size);
+  return S_ISREG(st.st_mode);
+}
+
+Status SetFileSize(const std::string& path, uint64_t bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error(errno, path + ": " + std::strerror(errno));
+  const int r = ::ftruncate(fd, static_cast<off_t>(bytes));
+  const int e = errno;
+  ::close(fd);
+  if (r != 0) return Status::Error(e, path + ": cannot set the size to " + std::to_string(bytes) + ": " + std::strerror(e));
+  return Status::Ok();
+}
+
+// Moves the copy that ends last down as far as it goes, as long as one
+// does: the smallest end the current chunks can have. Commits each move.
+Status CompactDown(txn::TxnManager* txn, ResizeResult* r) {
+  txn::DeviceLayout layout(txn);
+  for (int guard = 0; guard < 100000; ++guard) {
+    auto stripes = layout.Stripes();
+    if (stripes.empty()) return Status::Ok();
+    auto last = *std::max_element(stripes.begin(), stripes.end(), [](const auto& a, const auto& b) {
+      return a.physical + a.length < b.physical + b.length;
+    });
+    const uint64_t to = layout.FindPlace(last, last.physical);
+    if (to == 0) return Status::Ok();
+    UB_RETURN_IF_ERROR(layout.MoveStripe(last.logical, last.index, to, &r->bytes_copied));
+    UB_RETURN_IF_ERROR(txn->Commit());
+    ++r->stripes_moved;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseResizeTarget(std::string_view text, ResizeTarget* out) {
+  *out = ResizeTarget{};
+  if (text == "max") {
+    out->kind = ResizeTarget::kMax;
+    return Status::Ok();
+  }
+  if (text == "min") {
+    out->kind = ResizeTarget::kMin;
+    return Status::Ok();
+  }
+  std::string_view s = text;
+  if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+    out->kind = s[0] == '+' ? ResizeTarget::kGrowBy : ResizeTarget::kShrinkBy;
+    s.remove_prefix(1);
+  }
+  size_t i = 0;
+  uint64_t v = 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return Status::Invalid("size '" + std::string(text) + "' is too large");
+    v = v * 10 + d;
+  }
+  if (i == 0) return Status::Invalid("'" + std::string(text) + "' is not a size, +N, -N, max or min");
+  std::string_view unit = s.substr(i);
+  int shift = 0;
+  if (!unit.empty()) {
+    switch (unit[0]) {
+      case 'k': case 'K': shift = 10; break;
+      case 'm': case 'M': shift = 20; break;
+      case 'g': case 'G': shift = 30; break;
+      case 't': case 'T': shift = 40; break;
+      case 'p': case 'P': shift = 50; break;
+      default: return Status::Invalid("'" + std::string(text) + "': unknown unit (K, M, G, T, P)");
+    }
+    unit.remove_prefix(1);
+    if (unit != "" && unit != "B" && unit != "iB") return Status::Invalid("'" + std::string(text) + "': unknown unit");
+  }
+  if (shift > 0 && v > (UINT64_MAX >> shift)) return Status::Invalid("size '" + std::string(text) + "' is too large");
+  out->bytes = v << shift;
+  return Status::Ok();
+}
+
+Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeResult* result) {
+  ResizeResult r;
+  ImageLock lock;
+  UB_RETURN_IF_ERROR(lock.Take(path));
+  uint64_t file_size = 0;
+  UB_ASSIGN_OR_RETURN(const bool regular, IsRegular(path, &file_size));
+  UB_ASSIGN_OR_RETURN(Opened o, OpenForResize(path));
+  const uint32_t ss = o.vol->sectorsize();
+  r.old_bytes = o.vol->super().total_bytes.get();
+  txn::DeviceLayout layout(o.txn.get());
+
+  uint64_t want = 0;
+  switch (target.kind) {
+    case ResizeTarget::kBytes: want = target.bytes; break;
+    case ResizeTarget::kGrowBy:
+      if (target.bytes > UINT64_MAX - r.old_bytes) return Status::Invalid("the new size would overflow");
+      want = r.old_bytes + target.bytes;
+      break;
+    case ResizeTarget::kShrinkBy:
+      if (target.bytes >= r.old_bytes) {
+        return Status::Invalid("cannot shrink a " + std::to_string(r.old_bytes) + "-byte filesystem by " +
+                               std::to_string(target.bytes) + " bytes");
+      }
+      want = r.old_bytes - target.bytes;
+      break;
+    case ResizeTarget::kMax: want = file_size; break;
+    case ResizeTarget::kMin:
+      UB_RETURN_IF_ERROR(CompactDown(o.txn.get(), &r));
+      want = layout.DeviceExtentEnd();
+      break;
+  }
+  want = want / ss * ss;
+  if (!regular && want > file_size) {
+    return Status::Invalid("the device " + path + " has " + std::to_string(file_size) + " bytes; cannot grow to " +
+                           std::to_string(want));
+  }
+
+  if (want > r.old_bytes || (want > o.vol->device()->Size())) {
+    // Growing: the file first, so that the device (and the superblock
+    // copies that now fit) is there when the commit writes.
+    if (regular && file_size < want) {
+      o.txn.reset();
+      o.vol.reset();
+      UB_RETURN_IF_ERROR(SetFileSize(path, want));
+      UB_ASSIGN_OR_RETURN(o, OpenForResize(path));
+    }
+    txn::DeviceLayout grow(o.txn.get());
+    UB_RETURN_IF_ERROR(grow.SetDeviceSize(want));
+    UB_RETURN_IF_ERROR(o.txn->Commit());
+    r.new_bytes = want;
+    *result = r;
+    return Status::Ok();
+  }
+
+  // Shrinking: every copy that reaches past the new end moves below it,
+  // largest first (they are the hardest to place).
+  for (;;) {
+    auto stripes = layout.Stripes();
+    std::vector<txn::DeviceLayout::Stripe> past;
+    for (const auto& s : stripes) {
+      if (s.physical + s.length > want) past.push_back(s);
+    }
+    if (past.empty()) break;
+    std::sort(past.begin(), past.end(), [](const auto& a, const auto& b) { return a.length > b.length; });
+    const auto& s = past.front();
+    const uint64_t to = layout.FindPlace(s, want);
+    if (to == 0) {
+      uint64_t largest = 0;
+      for (auto [hs, hl] : o.txn->chunk_alloc().FreeDeviceRanges()) {
+        if (hs < want) largest = std::max(largest, std::min(hs + hl, want) - hs);
+      }
+      return Status::Invalid("cannot shrink to " + std::to_string(want) + " bytes (" + Mib(want) + "): the " +
+                             KindText(s.type) + " chunk at logical " + std::to_string(s.logical) + " (copy " +
+                             std::to_string(s.index) + ", " + Mib(s.length) + " at device offset " +
+                             std::to_string(s.physical) + ") does not fit in the free device space below it " +
+                             "(largest free range " + Mib(largest) + "); `resize IMAGE min` gives the smallest size");
+    }
+    UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to, &r.bytes_copied));
+    UB_RETURN_IF_ERROR(o.txn->Commit());
+    ++r.stripes_moved;
+  }
+  if (want < r.old_bytes || target.kind == ResizeTarget::kMin) {
+    UB_RETURN_IF_ERROR(layout.SetDeviceSize(want));
+    UB_RETURN_IF_ERROR(o.txn->Commit());
+  }
+  o.txn.reset();
+  o.vol.reset();
+  if (regular && want < file_size) UB_RETURN_IF_ERROR(SetFileSize(path, want));
+  r.new_bytes = want;
+  *result = r;
+  return Status::Ok();
+}
+
+Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
+  ResizeResult r;
+  ImageLock lock;
+  UB_RETURN_IF_ERROR(lock.Take(path));
+  uint64_t file_size = 0;
+  UB_ASSIGN_OR_RETURN(const bool regular, IsRegular(path, &file_size));
+  UB_ASSIGN_OR_RETURN(Opened o, OpenForResize(path));
+  r.old_bytes = o.vol->super().total_bytes.get();
+  txn::DeviceLayout layout(o.txn.get());
+  UB_RETURN_IF_ERROR(layout.TrimChunks(&r.bytes_trimmed));
+  UB_RETURN_IF_ERROR(o.txn->Commit());
+  UB_RETURN_IF_ERROR(CompactDown(o.txn.get(), &r));
+  const uint64_t want = layout.DeviceExtentEnd();
+  UB_RETURN_IF_ERROR(layout.SetDeviceSize(want));
+  UB_RETURN_IF_ERROR(o.txn->Commit());
+  o.txn.reset();
+  o.vol.reset();
+  if (regular && want < file_size) UB_RETURN_IF_ERROR(SetFileSize(path, want));
+  r.new_bytes = want;
+  *result = r;
+  return Status::Ok();
+}
+
+}  // namespace ubtrfs

@@ -1,0 +1,293 @@
+// mkfs --shrink and offline resize (issue 19): the smallest image the kernel
+// mounts, growing that the kernel uses, shrinking that moves chunks, with
+// btrfs check and a kernel loop mount as the judges.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "io/offset_device.h"
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "support/tree_gen.h"
+#include "txn/relocate.h"
+#include "txn/transaction.h"
+#include "txn/volume.h"
+#include "ubtrfs/filesystem.h"
+#include "ubtrfs/resize.h"
+
+#ifndef UBTRFS_CLI_PATH
+#error "UBTRFS_CLI_PATH must name the ubtrfs executable"
+#endif
+
+namespace {
+
+using ubtrfs_test::CommandResult;
+using ubtrfs_test::LoopMount;
+using ubtrfs_test::RunCommand;
+using ubtrfs_test::TempDir;
+
+const std::string kCli = UBTRFS_CLI_PATH;
+
+bool HaveBtrfsProgs() { return !ubtrfs_test::FindProgram("btrfs").empty(); }
+
+CommandResult Cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {kCli};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
+void WriteFile(const std::string& path, size_t size, uint32_t seed, bool text = false) {
+  std::mt19937 rng(seed);
+  std::string data(size, '\0');
+  for (auto& c : data) c = text ? static_cast<char>('a' + rng() % 26) : static_cast<char>(rng());
+  std::ofstream f(path, std::ios::binary);
+  f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+uint64_t FileSize(const std::string& p) {
+  struct stat st;
+  EXPECT_EQ(stat(p.c_str(), &st), 0) << p;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// A tree with data of many sizes (incompressible), small files, a generated
+// namespace part.
+void MakeTree(const std::string& src) {
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((src + "/big").c_str(), 0755), 0);
+  for (int i = 0; i < 40; ++i) WriteFile(src + "/big/f" + std::to_string(i), (i * 97 + 13) * 4099, i);
+  WriteFile(src + "/big/large", 24 << 20, 99);
+  ASSERT_EQ(mkdir((src + "/gen").c_str(), 0755), 0);
+  ubtrfs_test::GenerateTree(src + "/gen", 7, ubtrfs_test::ScaledTreeOptions(2000));
+}
+
+// One number from `btrfs filesystem usage -b`.
+uint64_t UsageField(const std::string& out, const std::string& re) {
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(out, m, std::regex(re))) << re << " in\n" << out;
+  return m.empty() ? 0 : std::stoull(m[1].str());
+}
+
+std::vector<std::string> Compare(const std::string& a, const std::string& b) {
+  return ubtrfs_test::CompareHostTrees(a, b, {});
+}
+
+TEST(ResizeTest, MkfsShrinkIsSmallestAndMounts) {
+  if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
+  TempDir dir("ubtrfs-shrink");
+  const std::string src = dir.Sub("src"), img = dir.Sub("img");
+  MakeTree(src);
+  auto r = Cli({"mkfs", "--shrink", "--rootdir", src, img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  const uint64_t size = FileSize(img);
+  EXPECT_NE(r.out.find("Shrunk to:          " + std::to_string(size) + " bytes"), std::string::npos) << r.out;
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+  auto own = Cli({"check", img});
+  EXPECT_TRUE(own.ok()) << own.Describe();
+  auto full = RunCommand({"btrfs", "check", "--readonly", "--check-data-csum", img});
+  EXPECT_TRUE(full.ok()) << full.Describe();
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  const std::string mnt = dir.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+    auto u = RunCommand({"btrfs", "filesystem", "usage", "-b", mnt});
+    ASSERT_TRUE(u.ok()) << u.Describe();
+    const uint64_t used = UsageField(u.out, R"(Used:\s+(\d+))");
+    const uint64_t meta = UsageField(u.out, R"(Metadata,DUP: Size:(\d+))");
+    const uint64_t dev = UsageField(u.out, R"(Device size:\s+(\d+))");
+    EXPECT_EQ(dev, size);
+    // The bar of issue 19: at most 5% above what is used plus one metadata
+    // chunk (its two copies: they are what the image holds).
+    EXPECT_LE(static_cast<double>(size), 1.05 * static_cast<double>(used + 2 * meta))
+        << "image " << size << ", used " << used << ", metadata chunk " << meta;
+    // And no more than the reserves beyond the used bytes: the global
+    // reserve's 6 MiB (twice: DUP), some system space, the first MiB, and
+    // 64 KiB rounding per chunk.
+    EXPECT_LE(size, used + used / 50 + (20ull << 20)) << "image " << size << ", used " << used;
+    auto mism = Compare(src, mnt);
+    EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  // The kernel can still change it (the metadata reserve is there): a
+  // deletion commits.
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    ASSERT_EQ(unlink((mnt + "/big/large").c_str()), 0) << strerror(errno);
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+}
+
+// Grow: the kernel sees the new size and fills it past the old end.
+TEST(ResizeTest, GrowKernelUsesNewSpace) {
+  if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
+  TempDir dir("ubtrfs-grow");
+  const std::string img = dir.Sub("img");
+  auto r = Cli({"mkfs", "-q", "--size", "128M", img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = Cli({"resize", img, "+256M"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(FileSize(img), 384ull << 20);
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+  r = Cli({"resize", img, "max"});  // the file's size: nothing to do
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ASSERT_EQ(truncate(img.c_str(), 512ll << 20), 0);
+  r = Cli({"resize", img, "max"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("to 536870912 bytes"), std::string::npos) << r.out;
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  const std::string mnt = dir.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt), "");
+  auto u = RunCommand({"btrfs", "filesystem", "usage", "-b", mnt});
+  ASSERT_TRUE(u.ok()) << u.Describe();
+  EXPECT_EQ(UsageField(u.out, R"(Device size:\s+(\d+))"), 512ull << 20);
+  // Not while the kernel has it.
+  r = Cli({"resize", img, "+1G"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.err.find("is mounted"), std::string::npos) << r.err;
+  // More than the old size holds.
+  WriteFile(mnt + "/fill", 300 << 20, 5);
+  ASSERT_EQ(m.Unmount(), "");
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+}
+
+// Shrink: a data chunk that lies at the far end of the device (moved there
+// through the library, leaving a hole where it was) comes back below the
+// new end, full of data; metadata and everything else keep their addresses.
+TEST(ResizeTest, ShrinkMovesChunksPastTheEnd) {
+  if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
+  TempDir dir("ubtrfs-shrink-move");
+  const std::string src = dir.Sub("src"), img = dir.Sub("img");
+  MakeTree(src);
+  auto r = Cli({"mkfs", "-q", "--size", "1G", "--rootdir", src, img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = Cli({"resize", img, "3G"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  uint64_t moved_from = 0;
+  {
+    auto dev = ubtrfs::io::OpenImage(img, ubtrfs::io::OpenFlags{true}, {});
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    ubtrfs::txn::VolumeOptions vo;
+    vo.writable = true;
+    auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), vo);
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto txn = ubtrfs::txn::TxnManager::Open(vol->get());
+    ASSERT_TRUE(txn.ok()) << txn.status().ToString();
+    ubtrfs::txn::DeviceLayout layout(txn->get());
+    // Every data chunk to the end of the device, the last first.
+    uint64_t top = 3ull << 30;
+    auto stripes = layout.Stripes();
+    for (auto it = stripes.rbegin(); it != stripes.rend(); ++it) {
+      if (!(it->type & ubtrfs::format::kBlockGroupData)) continue;
+      top -= it->length;
+      top -= top % (64 << 10);
+      moved_from = it->physical;
+      uint64_t copied = 0;
+      ASSERT_TRUE(layout.MoveStripe(it->logical, it->index, top, &copied).ok());
+      EXPECT_GT(copied, 0u);
+      ASSERT_TRUE((*txn)->Commit().ok());
+    }
+  }
+  ASSERT_GT(moved_from, 0u);
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+  auto full = RunCommand({"btrfs", "check", "--readonly", "--check-data-csum", img});
+  EXPECT_TRUE(full.ok()) << full.Describe();
+
+  // Not below what the chunks need: a clear refusal that names a chunk.
+  r = Cli({"resize", img, "20M"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.err.find("cannot shrink to 20971520 bytes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("chunk at logical"), std::string::npos) << r.err;
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+
+  r = Cli({"resize", img, "-2G"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("moved"), std::string::npos) << r.out;
+  EXPECT_EQ(FileSize(img), 1ull << 30);
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+  full = RunCommand({"btrfs", "check", "--readonly", "--check-data-csum", img});
+  EXPECT_TRUE(full.ok()) << full.Describe();
+
+  r = Cli({"resize", img, "min"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  const uint64_t min = FileSize(img);
+  EXPECT_LT(min, 1ull << 30);
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+  {
+    auto fs = ubtrfs::Filesystem::Open(img, {});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto mism = ubtrfs_test::CompareTreeToImage(src, **fs, ubtrfs_test::MkfsRootdirCompareOptions());
+    EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
+  }
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  const std::string mnt = dir.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt), "");
+  auto mism = Compare(src, mnt);
+  EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
+  auto u = RunCommand({"btrfs", "filesystem", "usage", "-b", mnt});
+  EXPECT_EQ(UsageField(u.out, R"(Device size:\s+(\d+))"), min);
+  ASSERT_EQ(m.Unmount(), "");
+  ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
+}
+
+// --shrink keeps byte-identical builds byte-identical, with compression too.
+TEST(ResizeTest, MkfsShrinkDeterministic) {
+  TempDir dir("ubtrfs-shrink-det");
+  const std::string src = dir.Sub("src");
+  // Files written now (the generated tree's old atimes would be moved by
+  // the first build's reads: a different source, not a different build).
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  for (int i = 0; i < 60; ++i) {
+    WriteFile(src + "/f" + std::to_string(i), (i * 7919 + 5) * 131, i, /*text=*/i % 2 == 0);
+  }
+  std::string sums[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string img = dir.Sub("img" + std::to_string(i));
+    auto r = RunCommand({"env", "SOURCE_DATE_EPOCH=1700000000", kCli, "mkfs", "-q", "--shrink", "--compress", "zstd",
+                         "--rootdir", src, img});
+    ASSERT_TRUE(r.ok()) << r.Describe();
+    auto s = RunCommand({"sha256sum", img});
+    ASSERT_TRUE(s.ok()) << s.Describe();
+    sums[i] = s.out.substr(0, 64);
+  }
+  EXPECT_EQ(sums[0], sums[1]);
+}
+
+TEST(ResizeTest, ParseTarget) {
+  ubtrfs::ResizeTarget t;
+  ASSERT_TRUE(ubtrfs::ParseResizeTarget("+1G", &t).ok());
+  EXPECT_EQ(t.kind, ubtrfs::ResizeTarget::kGrowBy);
+  EXPECT_EQ(t.bytes, 1ull << 30);
+  ASSERT_TRUE(ubtrfs::ParseResizeTarget("-512M", &t).ok());
+  EXPECT_EQ(t.kind, ubtrfs::ResizeTarget::kShrinkBy);
+  ASSERT_TRUE(ubtrfs::ParseResizeTarget("min", &t).ok());
+  EXPECT_EQ(t.kind, ubtrfs::ResizeTarget::kMin);
+  ASSERT_TRUE(ubtrfs::ParseResizeTarget("100000", &t).ok());
+  EXPECT_EQ(t.kind, ubtrfs::ResizeTarget::kBytes);
+  EXPECT_FALSE(ubtrfs::ParseResizeTarget("huge", &t).ok());
+  EXPECT_FALSE(ubtrfs::ParseResizeTarget("5X", &t).ok());
+}
+
+}  // namespace
