@@ -217,7 +217,7 @@ void CmdMkfs(const MkfsArgs& a) {
       return Fail("--shrink makes an image file; it cannot go with --offset or --partition");
     }
     struct stat ist;
-    if (::stat(a.image.c_str(), &ist) == 0 && !S_ISREG(ist.st_mode)) {
+    if (io::IsRbdPath(a.image) || (::stat(a.image.c_str(), &ist) == 0 && !S_ISREG(ist.st_mode))) {
       return Fail("--shrink needs an image file (" + a.image + " is not a regular file)");
     }
     // Built in a large sparse file (what --size gives, else 1 TiB: data
@@ -287,6 +287,9 @@ void CmdMkfs(const MkfsArgs& a) {
   }
   if (a.reflink && (a.rootdir.empty() || archive)) {
     return Fail("--reflink needs a directory --rootdir (it clones the host files' data into the image file)");
+  }
+  if (a.reflink && io::IsRbdPath(a.image)) {
+    return Fail("--reflink clones the host files' data into an image file on the same host; not into an RBD image");
   }
   if (a.reflink && !a.compress.empty()) {
     return Fail("--reflink and --compress exclude each other: compressed data is not the host files' bytes");
