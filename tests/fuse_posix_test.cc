@@ -20,6 +20,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -124,16 +125,33 @@ std::string AclValue(const std::vector<std::array<uint32_t, 3>>& entries) {
 }
 constexpr uint32_t kUserObj = 1, kUser = 2, kGroupObj = 4, kMask = 0x10, kOther = 0x20, kUndefinedId = ~0u;
 
+// With UBTRFS_POSIX_RBD_CONF=CEPH_CONF in the environment (tests/rbd_test.cc
+// sets it), every FusePosix case mounts an RBD image in that cluster instead
+// of an image file: the fresh image file is imported into pool rbd, mounted
+// as rbd:rbd/NAME, and exported again for btrfs check.
+std::string PosixRbdConf() {
+  const char* c = std::getenv("UBTRFS_POSIX_RBD_CONF");
+  return c ? c : "";
+}
+
 class FusePosix : public ::testing::Test {
  protected:
   void SetUp() override {
     if (std::string r = ubtrfs_test::FuseUnavailableReason(); !r.empty()) GTEST_SKIP() << r;
     if (geteuid() != 0) GTEST_SKIP() << "needs root: the cases act as other users and change owners";
     ASSERT_EQ(s_.Make(), "");
+    image_ = s_.img;
+    if (const std::string conf = PosixRbdConf(); !conf.empty()) {
+      const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+      rbd_name_ = std::string("posix-") + info->test_suite_name() + "-" + info->name() + "-" + std::to_string(getpid());
+      auto r = ubtrfs_test::RunCommand({"rbd", "-c", conf, "import", "--no-progress", s_.img, "rbd/" + rbd_name_});
+      ASSERT_TRUE(r.ok()) << r.Describe();
+      image_ = "rbd:rbd/" + rbd_name_ + ":conf=" + conf;
+    }
     // Other users must reach the mount point inside the (0700) scratch directory.
     ASSERT_EQ(chmod(s_.dir.path().c_str(), 0755), 0);
     std::string skip, error;
-    if (!mount_.Start(s_.img, s_.mnt, s_.log, {"-o", "allow_other" + Options()}, &skip, &error)) {
+    if (!mount_.Start(image_, s_.mnt, s_.log, {"-o", "allow_other" + Options()}, &skip, &error)) {
       if (!skip.empty()) GTEST_SKIP() << skip;
       FAIL() << error;
     }
@@ -147,7 +165,19 @@ class FusePosix : public ::testing::Test {
     if (!mounted_) return;
     std::string err;
     EXPECT_EQ(mount_.Unmount(&err), 0) << err << "\nlog: " << mount_.Log();
-    EXPECT_EQ(BtrfsCheck(s_.img), "");
+    EXPECT_EQ(CheckImage(), "");
+    if (!rbd_name_.empty()) (void)ubtrfs_test::RunCommand({"rbd", "-c", PosixRbdConf(), "rm", "--no-progress", "rbd/" + rbd_name_});
+  }
+  // btrfs check of the image as it is now ("" when clean).
+  std::string CheckImage() {
+    if (rbd_name_.empty()) return BtrfsCheck(s_.img);
+    const std::string out = s_.img + ".export";
+    ::unlink(out.c_str());
+    auto r = ubtrfs_test::RunCommand({"rbd", "-c", PosixRbdConf(), "export", "--no-progress", "rbd/" + rbd_name_, out});
+    if (!r.ok()) return "rbd export: " + r.Describe();
+    std::string c = BtrfsCheck(out);
+    ::unlink(out.c_str());
+    return c;
   }
   virtual std::string Options() const { return ""; }
   std::string P(const std::string& rel) const { return d_ + "/" + rel; }
@@ -158,8 +188,8 @@ class FusePosix : public ::testing::Test {
     EXPECT_EQ(mount_.Wait(30), 128 + SIGKILL);
     mount_.Cleanup();  // the dead mount's entry
     mounted_ = false;
-    EXPECT_EQ(BtrfsCheck(s_.img), "");
-    auto fs = ubtrfs::Filesystem::Open(s_.img);
+    EXPECT_EQ(CheckImage(), "");
+    auto fs = ubtrfs::Filesystem::Open(image_);
     EXPECT_TRUE(fs.ok()) << fs.status().ToString();
     return fs.ok() ? std::move(*fs) : nullptr;
   }
@@ -180,6 +210,8 @@ class FusePosix : public ::testing::Test {
   ubtrfs_test::MountProcess mount_;
   bool mounted_ = false;
   std::string d_;
+  std::string image_;    // what is mounted: s_.img, or an rbd: spec
+  std::string rbd_name_;  // the RBD image's name in pool rbd, if one
 };
 
 // Names up to 255 bytes work; longer ones fail with ENAMETOOLONG from every

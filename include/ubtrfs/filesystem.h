@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ubtrfs/block_device.h"
 #include "ubtrfs/export_macros.h"
 #include "ubtrfs/status.h"
 
@@ -264,7 +265,14 @@ struct SubvolumeInfo {
 
 class UBTRFS_API Filesystem {
  public:
+  // `path`: an image file, a block device, or rbd:POOL/IMAGE[@SNAP][:KEY=VALUE...]
+  // (ubtrfs/block_device.h).
   static Result<std::unique_ptr<Filesystem>> Open(const std::string& path, const OpenOptions& options = {});
+  // On a device the caller supplies (its own BlockDevice, or one from
+  // OpenBlockDevice), which the Filesystem owns from now on. options.offset
+  // and options.partition apply within it.
+  static Result<std::unique_ptr<Filesystem>> Open(std::unique_ptr<BlockDevice> device,
+                                                  const OpenOptions& options = {});
   virtual ~Filesystem() = default;
 
   // Things that did not stop the open but a user should hear of (e.g. "primary

@@ -122,7 +122,9 @@ UBTRFS_C_API int ubtrfs_discard(ubtrfs_fs *fs);
 
 /* Creates an empty btrfs filesystem in the image file `path` (created, or
  * extended, to `size` bytes; 0 keeps an existing file's size). Refuses a
- * file that already holds btrfs unless `force` is nonzero. */
+ * file that already holds btrfs unless `force` is nonzero. `path` may be
+ * rbd:POOL/IMAGE[:KEY=VALUE...], an RBD image in a Ceph cluster (created or
+ * grown likewise). ubtrfs_open takes such paths too. */
 UBTRFS_C_API int ubtrfs_mkfs(const char *path, uint64_t size, int force);
 
 /* The message of the calling thread's last failed call ("" when none). The

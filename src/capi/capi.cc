@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "io/block_device.h"
+#include "io/rbd_device.h"
 #include "txn/mkfs.h"
 #include "ubtrfs/export.h"
 #include "ubtrfs/filesystem.h"
@@ -216,6 +217,44 @@ int ubtrfs_commit(ubtrfs_fs* fs) {
   });
 }
 
+namespace {
+
+// ubtrfs_mkfs on rbd:POOL/IMAGE: the RBD image is created (or grown) to
+// `size` as an image file would be.
+int MkfsRbd(const std::string& p, uint64_t size, bool force) {
+  auto have = ubtrfs::io::RbdImageSize(p);
+  if (!have.ok()) return FailStatus("mkfs", have.status());
+  const bool exists = have->has_value();
+  if (!exists && size == 0) return Fail("mkfs", EINVAL, p + " does not exist and no size was given");
+  ubtrfs::txn::MkfsOptions opts;
+  const uint64_t want = size ? size : **have;
+  if (want < ubtrfs::txn::MkfsMinBytes(opts.nodesize)) {
+    return Fail("mkfs", EINVAL, p + ": " + std::to_string(want) + " bytes is too small");
+  }
+  if (exists && !force) {
+    auto dev = ubtrfs::io::OpenDevice(p);
+    if (!dev.ok()) return FailStatus("mkfs", dev.status());
+    auto has = ubtrfs::txn::HasBtrfsSignature(dev->get());
+    if (!has.ok()) return FailStatus("mkfs", has.status());
+    if (*has) return Fail("mkfs", EEXIST, p + " already holds a btrfs filesystem (pass force to overwrite it)");
+  }
+  if (!exists) {
+    if (Status c = ubtrfs::io::CreateRbdImage(p, want); !c.ok()) return FailStatus("mkfs", c);
+  } else if (want > **have) {
+    if (Status c = ubtrfs::io::ResizeRbdImage(p, want); !c.ok()) return FailStatus("mkfs", c);
+  }
+  auto dev = ubtrfs::io::OpenDevice(p, ubtrfs::io::OpenFlags{true});
+  Status s = dev.ok() ? ubtrfs::txn::MakeFilesystem(dev->get(), opts) : dev.status();
+  if (dev.ok()) dev->reset();
+  if (!s.ok()) {
+    if (!exists) (void)ubtrfs::io::RemoveRbdImage(p);
+    return FailStatus("mkfs", s.WithContext(p));
+  }
+  return 0;
+}
+
+}  // namespace
+
 int ubtrfs_fsync(ubtrfs_fs* fs, ubtrfs_ino ino, int datasync) {
   return Call<int>("fsync", [&]() -> int {
     if (int e = CheckFs("fsync", fs)) return e;
@@ -230,6 +269,7 @@ int ubtrfs_mkfs(const char* path, uint64_t size, int force) {
     if (int e = CheckPtr("mkfs", path, "path")) return e;
     const std::string p = path;
     if (p.empty()) return Fail("mkfs", EINVAL, "empty path");
+    if (ubtrfs::io::IsRbdPath(p)) return MkfsRbd(p, size, force != 0);
     struct stat st;
     const bool exists = ::stat(path, &st) == 0;
     if (!exists && errno != ENOENT) return Fail("mkfs", errno, p + ": " + std::strerror(errno));

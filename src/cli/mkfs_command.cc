@@ -30,6 +30,7 @@
 #include "ubtrfs/import.h"
 #include "io/block_device.h"
 #include "io/offset_device.h"
+#include "io/rbd_device.h"
 #include "txn/clock.h"
 #include "txn/mkfs.h"
 #include "txn/volume.h"
@@ -216,7 +217,7 @@ void CmdMkfs(const MkfsArgs& a) {
       return Fail("--shrink makes an image file; it cannot go with --offset or --partition");
     }
     struct stat ist;
-    if (::stat(a.image.c_str(), &ist) == 0 && !S_ISREG(ist.st_mode)) {
+    if (io::IsRbdPath(a.image) || (::stat(a.image.c_str(), &ist) == 0 && !S_ISREG(ist.st_mode))) {
       return Fail("--shrink needs an image file (" + a.image + " is not a regular file)");
     }
     // Built in a large sparse file (what --size gives, else 1 TiB: data
@@ -287,6 +288,9 @@ void CmdMkfs(const MkfsArgs& a) {
   if (a.reflink && (a.rootdir.empty() || archive)) {
     return Fail("--reflink needs a directory --rootdir (it clones the host files' data into the image file)");
   }
+  if (a.reflink && io::IsRbdPath(a.image)) {
+    return Fail("--reflink clones the host files' data into an image file on the same host; not into an RBD image");
+  }
   if (a.reflink && !a.compress.empty()) {
     return Fail("--reflink and --compress exclude each other: compressed data is not the host files' bytes");
   }
@@ -306,10 +310,23 @@ void CmdMkfs(const MkfsArgs& a) {
     inode_flags = std::move(*fl);
   }
 
-  // What is there now: nothing, a regular file or a block device.
-  struct stat st;
-  bool exists = ::stat(a.image.c_str(), &st) == 0;
-  if (!exists && errno != ENOENT) return Fail(a.image + ": " + std::strerror(errno));
+  // What is there now: nothing, a regular file or a block device; or, for
+  // rbd:POOL/IMAGE, an RBD image or none.
+  const bool rbd = io::IsRbdPath(a.image);
+  struct stat st {};
+  bool exists = false;
+  if (rbd) {
+    auto have = io::RbdImageSize(a.image);
+    if (!have.ok()) return Fail(have.status().message());
+    exists = have->has_value();
+    if (exists) {
+      st.st_mode = S_IFBLK;  // fixed size, like a block device, unless --size grows it below
+      st.st_size = static_cast<off_t>(**have);
+    }
+  } else {
+    exists = ::stat(a.image.c_str(), &st) == 0;
+    if (!exists && errno != ENOENT) return Fail(a.image + ": " + std::strerror(errno));
+  }
   if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
     return Fail(a.image + ": not a regular file or block device");
   }
@@ -321,8 +338,11 @@ void CmdMkfs(const MkfsArgs& a) {
     return Fail("--offset and --partition make the filesystem inside an existing image, of the window's size "
                 "(no --size)");
   }
-  if (!exists && !size) return Fail(a.image + " does not exist; give --size to create an image file of that size");
-  if (exists && IsMounted(a.image)) return Fail(a.image + " is mounted; unmount it first");
+  if (!exists && !size) {
+    return Fail(a.image + " does not exist; give --size to create " + (rbd ? "an RBD image" : "an image file") +
+                " of that size");
+  }
+  if (exists && !rbd && IsMounted(a.image)) return Fail(a.image + " is mounted; unmount it first");
   if (exists) {
     auto dev = io::OpenImage(a.image, io::OpenFlags{}, where);
     if (!dev.ok()) return Fail(dev.status().message());
@@ -338,15 +358,28 @@ void CmdMkfs(const MkfsArgs& a) {
                   std::to_string(min) + " bytes (" + Human(min) + ") are needed with " +
                   std::to_string(opts.nodesize) + "-byte nodes (use --size to extend an image file)");
     }
-    if (size && S_ISBLK(st.st_mode) && *size > have) {
+    if (size && S_ISBLK(st.st_mode) && *size > have && !rbd) {
       return Fail("--size " + std::to_string(*size) + " is larger than the device " + a.image + " (" +
                   std::to_string(have) + " bytes)");
     }
   }
 
-  // Create or extend the image file.
+  // Create or extend the image file (or RBD image).
   bool created = false;
-  if (!exists || (S_ISREG(st.st_mode) && size && static_cast<uint64_t>(st.st_size) < *size)) {
+  const auto remove_created = [&] {
+    if (!created) return;
+    if (rbd) {
+      (void)io::RemoveRbdImage(a.image);
+    } else {
+      ::unlink(a.image.c_str());
+    }
+  };
+  if (rbd && !exists) {
+    if (Status c = io::CreateRbdImage(a.image, *size); !c.ok()) return Fail(c.message());
+    created = true;
+  } else if (rbd && size && static_cast<uint64_t>(st.st_size) < *size) {
+    if (Status c = io::ResizeRbdImage(a.image, *size); !c.ok()) return Fail(c.message());
+  } else if (!exists || (S_ISREG(st.st_mode) && size && static_cast<uint64_t>(st.st_size) < *size)) {
     int fd = ::open(a.image.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return Fail(a.image + ": cannot create: " + std::strerror(errno));
     created = !exists;
@@ -370,13 +403,13 @@ void CmdMkfs(const MkfsArgs& a) {
 
   auto dev = io::OpenImage(a.image, io::OpenFlags{true}, where);
   if (!dev.ok()) {
-    if (created) ::unlink(a.image.c_str());
+    remove_created();
     return Fail(dev.status().message());
   }
   txn::MkfsSummary sum;
   if (Status s = txn::MakeFilesystem(dev->get(), opts, &sum); !s.ok()) {
     dev->reset();
-    if (created) ::unlink(a.image.c_str());
+    remove_created();
     return Fail(a.image + ": " + s.message());
   }
   dev->reset();
@@ -409,7 +442,7 @@ void CmdMkfs(const MkfsArgs& a) {
     progress.Done();
     if (!s.ok() && archive && created) {
       fs->reset();
-      ::unlink(a.image.c_str());
+      remove_created();
       return Fail("--rootdir: " + s.ToString());
     }
     if (!s.ok()) {

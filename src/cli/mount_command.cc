@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
@@ -52,6 +53,7 @@ std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv) {
   }
   struct stat src, dir;
   for (const auto& dev : txn::SplitDeviceList(argv[1])) {
+    if (dev.starts_with("rbd:")) continue;
     if (::stat(dev.c_str(), &src) != 0 || !(S_ISREG(src.st_mode) || S_ISBLK(src.st_mode))) return out;
   }
   if (::stat(argv[2], &dir) != 0 || !S_ISDIR(dir.st_mode)) return out;

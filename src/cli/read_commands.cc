@@ -253,9 +253,12 @@ void CmdCp(const std::string& source, const std::string& dest) {
   if (cp_reflink) {
     std::string dst_image, dst_path;
     struct stat a, b;
-    if (!SplitImagePath(source, &image, &path) || !SplitImagePath(dest, &dst_image, &dst_path) ||
-        ::stat(image.c_str(), &a) != 0 || ::stat(dst_image.c_str(), &b) != 0 || a.st_dev != b.st_dev ||
-        a.st_ino != b.st_ino) {
+    const auto same_image = [&] {
+      if (image.starts_with("rbd:") || dst_image.starts_with("rbd:")) return image == dst_image;
+      return ::stat(image.c_str(), &a) == 0 && ::stat(dst_image.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+             a.st_ino == b.st_ino;
+    };
+    if (!SplitImagePath(source, &image, &path) || !SplitImagePath(dest, &dst_image, &dst_path) || !same_image()) {
       fmt::print(stderr, "ubtrfs: cp --reflink: both sides must be IMAGE:PATH in one image, got '{}' and '{}'\n",
                  source, dest);
       SetExitCode(2);

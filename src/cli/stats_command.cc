@@ -134,9 +134,10 @@ void RegisterStats(CLI::App& app) {
   auto* cmd = app.add_subcommand("stats", "Live statistics of a mount, or tree shapes of an image");
   static std::string target;
   static bool json = false;
-  cmd->add_option("TARGET", target, "a ubtrfs mount point, or an image file")->required();
+  cmd->add_option("TARGET", target, "a ubtrfs mount point, or an image (file or rbd:POOL/IMAGE)")->required();
   cmd->add_flag("--json", json, "print JSON");
   cmd->callback([] {
+    if (target.starts_with("rbd:")) return SetExitCode(ImageStats(target, json));
     struct stat st;
     // IMG1,IMG2,...: the first device decides whether this is an image.
     const std::string first = txn::SplitDeviceList(target).front();

@@ -65,7 +65,37 @@ Result<std::pair<InodeId, std::string>> CopyInTarget(Filesystem& fs, const std::
   return std::pair{*p, last};
 }
 
+// rbd:POOL/IMAGE[@SNAP][:KEY=VALUE...][:PATH]: the image's options are the
+// pieces with a '=' that do not start with '/'; the path is what follows
+// (all of it, colons included); none means the top directory.
+bool SplitRbdImagePath(const std::string& arg, std::string* image, std::string* path) {
+  size_t piece = 0;  // start of the current ':'-separated piece
+  bool first = true;
+  for (size_t i = 4; i <= arg.size(); ++i) {
+    if (i < arg.size() && arg[i] == '\\') {
+      ++i;
+      continue;
+    }
+    if (i < arg.size() && arg[i] != ':') continue;
+    if (!first) {
+      const std::string_view p = std::string_view(arg).substr(piece, i - piece);
+      if (p.starts_with('/') || p.find('=') == std::string_view::npos) {
+        *image = arg.substr(0, piece - 1);
+        *path = arg.substr(piece);
+        if (path->empty()) *path = "/";
+        return true;
+      }
+    }
+    first = false;
+    piece = i + 1;
+  }
+  *image = arg;
+  *path = "/";
+  return true;
+}
+
 bool SplitImagePath(const std::string& arg, std::string* image, std::string* path) {
+  if (arg.starts_with("rbd:")) return SplitRbdImagePath(arg, image, path);
   const size_t colon = arg.find(':');
   if (colon == std::string::npos || colon == 0) return false;
   struct stat st;

@@ -6,6 +6,7 @@
 #include "io/block_device.h"
 #include "io/offset_device.h"
 #include "io/overlay_device.h"
+#include "io/rbd_device.h"
 #include "io/undo_device.h"
 #include "log/replay.h"
 #include "txn/devices.h"
@@ -32,9 +33,9 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(const std::string& path, co
     // A whole-disk image with the filesystem in a partition: say which.
     auto opened = OpenOnDevice(std::move(dev), options);
     if (opened.ok() || opened.status().code() != EUCLEAN) return opened;
-    auto raw = io::OpenFileDevice(path);
+    auto raw = io::OpenDevice(path);
     if (!raw.ok()) return opened;
-    auto parts = io::ListPartitions(**raw, path);
+    auto parts = io::ListPartitions(**raw, io::IsRbdPath(path) ? "" : path);
     if (!parts.ok() || parts->empty()) return opened;
     std::string list;
     for (const auto& p : *parts) list += (list.empty() ? "" : ", ") + std::to_string(p.number);

@@ -1,6 +1,6 @@
-// Opening a Filesystem on a device the caller built (recording and fault
-// devices in crash tests, memory devices in fuzz targets). Not part of the
-// public API: library users open a path.
+// Opening a Filesystem on a library device the caller built (recording and
+// fault devices in crash tests, memory devices in fuzz targets). Library
+// users have Filesystem::Open(std::unique_ptr<ubtrfs::BlockDevice>) instead.
 #ifndef UBTRFS_FS_OPEN_DEVICE_H_
 #define UBTRFS_FS_OPEN_DEVICE_H_
 

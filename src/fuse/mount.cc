@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "fuse/adapter.h"
@@ -256,11 +258,48 @@ int RunMount(const MountConfig& cfg) {
   const std::string image_abs = img_real ? img_real : cfg.image;
   std::free(img_real);
 
+  // librados runs threads, which fork does not take along: an RBD image
+  // is opened in the daemon, forked before the open, and the parent waits
+  // until the daemon has mounted (exit 0) or failed (its exit code; it
+  // printed why on the terminal they share).
+  const bool rbd = std::string_view(cfg.image).starts_with("rbd:");
+  const bool early_fork = rbd && !cfg.foreground;
+  int ready_fd = -1;
+  if (early_fork) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      fmt::print(stderr, "ubtrfs: mount: pipe: {}\n", std::strerror(errno));
+      return 1;
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      fmt::print(stderr, "ubtrfs: mount: fork: {}\n", std::strerror(errno));
+      return 1;
+    }
+    if (pid > 0) {
+      ::close(fds[1]);
+      char c;
+      ssize_t n;
+      do n = ::read(fds[0], &c, 1);
+      while (n < 0 && errno == EINTR);
+      ::close(fds[0]);
+      if (n == 1) return 0;
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1;
+    }
+    ::close(fds[0]);
+    ready_fd = fds[1];
+    ::setsid();
+  }
+
   // One read-write mount per image: an exclusive lock, held (across the
   // daemon's fork, which shares the open file description) until exit. A
   // read-only mount takes a shared lock, so it and a read-write one exclude
-  // each other too.
-  // Every device of a multi-device filesystem is locked alike.
+  // each other too. Every device of a multi-device filesystem is locked
+  // alike. (An RBD image's writer takes the image's own exclusive lock when
+  // it opens, which other machines see as well.)
   std::vector<std::string> to_lock = txn::SplitDeviceList(cfg.image);
   for (const auto& d : p.devices) to_lock.push_back(d);
   std::vector<int> lock_fds;
@@ -269,6 +308,7 @@ int RunMount(const MountConfig& cfg) {
     lock_fds.clear();
   };
   for (const auto& path : to_lock) {
+    if (std::string_view(path).starts_with("rbd:")) continue;
     const int lock_fd = ::open(path.c_str(), (p.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
     if (lock_fd < 0) {
       fmt::print(stderr, "ubtrfs: mount: {}: {}\n", path, std::strerror(errno));
@@ -315,7 +355,20 @@ int RunMount(const MountConfig& cfg) {
   p.adapter.log = Log;
   auto adapter = std::make_unique<Adapter>(*fs, p.adapter);
 
-  std::string fuse_opts = "fsname=" + EscapeOption(image_abs) + ",subtype=ubtrfs";
+  std::string fsname = image_abs;
+  if (rbd) {
+    // rbd:POOL/IMAGE[@SNAP] only: /proc/mounts is world-readable, and the
+    // options may hold a key (key=...) or name a keyring.
+    for (size_t i = 4; i < fsname.size(); ++i) {
+      if (fsname[i] == '\\') {
+        ++i;
+      } else if (fsname[i] == ':') {
+        fsname.resize(i);
+        break;
+      }
+    }
+  }
+  std::string fuse_opts = "fsname=" + EscapeOption(fsname) + ",subtype=ubtrfs";
   if (p.default_permissions) fuse_opts += ",default_permissions";
   if (p.read_only) fuse_opts += ",ro";
   for (const auto& o : p.fuse_options) fuse_opts += "," + o;
@@ -346,7 +399,24 @@ int RunMount(const MountConfig& cfg) {
     unlock_all();
     return 1;
   }
-  if (!cfg.foreground) {
+  if (early_fork) {
+    // What fuse_daemonize does after its fork, then the parent may go.
+    const int nul = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (nul >= 0) {
+      ::dup2(nul, 0);
+      ::dup2(nul, 1);
+      ::dup2(nul, 2);
+      if (nul > 2) ::close(nul);
+    }
+    if (::chdir("/") != 0) {
+      // (nothing relies on the working directory; "/" only frees the old one)
+    }
+    const char ready = 1;
+    (void)!::write(ready_fd, &ready, 1);
+    ::close(ready_fd);
+    openlog("ubtrfs", LOG_PID, LOG_DAEMON);
+    g_daemonized = true;
+  } else if (!cfg.foreground) {
     // Returns in the child; the parent exits 0 once the child is ready.
     if (fuse_daemonize(0) != 0) {
       fuse_session_unmount(se.get());

@@ -61,6 +61,11 @@ struct OpenFlags {
 // An image file or a block device, through pread/pwrite.
 Result<std::unique_ptr<BlockDevice>> OpenFileDevice(const std::string& path, OpenFlags flags = {});
 
+// What an IMAGE argument names: an image in a Ceph cluster for
+// "rbd:POOL/IMAGE..." (io/rbd_device.h), else an image file or block device.
+// Every open of a user's image goes through here.
+Result<std::unique_ptr<BlockDevice>> OpenDevice(const std::string& path, OpenFlags flags = {});
+
 // A device over a byte buffer (tests and fuzzing).
 std::unique_ptr<BlockDevice> NewMemoryDevice(std::string name, std::span<const uint8_t> bytes);
 

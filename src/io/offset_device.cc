@@ -1,4 +1,5 @@
 #include "io/offset_device.h"
+#include "io/rbd_device.h"
 
 #include <blkid/blkid.h>
 #include <fcntl.h>
@@ -151,10 +152,11 @@ Result<std::unique_ptr<BlockDevice>> OpenWindow(std::unique_ptr<BlockDevice> inn
 }
 
 Result<std::unique_ptr<BlockDevice>> OpenImage(const std::string& path, OpenFlags flags, const Placement& where) {
-  UB_ASSIGN_OR_RETURN(auto dev, OpenFileDevice(path, flags));
+  UB_ASSIGN_OR_RETURN(auto dev, OpenDevice(path, flags));
   if (where.offset == 0 && where.partition == 0 && where.size == 0) return dev;
   Placement w = where;
-  if (w.path.empty()) w.path = path;
+  // (an RBD image has no host path for libblkid: its table is read through the device)
+  if (w.path.empty() && !IsRbdPath(path)) w.path = path;
   return OpenWindow(std::move(dev), w);
 }
 

@@ -134,7 +134,6 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
   *trimmed = 0;
   Volume* vol = txn_->vol_;
   const uint32_t node = vol->nodesize();
-  ChunkAllocator& ca = *txn_->chunk_alloc_;
   const uint64_t devid = Dev().item.devid.get();
 
   // Metadata left free: the kernel's global block reserve as its mount
@@ -318,7 +317,6 @@ uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t limit) const {
 
 Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uint64_t* copied) {
   Volume* vol = txn_->vol_;
-  ChunkAllocator& ca = *txn_->chunk_alloc_;
   const alloc::ChunkInfo* ci = vol->chunks().Find(logical);
   if (!ci || ci->logical != logical || index >= ci->physical().size()) {
     return Status::Invalid("no copy " + std::to_string(index) + " of a chunk at " + std::to_string(logical));

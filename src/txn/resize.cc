@@ -16,6 +16,7 @@
 #include "alloc/chunk_map.h"
 #include "format/ondisk.h"
 #include "io/offset_device.h"
+#include "io/rbd_device.h"
 #include "txn/relocate.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
@@ -62,6 +63,10 @@ class ImageLock {
     if (fd_ >= 0) ::close(fd_);
   }
   Status Take(const std::string& path) {
+    if (io::IsRbdPath(path)) {
+      // (an RBD image has no host file to lock or cut; `rbd resize` sizes it)
+      return Status::Unsupported(path + ": resizing a filesystem in an RBD image");
+    }
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) return Status::Error(errno, path + ": " + std::strerror(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {

@@ -1,9 +1,14 @@
 // An installed-library user in C++: consumer_cxx IMAGE. Writes a file through
-// ubtrfs::Filesystem, commits, reopens read-only and reads it back.
+// ubtrfs::Filesystem, commits, reopens read-only on a device of its own (one
+// that counts reads and passes everything on to the library's device for
+// the image) and reads it back.
+#include <ubtrfs/block_device.h>
 #include <ubtrfs/filesystem.h>
 #include <ubtrfs/stats.h>
 
 #include <cstdio>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +17,22 @@ static int Die(const char* what, const ubtrfs::Status& st) {
   std::fprintf(stderr, "consumer.cc: %s: %s\n", what, st.ToString().c_str());
   return 1;
 }
+
+class CountingDevice : public ubtrfs::BlockDevice {
+ public:
+  CountingDevice(std::unique_ptr<ubtrfs::BlockDevice> inner, size_t* reads) : inner_(std::move(inner)), reads_(reads) {}
+  ubtrfs::Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override {
+    ++*reads_;
+    return inner_->ReadAt(offset, buf);
+  }
+  ubtrfs::Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override { return inner_->WriteAt(offset, buf); }
+  ubtrfs::Status Flush() override { return inner_->Flush(); }
+  uint64_t Size() const override { return inner_->Size(); }
+
+ private:
+  std::unique_ptr<ubtrfs::BlockDevice> inner_;
+  size_t* reads_;
+};
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -32,7 +53,10 @@ int main(int argc, char** argv) {
     if (!n.ok()) return Die("write", n.status());
     if (auto st = (*fs)->Commit(); !st.ok()) return Die("commit", st);
   }
-  auto fs = ubtrfs::Filesystem::Open(argv[1]);
+  auto dev = ubtrfs::OpenBlockDevice(argv[1]);
+  if (!dev.ok()) return Die("OpenBlockDevice", dev.status());
+  size_t reads = 0;
+  auto fs = ubtrfs::Filesystem::Open(std::make_unique<CountingDevice>(std::move(*dev), &reads));
   if (!fs.ok()) return Die("reopen", fs.status());
   auto file = (*fs)->Lookup("/from-cxx/file");
   if (!file.ok()) return Die("lookup", file.status());
@@ -45,7 +69,12 @@ int main(int argc, char** argv) {
   }
   auto entries = (*fs)->ReadDir((*fs)->Root());
   if (!entries.ok()) return Die("readdir", entries.status());
+  if (reads == 0) {
+    std::fprintf(stderr, "consumer.cc: the filesystem did not read through the caller's device\n");
+    return 1;
+  }
   auto stats = ubtrfs::CollectStats();
-  std::printf("consumer.cc: ok (%zu entries in /, %zu counters)\n", entries->size(), stats.counters.size());
+  std::printf("consumer.cc: ok (%zu entries in /, %zu counters, %zu reads through its own device)\n",
+              entries->size(), stats.counters.size(), reads);
   return 0;
 }

@@ -26,6 +26,7 @@ for f in lib/libubtrfs.so lib/libubtrfs.so.0 lib/libubtrfs.a lib/pkgconfig/ubtrf
          lib/cmake/ubtrfs/ubtrfsConfig.cmake lib/cmake/ubtrfs/ubtrfsConfigVersion.cmake \
          include/ubtrfs/ubtrfs.h include/ubtrfs/filesystem.h include/ubtrfs/status.h \
          include/ubtrfs/export.h include/ubtrfs/stats.h include/ubtrfs/export_macros.h include/ubtrfs/import.h \
+         include/ubtrfs/block_device.h \
          share/man/man1/ubtrfs.1 share/bash-completion/completions/ubtrfs; do
   [ -e "$prefix/$f" ] || fail "$f was not installed"
 done
@@ -45,7 +46,8 @@ if [ -s "$work/symbols.bad" ]; then
   fail "$(wc -l <"$work/symbols.bad") non-API symbol(s) exported"
 fi
 for want in ubtrfs_open ubtrfs_close ubtrfs_read ubtrfs_write ubtrfs_commit ubtrfs_last_error ubtrfs_export \
-            'ubtrfs::Filesystem::Open(' 'ubtrfs::ExportTree(' 'ubtrfs::ImportTree(' 'typeinfo for ubtrfs::Filesystem'; do
+            'ubtrfs::Filesystem::Open(' 'ubtrfs::ExportTree(' 'ubtrfs::ImportTree(' 'typeinfo for ubtrfs::Filesystem' \
+            'ubtrfs::OpenBlockDevice(' 'typeinfo for ubtrfs::BlockDevice'; do
   grep -qF "$want" "$work/symbols" || fail "$want is not exported"
 done
 echo "$(grep -c '^ubtrfs_' "$work/symbols") C functions, $(grep -c 'ubtrfs::' "$work/symbols") C++ symbols, nothing else"
