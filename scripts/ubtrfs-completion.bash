@@ -4,12 +4,12 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize check mount stats property subvolume receive send mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize check scrub mount stats property subvolume receive send mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
-# Options of each subcommand; every one also takes -h/--help, --offset and --partition.
+# Options of each subcommand; every one also takes -h/--help, --offset, --partition, --scan and --degraded.
 _ubtrfs_options() {
-  local common="-h --help --offset --partition"
+  local common="-h --help --offset --partition --scan --degraded"
   # The subcommands that reach files by path also choose a subvolume.
   case "$1" in
     info|ls|cat|cp|mount|receive|mv|ln|chmod|chown|touch|truncate|setfattr|getfattr|stat|find|du|df|tree|mkdir|rm|rmdir|put|edit)
@@ -28,6 +28,7 @@ _ubtrfs_options() {
     mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -f --force -q --quiet" ;;
     resize) echo "$common -q --quiet max min" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
+    scrub) echo "$common -r --readonly --json" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;
     stats) echo "$common --json" ;;
     ln) echo "$common -s --symbolic -f --force" ;;
@@ -88,7 +89,7 @@ _ubtrfs() {
     edit:-f|edit:--file)
       COMPREPLY=($(compgen -f -- "$cur"))
       return 0 ;;
-    *:--offset|*:--partition|*:--subvol|*:--subvolid|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|mkfs:--owner|mkfs:--inode-flags|\
+    *:--offset|*:--partition|*:--scan|*:--subvol|*:--subvolid|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|mkfs:--owner|mkfs:--inode-flags|\
     mkdir:-m|mkdir:--mode|dump-tree:-b|dump-tree:--block|check:--max-errors|touch:-d|touch:--date|\
     truncate:-s|truncate:--size|setfattr:-n|setfattr:--name|setfattr:-v|setfattr:--value|setfattr:-x|\
     setfattr:--remove|getfattr:-n|getfattr:--name|getfattr:-m|getfattr:--match|tree:-L|tree:--level|\
