@@ -40,6 +40,7 @@
 #include "io/recording_device.h"
 #include "log/replay.h"
 #include "txn/transaction.h"
+#include "support/fsync_expect.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -53,14 +54,6 @@ namespace {
 std::string Sha256(const std::string& path) {
   CommandResult r = RunCommand({"sha256sum", path});
   return r.ok() ? r.out.substr(0, 64) : "sha256sum failed: " + r.Describe();
-}
-
-uint64_t SuperField(const std::string& img, const std::string& field) {
-  CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-super", img});
-  size_t at = r.out.find("\n" + field + "\t");
-  if (at == std::string::npos) return UINT64_MAX;
-  at = r.out.find_first_not_of("\t", at + field.size() + 1);
-  return std::stoull(r.out.substr(at));
 }
 
 std::string WriteFsync(const std::string& path, const std::string& data, int flags = O_WRONLY | O_CREAT | O_TRUNC,
@@ -82,13 +75,6 @@ std::string FsyncPath(const std::string& path) {
   close(fd);
   return err;
 }
-
-// What each fsynced file must hold after any replay.
-struct Expected {
-  std::map<std::string, std::string> files;  // path -> bytes
-  std::map<std::string, uint32_t> nlink;
-  std::vector<std::string> gone;
-};
 
 class LogReplay : public ::testing::Test {
  protected:
@@ -230,24 +216,7 @@ class LogReplay : public ::testing::Test {
     return image;
   }
 
-  static void ExpectFsynced(ubtrfs::Filesystem& fs) {
-    for (const auto& [path, bytes] : expected_.files) {
-      EXPECT_EQ(ReadImageFile(fs, path), bytes) << path;
-    }
-    for (const auto& [path, n] : expected_.nlink) {
-      auto id = fs.Lookup(path);
-      ASSERT_TRUE(id.ok()) << path << ": " << id.status().ToString();
-      auto st = fs.GetStat(*id);
-      ASSERT_TRUE(st.ok());
-      EXPECT_EQ(st->nlink, n) << path;
-    }
-    for (const auto& path : expected_.gone) EXPECT_FALSE(fs.Lookup(path).ok()) << path << " is still there";
-    auto id = fs.Lookup("/newdir/x");
-    ASSERT_TRUE(id.ok());
-    auto v = fs.GetXattr(*id, "user.k");
-    ASSERT_TRUE(v.ok()) << v.status().ToString();
-    EXPECT_EQ(*v, "v1");
-  }
+  static void ExpectFsynced(ubtrfs::Filesystem& fs) { ExpectFsyncedIn(fs, expected_); }
 
   static inline std::string skip_, setup_error_, log_img_;
   static inline TempDir* tmp_ = nullptr;

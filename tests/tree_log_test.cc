@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/fsync_expect.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -35,20 +36,6 @@ namespace {
 using ubtrfs::Filesystem;
 using ubtrfs::InodeId;
 using ubtrfs::Status;
-
-uint64_t SuperField(const std::string& img, const std::string& field) {
-  CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-super", img});
-  size_t at = r.out.find("\n" + field + "\t");
-  if (at == std::string::npos) return UINT64_MAX;
-  at = r.out.find_first_not_of("\t", at + field.size() + 1);
-  return std::stoull(r.out.substr(at));
-}
-
-struct Expected {
-  std::map<std::string, std::string> files;  // path -> bytes
-  std::map<std::string, uint32_t> nlink;
-  std::vector<std::string> gone;
-};
 
 // Library helpers that report the first failure as a string.
 class Ops {
@@ -265,24 +252,7 @@ class TreeLog : public ::testing::Test {
     return p;
   }
 
-  static void ExpectFsynced(Filesystem& fs) {
-    for (const auto& [path, bytes] : expected_.files) {
-      EXPECT_EQ(ReadImageFile(fs, path), bytes) << path;
-    }
-    for (const auto& [path, n] : expected_.nlink) {
-      auto id = fs.Lookup(path);
-      ASSERT_TRUE(id.ok()) << path << ": " << id.status().ToString();
-      auto st = fs.GetStat(*id);
-      ASSERT_TRUE(st.ok());
-      EXPECT_EQ(st->nlink, n) << path;
-    }
-    for (const auto& path : expected_.gone) EXPECT_FALSE(fs.Lookup(path).ok()) << path << " is still there";
-    auto id = fs.Lookup("/newdir/x");
-    ASSERT_TRUE(id.ok());
-    auto v = fs.GetXattr(*id, "user.k");
-    ASSERT_TRUE(v.ok()) << v.status().ToString();
-    EXPECT_EQ(*v, "v1");
-  }
+  static void ExpectFsynced(Filesystem& fs) { ExpectFsyncedIn(fs, expected_); }
 
   static inline std::string setup_error_, log_img_;
   static inline TempDir* tmp_ = nullptr;
