@@ -42,6 +42,14 @@ constexpr uint64_t kMaxLogBytes = 2ull << 20;
 constexpr uint64_t kMaxLoggedRangeBytes = 64ull << 20;
 
 Key MinKey(uint64_t ino, uint8_t type) { return Key{ino, type, 0}; }
+
+// A DIR_LOG_INDEX item's body: the last index of the range its key starts.
+std::vector<uint8_t> DirLogEnd(uint64_t last) {
+  Le64 end;
+  end = last;
+  const auto* p = reinterpret_cast<const uint8_t*>(&end);
+  return std::vector<uint8_t>(p, p + sizeof end);
+}
 Key MaxKey(uint64_t ino, uint8_t type) { return Key{ino, type, UINT64_MAX}; }
 
 // (parent, index) of each name in an INODE_REF or INODE_EXTREF item.
@@ -236,10 +244,7 @@ Status FilesystemImpl::LogOneInode(InodeId id, LogMode mode, std::vector<std::pa
       for (const auto& [k, d] : tree_log_->Items(id.root, MinKey(id.ino, kInodeRefKey), MaxKey(id.ino, kInodeExtrefKey))) {
         UB_ASSIGN_OR_RETURN(auto refs, ParseRefs(k, *d));
         for (const auto& [parent, index] : refs) {
-          Le64 end;
-          end = index;
-          tree_log_->Put(id.root, Key{parent, kDirLogIndexKey, index},
-                         std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&end), reinterpret_cast<uint8_t*>(&end) + 8));
+          tree_log_->Put(id.root, Key{parent, kDirLogIndexKey, index}, DirLogEnd(index));
           more->push_back({InodeId{id.root, parent}, LogMode::kExists});
         }
       }
@@ -335,17 +340,11 @@ Status FilesystemImpl::LogOneInode(InodeId id, LogMode mode, std::vector<std::pa
     if (!di.ok() && di.status().code() != ENOENT) return di.status().WithContext(where);
     if (!di.ok()) return Status::Error(EAGAIN, "a directory this inode left is gone");
     if (di->generation.get() > committed_gen) continue;  // a new directory: its names come only from the log
-    Le64 end;
-    end = index;
-    tree_log_->Put(id.root, Key{dir, kDirLogIndexKey, index},
-                   std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&end), reinterpret_cast<uint8_t*>(&end) + 8));
+    tree_log_->Put(id.root, Key{dir, kDirLogIndexKey, index}, DirLogEnd(index));
     more->push_back({d, LogMode::kExists});
   }
   if (is_dir && mode == LogMode::kAll) {
-    Le64 end;
-    end = UINT64_MAX;
-    tree_log_->Put(id.root, Key{id.ino, kDirLogIndexKey, 0},
-                   std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&end), reinterpret_cast<uint8_t*>(&end) + 8));
+    tree_log_->Put(id.root, Key{id.ino, kDirLogIndexKey, 0}, DirLogEnd(UINT64_MAX));
   }
 
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
