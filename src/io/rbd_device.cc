@@ -10,10 +10,7 @@
 #include <list>
 #include <mutex>
 
-#ifdef UBTRFS_HAVE_RBD
-#include <rados/librados.h>
-#include <rbd/librbd.h>
-#endif
+#include "io/ceph_library.h"
 
 namespace ubtrfs::io {
 
@@ -115,9 +112,13 @@ Status RemoveRbdImage(const std::string& spec) { return NoRbd(spec); }
 
 #else
 
-bool RbdSupported() { return true; }
+bool RbdSupported() { return LoadCephLibrary().ok(); }
 
 namespace {
+
+// The loaded libraries: valid once Connection::Open has loaded them, which
+// every way to a device or an image goes through first.
+const CephLibrary& Ceph() { return *LoadCephLibrary().value(); }
 
 std::string Errno(int e) { return std::strerror(e < 0 ? -e : e); }
 Status Fail(int r, const std::string& message) { return Status::Error(r < 0 ? -r : r, message + ": " + Errno(r)); }
@@ -137,7 +138,7 @@ constexpr const char* kDefaults[][2] = {
 
 std::string ConfGet(rados_t c, const char* key) {
   char buf[256];
-  if (rados_conf_get(c, key, buf, sizeof buf) != 0) return "?";
+  if (Ceph().rados_conf_get(c, key, buf, sizeof buf) != 0) return "?";
   return buf;
 }
 
@@ -145,33 +146,34 @@ std::string ConfGet(rados_t c, const char* key) {
 class Connection {
  public:
   ~Connection() {
-    if (io_) rados_ioctx_destroy(io_);
-    if (cluster_) rados_shutdown(cluster_);
+    if (io_) Ceph().rados_ioctx_destroy(io_);
+    if (cluster_) Ceph().rados_shutdown(cluster_);
   }
   rados_ioctx_t io() const { return io_; }
 
   static Result<std::unique_ptr<Connection>> Open(const RbdSpec& s) {
+    UB_RETURN_IF_ERROR(LoadCephLibrary().status());
     auto c = std::make_unique<Connection>();
     const std::string name = s.Name();
-    int r = rados_create(&c->cluster_, s.id.empty() ? nullptr : s.id.c_str());
+    int r = Ceph().rados_create(&c->cluster_, s.id.empty() ? nullptr : s.id.c_str());
     if (r < 0) return Fail(r, name + ": rados_create");
-    for (const auto& kv : kDefaults) rados_conf_set(c->cluster_, kv[0], kv[1]);
+    for (const auto& kv : kDefaults) Ceph().rados_conf_set(c->cluster_, kv[0], kv[1]);
     if (!s.conf.empty()) {
-      r = rados_conf_read_file(c->cluster_, s.conf.c_str());
+      r = Ceph().rados_conf_read_file(c->cluster_, s.conf.c_str());
       if (r < 0) return Fail(r, name + ": cannot read the Ceph configuration " + s.conf);
     } else {
       // The usual search ($CEPH_CONF, /etc/ceph/ceph.conf, ~/.ceph/config,
       // ./ceph.conf); none found leaves mon_host empty, which connect names.
-      (void)rados_conf_read_file(c->cluster_, nullptr);
+      (void)Ceph().rados_conf_read_file(c->cluster_, nullptr);
     }
-    r = rados_conf_parse_env(c->cluster_, nullptr);
+    r = Ceph().rados_conf_parse_env(c->cluster_, nullptr);
     if (r < 0) return Fail(r, name + ": CEPH_ARGS");
     if (!s.keyring.empty()) {
-      r = rados_conf_set(c->cluster_, "keyring", s.keyring.c_str());
+      r = Ceph().rados_conf_set(c->cluster_, "keyring", s.keyring.c_str());
       if (r < 0) return Fail(r, name + ": keyring=" + s.keyring);
     }
     for (const auto& [k, v] : s.options) {
-      r = rados_conf_set(c->cluster_, k.c_str(), v.c_str());
+      r = Ceph().rados_conf_set(c->cluster_, k.c_str(), v.c_str());
       if (r == -ENOENT) return Status::Invalid(name + ": '" + k + "' is not a Ceph option");
       if (r < 0) return Fail(r, name + ": " + k + "=" + v);
     }
@@ -180,17 +182,17 @@ class Connection {
       return Status::Error(ENOENT, name + ": no Ceph monitor address: give :conf=PATH (a ceph.conf), :mon_host=ADDR, "
                                           "or set CEPH_CONF");
     }
-    r = rados_connect(c->cluster_);
+    r = Ceph().rados_connect(c->cluster_);
     if (r < 0) {
       std::string why = name + ": cannot connect to the Ceph cluster at " + mons;
       if (!s.conf.empty()) why += " (conf " + s.conf + ")";
       if (r == -ETIMEDOUT) why += " within client_mount_timeout=" + ConfGet(c->cluster_, "client_mount_timeout") + " s";
       return Fail(r, why);
     }
-    r = rados_ioctx_create(c->cluster_, s.pool.c_str(), &c->io_);
+    r = Ceph().rados_ioctx_create(c->cluster_, s.pool.c_str(), &c->io_);
     if (r == -ENOENT) return Status::NotFound(name + ": the cluster has no pool '" + s.pool + "'");
     if (r < 0) return Fail(r, name + ": pool " + s.pool);
-    if (!s.ns.empty()) rados_ioctx_set_namespace(c->io_, s.ns.c_str());
+    if (!s.ns.empty()) Ceph().rados_ioctx_set_namespace(c->io_, s.ns.c_str());
     return c;
   }
 
@@ -218,8 +220,8 @@ class RbdDevice final : public BlockDevice {
       cv_.wait(lock, [&] { return AllDoneLocked(); });
       ReapLocked();
     }
-    if (!cookie_.empty()) rbd_unlock(image_, cookie_.c_str());
-    rbd_close(image_);  // releases the exclusive lock
+    if (!cookie_.empty()) Ceph().rbd_unlock(image_, cookie_.c_str());
+    Ceph().rbd_close(image_);  // releases the exclusive lock
   }
 
   // Takes the writer's lock: the exclusive-lock feature's lock, acquired
@@ -227,10 +229,10 @@ class RbdDevice final : public BlockDevice {
   // (its default for a lock taken by a write), or an advisory lock.
   Status Lock() {
     uint64_t features = 0;
-    int r = rbd_get_features(image_, &features);
+    int r = Ceph().rbd_get_features(image_, &features);
     if (r < 0) return Fail(r, name_ + ": reading the image's features");
     if (features & RBD_FEATURE_EXCLUSIVE_LOCK) {
-      r = rbd_lock_acquire(image_, RBD_LOCK_MODE_EXCLUSIVE);
+      r = Ceph().rbd_lock_acquire(image_, RBD_LOCK_MODE_EXCLUSIVE);
       // (librbd answers EROFS when the owner refuses to hand the lock over)
       if (r == -EROFS || r == -EBUSY) {
         return Status::Error(EBUSY, name_ + ": in use: another client holds its exclusive lock" + Owners() +
@@ -242,7 +244,7 @@ class RbdDevice final : public BlockDevice {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     std::string cookie = std::string("ubtrfs ") + host + " " + std::to_string(::getpid());
-    r = rbd_lock_exclusive(image_, cookie.c_str());
+    r = Ceph().rbd_lock_exclusive(image_, cookie.c_str());
     if (r == -EBUSY || r == -EEXIST) {
       return Status::Error(EBUSY, name_ + ": in use: it holds an advisory lock of another client (`rbd lock ls` "
                                           "names it; `rbd lock rm` frees it if that client is gone)");
@@ -266,7 +268,7 @@ class RbdDevice final : public BlockDevice {
     size_t done = 0;
     while (done < buf.size()) {
       const size_t n = std::min<size_t>(buf.size() - done, size_t{64} << 20);
-      ssize_t r = rbd_read(image_, offset + done, n, reinterpret_cast<char*>(buf.data() + done));
+      ssize_t r = Ceph().rbd_read(image_, offset + done, n, reinterpret_cast<char*>(buf.data() + done));
       if (r < 0) return Fail(static_cast<int>(r), name_ + ": read at offset " + std::to_string(offset + done));
       if (r == 0) return Status::IoError(name_ + ": short read at offset " + std::to_string(offset + done));
       done += static_cast<size_t>(r);
@@ -295,7 +297,7 @@ class RbdDevice final : public BlockDevice {
       ReapLocked();
       if (!error_.ok()) return error_;
     }
-    int r = rbd_flush(image_);
+    int r = Ceph().rbd_flush(image_);
     if (r < 0) {
       std::lock_guard lock(mu_);
       if (error_.ok()) error_ = Fail(r, name_ + ": rbd_flush");
@@ -350,12 +352,12 @@ class RbdDevice final : public BlockDevice {
         ++it;
         continue;
       }
-      ssize_t r = rbd_aio_get_return_value(op.completion);
+      ssize_t r = Ceph().rbd_aio_get_return_value(op.completion);
       if (r < 0 && error_.ok()) {
         error_ = Fail(static_cast<int>(r), name_ + ": write of " + std::to_string(op.bytes.size()) +
                                                " bytes at offset " + std::to_string(op.offset));
       }
-      rbd_aio_release(op.completion);
+      Ceph().rbd_aio_release(op.completion);
       in_flight_bytes_ -= op.bytes.size();
       it = ops_.erase(it);
     }
@@ -370,7 +372,7 @@ class RbdDevice final : public BlockDevice {
     }
     if (bytes.empty()) return Status::Ok();
     if (sync_) {
-      ssize_t r = rbd_write(image_, offset, bytes.size(), reinterpret_cast<const char*>(bytes.data()));
+      ssize_t r = Ceph().rbd_write(image_, offset, bytes.size(), reinterpret_cast<const char*>(bytes.data()));
       if (r < 0) return Fail(static_cast<int>(r), name_ + ": write at offset " + std::to_string(offset));
       return Status::Ok();
     }
@@ -390,18 +392,18 @@ class RbdDevice final : public BlockDevice {
                (ops_.empty() || (ops_.size() < kMaxOps && in_flight_bytes_ + len <= kMaxBytes));
       });
       if (!error_.ok()) return error_;
-      int r = rbd_aio_create_completion(raw, &RbdDevice::OnComplete, &raw->completion);
+      int r = Ceph().rbd_aio_create_completion(raw, &RbdDevice::OnComplete, &raw->completion);
       if (r < 0) return Fail(r, name_ + ": rbd_aio_create_completion");
       in_flight_bytes_ += len;
       ops_.push_back(std::move(op));
     }
     // Not under mu_: librbd may complete (and call OnComplete) before it returns.
-    int r = rbd_aio_write(image_, offset, len, reinterpret_cast<const char*>(raw->bytes.data()), raw->completion);
+    int r = Ceph().rbd_aio_write(image_, offset, len, reinterpret_cast<const char*>(raw->bytes.data()), raw->completion);
     if (r < 0) {
       std::lock_guard lock(mu_);
       // Never started, so no callback comes: take it out here.
       auto it = std::find_if(ops_.begin(), ops_.end(), [&](const auto& o) { return o.get() == raw; });
-      rbd_aio_release(raw->completion);
+      Ceph().rbd_aio_release(raw->completion);
       in_flight_bytes_ -= len;
       ops_.erase(it);
       Status st = Fail(r, name_ + ": write at offset " + std::to_string(offset));
@@ -416,10 +418,10 @@ class RbdDevice final : public BlockDevice {
     rbd_lock_mode_t mode;
     char* owners[8] = {};
     size_t n = 8;
-    if (rbd_lock_get_owners(image_, &mode, owners, &n) < 0 || n == 0) return "";
+    if (Ceph().rbd_lock_get_owners(image_, &mode, owners, &n) < 0 || n == 0) return "";
     std::string out = " (";
     for (size_t i = 0; i < n; ++i) out += (i ? ", " : "") + std::string(owners[i]);
-    rbd_lock_get_owners_cleanup(owners, n);
+    Ceph().rbd_lock_get_owners_cleanup(owners, n);
     return out + ")";
   }
 
@@ -457,16 +459,16 @@ Result<std::unique_ptr<BlockDevice>> OpenRbdDevice(const std::string& text, Open
   const char* snap = spec.snap.empty() ? nullptr : spec.snap.c_str();
   // Read-only opens neither watch the header for writers nor lock: any
   // number of them may run beside the one writer (as QEMU's read-only).
-  int r = flags.writable ? rbd_open(conn->io(), spec.image.c_str(), &image, nullptr)
-                         : rbd_open_read_only(conn->io(), spec.image.c_str(), &image, snap);
+  int r = flags.writable ? Ceph().rbd_open(conn->io(), spec.image.c_str(), &image, nullptr)
+                         : Ceph().rbd_open_read_only(conn->io(), spec.image.c_str(), &image, snap);
   if (r == -ENOENT) {
     return Status::NotFound(name + ": no such " + (snap ? "image or snapshot" : "image") + " in pool " + spec.pool);
   }
   if (r < 0) return Fail(r, name + ": cannot open");
   uint64_t size = 0;
-  r = rbd_get_size(image, &size);
+  r = Ceph().rbd_get_size(image, &size);
   if (r < 0) {
-    rbd_close(image);
+    Ceph().rbd_close(image);
     return Fail(r, name + ": size");
   }
   auto dev = std::make_unique<RbdDevice>(std::move(conn), image, name, size, flags.writable);
@@ -478,12 +480,12 @@ Result<std::optional<uint64_t>> RbdImageSize(const std::string& text) {
   UB_ASSIGN_OR_RETURN(auto sc, Connect(text));
   auto& [spec, conn] = sc;
   rbd_image_t image = nullptr;
-  int r = rbd_open_read_only(conn->io(), spec.image.c_str(), &image, spec.snap.empty() ? nullptr : spec.snap.c_str());
+  int r = Ceph().rbd_open_read_only(conn->io(), spec.image.c_str(), &image, spec.snap.empty() ? nullptr : spec.snap.c_str());
   if (r == -ENOENT) return std::optional<uint64_t>();
   if (r < 0) return Fail(r, spec.Name() + ": cannot open");
   uint64_t size = 0;
-  r = rbd_get_size(image, &size);
-  rbd_close(image);
+  r = Ceph().rbd_get_size(image, &size);
+  Ceph().rbd_close(image);
   if (r < 0) return Fail(r, spec.Name() + ": size");
   return std::optional<uint64_t>(size);
 }
@@ -493,9 +495,9 @@ Status CreateRbdImage(const std::string& text, uint64_t bytes) {
   auto& [spec, conn] = sc;
   if (!spec.snap.empty()) return Status::Invalid(spec.Name() + ": cannot create a snapshot");
   rbd_image_options_t opts;
-  rbd_image_options_create(&opts);
-  int r = rbd_create4(conn->io(), spec.image.c_str(), bytes, opts);
-  rbd_image_options_destroy(opts);
+  Ceph().rbd_image_options_create(&opts);
+  int r = Ceph().rbd_create4(conn->io(), spec.image.c_str(), bytes, opts);
+  Ceph().rbd_image_options_destroy(opts);
   if (r < 0) return Fail(r, spec.Name() + ": cannot create an image of " + std::to_string(bytes) + " bytes");
   return Status::Ok();
 }
@@ -504,10 +506,10 @@ Status ResizeRbdImage(const std::string& text, uint64_t bytes) {
   UB_ASSIGN_OR_RETURN(auto sc, Connect(text));
   auto& [spec, conn] = sc;
   rbd_image_t image = nullptr;
-  int r = rbd_open(conn->io(), spec.image.c_str(), &image, nullptr);
+  int r = Ceph().rbd_open(conn->io(), spec.image.c_str(), &image, nullptr);
   if (r < 0) return Fail(r, spec.Name() + ": cannot open");
-  r = rbd_resize(image, bytes);
-  rbd_close(image);
+  r = Ceph().rbd_resize(image, bytes);
+  Ceph().rbd_close(image);
   if (r < 0) return Fail(r, spec.Name() + ": cannot resize to " + std::to_string(bytes) + " bytes");
   return Status::Ok();
 }
@@ -515,7 +517,7 @@ Status ResizeRbdImage(const std::string& text, uint64_t bytes) {
 Status RemoveRbdImage(const std::string& text) {
   UB_ASSIGN_OR_RETURN(auto sc, Connect(text));
   auto& [spec, conn] = sc;
-  int r = rbd_remove(conn->io(), spec.image.c_str());
+  int r = Ceph().rbd_remove(conn->io(), spec.image.c_str());
   if (r < 0) return Fail(r, spec.Name() + ": cannot remove");
   return Status::Ok();
 }

@@ -43,7 +43,8 @@ struct RbdSpec {
 // Parses an rbd: path; EINVAL names what is wrong.
 Result<RbdSpec> ParseRbdSpec(std::string_view text);
 
-// Whether ubtrfs was built with librbd.
+// Whether rbd: paths work here: built with librbd's headers, and the Ceph
+// client libraries load (this loads them; see io/ceph_library.h).
 bool RbdSupported();
 
 Result<std::unique_ptr<BlockDevice>> OpenRbdDevice(const std::string& spec, OpenFlags flags);

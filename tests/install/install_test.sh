@@ -36,6 +36,12 @@ soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$(readlink "$prefix/lib/libubtrfs.so")" = libubtrfs.so.0 ] || fail "libubtrfs.so does not point at libubtrfs.so.0"
 echo "SONAME $soname, $(basename "$lib")"
 
+# The Ceph client libraries are loaded on the first rbd: path, never
+# linked: they map ~20 MB into every program that loads them.
+for f in "$lib" "$prefix/bin/ubtrfs"; do
+  if readelf -d "$f" | grep -E 'NEEDED.*lib(rbd|rados)\.' >&2; then fail "$(basename "$f") links librbd/librados"; fi
+done
+
 step "nm -D --defined-only: only the API"
 nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort -u >"$work/symbols.mangled"
 c++filt <"$work/symbols.mangled" >"$work/symbols"
