@@ -969,12 +969,20 @@ class FilesystemImpl final : public Filesystem {
   Status WriteInline(InodeId id, std::span<const uint8_t> content, uint64_t ram_bytes = 0,
                      uint8_t compression = kCompressNone);
   Status WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> aligned, bool csum, int64_t* nbytes_delta);
+  // A plain extent written in this transaction, whole and the file's only
+  // use of it, that ends where a write begins: the write may grow it.
+  struct GrowableExtent {
+    uint64_t file_off, bytenr, len;
+  };
+  std::optional<GrowableExtent> ExtentEndingAt(InodeId id, uint64_t offset);
   struct DataPiece {
     uint64_t file_off, data_pos, bytenr, len;
     uint8_t compression = kCompressNone;  // else `zdata` goes to disk in place of data[data_pos, +len)
     std::vector<uint8_t> zdata;
+    std::optional<GrowableExtent> grows;  // the piece lies right after this extent, to be merged into it
   };
-  Result<std::vector<DataPiece>> AllocPieces(uint64_t start, std::span<const uint8_t> aligned);
+  Result<std::vector<DataPiece>> AllocPieces(uint64_t start, std::span<const uint8_t> aligned,
+                                             const std::optional<GrowableExtent>& grow = std::nullopt);
   Status WritePieces(InodeId id, const std::vector<DataPiece>& pieces, std::span<const uint8_t> aligned, bool csum,
                      int64_t* nbytes_delta);
   // Compression on write (compress_write.cc).

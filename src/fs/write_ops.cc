@@ -884,7 +884,30 @@ Status FilesystemImpl::WriteInline(InodeId id, std::span<const uint8_t> content,
 // Finds data space for the non-zero sectors of `data` (to sit at file
 // offset `start`), before anything else changes: a full device is an ENOSPC
 // with the file untouched. Runs of all-zero sectors become holes.
-Result<std::vector<FilesystemImpl::DataPiece>> FilesystemImpl::AllocPieces(uint64_t start, std::span<const uint8_t> data) {
+std::optional<FilesystemImpl::GrowableExtent> FilesystemImpl::ExtentEndingAt(InodeId id, uint64_t offset) {
+  if (offset == 0) return std::nullopt;
+  auto tree = FsTree(id.root);
+  if (!tree.ok()) return std::nullopt;
+  Cursor c(vol_->source(), *tree);
+  if (!c.SeekAtOrBefore(Key{id.ino, kExtentDataKey, offset - 1}).ok() || !c.Valid()) return std::nullopt;
+  const Key k = c.key();
+  if (k.objectid != id.ino || k.type != kExtentDataKey || c.data().size() != sizeof(FileExtentItem)) {
+    return std::nullopt;
+  }
+  FileExtentItem fe;
+  std::memcpy(&fe, c.data().data(), sizeof fe);
+  const uint64_t len = fe.num_bytes.get();
+  if (fe.type != kFileExtentReg || fe.compression != kCompressNone || fe.encryption != 0 ||
+      fe.other_encoding.get() != 0 || fe.disk_bytenr.get() == 0 || fe.offset.get() != 0 ||
+      fe.disk_num_bytes.get() != len || fe.ram_bytes.get() != len || fe.generation.get() != txn_->transid() ||
+      k.offset + len != offset || len >= kMaxExtent) {
+    return std::nullopt;
+  }
+  return GrowableExtent{k.offset, fe.disk_bytenr.get(), len};
+}
+
+Result<std::vector<FilesystemImpl::DataPiece>> FilesystemImpl::AllocPieces(uint64_t start, std::span<const uint8_t> data,
+                                                                           const std::optional<GrowableExtent>& grow) {
   const uint32_t ss = vol_->sectorsize();
   std::vector<DataPiece> pieces;
   size_t pos = 0;
@@ -895,8 +918,17 @@ Result<std::vector<FilesystemImpl::DataPiece>> FilesystemImpl::AllocPieces(uint6
     }
     size_t run = ss;
     while (pos + run < data.size() && run < kMaxExtent && !AllZero(data.subspan(pos + run, ss))) run += ss;
-    // The run, in smaller pieces if space is fragmented.
     size_t done = 0;
+    if (pos == 0 && grow) {
+      // Right after the extent the write continues, if that space is free.
+      const uint64_t want = std::min<uint64_t>(run, kMaxExtent - grow->len);
+      UB_ASSIGN_OR_RETURN(bool at, txn_->AllocDataAt(grow->bytenr + grow->len, want));
+      if (at) {
+        pieces.push_back(DataPiece{start, 0, grow->bytenr + grow->len, want, kCompressNone, {}, grow});
+        done = want;
+      }
+    }
+    // The run, in smaller pieces if space is fragmented.
     while (done < run) {
       uint64_t want = run - done;
       for (;;) {
@@ -930,6 +962,17 @@ Status FilesystemImpl::WritePieces(InodeId id, const std::vector<DataPiece>& pie
       NoteCompressed(p.compression);
     } else {
       UB_RETURN_IF_ERROR(txn_->WriteData(p.bytenr, data.subspan(p.data_pos, p.len), csum));
+    }
+    if (p.grows) {
+      UB_ASSIGN_OR_RETURN(bool merged, txn_->MergeData(p.grows->bytenr, p.grows->len, p.bytenr, id.root, id.ino,
+                                                       p.grows->file_off));
+      if (merged) {
+        const FileExtentItem grown =
+            WholeExtentItem(txn_->transid(), kFileExtentReg, p.grows->bytenr, p.grows->len + p.len);
+        UB_RETURN_IF_ERROR(w->Update(Key{id.ino, kExtentDataKey, p.grows->file_off}, AsBytes(grown)));
+        *nbytes_delta += static_cast<int64_t>(p.len);
+        continue;
+      }
     }
     UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, p.file_off}, AsBytes(fe)));
     UB_RETURN_IF_ERROR(txn_->AddDataRef(p.bytenr, fe.disk_num_bytes.get(), id.root, id.ino, p.file_off));
@@ -995,8 +1038,9 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
   } else if (!has_inline && !zc.on() && offset % ss == 0 && data.size() % ss == 0) {
     // Whole sectors replace whatever was there: straight from the caller's
     // buffer (no copy, no read of the old bytes), as an import's writes
-    // of large files are.
-    auto pieces = AllocPieces(offset, data);
+    // of large files are. A write that continues the file's newest extent
+    // grows it where the space after it is free.
+    auto pieces = AllocPieces(offset, data, ExtentEndingAt(file, offset));
     if (!pieces.ok()) {
       t_clean_failure = true;  // nothing changed yet
       return pieces.status();

@@ -166,6 +166,34 @@ Result<uint64_t> TxnManager::AllocData(uint64_t len) {
   return bytenr;
 }
 
+Result<bool> TxnManager::AllocDataAt(uint64_t logical, uint64_t len) {
+  auto lock = AllocLock();
+  const auto g = space_->FindGroup(logical);
+  if (!g || !(g->flags & kBlockGroupData) || logical + len > g->start + g->length) return false;
+  if (!space_->MarkUsed(logical, len).ok()) return false;  // in use or pinned
+  MarkGroupDirty(logical);
+  new_data_[logical] = len;
+  return true;
+}
+
+Result<bool> TxnManager::MergeData(uint64_t prev, uint64_t prev_len, uint64_t next, uint64_t root, uint64_t ino,
+                                   uint64_t offset) {
+  auto lock = AllocLock();
+  auto a = new_data_.find(prev), b = new_data_.find(next);
+  if (a == new_data_.end() || b == new_data_.end() || a->second != prev_len || prev + prev_len != next) return false;
+  auto pa = pending_.find(prev);
+  if (pa == pending_.end() || pa->second.tree || pending_.count(next)) return false;
+  const auto& refs = pa->second.refs;
+  if (refs.size() != 1 || refs.begin()->first != RefId{kExtentDataRefKey, root, ino, offset} ||
+      refs.begin()->second != 1) {
+    return false;  // cloned or split since: other items point into it
+  }
+  a->second += b->second;
+  pa->second.num_bytes = a->second;
+  new_data_.erase(b);
+  return true;
+}
+
 namespace {
 thread_local CloneSource t_clone_source;
 }  // namespace

@@ -93,6 +93,18 @@ class TxnManager final : public tree::BlockAllocator {
   Status WriteData(uint64_t logical, std::span<const uint8_t> data, bool csum);
   Status AddDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
   Status DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
+  // Growing a data extent of this transaction instead of starting another
+  // (sequential writes of a file as one extent of up to 128 MiB, as the
+  // kernel's delayed allocation gives): AllocDataAt takes exactly
+  // [logical, +len) if it is free (not pinned) within one block group, as a
+  // data extent of its own (so that nothing is lost if it is never merged:
+  // unreferenced, it is freed at the commit); MergeData then folds that
+  // extent into the one that ends at `logical`, if that one is still of this
+  // transaction with `root`/`ino`/`offset` its only reference, and says
+  // whether it did (if not, the caller references the extent on its own).
+  Result<bool> AllocDataAt(uint64_t logical, uint64_t len);
+  Result<bool> MergeData(uint64_t prev, uint64_t prev_len, uint64_t next, uint64_t root, uint64_t ino,
+                         uint64_t offset);
 
   Status Commit();
 
