@@ -8,7 +8,10 @@
 #      loop (one row per transaction, synchronous=FULL, journal_mode DELETE:
 #      every transaction fsyncs the journal, its directory and the database):
 #      ubtrfs mount (tree log), ubtrfs mount -o notreelog (full commits),
-#      and the kernel's btrfs on a loop mount of the same kind of image.
+#      and the kernel's btrfs on a loop mount of the same kind of image;
+#   3. the floor: the writes of an fsync and its two flushes on a host file
+#      of the same disk, with no file system work (what no design that the
+#      kernel can replay gets under).
 # Each case runs REPS times in turn (default 3); the median is printed.
 #   bench/fsync_bench.sh [BUILD_DIR] [REPS]
 # Needs root and loop devices for the kernel's figures (skipped otherwise).
@@ -60,6 +63,27 @@ db.close()
 PY
 )
 
+# The floor of any fsync that a kernel can replay: the file's bytes and the
+# log's blocks, a flush, the superblock that points at them, a flush. Here
+# as a host file on the same disk: a 4 KiB append and a 16 KiB block write,
+# fdatasync, a 4 KiB write at 64 KiB, fdatasync (no file system work at all).
+floor_py=$(cat <<'PY'
+import os, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDWR)
+buf, blk, sb = b"x" * 4096, b"b" * 16384, b"s" * 4096
+t = time.perf_counter()
+for i in range(n):
+    os.pwrite(fd, buf, (256 << 20) + i * 4096)
+    os.pwrite(fd, blk, (512 << 20) + (i % 64) * 16384)
+    os.fdatasync(fd)
+    os.pwrite(fd, sb, 65536)
+    os.fdatasync(fd)
+print("%.1f" % (n / (time.perf_counter() - t)))
+os.close(fd)
+PY
+)
+
 have_kernel=1
 if ! losetup -f >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then have_kernel=0; fi
 
@@ -90,6 +114,9 @@ echo "kernel: $(uname -r); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 declare -A res
 for rep in $(seq "$reps"); do
+  dd if=/dev/zero of="$work/floor" bs=1M count=1024 status=none conv=fsync
+  res[floor-2-flushes]+="$(python3 -c "$floor_py" "$work/floor" 1000) "
+  rm -f "$work/floor"
   for mode in fsync commit; do
     fresh "$work/lib.img" ubtrfs
     v=$("$build/fsync_bench" "$work/lib.img" --mode "$mode" --count 1000 | sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p')
@@ -104,7 +131,7 @@ done
 
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-44s %12s   %s\n' "case (median of $reps)" "per second" "runs"
-for k in lib-fsync lib-commit loop-ubtrfs loop-notreelog loop-kernel sqlite-ubtrfs sqlite-notreelog sqlite-kernel; do
+for k in floor-2-flushes lib-fsync lib-commit loop-ubtrfs loop-notreelog loop-kernel sqlite-ubtrfs sqlite-notreelog sqlite-kernel; do
   [ -n "${res[$k]:-}" ] || continue
   m=$(echo "${res[$k]}" | tr ' ' '\n' | grep . | median)
   printf '%-44s %12s   %s\n' "$k" "$m" "${res[$k]}"
