@@ -1,6 +1,11 @@
 #include "alloc/chunk_io.h"
 
+#include <isa-l/raid.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <array>
 #include <set>
 #include <vector>
@@ -62,6 +67,61 @@ void ComputeParity(std::span<const std::span<const uint8_t>> data, std::span<uin
       if (!q.empty()) q[b] ^= GfMul(g, data[i][b]);
     }
   }
+}
+
+void FastParity(std::span<const std::span<const uint8_t>> data, std::span<uint8_t> p, std::span<uint8_t> q) {
+  std::vector<void*> v;
+  for (const auto& d : data) v.push_back(const_cast<uint8_t*>(d.data()));
+  v.push_back(p.data());
+  const int len = static_cast<int>(p.size());
+  int r;
+  if (q.empty()) {
+    r = data.size() >= 1 ? xor_gen(static_cast<int>(v.size()), len, v.data()) : 1;
+  } else {
+    v.push_back(q.data());
+    r = data.size() >= 2 ? pq_gen(static_cast<int>(v.size()), len, v.data()) : 1;
+  }
+  if (r != 0) ComputeParity(data, p, q);
+}
+
+Result<ChunkIo::RowParity> ChunkIo::CheckRowParity(const ChunkInfo& c, uint64_t row, bool repair) {
+  if (!IsParity(c.profile())) return Status::Invalid("parity of a " + ProfileName(c.type) + " chunk");
+  const uint32_t k = c.data_stripes(), np = c.parity_stripes();
+  const uint32_t n = static_cast<uint32_t>(c.stripes.size());
+  const uint64_t sl = c.stripe_len;
+  if (k == 0 || sl == 0 || sl % 32 || row >= c.length / (sl * k)) {
+    return Status::Invalid("row " + std::to_string(row) + " of chunk " + std::to_string(c.logical));
+  }
+  RowParity out;
+  auto loc = [&](uint32_t s) -> const StripeLoc& { return c.stripes[(s + row) % n]; };
+  for (uint32_t s = 0; s < k + np; ++s) {
+    if (!devs_->Has(loc(s).devid)) {
+      out.complete = false;
+      return out;
+    }
+  }
+  // The row as stored (data, P, Q), then P and Q as the data gives them.
+  const size_t total = static_cast<size_t>(sl) * (k + 2 * np);
+  std::unique_ptr<uint8_t, decltype(&std::free)> mem(static_cast<uint8_t*>(std::aligned_alloc(64, total)), &std::free);
+  if (!mem) return Status::Error(ENOMEM, "parity check: " + std::to_string(total) + " bytes");
+  auto elem = [&](uint32_t i) { return std::span<uint8_t>(mem.get() + i * sl, sl); };
+  const std::string where = ProfileName(c.type) + " chunk " + std::to_string(c.logical) + " row " + std::to_string(row);
+  for (uint32_t s = 0; s < k + np; ++s) {
+    UB_RETURN_IF_ERROR(devs_->ReadAt(loc(s).devid, loc(s).physical + row * sl, elem(s)).WithContext(where));
+  }
+  std::vector<std::span<const uint8_t>> data;
+  for (uint32_t s = 0; s < k; ++s) data.push_back(elem(s));
+  const std::span<uint8_t> p = elem(k + np), q = np == 2 ? elem(k + np + 1) : std::span<uint8_t>();
+  FastParity(data, p, q);
+  out.p_bad = std::memcmp(p.data(), elem(k).data(), sl) != 0;
+  out.q_bad = np == 2 && std::memcmp(q.data(), elem(k + 1).data(), sl) != 0;
+  if (repair && out.p_bad) {
+    UB_RETURN_IF_ERROR(devs_->WriteAt(loc(k).devid, loc(k).physical + row * sl, p).WithContext(where + ": P"));
+  }
+  if (repair && out.q_bad) {
+    UB_RETURN_IF_ERROR(devs_->WriteAt(loc(k + 1).devid, loc(k + 1).physical + row * sl, q).WithContext(where + ": Q"));
+  }
+  return out;
 }
 
 int ChunkIo::NumMirrors(uint64_t logical) const {

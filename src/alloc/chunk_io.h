@@ -37,6 +37,16 @@ class ChunkIo {
   // One copy only (repairing a bad mirror); mirror profiles only.
   Status WriteMirror(uint64_t logical, std::span<const uint8_t> data, int mirror);
 
+  // RAID5/6 (scrub): whether row `row` of `c` holds the P (and Q) its data
+  // stripes give, as they are on the devices now; with `repair`, a wrong P
+  // or Q is rewritten from the data. `complete` is false (and nothing is
+  // judged) when a stripe of the row is on a missing device.
+  struct RowParity {
+    bool complete = true;
+    bool p_bad = false, q_bad = false;
+  };
+  Result<RowParity> CheckRowParity(const ChunkInfo& c, uint64_t row, bool repair);
+
   const ChunkMap& map() const { return *map_; }
   io::DeviceSet& devices() { return *devs_; }
 
@@ -51,8 +61,13 @@ class ChunkIo {
 uint8_t GfMul(uint8_t a, uint8_t b);
 uint8_t GfPow2(int e);  // 2^e
 uint8_t GfInv(uint8_t a);
-// P and Q of one row: data[i] are the row's data stripes in logical order.
+// P and Q of one row: data[i] are the row's data stripes in logical order
+// (one byte at a time: the reference FastParity is tested against).
 void ComputeParity(std::span<const std::span<const uint8_t>> data, std::span<uint8_t> p, std::span<uint8_t> q);
+// The same through ISA-L's xor_gen/pq_gen (the kernel's generator and
+// polynomial); every buffer 32-byte aligned, lengths a multiple of 32, q
+// empty for RAID5. Falls back to ComputeParity where ISA-L declines.
+void FastParity(std::span<const std::span<const uint8_t>> data, std::span<uint8_t> p, std::span<uint8_t> q);
 
 }  // namespace ubtrfs::alloc
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include <fmt/core.h>
 
@@ -26,6 +27,9 @@ class Scrubber {
     if (o_.superblocks) UB_RETURN_IF_ERROR(Superblocks());
     if (o_.metadata) UB_RETURN_IF_ERROR(TreeBlocks());
     if (o_.data) UB_RETURN_IF_ERROR(Data());
+    // Parity last: it is judged against data that is verified (and
+    // repaired) by now.
+    if (o_.data && o_.metadata) UB_RETURN_IF_ERROR(ParityRows());
     if (!o_.readonly) UB_RETURN_IF_ERROR(vol_.devices().Flush());
     return Status::Ok();
   }
@@ -178,21 +182,88 @@ class Scrubber {
     if (good.empty()) {
       ++r_->uncorrectable;
       Error(name + ": no good copy");
+      LeftBad(c, logical);
       return Status::Ok();
     }
     for (int m : bad) {
       if (o_.readonly) {
         ++r_->unrepaired;
+        LeftBad(c, logical);
         continue;
       }
       Status st = Rewrite(c, logical, good, m);
       if (!st.ok()) {
         ++r_->uncorrectable;
         Error(name + ": rewriting copy " + std::to_string(m + 1) + ": " + st.message());
+        LeftBad(c, logical);
         continue;
       }
       ++r_->corrected;
     }
+    return Status::Ok();
+  }
+
+  // RAID5/6 rows: (chunk, row) of a logical address.
+  static std::pair<uint64_t, uint64_t> RowOf(const alloc::ChunkInfo& c, uint64_t logical) {
+    return {c.logical, (logical - c.logical) / (c.stripe_len * c.data_stripes())};
+  }
+  // A row whose data is still bad: its parity is not judged (it would be
+  // "repaired" to match the bad data).
+  void LeftBad(const alloc::ChunkInfo& c, uint64_t logical) {
+    if (Parity(c)) bad_rows_.insert(RowOf(c, logical));
+  }
+
+  // The parity of every RAID5/6 row that holds an extent (rows with none,
+  // such as those around a superblock copy, hold no data the kernel keeps
+  // parity for), as the kernel's scrub checks it.
+  Status ParityRows() {
+    auto extent_root = vol_.FindRoot(kExtentTreeObjectid);
+    if (!extent_root.ok()) return extent_root.status().WithContext("scrub: extent tree");
+    bool any = false;
+    for (const auto& [logical, c] : vol_.chunks().chunks()) any = any || Parity(c);
+    if (!any) return Status::Ok();
+    tree::Cursor cur(vol_.reader(), extent_root->ref);
+    UB_RETURN_IF_ERROR(cur.SeekFirst().WithContext("scrub: extent tree"));
+    std::pair<uint64_t, uint64_t> last{UINT64_MAX, 0};
+    for (; cur.Valid();) {
+      const Key k = cur.key();
+      uint64_t len = 0;
+      if (k.type == kExtentItemKey) len = k.offset;
+      if (k.type == kMetadataItemKey) len = vol_.nodesize();
+      const alloc::ChunkInfo* c = len ? vol_.chunks().Find(k.objectid) : nullptr;
+      if (c != nullptr && Parity(*c) && k.objectid + len <= c->logical + c->length) {
+        const auto first = RowOf(*c, k.objectid), end = RowOf(*c, k.objectid + len - 1);
+        for (uint64_t row = first.second; row <= end.second; ++row) {
+          const std::pair<uint64_t, uint64_t> at{c->logical, row};
+          if (last.first == at.first && row <= last.second) continue;
+          last = at;
+          UB_RETURN_IF_ERROR(ParityRow(*c, row));
+        }
+      }
+      UB_RETURN_IF_ERROR(cur.Next().WithContext("scrub: extent tree"));
+    }
+    return Status::Ok();
+  }
+
+  Status ParityRow(const alloc::ChunkInfo& c, uint64_t row) {
+    if (bad_rows_.count({c.logical, row})) return Status::Ok();
+    const std::string name = alloc::ProfileName(c.type) + " parity of chunk " + std::to_string(c.logical) + " row " +
+                             std::to_string(row);
+    auto r = io_.CheckRowParity(c, row, !o_.readonly);
+    if (!r.ok()) {
+      ++r_->read_errors;
+      Error(name + ": " + r.status().message());
+      return Status::Ok();
+    }
+    if (!r->complete) return Status::Ok();  // a device is missing
+    ++r_->parity_rows;
+    for (bool bad : {r->p_bad, r->q_bad}) {
+      if (!bad) continue;
+      ++r_->parity_errors;
+      ++(o_.readonly ? r_->unrepaired : r_->corrected);
+    }
+    if (r->p_bad) Error(name + ": P does not match the data" + (o_.readonly ? "" : " (rewritten)"));
+    if (r->q_bad) Error(name + ": Q does not match the data" + (o_.readonly ? "" : " (rewritten)"));
     return Status::Ok();
   }
 
@@ -294,6 +365,7 @@ class Scrubber {
   alloc::ChunkIo& io_;
   const ScrubOptions& o_;
   ScrubResult* r_;
+  std::set<std::pair<uint64_t, uint64_t>> bad_rows_;  // RAID5/6 (chunk, row) with data left bad
 };
 
 std::string Json(std::string_view s) {
@@ -354,6 +426,7 @@ std::string ScrubSummary(const ScrubResult& r) {
   if (r.super_errors) kinds += fmt::format(" super={}", r.super_errors);
   if (r.verify_errors) kinds += fmt::format(" verify={}", r.verify_errors);
   if (r.csum_errors) kinds += fmt::format(" csum={}", r.csum_errors);
+  if (r.parity_errors) kinds += fmt::format(" parity={}", r.parity_errors);
   out += fmt::format("Error summary:   {}\n", kinds);
   out += fmt::format("  Corrected:      {}\n", r.corrected);
   out += fmt::format("  Uncorrectable:  {}\n", r.uncorrectable);
@@ -370,9 +443,11 @@ std::string ScrubJson(const ScrubResult& r) {
   return fmt::format(
       "{{\"tree_blocks\": {}, \"tree_bytes_scrubbed\": {}, \"data_bytes_scrubbed\": {}, \"super_errors\": {}, "
       "\"read_errors\": {}, "
-      "\"verify_errors\": {}, \"csum_errors\": {}, \"corrected_errors\": {}, \"uncorrectable_errors\": {}, "
+      "\"verify_errors\": {}, \"csum_errors\": {}, \"parity_errors\": {}, \"parity_rows\": {}, "
+      "\"corrected_errors\": {}, \"uncorrectable_errors\": {}, "
       "\"unrepaired_errors\": {}, \"missing_devices\": [{}], \"duration_seconds\": {:.3f}, \"errors\": [{}]}}",
-      r.tree_blocks, r.tree_bytes, r.data_bytes, r.super_errors, r.read_errors, r.verify_errors, r.csum_errors, r.corrected,
+      r.tree_blocks, r.tree_bytes, r.data_bytes, r.super_errors, r.read_errors, r.verify_errors, r.csum_errors,
+      r.parity_errors, r.parity_rows, r.corrected,
       r.uncorrectable, r.unrepaired, missing, r.seconds, errs);
 }
 

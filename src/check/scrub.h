@@ -2,8 +2,10 @@
 // sector, verify it, and rewrite a bad copy from a good one (as the kernel's
 // btrfs scrub). RAID5/6: the stored data is verified; a bad element is
 // rebuilt from parity and written back in place (the row's parity already
-// agrees with the good data, so no parity is written). Copies on missing
-// devices are not there to scrub.
+// agrees with the good data); then the P and Q of every row that holds an
+// extent are recomputed from the (verified) data and rewritten where they
+// differ, unless the row's data is still bad. Copies on missing devices are
+// not there to scrub.
 #ifndef UBTRFS_CHECK_SCRUB_H_
 #define UBTRFS_CHECK_SCRUB_H_
 
@@ -35,6 +37,8 @@ struct ScrubResult {
   uint64_t super_errors = 0;   // superblock copies bad, of another device or generation
   uint64_t verify_errors = 0;  // tree block copies that failed verification
   uint64_t csum_errors = 0;    // data sector copies whose checksum did not match
+  uint64_t parity_errors = 0;  // RAID5/6 P or Q elements that did not match their row's data
+  uint64_t parity_rows = 0;    // RAID5/6 rows whose parity was checked
   uint64_t read_errors = 0;    // copies that could not be read
   uint64_t corrected = 0;      // bad copies rewritten from a good one
   uint64_t uncorrectable = 0;  // blocks or sectors with no good copy
@@ -43,7 +47,7 @@ struct ScrubResult {
   std::vector<std::string> errors;  // one line per bad copy
   size_t error_lines_dropped = 0;
   double seconds = 0;
-  uint64_t errors_found() const { return super_errors + verify_errors + csum_errors + read_errors; }
+  uint64_t errors_found() const { return super_errors + verify_errors + csum_errors + read_errors + parity_errors; }
 };
 
 // Repairs write straight to the devices (no transaction): they must have
