@@ -215,6 +215,14 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
   }
   if (host_len == 0) {
     UB_RETURN_IF_ERROR(vol_->chunk_io().Write(logical, data));
+    // Left to the host's page cache, large writes would reach the disk only
+    // at the commit's flush (background writeback starts at 10% of RAM):
+    // started every 16 MiB, the disk works while the caller goes on.
+    constexpr uint64_t kDataWritebackEvery = 16u << 20;
+    if (data_since_hint_.fetch_add(data.size()) + data.size() >= kDataWritebackEvery) {
+      data_since_hint_ = 0;
+      vol_->devices().StartWriteback();
+    }
   } else {
     // Cloned piece by piece where each copy lies (RAID5/6 never get here:
     // they are not written).

@@ -312,6 +312,9 @@ class TxnManager final : public tree::BlockAllocator {
   // needs no lookup at all.
   std::unordered_map<uint64_t, BlockInfo> shared_info_;
   std::atomic<bool> any_shared_{false};
+  // Data bytes written since the device was last told to start writing
+  // back (WriteData): so that a commit's flush waits for the tail only.
+  std::atomic<uint64_t> data_since_hint_{0};
   // Tree blocks whose references are items of their own (not inline).
   std::map<uint64_t, std::vector<format::Key>> tree_ref_items_;
   TxnStats stats_;
