@@ -206,7 +206,7 @@ TEST(FullDeviceFuse, RmRfWorksOnAMetadataFullMount) {
   EXPECT_EQ(err, ENOSPC) << strerror(err);
   std::cout << "[ full     ] metadata full after " << made << " files of 1000 bytes\n";
   ASSERT_GT(made, 1000);
-  // A file unlinked while open (the mount keeps it under a hidden name).
+  // A file unlinked while open (an orphan inode until its release).
   const std::string open_path = d + "/f7";
   int keep = open(open_path.c_str(), O_RDONLY);
   ASSERT_GE(keep, 0) << strerror(errno);

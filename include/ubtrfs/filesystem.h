@@ -326,6 +326,18 @@ class UBTRFS_API Filesystem {
   // flags: XATTR_CREATE / XATTR_REPLACE as in setxattr(2), or 0.
   virtual Status SetXattr(InodeId id, std::string_view name, std::string_view value, int flags = 0) = 0;
   virtual Status RemoveXattr(InodeId id, std::string_view name) = 0;
+  // Open files (POSIX keeps a file unlinked while open until its last
+  // close): while an inode is pinned, removing its last name (Unlink, or a
+  // Rename over it) leaves it without names (nlink 0) and with an orphan
+  // item, as the kernel does; it stays readable and writable by id, and the
+  // last UnpinInode deletes it. A crash leaves the orphan item: the next
+  // writable open (or the kernel's mount) deletes the inode. Pins are
+  // counted; they belong to this Filesystem object and are never stored.
+  virtual void PinInode(InodeId id) { (void)id; }
+  virtual Status UnpinInode(InodeId id) {
+    (void)id;
+    return Status::Ok();
+  }
   // Makes every change so far durable (all or nothing on a crash).
   virtual Status Commit() = 0;
   // fsync(2) / fdatasync(2) (datasync true) of one inode: when it returns,

@@ -114,6 +114,12 @@ UBTRFS_C_API int ubtrfs_commit(ubtrfs_fs *fs);
  * attributes and a name reaching it survive a crash, through a tree log
  * (no full commit) where the kernel would write one. */
 UBTRFS_C_API int ubtrfs_fsync(ubtrfs_fs *fs, ubtrfs_ino ino, int datasync);
+/* An open file (as the kernel keeps one unlinked while open): while pinned,
+ * removing the inode's last name leaves it, nameless, readable and writable
+ * by number until its last unpin deletes it (a crash in between: the next
+ * writable open, or the kernel's mount, deletes it). Pins are counted. */
+UBTRFS_C_API int ubtrfs_pin_inode(ubtrfs_fs *fs, ubtrfs_ino ino);
+UBTRFS_C_API int ubtrfs_unpin_inode(ubtrfs_fs *fs, ubtrfs_ino ino);
 /* Gives up every change since the last commit: nothing more is committed
  * (ubtrfs_close commits nothing; later changes fail with -EROFS); with
  * UBTRFS_OPEN_UNDO_UNCOMMITTED the bytes written since are put back. Close

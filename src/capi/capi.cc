@@ -264,6 +264,22 @@ int ubtrfs_fsync(ubtrfs_fs* fs, ubtrfs_ino ino, int datasync) {
   });
 }
 
+int ubtrfs_pin_inode(ubtrfs_fs* fs, ubtrfs_ino ino) {
+  return Call<int>("pin_inode", [&]() -> int {
+    if (int e = CheckFs("pin_inode", fs)) return e;
+    fs->fs->PinInode(Id(ino));
+    return 0;
+  });
+}
+
+int ubtrfs_unpin_inode(ubtrfs_fs* fs, ubtrfs_ino ino) {
+  return Call<int>("unpin_inode", [&]() -> int {
+    if (int e = CheckFs("unpin_inode", fs)) return e;
+    Status st = fs->fs->UnpinInode(Id(ino));
+    return st.ok() ? 0 : FailStatus("unpin_inode", st);
+  });
+}
+
 int ubtrfs_mkfs(const char* path, uint64_t size, int force) {
   return Call<int>("mkfs", [&]() -> int {
     if (int e = CheckPtr("mkfs", path, "path")) return e;

@@ -127,6 +127,7 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevices(std::vector<std::unique_ptr<io
   if (options.writable) {
     UB_RETURN_IF_ERROR(impl->InitWrite());
     UB_RETURN_IF_ERROR(impl->FinishDeadTrees());
+    UB_RETURN_IF_ERROR(impl->CleanOrphans());
   }
   return std::unique_ptr<Filesystem>(std::move(impl));
 }

@@ -161,6 +161,9 @@ class FilesystemImpl final : public Filesystem {
   // Drops the subvolumes a deletion left dead (a crash, or the kernel's
   // cleaner not done at unmount), a commit per step (subvolume_admin.cc).
   Status FinishDeadTrees();
+  // Inodes left with no name and an orphan item (a crash while a file was
+  // unlinked but open): deleted, in every writable subvolume (orphans.cc).
+  Status CleanOrphans();
   void set_compression(const CompressOptions& c) { compress_ = c; }
   const CompressOptions& compression() const { return compress_; }
   // Data of `type` was written: its incompat flag goes in at the next commit.
@@ -187,6 +190,8 @@ class FilesystemImpl final : public Filesystem {
   Status RemoveXattr(InodeId id, std::string_view name) override;
   Status Commit() override;
   Status Fsync(InodeId id, bool datasync) override;  // fsync.cc
+  void PinInode(InodeId id) override;                 // orphans.cc
+  Status UnpinInode(InodeId id) override;
   Status Discard() override;
   Status Fallocate(InodeId file, int mode, uint64_t offset, uint64_t len) override;  // fallocate.cc
   // subvolume.cc
@@ -956,6 +961,11 @@ class FilesystemImpl final : public Filesystem {
   // drop itself frees more than it takes).
   static constexpr uint64_t kItemsPerDeleteSubvol = 16;
   Status DropInode(InodeId id);
+  // The last name of `id` (ii as loaded) is gone: drops the inode, or, while
+  // it is pinned (an open file), keeps it with nlink 0 and an orphan item.
+  Status DropOrOrphan(InodeId id, InodeItem ii);
+  std::mutex pins_mu_;
+  std::map<std::pair<uint64_t, uint64_t>, uint32_t> pins_;  // (root, ino) -> open count
   Status TouchDir(InodeId dir, int64_t size_delta, inode::InodeRecord* rec = nullptr);
   Status InsertDirItem(tree::TreeWriter* w, InodeId dir, uint32_t hash, std::span<const uint8_t> entry);
   // One directory's queued DIR_ITEMs (ascending hashes) into its tree.

@@ -230,8 +230,9 @@ Status FilesystemImpl::LogOneInode(InodeId id, LogMode mode, std::vector<std::pa
   const std::string where = "logging " + InodeName(id);
   auto ii_r = LoadInode(id);
   if (!ii_r.ok() && ii_r.status().code() != ENOENT) return ii_r.status().WithContext(where);
-  if (!ii_r.ok()) {
-    // Gone since it was logged: out of the log. A committed inode would
+  if (!ii_r.ok() || ii_r->nlink.get() == 0) {
+    // Gone since it was logged (or left only open, with no name: after a
+    // crash it is gone too): out of the log. A committed inode would
     // come back with a replay: its logged names are removed by one-index
     // DIR_LOG_INDEX ranges of their directories.
     bool was_committed = false;

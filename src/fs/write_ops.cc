@@ -590,6 +590,22 @@ Status FilesystemImpl::DropInode(InodeId id) {
   return Status::Ok();
 }
 
+Status FilesystemImpl::DropOrOrphan(InodeId id, InodeItem ii) {
+  bool pinned;
+  {
+    std::lock_guard lock(pins_mu_);
+    pinned = pins_.count({id.root, id.ino}) != 0;
+  }
+  if (!pinned || S_ISDIR(ii.mode.get())) return DropInode(id);
+  NoteInodeChanged(id.root, id.ino);  // a copy in a tree log must go
+  ii.nlink = 0;
+  SetTime(ii.ctime, Now());
+  UB_RETURN_IF_ERROR(StoreInode(id, ii));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+  Status s = w->Insert(Key{kOrphanObjectid, kOrphanItemKey, id.ino}, {});
+  return s.code() == EEXIST ? Status::Ok() : s;
+}
+
 Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uint32_t mode, const NewInode& attrs,
                                          std::string_view symlink_target) {
   UB_RETURN_IF_ERROR(CheckWritable());
@@ -690,7 +706,7 @@ Status FilesystemImpl::UnlinkImpl(InodeId dir, std::string_view name) {
   if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, std::string(name) + " is a directory");
   UB_RETURN_IF_ERROR(RemoveLink(dir, name, id, nullptr));
   UB_ASSIGN_OR_RETURN(ii, LoadInode(id));
-  if (ii.nlink.get() <= 1) return DropInode(id);
+  if (ii.nlink.get() <= 1) return DropOrOrphan(id, ii);
   ii.nlink = ii.nlink.get() - 1;
   SetTime(ii.ctime, Now());
   return StoreInode(id, ii);
@@ -785,7 +801,7 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
     UB_RETURN_IF_ERROR(RemoveLink(new_dir, new_name, *dst, nullptr));
     UB_ASSIGN_OR_RETURN(dst_ii, LoadInode(*dst));
     if (dst_dir || dst_ii.nlink.get() <= 1) {
-      UB_RETURN_IF_ERROR(DropInode(*dst));
+      UB_RETURN_IF_ERROR(DropOrOrphan(*dst, dst_ii));
     } else {
       dst_ii.nlink = dst_ii.nlink.get() - 1;
       SetTime(dst_ii.ctime, now);

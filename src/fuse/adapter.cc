@@ -222,12 +222,6 @@ struct stat Adapter::ToStat(uint64_t node, const Stat& s) {
   st.st_atim = ToTimespec(s.atime);
   st.st_mtim = ToTimespec(s.mtime);
   st.st_ctim = ToTimespec(s.ctime);
-  if (hidden_count_.load(std::memory_order_acquire) != 0) {
-    // A file unlinked while open is still linked under its hidden name;
-    // fstat on it should say it has no names left.
-    std::lock_guard<std::mutex> lock(open_mu_);
-    if (hidden_.count(node) && st.st_nlink > 0) --st.st_nlink;
-  }
   return st;
 }
 
@@ -242,16 +236,12 @@ void Adapter::ReplyEntry(fuse_req_t req, InodeId id, fuse_file_info* fi) {
   e.entry_timeout = opts_.entry_timeout;
   map_.AddLookup(e.ino);
   if (fi) {
-    {
-      std::lock_guard<std::mutex> lock(open_mu_);
-      ++open_[e.ino];
-    }
+    Opened(e.ino, id);
     fi->keep_cache = 1;
     fi->noflush = 1;
     if (fuse_reply_create(req, &e, fi) != 0) {
       map_.Forget(e.ino, 1);
-      std::lock_guard<std::mutex> lock(open_mu_);
-      if (--open_[e.ino] == 0) open_.erase(e.ino);
+      (void)Closed(e.ino);
     }
     return;
   }
@@ -346,32 +336,29 @@ Status Adapter::SetAcl(fuse_req_t req, fuse_ino_t ino, InodeId id, std::string_v
   return Status::Ok();
 }
 
-bool Adapter::IsOpenLocked(uint64_t node) const {
-  auto it = open_.find(node);
-  return it != open_.end() && it->second > 0;
+void Adapter::Opened(uint64_t node, InodeId id) {
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    auto& o = open_[node];
+    o.id = id;
+    ++o.count;
+  }
+  fs_.PinInode(id);
 }
 
-Result<std::optional<uint64_t>> Adapter::HideIfOpenLocked(InodeId dir, std::string_view name) {
-  const std::optional<uint64_t> none;
-  if (open_.empty()) return none;
-  auto id = fs_.LookupChild(dir, name);
-  if (!id.ok()) return none;  // let the real operation report it
-  const uint64_t node = map_.ToNode(*id);
-  if (!IsOpenLocked(node) || hidden_.count(node)) return none;
-  UB_ASSIGN_OR_RETURN(Stat st, fs_.GetStat(*id));
-  if (!S_ISREG(st.mode) || st.nlink != 1) return none;
-  for (int attempt = 0;; ++attempt) {
-    char buf[64];
-    snprintf(buf, sizeof buf, ".ubtrfs_hidden%016llx%08llx", static_cast<unsigned long long>(id->ino),
-             static_cast<unsigned long long>(hidden_seq_++));
-    Status s = fs_.Rename(dir, name, dir, buf, kRenameNoReplace | kRenameForDeletion);
-    if (s.ok()) {
-      hidden_[node] = Hidden{dir, buf};
-      hidden_count_.fetch_add(1);
-      return std::optional<uint64_t>(node);
-    }
-    if (s.code() != EEXIST || attempt > 100) return s;
+Status Adapter::Closed(uint64_t node) {
+  InodeId id;
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    auto it = open_.find(node);
+    if (it == open_.end()) return Status::Ok();
+    id = it->second.id;
+    if (--it->second.count == 0) open_.erase(it);
   }
+  // The last close of a file whose last name went deletes it (library).
+  Status s = fs_.UnpinInode(id);
+  MarkDirty();
+  return s;
 }
 
 Status Adapter::CommitIfDirty() {
@@ -383,16 +370,19 @@ Status Adapter::CommitIfDirty() {
 }
 
 Status Adapter::Shutdown() {
-  std::lock_guard<std::mutex> lock(open_mu_);
-  Status first;
-  for (const auto& [node, h] : hidden_) {
-    Status s = fs_.Unlink(h.dir, h.name);
-    if (!s.ok() && first.ok()) first = s.WithContext("removing " + h.name);
+  std::unordered_map<uint64_t, OpenHandles> open;
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    open.swap(open_);
   }
-  if (!hidden_.empty()) MarkDirty();
-  hidden_.clear();
-  hidden_count_.store(0);
-  open_.clear();
+  Status first;
+  for (const auto& [node, o] : open) {
+    for (uint64_t i = 0; i < o.count; ++i) {
+      Status s = fs_.UnpinInode(o.id);
+      if (!s.ok() && first.ok()) first = s.WithContext("removing a file unlinked while open");
+    }
+  }
+  if (!open.empty()) MarkDirty();
   return first;
 }
 
@@ -483,7 +473,7 @@ void Adapter::SetAttr(fuse_req_t req, fuse_ino_t ino, const struct stat* attr, i
                  FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW)) == kFlushedTimes) {
     // With the write-back cache the kernel writes its cached times of a
     // regular file back itself, also right after the file's last name went
-    // (no open file stays: those are hidden, not removed). An error here
+    // (and its last release deleted it). An error here
     // would be recorded as a write-back error, and syncfs(2) of the whole
     // mount would then fail with ENOENT. The kernel's btrfs keeps such an
     // inode until it is evicted; here it is gone, and so is what the times
@@ -556,10 +546,7 @@ void Adapter::Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Count(Op::kUnlink);
   auto dir = Resolve(req, parent);
   if (!dir) return;
-  std::lock_guard<std::mutex> lock(open_mu_);
-  auto hid = HideIfOpenLocked(*dir, Sv(name));
-  if (!hid.ok()) return ReplyStatus(req, hid.status());
-  Status s = hid->has_value() ? Status::Ok() : fs_.Unlink(*dir, Sv(name));
+  Status s = fs_.Unlink(*dir, Sv(name));
   if (s.ok()) MarkDirty();
   ReplyStatus(req, s);
 }
@@ -598,29 +585,8 @@ void Adapter::Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_i
   unsigned f = 0;
   if (flags & RENAME_NOREPLACE) f |= kRenameNoReplace;
   if (flags & RENAME_EXCHANGE) f |= kRenameExchange;
-  std::lock_guard<std::mutex> lock(open_mu_);
-  std::optional<uint64_t> hid;
-  if (f == 0 && !open_.empty()) {
-    // Replacing an open file: keep it under a hidden name until released.
-    // Only when the rename cannot then fail for the source's sake (a
-    // non-directory over a regular file); undone if it fails anyway.
-    auto src = fs_.LookupChild(*from, Sv(name));
-    auto src_st = src.ok() ? fs_.GetStat(*src) : Result<Stat>(src.status());
-    if (src_st.ok() && !S_ISDIR(src_st->mode)) {
-      auto h = HideIfOpenLocked(*to, Sv(newname));
-      if (!h.ok()) return ReplyStatus(req, h.status());
-      hid = *h;
-    }
-  }
   Status s = fs_.Rename(*from, Sv(name), *to, Sv(newname), f);
-  if (!s.ok() && hid) {
-    const Hidden h = hidden_[*hid];
-    if (fs_.Rename(h.dir, h.name, *to, Sv(newname), kRenameNoReplace).ok()) {
-      hidden_.erase(*hid);
-      hidden_count_.fetch_sub(1);
-    }
-  }
-  if (s.ok() || hid) MarkDirty();
+  if (s.ok()) MarkDirty();
   ReplyStatus(req, s);
 }
 
@@ -664,17 +630,11 @@ void Adapter::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       MarkDirty();
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(open_mu_);
-    ++open_[ino];
-  }
+  Opened(ino, *id);
   // Every change goes through this mount, so cached pages stay valid.
   fi->keep_cache = 1;
   fi->noflush = 1;
-  if (fuse_reply_open(req, fi) != 0) {
-    std::lock_guard<std::mutex> lock(open_mu_);
-    if (--open_[ino] == 0) open_.erase(ino);
-  }
+  if (fuse_reply_open(req, fi) != 0) (void)Closed(ino);
 }
 
 void Adapter::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
@@ -702,21 +662,7 @@ void Adapter::Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size
 
 void Adapter::Release(fuse_req_t req, fuse_ino_t ino) {
   Count(Op::kRelease);
-  Status s;
-  {
-    std::lock_guard<std::mutex> lock(open_mu_);
-    auto it = open_.find(ino);
-    if (it != open_.end() && --it->second == 0) {
-      open_.erase(it);
-      auto h = hidden_.find(ino);
-      if (h != hidden_.end()) {
-        s = fs_.Unlink(h->second.dir, h->second.name);
-        hidden_.erase(h);
-        hidden_count_.fetch_sub(1);
-        MarkDirty();
-      }
-    }
-  }
+  Status s = Closed(ino);
   if (!s.ok() && opts_.log) opts_.log("removing a file unlinked while open: " + s.ToString());
   fuse_reply_err(req, 0);
 }

@@ -5,9 +5,9 @@
 //   - node ids and lookup counts (InodeMap);
 //   - setgid directories: new inodes take the directory's group, new
 //     subdirectories its setgid bit;
-//   - a regular file unlinked (or renamed over) while open is renamed to a
-//     hidden name in its directory and removed at its last release, as
-//     libfuse's high-level API does (the library has no orphan inodes yet);
+//   - open files are pinned in the library (Filesystem::PinInode): one
+//     unlinked (or renamed over) while open lives on with no name, as an
+//     orphan inode, until its last release;
 //   - readdir offsets: "." is 1, ".." is 2, an entry is its DIR_INDEX + 1,
 //     so a resumed readdir continues after the last entry returned;
 //   - POSIX ACL xattrs kept consistent with the mode as the kernel's VFS does
@@ -131,9 +131,9 @@ class Adapter {
 
  private:
   struct DirHandle;
-  struct Hidden {
-    InodeId dir;
-    std::string name;
+  struct OpenHandles {
+    InodeId id;
+    uint64_t count = 0;  // file handles
   };
 
   // Fills buf with entries from offset `off` (h.mu held).
@@ -162,11 +162,10 @@ class Adapter {
   bool InGroupOrCapable(fuse_req_t req, uint32_t gid);
   void MarkDirty() { dirty_.store(true, std::memory_order_release); }
 
-  // Open-file tracking for the hidden-unlink scheme (open_mu_ held).
-  bool IsOpenLocked(uint64_t node) const;
-  // If `name` in `dir` is a regular file with one link that is open, moves
-  // it to a hidden name and returns its node id.
-  Result<std::optional<uint64_t>> HideIfOpenLocked(InodeId dir, std::string_view name);
+  // A file handle of `node` opened (the inode pinned) or released (the
+  // last release of an inode with no name left deletes it).
+  void Opened(uint64_t node, InodeId id);
+  Status Closed(uint64_t node);
 
   Filesystem& fs_;
   const AdapterOptions opts_;
@@ -176,10 +175,7 @@ class Adapter {
   std::atomic<bool> dirty_{false};
 
   std::mutex open_mu_;
-  std::unordered_map<uint64_t, uint64_t> open_;  // node -> open file handles
-  std::unordered_map<uint64_t, Hidden> hidden_;  // node -> its hidden name
-  uint64_t hidden_seq_ = 0;
-  std::atomic<size_t> hidden_count_{0};  // hidden_.size(), readable without open_mu_
+  std::unordered_map<uint64_t, OpenHandles> open_;  // node -> its open file handles
 
   std::array<std::atomic<uint64_t>, static_cast<int>(Op::kCount)> counts_{};
 

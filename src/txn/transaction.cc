@@ -531,6 +531,21 @@ Status TxnManager::Commit() {
   static stats::Histogram& write_time = stats::GetHistogram("commit.write_time", "ns");
   static stats::Histogram& flush_time = stats::GetHistogram("commit.flush_time", "ns");
   uint64_t t0 = stats::NowNs();
+  if (force_super_ && dirty_->count() == 0) {
+    // A superblock of a new generation needs a root tree of that generation
+    // (readers check it, as the kernel's commit always copies it). A log
+    // whose replay changed nothing (say, one that only dropped an inode
+    // that is gone) gets here: the root tree's first item rewritten as it
+    // is copies its path.
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * rw, Writer(kRootTreeObjectid));
+    Cursor c(dirty_.get(), rw->CurrentRoot());
+    UB_RETURN_IF_ERROR(c.SeekFirst());
+    if (c.Valid()) {
+      const Key k = c.key();
+      const std::vector<uint8_t> same(c.data().begin(), c.data().end());
+      UB_RETURN_IF_ERROR(rw->Update(k, same));
+    }
+  }
   // Rides along with a commit that writes anyway: never a commit of its own.
   if (!stale_fst_keys_.empty() && dirty_->count() > 0) UB_RETURN_IF_ERROR(DropStaleFreeSpaceItems());
   if (quotas_) UB_RETURN_IF_ERROR(PrepareQuotaAccounting());

@@ -297,6 +297,23 @@ int main(int argc, char **argv) {
   OK(ubtrfs_fsync(fs, file, 0));
   OK(ubtrfs_fsync(fs, root, 1));
   CHECK_ERR(ubtrfs_fsync(NULL, file, 0), EBADF, "ubtrfs_fsync");
+
+  /* An open file unlinked: nameless but readable until the last unpin. */
+  {
+    ubtrfs_ino tmp;
+    OK(ubtrfs_create(fs, root, "tmp-open", 0600, &tmp));
+    CHECK(ubtrfs_write(fs, tmp, 0, "pinned", 6) == 6);
+    OK(ubtrfs_pin_inode(fs, tmp));
+    OK(ubtrfs_unlink(fs, root, "tmp-open"));
+    CHECK(ubtrfs_lookup(fs, "/tmp-open", &got) == -ENOENT);
+    OK(ubtrfs_stat(fs, tmp, &st));
+    CHECK(st.nlink == 0);
+    memset(buf, 0, sizeof buf);
+    CHECK(ubtrfs_read(fs, tmp, 0, buf, sizeof buf) == 6 && memcmp(buf, "pinned", 6) == 0);
+    OK(ubtrfs_unpin_inode(fs, tmp));
+    CHECK(ubtrfs_stat(fs, tmp, &st) == -ENOENT);
+    CHECK_ERR(ubtrfs_pin_inode(NULL, tmp), EBADF, "ubtrfs_pin_inode");
+  }
   OK(ubtrfs_commit(fs));
   OK(ubtrfs_close(fs));
   fs = NULL;
