@@ -165,7 +165,7 @@ Status ChunkMap::SetLength(uint64_t logical, uint64_t length) {
   return Status::Ok();
 }
 
-Status ChunkMap::SetStripe(uint64_t logical, size_t index, uint64_t physical) {
+Status ChunkMap::SetStripe(uint64_t logical, size_t index, uint64_t physical, uint64_t devid) {
   std::unique_lock lock(mu_);
   auto it = chunks_.find(logical);
   if (it == chunks_.end()) return Status::NotFound("no chunk at logical " + std::to_string(logical));
@@ -173,6 +173,7 @@ Status ChunkMap::SetStripe(uint64_t logical, size_t index, uint64_t physical) {
     return Status::Invalid("chunk at logical " + std::to_string(logical) + " has no stripe " + std::to_string(index));
   }
   it->second.stripes[index].physical = physical;
+  if (devid != 0) it->second.stripes[index].devid = devid;
   return Status::Ok();
 }
 

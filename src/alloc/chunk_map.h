@@ -99,7 +99,8 @@ class ChunkMap {
   // changing. A chunk's length cut (its tail unused), a copy moved to
   // another device offset (its bytes copied first), the device's size.
   Status SetLength(uint64_t logical, uint64_t length);
-  Status SetStripe(uint64_t logical, size_t index, uint64_t physical);
+  // devid 0: the stripe stays on its device.
+  Status SetStripe(uint64_t logical, size_t index, uint64_t physical, uint64_t devid = 0);
   void set_device_size(uint64_t devid, uint64_t bytes) { device_sizes_[devid] = bytes; }
 
  private:

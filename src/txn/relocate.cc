@@ -1,11 +1,14 @@
 #include "txn/relocate.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <set>
 
 #include "format/key.h"
 #include "format/superblock.h"
+#include "alloc/chunk_map.h"
+#include "txn/volume.h"
 #include "txn/transaction.h"
 
 namespace ubtrfs::txn {
@@ -27,7 +30,9 @@ bool Overlaps(uint64_t a, uint64_t al, uint64_t b, uint64_t bl) { return a < b +
 std::vector<DeviceLayout::Stripe> DeviceLayout::Stripes() const {
   std::vector<Stripe> out;
   for (const auto& [logical, c] : txn_->vol_->chunks().chunks()) {
-    for (size_t i = 0; i < c.physical().size(); ++i) out.push_back({logical, c.length, c.type, i, c.physical()[i]});
+    for (size_t i = 0; i < c.stripes.size(); ++i) {
+      out.push_back({logical, c.stripe_size, c.type, i, c.stripes[i].physical, c.stripes[i].devid});
+    }
   }
   std::sort(out.begin(), out.end(), [](const Stripe& a, const Stripe& b) { return a.physical < b.physical; });
   return out;
@@ -65,8 +70,15 @@ uint64_t DeviceLayout::UsedEnd(uint64_t logical) const {
   return end;
 }
 
-Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical) {
+Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical,
+                                     uint64_t devid) {
   Volume* vol = txn_->vol_;
+  const DevItem* dev_item = nullptr;
+  if (devid != 0) {
+    auto it = vol->dev_items().find(devid);
+    if (it == vol->dev_items().end()) return Status::Invalid("no device " + std::to_string(devid));
+    dev_item = &it->second;
+  }
   const Key key{kFirstChunkTreeObjectid, kChunkItemKey, logical};
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
   UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), key));
@@ -80,7 +92,12 @@ Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t i
       return Status::Corrupt("chunk item " + KeyToString(key) + ": stripes do not fit");
     }
     c->length = length;
-    reinterpret_cast<format::Stripe*>(body + sizeof(Chunk))[index].offset = physical;
+    format::Stripe& st = reinterpret_cast<format::Stripe*>(body + sizeof(Chunk))[index];
+    st.offset = physical;
+    if (dev_item) {
+      st.devid = devid;
+      std::memcpy(st.dev_uuid, dev_item->uuid, kUuidSize);
+    }
     return Status::Ok();
   };
   UB_RETURN_IF_ERROR(patch(item->data(), item->size()));
@@ -257,20 +274,30 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
   return UpdateDevItem();
 }
 
-bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t to) const {
+std::vector<std::pair<uint64_t, uint64_t>> DeviceLayout::NewSuperRanges(uint64_t logical, size_t index,
+                                                                        uint64_t devid, uint64_t to) const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
+  if (!ci || index >= ci->stripes.size()) return out;
+  alloc::ChunkInfo moved = *ci;
+  moved.stripes[index] = {devid, to};
+  for (auto [start, len] : alloc::SuperblockRanges(moved)) {
+    bool have = false;
+    for (auto [xs, xl] : txn_->excluded_ranges_) have |= xs == start && xl == len;
+    if (!have) out.push_back({start, len});
+  }
+  return out;
+}
+
+bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t devid, uint64_t to) const {
   const ChunkAllocator& ca = *txn_->chunk_alloc_;
-  if (to % kStripeLen || to < ChunkAllocator::kDeviceStart || to + s.length > ca.device_end_) return false;
-  for (const auto& [p, l] : Dev().extents) {
+  auto dev = ca.devs_.find(devid);
+  if (dev == ca.devs_.end()) return false;
+  if (to % kStripeLen || to < ChunkAllocator::kDeviceStart || to + s.length > dev->second.end) return false;
+  for (const auto& [p, l] : dev->second.extents) {
     if (Overlaps(p, l, to, s.length)) return false;
   }
-  for (int m = 0; m < kSuperMirrorMax; ++m) {
-    const uint64_t sb = SuperblockOffset(m);
-    if (sb < to || sb >= to + s.length) continue;
-    const uint64_t start = s.logical + RoundDown(sb - to, kStripeLen);
-    const uint64_t len = std::min(kStripeLen, s.logical + s.length - start);
-    bool excluded = false;
-    for (auto [xs, xl] : txn_->excluded_ranges_) excluded |= xs == start && xl == len;
-    if (excluded) continue;
+  for (auto [start, len] : NewSuperRanges(s.logical, s.index, devid, to)) {
     bool busy = false;
     txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
       if (g.start() != s.logical) return;
@@ -283,7 +310,10 @@ bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t to) const {
   return true;
 }
 
-uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t limit) const {
+uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t devid, uint64_t limit) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  auto dev = ca.devs_.find(devid);
+  if (dev == ca.devs_.end()) return 0;
   std::set<uint64_t> candidates;
   // Free 64 KiB pieces of the chunk, for placing a superblock copy on one.
   std::vector<uint64_t> free_offsets;
@@ -296,7 +326,7 @@ uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t limit) const {
       }
     });
   });
-  for (auto [hs, hl] : txn_->chunk_alloc_->FreeDeviceRanges()) {
+  for (auto [hs, hl] : ca.FreeRanges(dev->second)) {
     if (hs >= limit) break;
     candidates.insert(hs);
     for (int m = 0; m < kSuperMirrorMax; ++m) {
@@ -310,68 +340,86 @@ uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t limit) const {
   }
   for (uint64_t to : candidates) {
     if (to + s.length > limit) continue;
-    if (PlaceOk(s, to)) return to;
+    if (PlaceOk(s, devid, to)) return to;
   }
   return 0;
 }
 
 Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uint64_t* copied) {
-  Volume* vol = txn_->vol_;
-  const alloc::ChunkInfo* ci = vol->chunks().Find(logical);
-  if (!ci || ci->logical != logical || index >= ci->physical().size()) {
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
+  if (!ci || ci->logical != logical || index >= ci->stripes.size()) {
     return Status::Invalid("no copy " + std::to_string(index) + " of a chunk at " + std::to_string(logical));
   }
-  const Stripe s{logical, ci->length, ci->type, index, ci->physical()[index]};
+  return MoveStripe(logical, index, ci->stripes[index].devid, to, copied);
+}
+
+Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, uint64_t to, uint64_t* copied) {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = vol->chunks().Find(logical);
+  if (!ci || ci->logical != logical || index >= ci->stripes.size()) {
+    return Status::Invalid("no copy " + std::to_string(index) + " of a chunk at " + std::to_string(logical));
+  }
+  const alloc::StripeLoc from = ci->stripes[index];
+  const Stripe s{logical, ci->stripe_size, ci->type, index, from.physical, from.devid};
   const std::string where = "moving copy " + std::to_string(index) + " of chunk " + std::to_string(logical) +
-                            " from device offset " + std::to_string(s.physical) + " to " + std::to_string(to);
-  if (!PlaceOk(s, to)) return Status::Invalid(where + ": the target is not free device space");
+                            " from device " + std::to_string(from.devid) + " offset " + std::to_string(s.physical) +
+                            " to device " + std::to_string(devid) + " offset " + std::to_string(to);
+  if (!PlaceOk(s, devid, to)) return Status::Invalid(where + ": the target is not free device space");
+
+  // The bytes: only what the group uses (free space holds nothing), as the
+  // stripe holds them (every element of a striped chunk that lies in it).
+  std::vector<std::pair<uint64_t, uint64_t>> used;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
+  });
+  io::BlockDevice* src = vol->devices().Get(from.devid);
+  io::BlockDevice* dst = vol->devices().Get(devid);
+  if (!src || !dst) return Status::IoError(where + ": a device is missing");
+  std::vector<uint8_t> buf;
+  for (auto [a, l] : used) {
+    UB_ASSIGN_OR_RETURN(auto copies, vol->chunks().Map(a, l));
+    for (const auto& copy : copies) {
+      for (const alloc::Piece& p : copy) {
+        if (p.devid != from.devid || p.physical < from.physical || p.physical >= from.physical + s.length) continue;
+        for (uint64_t off = 0; off < p.length;) {
+          const uint64_t n = std::min(kCopyBytes, p.length - off);
+          buf.resize(n);
+          UB_RETURN_IF_ERROR(src->ReadAt(p.physical + off, buf).WithContext(where));
+          UB_RETURN_IF_ERROR(dst->WriteAt(to + (p.physical - from.physical) + off, buf).WithContext(where));
+          *copied += n;
+          off += n;
+        }
+      }
+    }
+  }
 
   // Superblock copies inside the new place: their 64 KiB of the chunk is
   // taken out of use (PlaceOk made sure it is free).
-  for (int m = 0; m < kSuperMirrorMax; ++m) {
-    const uint64_t sb = SuperblockOffset(m);
-    if (sb < to || sb >= to + s.length) continue;
-    const uint64_t start = logical + RoundDown(sb - to, kStripeLen);
-    const uint64_t len = std::min(kStripeLen, logical + s.length - start);
-    bool have = false;
-    for (auto [xs, xl] : txn_->excluded_ranges_) have |= xs == start && xl == len;
-    if (have) continue;
+  for (auto [start, len] : NewSuperRanges(logical, index, devid, to)) {
     UB_RETURN_IF_ERROR(txn_->space_->MarkUsed(start, len).WithContext(where + ": superblock stripe"));
     txn_->excluded_[logical] += len;
     txn_->excluded_ranges_.push_back({start, len});
   }
 
-  // The bytes: only what the group uses (free space holds nothing).
-  std::vector<std::pair<uint64_t, uint64_t>> used;
-  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
-    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
-  });
-  std::vector<uint8_t> buf;
-  io::BlockDevice* dev = vol->devices().Get(Dev().item.devid.get());
-  for (auto [a, l] : used) {
-    for (uint64_t off = a - logical; off < a - logical + l;) {
-      const uint64_t n = std::min(kCopyBytes, a - logical + l - off);
-      buf.resize(n);
-      UB_RETURN_IF_ERROR(dev->ReadAt(s.physical + off, buf).WithContext(where));
-      UB_RETURN_IF_ERROR(dev->WriteAt(to + off, buf).WithContext(where));
-      *copied += n;
-      off += n;
-    }
-  }
-
-  UB_RETURN_IF_ERROR(UpdateChunkItem(logical, s.length, index, to).WithContext(where));
+  UB_RETURN_IF_ERROR(UpdateChunkItem(logical, ci->length, index, to, devid == from.devid ? 0 : devid)
+                         .WithContext(where));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
-  const uint64_t devid = Dev().item.devid.get();
-  const Key old_key{devid, kDevExtentKey, s.physical};
+  const Key old_key{from.devid, kDevExtentKey, s.physical};
   UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(txn_->source(), dev_w->LiveRef(), old_key));
   if (!de) return Status::Corrupt(where + ": no dev extent " + KeyToString(old_key));
   UB_RETURN_IF_ERROR(dev_w->Delete(old_key));
   UB_RETURN_IF_ERROR(dev_w->Insert(Key{devid, kDevExtentKey, to}, *de));
 
   // From here on, blocks of this transaction go to the new place only.
-  UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetStripe(logical, index, to));
-  Dev().extents.erase(s.physical);
-  Dev().extents[to] = s.length;
+  UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetStripe(logical, index, to, devid));
+  ca.devs_[from.devid].extents.erase(s.physical);
+  ca.devs_[devid].extents[to] = s.length;
+  if (devid != from.devid) {
+    ca.devs_[from.devid].bytes_used -= s.length;
+    ca.devs_[devid].bytes_used += s.length;
+    UB_RETURN_IF_ERROR(ca.WriteBytesUsed({from.devid, devid}).WithContext(where));
+  }
   return Status::Ok();
 }
 
@@ -386,6 +434,156 @@ Status DeviceLayout::SetDeviceSize(uint64_t bytes) {
   ca.device_end_ = bytes;
   Dev().end = bytes;
   return UpdateDevItem();
+}
+
+// ---- Several devices ----
+
+Status DeviceLayout::AddDevice(std::unique_ptr<io::BlockDevice> dev, const std::array<uint8_t, kUuidSize>& uuid,
+                               uint64_t* devid) {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const uint32_t ss = vol->sectorsize();
+  uint64_t id = 1;
+  for (const auto& [d, item] : vol->dev_items()) id = std::max(id, d + 1);
+  const uint64_t size = RoundDown(dev->Size(), ss);
+  DevItem item{};
+  item.devid = id;
+  item.total_bytes = size;
+  item.bytes_used = 0;
+  item.io_align = ss;
+  item.io_width = ss;
+  item.sector_size = ss;
+  std::memcpy(item.uuid, uuid.data(), kUuidSize);
+  // The filesystem's (metadata) uuid, as every other DEV_ITEM carries it.
+  std::memcpy(item.fsid, vol->dev_items().begin()->second.fsid, kUuidSize);
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&item);
+  UB_RETURN_IF_ERROR(w->Insert(Key{kDevItemsObjectid, kDevItemKey, id}, std::vector<uint8_t>(bytes, bytes + sizeof item)));
+  SuperBlock& sb = vol->mutable_super();
+  sb.num_devices = sb.num_devices.get() + 1;
+  sb.total_bytes = sb.total_bytes.get() + size;
+  UB_RETURN_IF_ERROR(vol->AddDevice(std::move(dev), item));
+  ChunkAllocator::Dev& d = ca.devs_[id];
+  d.item = item;
+  d.end = size;
+  ca.device_end_ += size;
+  *devid = id;
+  return Status::Ok();
+}
+
+Status DeviceLayout::CheckRemovable(uint64_t devid) const {
+  Volume* vol = txn_->vol_;
+  if (!vol->dev_items().count(devid)) {
+    std::string ids;
+    for (const auto& [d, item] : vol->dev_items()) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
+    return Status::Invalid("the filesystem has no device " + std::to_string(devid) + " (its devices: " + ids + ")");
+  }
+  if (!vol->devices().Has(devid)) {
+    return Status::Unsupported("device " + std::to_string(devid) +
+                               " is missing: removing a missing device (its chunks rebuilt from the other copies) "
+                               "is not supported offline");
+  }
+  const uint64_t num = vol->super().num_devices.get();
+  if (num <= 1) return Status::Invalid("unable to remove the only device of the filesystem");
+  std::set<uint64_t> profiles;
+  for (const auto& [logical, c] : vol->chunks().chunks()) profiles.insert(c.profile());
+  for (uint64_t p : profiles) {
+    const uint32_t min = alloc::RuleFor(p).devs_min;
+    if (num - 1 < min) {
+      std::string name = alloc::ProfileName(p);
+      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      return Status::Invalid("unable to go below " + std::to_string(min) + " devices on " + name + ": the filesystem has " +
+                             alloc::ProfileName(p) + " chunks and " + std::to_string(num) + " devices");
+    }
+  }
+  return Status::Ok();
+}
+
+void DeviceLayout::StopAllocating(uint64_t devid) {
+  auto it = txn_->chunk_alloc_->devs_.find(devid);
+  if (it != txn_->chunk_alloc_->devs_.end()) it->second.end = 0;  // no free range left on it
+}
+
+Status DeviceLayout::FindNewHome(const Stripe& s, uint64_t leaving, uint64_t* devid, uint64_t* to) const {
+  Volume* vol = txn_->vol_;
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = vol->chunks().Find(s.logical);
+  if (!ci) return Status::Invalid("no chunk at " + std::to_string(s.logical));
+  std::set<uint64_t> holding;
+  for (size_t i = 0; i < ci->stripes.size(); ++i) {
+    if (i != s.index) holding.insert(ci->stripes[i].devid);
+  }
+  struct Cand {
+    uint64_t devid, largest;
+  };
+  std::vector<Cand> cands;
+  for (const auto& [id, d] : ca.devs_) {
+    if (id == leaving || !vol->devices().Has(id)) continue;
+    if (ci->profile() == kBlockGroupDup) {
+      // Both copies on one device: the other copy's, once it has left.
+      if (!holding.count(leaving) && !holding.count(id)) continue;
+    } else if (holding.count(id)) {
+      continue;
+    }
+    uint64_t largest = 0;
+    for (auto [hs, hl] : ca.FreeRanges(d)) largest = std::max(largest, hl);
+    cands.push_back({id, largest});
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.largest > b.largest; });
+  for (const Cand& c : cands) {
+    const uint64_t place = FindPlace(s, c.devid, ca.devs_.at(c.devid).end);
+    if (place != 0) {
+      *devid = c.devid;
+      *to = place;
+      return Status::Ok();
+    }
+  }
+  const std::string what = "the " + alloc::ProfileName(ci->type) + " chunk at logical " + std::to_string(s.logical) +
+                           " (" + std::to_string(ci->stripes.size()) + " stripes of " +
+                           std::to_string(s.length >> 20) + " MiB)";
+  if (cands.empty()) {
+    return Status::Invalid(what + " has a stripe on every other device already: moving it off device " +
+                           std::to_string(leaving) + " needs the chunk restriped over fewer devices, which ubtrfs "
+                           "does not do offline (add a device first, or use the kernel's btrfs device remove)");
+  }
+  return Status::Error(ENOSPC, what + ": no room for its stripe on the other devices");
+}
+
+Status DeviceLayout::RemoveDevice(uint64_t devid, std::unique_ptr<io::BlockDevice>* out) {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  UB_RETURN_IF_ERROR(CheckRemovable(devid));
+  for (const Stripe& s : Stripes()) {
+    if (s.devid == devid) {
+      return Status::Invalid("device " + std::to_string(devid) + " still holds a stripe of chunk " +
+                             std::to_string(s.logical));
+    }
+  }
+  const DevItem item = vol->dev_items().at(devid);
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
+  UB_RETURN_IF_ERROR(chunk_w->Delete(Key{kDevItemsObjectid, kDevItemKey, devid}));
+  // The kernel's error counters for the device, if it kept any.
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
+  const Key stats{kDevStatsObjectid, kPersistentItemKey, devid};
+  UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(txn_->source(), dev_w->LiveRef(), stats));
+  if (have) UB_RETURN_IF_ERROR(dev_w->Delete(stats));
+  SuperBlock& sb = vol->mutable_super();
+  sb.num_devices = sb.num_devices.get() - 1;
+  sb.total_bytes = sb.total_bytes.get() - std::min(sb.total_bytes.get(), item.total_bytes.get());
+  auto it = ca.devs_.find(devid);
+  if (it != ca.devs_.end()) {
+    ca.device_end_ -= std::min(ca.device_end_, it->second.end);
+    ca.devs_.erase(it);
+  }
+  *out = vol->RemoveDevice(devid);
+  if (sb.dev_item.devid.get() == devid) {
+    // The superblock's own DEV_ITEM: each device's is filled in as it is
+    // written; start from the lowest remaining one.
+    const DevItem& d = vol->dev_items().begin()->second;
+    sb.dev_item = d;
+    sb.dev_item.generation = 0;
+  }
+  return Status::Ok();
 }
 
 }  // namespace ubtrfs::txn
