@@ -22,6 +22,7 @@
 #include "io/recording_device.h"
 #include "alloc/chunk_map.h"
 #include "io/block_device.h"
+#include "support/array_mount.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -32,6 +33,7 @@
 namespace {
 
 using namespace ubtrfs;
+using ubtrfs_test::ArrayMount;
 using ubtrfs_test::CompareTreeToImage;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
@@ -53,58 +55,8 @@ const std::vector<Profile> kProfiles = {
 };
 
 std::string Join(const std::vector<std::string>& v, const std::string& sep = ",") {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
+  return ubtrfs_test::JoinDevices(v, sep);
 }
-
-// Loop devices for every image and a kernel mount of the set.
-class ArrayMount {
- public:
-  ~ArrayMount() { Unmount(); }
-  std::string Mount(const std::vector<std::string>& images, const std::string& dir, const std::string& opts = "") {
-    for (const auto& img : images) {
-      auto r = RunCommand({"losetup", "-f", "--show", img});
-      if (!r.ok()) return "losetup " + img + ": " + r.Describe();
-      std::string dev = r.out;
-      while (!dev.empty() && (dev.back() == '\n' || dev.back() == ' ')) dev.pop_back();
-      loops_.push_back(dev);
-    }
-    std::string o;
-    for (const auto& l : loops_) o += (o.empty() ? "" : ",") + std::string("device=") + l;
-    if (!opts.empty()) o += "," + opts;
-    auto r = RunCommand({"mount", "-t", "btrfs", "-o", o, loops_.front(), dir});
-    if (!r.ok()) return "mount: " + r.Describe();
-    dir_ = dir;
-    return "";
-  }
-  // btrfs check --readonly over the loop devices (progs finds the members
-  // among the scanned block devices).
-  ubtrfs_test::CommandResult Check(const std::vector<std::string>& images) {
-    for (const auto& img : images) {
-      auto r = RunCommand({"losetup", "-f", "--show", img});
-      std::string dev = r.out;
-      while (!dev.empty() && (dev.back() == '\n' || dev.back() == ' ')) dev.pop_back();
-      loops_.push_back(dev);
-    }
-    // Only these devices: a scan of every block device would register other
-    // tests' loop devices with the kernel too.
-    std::vector<std::string> scan{"btrfs", "device", "scan"};
-    scan.insert(scan.end(), loops_.begin(), loops_.end());
-    RunCommand(scan);
-    return RunCommand({"btrfs", "check", "--readonly", loops_.front()});
-  }
-  void Unmount() {
-    if (!dir_.empty()) RunCommand({"umount", dir_});
-    dir_.clear();
-    for (const auto& l : loops_) RunCommand({"losetup", "-d", l});
-    loops_.clear();
-  }
-
- private:
-  std::vector<std::string> loops_;
-  std::string dir_;
-};
 
 class MultiDeviceTest : public testing::TestWithParam<Profile> {
  protected:

@@ -368,6 +368,13 @@ Status AddDevice(const std::vector<std::string>& devices, const std::string& new
   if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
     return Status::Invalid(new_device + ": not an image file or block device");
   }
+  for (const std::string& d : devices) {
+    for (const std::string& p : txn::SplitDeviceList(d)) {
+      if (RealPath(p) == RealPath(new_device)) {
+        return Status::Invalid(new_device + " is named as a device of the filesystem already");
+      }
+    }
+  }
   ImageLock new_lock;
   UB_RETURN_IF_ERROR(new_lock.Take(new_device));
   UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(new_device, io::OpenFlags{true}, io::Placement{}));
@@ -375,22 +382,29 @@ Status AddDevice(const std::vector<std::string>& devices, const std::string& new
     return Status::Invalid(new_device + " is too small: " + std::to_string(dev->Size()) + " bytes; a device needs at least " +
                            std::to_string(kMinNewDevice) + " (16 MiB)");
   }
+  // A member of this filesystem (left out of `devices`), or another one.
+  if (auto sc = txn::ReadSuperblock(*dev); sc.ok()) {
+    const std::vector<std::string> first = txn::SplitDeviceList(devices.empty() ? std::string() : devices.front());
+    if (!first.empty()) {
+      if (auto fdev = io::OpenImage(first.front(), io::OpenFlags{}, io::Placement{}); fdev.ok()) {
+        if (auto fsc = txn::ReadSuperblock(**fdev);
+            fsc.ok() && std::memcmp(fsc->sb.fsid, sc->sb.fsid, format::kFsidSize) == 0) {
+          return Status::Invalid(new_device + " carries this filesystem's superblock (device " +
+                                 std::to_string(sc->sb.dev_item.devid.get()) +
+                                 "): it is a device of the filesystem already");
+        }
+      }
+    }
+    if (!options.force) {
+      return Status::Invalid(new_device + " already contains a btrfs filesystem (fsid " +
+                             format::UuidToString(sc->sb.fsid) + "); use --force to overwrite it");
+    }
+  }
   UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options));
   const std::string real = RealPath(new_device);
   for (const auto& [id, name] : set.names) {
     if (RealPath(name) == real) {
       return Status::Invalid(new_device + " is device " + std::to_string(id) + " of this filesystem already");
-    }
-  }
-  if (auto sc = txn::ReadSuperblock(*dev); sc.ok()) {
-    if (std::memcmp(sc->sb.fsid, set.o.vol->super().fsid, format::kFsidSize) == 0) {
-      return Status::Invalid(new_device + " carries this filesystem's superblock (device " +
-                             std::to_string(sc->sb.dev_item.devid.get()) +
-                             "): name every device of the filesystem, or wipe it first");
-    }
-    if (!options.force) {
-      return Status::Invalid(new_device + " already contains a btrfs filesystem (fsid " +
-                             format::UuidToString(sc->sb.fsid) + "); use --force to overwrite it");
     }
   }
   // Old signatures and the old primary superblock go; the commit writes

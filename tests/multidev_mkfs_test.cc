@@ -1,0 +1,365 @@
+// Arrays ubtrfs makes (mkfs -d/-m over 2-4 image files) and changes
+// (device add, device remove): the chunk, dev and device items exact, every
+// device with its own superblock, btrfs check clean over the set, the
+// kernel mounts it with the same content; wrong arguments change nothing.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "alloc/chunk_map.h"
+#include "format/ondisk.h"
+#include "io/block_device.h"
+#include "support/array_mount.h"
+#include "support/host_files.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "txn/devices.h"
+#include "txn/volume.h"
+#include "ubtrfs/filesystem.h"
+
+namespace {
+
+using namespace ubtrfs;
+using ubtrfs_test::ArrayMount;
+using ubtrfs_test::JoinDevices;
+using ubtrfs_test::RunCommand;
+using ubtrfs_test::RunUbtrfs;
+using ubtrfs_test::TempDir;
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+struct Layout {
+  std::string data, meta;
+  int devices;
+};
+
+std::string PrintLayout(const testing::TestParamInfo<Layout>& p) {
+  return p.param.data + "_" + p.param.meta + "_" + std::to_string(p.param.devices);
+}
+
+uint64_t ProfileBits(const std::string& name) {
+  static const std::map<std::string, uint64_t> kBits = {
+      {"single", 0},
+      {"dup", format::kBlockGroupDup},
+      {"raid0", format::kBlockGroupRaid0},
+      {"raid1", format::kBlockGroupRaid1},
+      {"raid1c3", format::kBlockGroupRaid1c3},
+      {"raid1c4", format::kBlockGroupRaid1c4},
+      {"raid10", format::kBlockGroupRaid10},
+  };
+  return kBits.at(name);
+}
+
+// A source tree: empty to multi-element files, a hole-free large one,
+// directories, a symlink, small files.
+void MakeSource(const std::string& src) {
+  ::mkdir(src.c_str(), 0755);
+  ::mkdir((src + "/d").c_str(), 0755);
+  const size_t sizes[] = {0, 1, 4095, 65537, 300000, 3 * kMiB + 123, 9 * kMiB};
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    ubtrfs_test::WriteHostFile(src + (i % 2 ? "/d/f" : "/f") + std::to_string(i),
+                               ubtrfs_test::SeededBytes(sizes[i], 300 + i));
+  }
+  for (int i = 0; i < 30; ++i) {
+    ubtrfs_test::WriteHostFile(src + "/d/s" + std::to_string(i), ubtrfs_test::SeededBytes(i * 131, i));
+  }
+  ASSERT_EQ(::symlink("d/f1", (src + "/link").c_str()), 0);
+}
+
+std::vector<std::string> MakeImages(const TempDir& dir, const std::string& prefix, int n, uint64_t size) {
+  std::vector<std::string> images;
+  for (int i = 0; i < n; ++i) {
+    images.push_back(dir.Sub(prefix + std::to_string(i + 1) + ".img"));
+    std::string err;
+    EXPECT_TRUE(ubtrfs_test::MakeSparseFile(images.back(), size, &err)) << err;
+  }
+  return images;
+}
+
+ubtrfs_test::CommandResult Mkfs(const std::vector<std::string>& images, const std::string& data,
+                                const std::string& meta, const std::string& rootdir = "") {
+  std::vector<std::string> args{"mkfs", "-q", "-f", "-d", data, "-m", meta};
+  if (!rootdir.empty()) {
+    args.push_back("--rootdir");
+    args.push_back(rootdir);
+  }
+  args.insert(args.end(), images.begin(), images.end());
+  return RunUbtrfs(args);
+}
+
+// Every file of `src` reads back byte for byte through ubtrfs over `devices`.
+void ExpectSameAsSource(const std::string& src, const std::vector<std::string>& devices) {
+  auto fs = Filesystem::Open(JoinDevices(devices));
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  ubtrfs_test::CompareOptions co;
+  co.compare_dir_mtime = false;
+  co.compare_top_attrs = false;
+  auto diffs = ubtrfs_test::CompareTreeToImage(src, **fs, co);
+  EXPECT_TRUE(diffs.empty()) << JoinDevices(diffs, "\n");
+}
+
+// The device items, dev extents and superblocks as they must be: one
+// DEV_ITEM per device with bytes_used the sum of its stripes, each device's
+// superblock naming itself, every chunk with the profile asked for its kind
+// and a stripe per device as the profile wants.
+void ExpectExactDevices(const std::vector<std::string>& images, uint64_t data, uint64_t meta) {
+  std::vector<std::unique_ptr<io::BlockDevice>> devs;
+  for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
+  auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+  ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+  const txn::Volume& v = **vol;
+  EXPECT_EQ(v.super().num_devices.get(), images.size());
+  ASSERT_EQ(v.dev_items().size(), images.size());
+  EXPECT_TRUE(v.missing_devices().empty());
+  std::map<uint64_t, uint64_t> used;
+  uint64_t total = 0;
+  for (const auto& [logical, c] : v.chunks().chunks()) {
+    SCOPED_TRACE("chunk " + std::to_string(logical) + " " + alloc::ProfileName(c.type));
+    const uint64_t want = (c.type & format::kBlockGroupData) ? data : meta;
+    EXPECT_EQ(c.profile(), want);
+    std::set<uint64_t> devids;
+    for (const auto& s : c.stripes) {
+      devids.insert(s.devid);
+      used[s.devid] += c.stripe_size;
+    }
+    if (want == format::kBlockGroupDup) {
+      EXPECT_EQ(c.stripes.size(), 2u);
+      EXPECT_EQ(devids.size(), 1u);
+    } else {
+      EXPECT_EQ(devids.size(), c.stripes.size()) << "two stripes on one device";
+      const alloc::ProfileRule rule = alloc::RuleFor(want);
+      if (rule.devs_max != 0) {
+        EXPECT_EQ(c.stripes.size(), rule.devs_max);
+      }
+    }
+  }
+  for (const auto& [devid, item] : v.dev_items()) {
+    EXPECT_EQ(item.bytes_used.get(), used[devid]) << "device " << devid;
+    total += item.total_bytes.get();
+  }
+  EXPECT_EQ(v.super().total_bytes.get(), total);
+  std::set<uint64_t> seen;
+  for (const auto& img : images) {
+    auto dev = io::OpenFileDevice(img);
+    ASSERT_TRUE(dev.ok());
+    auto sc = txn::ReadSuperblock(**dev);
+    ASSERT_TRUE(sc.ok()) << img << ": " << sc.status().ToString();
+    EXPECT_EQ(sc->mirror, 0) << img;
+    const uint64_t devid = sc->sb.dev_item.devid.get();
+    EXPECT_TRUE(seen.insert(devid).second) << img << " names device " << devid << " twice";
+    ASSERT_TRUE(v.dev_items().count(devid)) << img;
+    const format::DevItem& item = v.dev_items().at(devid);
+    EXPECT_EQ(0, std::memcmp(sc->sb.dev_item.uuid, item.uuid, format::kUuidSize)) << img;
+    EXPECT_EQ(sc->sb.dev_item.total_bytes.get(), item.total_bytes.get()) << img;
+    EXPECT_EQ(sc->sb.dev_item.bytes_used.get(), item.bytes_used.get()) << img;
+    EXPECT_EQ(sc->sb.num_devices.get(), images.size()) << img;
+  }
+}
+
+// btrfs check over the set, and a kernel mount showing what ubtrfs shows.
+void ExpectKernelAgrees(const TempDir& dir, const std::vector<std::string>& images) {
+  {
+    ArrayMount loops;
+    auto progs = loops.Check(images);
+    EXPECT_TRUE(progs.ok()) << progs.Describe();
+  }
+  const std::string mnt = dir.Sub("mnt");
+  ::mkdir(mnt.c_str(), 0755);
+  ArrayMount m;
+  ASSERT_EQ(m.Mount(images, mnt, "ro"), "");
+  auto fs = Filesystem::Open(JoinDevices(images));
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto diffs = ubtrfs_test::CompareTreeToImage(mnt, **fs, ubtrfs_test::KernelMountCompareOptions());
+  EXPECT_TRUE(diffs.empty()) << JoinDevices(diffs, "\n");
+}
+
+class MultiDeviceMkfsTest : public testing::TestWithParam<Layout> {};
+
+TEST_P(MultiDeviceMkfsTest, ArrayIsExactCheckCleanAndMountsWithTheSameContent) {
+  const Layout& p = GetParam();
+  TempDir dir("ubtrfs-mkfs-multi");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  const auto images = MakeImages(dir, "dev", p.devices, 256 * kMiB);
+  auto mk = Mkfs(images, p.data, p.meta, src);
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+  ExpectSameAsSource(src, images);
+  auto ours = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_SKIP() << "btrfs check and the kernel mount need loop devices: " << why;
+  }
+  ExpectKernelAgrees(dir, images);
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceMkfsTest,
+                         testing::Values(Layout{"single", "raid1", 2}, Layout{"dup", "dup", 2},
+                                         Layout{"raid0", "raid0", 2}, Layout{"raid1", "raid1", 2},
+                                         Layout{"raid1c3", "raid1c3", 3}, Layout{"raid1c4", "raid1c4", 4},
+                                         Layout{"raid10", "raid10", 4}, Layout{"raid0", "raid1", 3},
+                                         Layout{"single", "single", 3}),
+                         PrintLayout);
+
+// The defaults, as mkfs.btrfs: data single, metadata (and system) RAID1 on
+// several devices, DUP on one.
+TEST(MultiDeviceMkfs, DefaultsAreDataSingleMetadataRaid1) {
+  TempDir dir("ubtrfs-mkfs-defaults");
+  const auto images = MakeImages(dir, "dev", 2, 128 * kMiB);
+  auto mk = RunUbtrfs({"mkfs", "-q", images[0], images[1]});
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  ExpectExactDevices(images, 0, format::kBlockGroupRaid1);
+  const auto one = MakeImages(dir, "one", 1, 128 * kMiB);
+  mk = RunUbtrfs({"mkfs", "-q", one[0]});
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  ExpectExactDevices(one, 0, format::kBlockGroupDup);
+}
+
+// device add, new data (copy profiles: new chunks may use the new device),
+// device remove of an original one: every byte stays, the items stay exact.
+class MultiDeviceAddRemoveTest : public testing::TestWithParam<Layout> {};
+
+TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
+  const Layout& p = GetParam();
+  TempDir dir("ubtrfs-add-remove");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  auto images = MakeImages(dir, "dev", p.devices, 256 * kMiB);
+  auto mk = Mkfs(images, p.data, p.meta, src);
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  const bool striped = p.data == "raid0" || p.data == "raid10" || p.meta == "raid0" || p.meta == "raid10";
+  // More data, in a new data chunk. Striped profiles get it before the add:
+  // a chunk striped over every device cannot move off one (no restriping).
+  const std::string more = src + "/more";
+  ubtrfs_test::WriteHostFile(more, ubtrfs_test::SeededBytes(70 * kMiB, 77));
+  auto copy_more = [&] {
+    auto cp = RunUbtrfs({"cp", more, JoinDevices(images) + ":/more"});
+    ASSERT_EQ(cp.exit_code, 0) << cp.Describe();
+  };
+  if (striped) copy_more();
+
+  const std::string added = dir.Sub("new.img");
+  std::string err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(added, 256 * kMiB, &err)) << err;
+  std::vector<std::string> add_args{"device", "add", "-q"};
+  add_args.insert(add_args.end(), images.begin(), images.end());
+  add_args.push_back(added);
+  auto add = RunUbtrfs(add_args);
+  ASSERT_EQ(add.exit_code, 0) << add.Describe();
+  images.push_back(added);
+  ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+  if (!striped) copy_more();
+  ExpectSameAsSource(src, images);
+
+  // Remove the first device (by path for RAID1, by devid otherwise).
+  std::vector<std::string> rm_args{"device", "remove"};
+  rm_args.insert(rm_args.end(), images.begin(), images.end());
+  rm_args.push_back(p.data == "raid1" ? images[0] : "1");
+  auto rm = RunUbtrfs(rm_args);
+  ASSERT_EQ(rm.exit_code, 0) << rm.Describe();
+  EXPECT_NE(rm.out.find("moved"), std::string::npos) << rm.out;
+  const std::string removed = images[0];
+  images.erase(images.begin());
+  {
+    auto dev = io::OpenFileDevice(removed);
+    ASSERT_TRUE(dev.ok());
+    EXPECT_FALSE(txn::ReadSuperblock(**dev).ok()) << "the removed device still carries a superblock";
+  }
+  ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+  ExpectSameAsSource(src, images);
+  auto ours = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_SKIP() << "btrfs check and the kernel mount need loop devices: " << why;
+  }
+  ExpectKernelAgrees(dir, images);
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceAddRemoveTest,
+                         testing::Values(Layout{"single", "raid1", 2}, Layout{"dup", "dup", 2},
+                                         Layout{"raid0", "raid0", 2}, Layout{"raid1", "raid1", 2},
+                                         Layout{"raid1c3", "raid1c3", 3}, Layout{"raid10", "raid10", 4}),
+                         PrintLayout);
+
+// FNV-1a of a whole file: "nothing changed".
+uint64_t Digest(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> buf(1 << 20);
+  uint64_t h = 1469598103934665603ull;
+  while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())) || f.gcount() > 0) {
+    for (std::streamsize i = 0; i < f.gcount(); ++i) {
+      h = (h ^ static_cast<uint8_t>(buf[static_cast<size_t>(i)])) * 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+std::vector<uint64_t> Digests(const std::vector<std::string>& images) {
+  std::vector<uint64_t> out;
+  for (const auto& i : images) out.push_back(Digest(i));
+  return out;
+}
+
+void ExpectFails(const std::vector<std::string>& args, const std::string& message) {
+  auto r = RunUbtrfs(args);
+  EXPECT_NE(r.exit_code, 0) << ubtrfs_test::ShellJoin(args);
+  EXPECT_NE(r.err.find(message), std::string::npos) << ubtrfs_test::ShellJoin(args) << ": " << r.err;
+}
+
+TEST(MultiDeviceArgs, WrongArgumentsGiveClearErrorsAndChangeNothing) {
+  TempDir dir("ubtrfs-device-args");
+  // mkfs: an unknown profile, too few devices, RAID5/6: no file is made.
+  const std::string a = dir.Sub("a.img"), b = dir.Sub("b.img"), c = dir.Sub("c.img");
+  ExpectFails({"mkfs", "--size", "128M", "-d", "raid7", a, b}, "unknown profile");
+  ExpectFails({"mkfs", "--size", "128M", "-m", "raid1c3", a, b}, "needs at least 3 devices; 2 were given");
+  ExpectFails({"mkfs", "--size", "128M", "-d", "raid1", a}, "needs at least 2 devices; 1 was given");
+  ExpectFails({"mkfs", "--size", "128M", "-d", "raid5", a, b, c}, "RAID5/RAID6");
+  for (const auto& f : {a, b, c}) EXPECT_NE(::access(f.c_str(), F_OK), 0) << f << " was made";
+  // Existing files stay as they are.
+  const auto loose = MakeImages(dir, "loose", 2, 128 * kMiB);
+  const auto loose_before = Digests(loose);
+  ExpectFails({"mkfs", "-m", "raid1c4", loose[0], loose[1]}, "needs at least 4 devices");
+  EXPECT_EQ(Digests(loose), loose_before);
+
+  // device remove: the only device; below RAID1's two; an unknown devid.
+  const auto one = MakeImages(dir, "one", 1, 128 * kMiB);
+  ASSERT_EQ(RunUbtrfs({"mkfs", "-q", one[0]}).exit_code, 0);
+  const auto one_before = Digests(one);
+  ExpectFails({"device", "remove", one[0], "1"}, "unable to remove the only device");
+  ExpectFails({"device", "remove", one[0], one[0]}, "unable to remove the only device");
+  EXPECT_EQ(Digests(one), one_before);
+
+  const auto pair = MakeImages(dir, "pair", 2, 128 * kMiB);
+  ASSERT_EQ(Mkfs(pair, "raid1", "raid1").exit_code, 0);
+  const auto pair_before = Digests(pair);
+  ExpectFails({"device", "remove", pair[0], pair[1], "2"}, "unable to go below 2 devices on raid1");
+  ExpectFails({"device", "remove", pair[0], pair[1], "7"}, "has no device 7");
+  ExpectFails({"device", "remove", pair[0], pair[1], dir.Sub("elsewhere.img")}, "is not a device of this filesystem");
+  // device add: one of its own devices, a file that is not there.
+  ExpectFails({"device", "add", pair[0], pair[1], pair[1]}, "is named as a device of the filesystem already");
+  ExpectFails({"device", "add", pair[0], pair[1], dir.Sub("missing.img")}, "does not exist");
+  ExpectFails({"device", "add", pair[0], pair[1]}, "it is a device of the filesystem already");  // pair[1]: NEWDEV
+  EXPECT_EQ(Digests(pair), pair_before);
+  // Another filesystem on the new device needs --force.
+  ExpectFails({"device", "add", pair[0], pair[1], one[0]}, "use --force to overwrite it");
+  EXPECT_EQ(Digests(one), one_before);
+  EXPECT_EQ(Digests(pair), pair_before);
+
+  // A RAID0 chunk striped over all three devices would need restriping.
+  const auto three = MakeImages(dir, "three", 3, 128 * kMiB);
+  ASSERT_EQ(Mkfs(three, "raid0", "raid1").exit_code, 0);
+  const auto three_before = Digests(three);
+  ExpectFails({"device", "remove", three[0], three[1], three[2], "2"}, "needs the chunk restriped");
+  EXPECT_EQ(Digests(three), three_before);
+}
+
+}  // namespace

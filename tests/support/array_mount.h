@@ -1,0 +1,39 @@
+// Kernel views of multi-device image sets: a loop device per image, btrfs
+// check over them, and a mount of the set (tests skip where loop mounts are
+// not available: LoopMountsAvailable).
+#ifndef UBTRFS_TESTS_SUPPORT_ARRAY_MOUNT_H_
+#define UBTRFS_TESTS_SUPPORT_ARRAY_MOUNT_H_
+
+#include <string>
+#include <vector>
+
+#include "support/test_util.h"
+
+namespace ubtrfs_test {
+
+class ArrayMount {
+ public:
+  ArrayMount() = default;
+  ArrayMount(const ArrayMount&) = delete;
+  ArrayMount& operator=(const ArrayMount&) = delete;
+  ~ArrayMount() { Unmount(); }
+  // Loop devices for every image and a kernel mount of the set at `dir`
+  // (-o device=... for each, plus `opts`). "" on success, else what failed.
+  std::string Mount(const std::vector<std::string>& images, const std::string& dir, const std::string& opts = "");
+  // btrfs check --readonly over loop devices of the images (progs finds the
+  // members among the block devices scanned).
+  CommandResult Check(const std::vector<std::string>& images);
+  // Unmounts and detaches the loop devices.
+  void Unmount();
+
+ private:
+  std::vector<std::string> loops_;
+  std::string dir_;
+};
+
+// "a,b,c".
+std::string JoinDevices(const std::vector<std::string>& v, const std::string& sep = ",");
+
+}  // namespace ubtrfs_test
+
+#endif  // UBTRFS_TESTS_SUPPORT_ARRAY_MOUNT_H_
