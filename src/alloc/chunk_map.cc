@@ -162,6 +162,7 @@ Status ChunkMap::SetLength(uint64_t logical, uint64_t length) {
                            std::to_string(length) + " (now " + std::to_string(it->second.length) + ")");
   }
   it->second.length = length;
+  it->second.stripe_size = length / std::max<uint32_t>(1, it->second.data_stripes());
   return Status::Ok();
 }
 
