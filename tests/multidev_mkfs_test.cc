@@ -232,23 +232,21 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
   TempDir dir("ubtrfs-add-remove");
   const std::string src = dir.Sub("src");
   MakeSource(src);
-  auto images = MakeImages(dir, "dev", p.devices, 256 * kMiB);
+  auto images = MakeImages(dir, "dev", p.devices, 384 * kMiB);
   auto mk = Mkfs(images, p.data, p.meta, src);
   ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
-  const bool striped = p.data == "raid0" || p.data == "raid10" || p.meta == "raid0" || p.meta == "raid10";
-  // More data, in a new data chunk. Striped profiles get it before the add:
-  // a chunk striped over every device cannot move off one (no restriping).
+  // More data after the add, in a new data chunk: copy profiles may put a
+  // copy on the new device; RAID0/RAID10 stripe it over every device, so
+  // the remove has to restripe it over fewer.
+  const bool striped = p.data == "raid0" || p.data == "raid10";
   const std::string more = src + "/more";
-  ubtrfs_test::WriteHostFile(more, ubtrfs_test::SeededBytes(70 * kMiB, 77));
-  auto copy_more = [&] {
-    auto cp = RunUbtrfs({"cp", more, JoinDevices(images) + ":/more"});
-    ASSERT_EQ(cp.exit_code, 0) << cp.Describe();
-  };
-  if (striped) copy_more();
+  // (mkfs's data chunk holds 64 MiB per data stripe: more than that)
+  const int data_stripes = p.data == "raid0" ? p.devices : p.data == "raid10" ? p.devices / 2 : 1;
+  ubtrfs_test::WriteHostFile(more, ubtrfs_test::SeededBytes((64 * data_stripes + 8) * kMiB, 77));
 
   const std::string added = dir.Sub("new.img");
   std::string err;
-  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(added, 256 * kMiB, &err)) << err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(added, 384 * kMiB, &err)) << err;
   std::vector<std::string> add_args{"device", "add", "-q"};
   add_args.insert(add_args.end(), images.begin(), images.end());
   add_args.push_back(added);
@@ -256,7 +254,22 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
   ASSERT_EQ(add.exit_code, 0) << add.Describe();
   images.push_back(added);
   ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
-  if (!striped) copy_more();
+  {
+    auto cp = RunUbtrfs({"cp", more, JoinDevices(images) + ":/more"});
+    ASSERT_EQ(cp.exit_code, 0) << cp.Describe();
+  }
+  bool everywhere = false;  // a chunk on every device: the remove restripes it
+  if (striped) {
+    // The new data chunk lies on the added device too.
+    std::vector<std::unique_ptr<io::BlockDevice>> devs;
+    for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
+    auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    size_t widest = 0;
+    for (const auto& [logical, c] : (*vol)->chunks().chunks()) widest = std::max(widest, c.stripes.size());
+    EXPECT_EQ(widest, images.size() - images.size() % (p.data == "raid10" ? 2 : 1));
+    everywhere = widest == images.size();
+  }
   ExpectSameAsSource(src, images);
 
   // Remove the first device (by path for RAID1, by devid otherwise).
@@ -266,6 +279,9 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
   auto rm = RunUbtrfs(rm_args);
   ASSERT_EQ(rm.exit_code, 0) << rm.Describe();
   EXPECT_NE(rm.out.find("moved"), std::string::npos) << rm.out;
+  if (everywhere) {
+    EXPECT_NE(rm.out.find("restriped"), std::string::npos) << rm.out;
+  }
   const std::string removed = images[0];
   images.erase(images.begin());
   {
@@ -287,8 +303,39 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
 INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceAddRemoveTest,
                          testing::Values(Layout{"single", "raid1", 2}, Layout{"dup", "dup", 2},
                                          Layout{"raid0", "raid0", 2}, Layout{"raid1", "raid1", 2},
-                                         Layout{"raid1c3", "raid1c3", 3}, Layout{"raid10", "raid10", 4}),
+                                         Layout{"raid1c3", "raid1c3", 3}, Layout{"raid10", "raid10", 4},
+                                         Layout{"raid10", "raid10", 3}, Layout{"raid0", "raid1", 3}),
                          PrintLayout);
+
+// Removing a device of a RAID0/RAID10 array whose chunks use every device:
+// each chunk is laid out anew over the devices left.
+TEST(MultiDeviceAddRemove, RemoveRestripesChunksOverTheOtherDevices) {
+  TempDir dir("ubtrfs-restripe");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  for (const Layout& p : {Layout{"raid0", "raid0", 3}, Layout{"raid10", "raid10", 4}}) {
+    SCOPED_TRACE(p.data + " over " + std::to_string(p.devices));
+    auto images = MakeImages(dir, p.data + "-", p.devices, 256 * kMiB);
+    ASSERT_EQ(Mkfs(images, p.data, p.meta, src).exit_code, 0);
+    std::vector<std::string> rm_args{"device", "remove"};
+    rm_args.insert(rm_args.end(), images.begin(), images.end());
+    rm_args.push_back("2");
+    auto rm = RunUbtrfs(rm_args);
+    ASSERT_EQ(rm.exit_code, 0) << rm.Describe();
+    EXPECT_NE(rm.out.find("restriped 3 chunks"), std::string::npos) << rm.out;
+    images.erase(images.begin() + 1);
+    ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+    ExpectSameAsSource(src, images);
+    auto ours = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
+    EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+    std::string why;
+    if (ubtrfs_test::LoopMountsAvailable(&why)) ExpectKernelAgrees(dir, images);
+  }
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_SKIP() << "btrfs check and the kernel mount need loop devices: " << why;
+  }
+}
 
 // FNV-1a of a whole file: "nothing changed".
 uint64_t Digest(const std::string& path) {
@@ -354,12 +401,13 @@ TEST(MultiDeviceArgs, WrongArgumentsGiveClearErrorsAndChangeNothing) {
   EXPECT_EQ(Digests(one), one_before);
   EXPECT_EQ(Digests(pair), pair_before);
 
-  // A RAID0 chunk striped over all three devices would need restriping.
-  const auto three = MakeImages(dir, "three", 3, 128 * kMiB);
-  ASSERT_EQ(Mkfs(three, "raid0", "raid1").exit_code, 0);
-  const auto three_before = Digests(three);
-  ExpectFails({"device", "remove", three[0], three[1], three[2], "2"}, "needs the chunk restriped");
-  EXPECT_EQ(Digests(three), three_before);
+  // A RAID0 chunk over both devices must be restriped onto the one left,
+  // which has no room for it.
+  const auto two = MakeImages(dir, "two", 2, 128 * kMiB);
+  ASSERT_EQ(Mkfs(two, "raid0", "dup").exit_code, 0);
+  const auto two_before = Digests(two);
+  ExpectFails({"device", "remove", two[0], two[1], "1"}, "must be restriped over the other 1 devices, and they have no room");
+  EXPECT_EQ(Digests(two), two_before);
 }
 
 }  // namespace

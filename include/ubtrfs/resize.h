@@ -66,8 +66,9 @@ struct DeviceChangeResult {
   uint64_t devid = 0;          // the device added or removed
   uint64_t num_devices = 0;    // the filesystem's devices afterwards
   uint64_t total_bytes = 0;    // and its size
-  uint64_t stripes_moved = 0;  // RemoveDevice: chunk stripes moved to the other devices
-  uint64_t bytes_copied = 0;   // bytes those moves copied
+  uint64_t stripes_moved = 0;     // RemoveDevice: chunk stripes moved to the other devices
+  uint64_t chunks_restriped = 0;  // RAID0/RAID10 chunks laid out anew over fewer devices
+  uint64_t bytes_copied = 0;      // bytes those moves copied
 };
 
 // Adds `new_device` (an image file or block device that exists, at least
@@ -88,8 +89,11 @@ UBTRFS_API Status AddDevice(const std::vector<std::string>& devices, const std::
 // the magic of its superblock copies is cleared. Refused (EINVAL, nothing
 // changed) for the only device and where a profile in use would have fewer
 // devices than it needs (as the kernel: RAID1 keeps 2, RAID1C3 3, RAID1C4 4,
-// RAID10 2); a striped chunk that already lies on every other device would
-// need restriping, which is refused too (EINVAL naming the chunk).
+// RAID10 2). A RAID0 or RAID10 chunk that already has a stripe on every
+// other device is restriped over them (same logical address and length,
+// fewer and longer stripes, every used element copied), which needs room
+// for the new stripes beside the old ones; without it EINVAL names the
+// chunk and nothing more changes.
 UBTRFS_API Status RemoveDevice(const std::vector<std::string>& devices, const std::string& which,
                                const DeviceChangeOptions& options, DeviceChangeResult* result);
 

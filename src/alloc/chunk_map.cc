@@ -166,6 +166,16 @@ Status ChunkMap::SetLength(uint64_t logical, uint64_t length) {
   return Status::Ok();
 }
 
+Status ChunkMap::SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size) {
+  std::unique_lock lock(mu_);
+  auto it = chunks_.find(logical);
+  if (it == chunks_.end()) return Status::NotFound("no chunk at logical " + std::to_string(logical));
+  if (stripes.empty()) return Status::Invalid("chunk at logical " + std::to_string(logical) + ": no stripes");
+  it->second.stripes = std::move(stripes);
+  it->second.stripe_size = stripe_size;
+  return Status::Ok();
+}
+
 Status ChunkMap::SetStripe(uint64_t logical, size_t index, uint64_t physical, uint64_t devid) {
   std::unique_lock lock(mu_);
   auto it = chunks_.find(logical);

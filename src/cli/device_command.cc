@@ -74,7 +74,11 @@ void CmdRemove(const DeviceArgs& a) {
   if (a.quiet) return;
   fmt::print("Removed device {} ({}): {} devices left, {} bytes ({})", r.devid, which, r.num_devices, r.total_bytes,
              Human(r.total_bytes));
-  if (r.stripes_moved) fmt::print("; moved {} chunk stripes ({} copied)", r.stripes_moved, Human(r.bytes_copied));
+  if (r.stripes_moved || r.chunks_restriped) {
+    fmt::print("; moved {} chunk stripes", r.stripes_moved);
+    if (r.chunks_restriped) fmt::print(", restriped {} chunks over fewer devices", r.chunks_restriped);
+    fmt::print(" ({} copied)", Human(r.bytes_copied));
+  }
   fmt::print("\n");
 }
 

@@ -276,17 +276,35 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
 
 std::vector<std::pair<uint64_t, uint64_t>> DeviceLayout::NewSuperRanges(uint64_t logical, size_t index,
                                                                         uint64_t devid, uint64_t to) const {
-  std::vector<std::pair<uint64_t, uint64_t>> out;
   const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
-  if (!ci || index >= ci->stripes.size()) return out;
+  if (!ci || index >= ci->stripes.size()) return {};
   alloc::ChunkInfo moved = *ci;
   moved.stripes[index] = {devid, to};
-  for (auto [start, len] : alloc::SuperblockRanges(moved)) {
+  return NewSuperRanges(moved);
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> DeviceLayout::NewSuperRanges(const alloc::ChunkInfo& layout) const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (auto [start, len] : alloc::SuperblockRanges(layout)) {
     bool have = false;
     for (auto [xs, xl] : txn_->excluded_ranges_) have |= xs == start && xl == len;
     if (!have) out.push_back({start, len});
   }
   return out;
+}
+
+bool DeviceLayout::SuperRangesFree(const alloc::ChunkInfo& layout) const {
+  for (auto [start, len] : NewSuperRanges(layout)) {
+    bool busy = false;
+    txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+      if (g.start() != layout.logical) return;
+      auto check = [&](uint64_t a, uint64_t l) { busy |= Overlaps(a, l, start, len); };
+      g.ForEachUsedExtent(check);
+      g.ForEachPinnedExtent(check);
+    });
+    if (busy) return false;
+  }
+  return true;
 }
 
 bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t devid, uint64_t to) const {
@@ -297,17 +315,11 @@ bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t devid, uint64_t to) const {
   for (const auto& [p, l] : dev->second.extents) {
     if (Overlaps(p, l, to, s.length)) return false;
   }
-  for (auto [start, len] : NewSuperRanges(s.logical, s.index, devid, to)) {
-    bool busy = false;
-    txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
-      if (g.start() != s.logical) return;
-      auto check = [&](uint64_t a, uint64_t l) { busy |= Overlaps(a, l, start, len); };
-      g.ForEachUsedExtent(check);
-      g.ForEachPinnedExtent(check);
-    });
-    if (busy) return false;
-  }
-  return true;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(s.logical);
+  if (!ci || s.index >= ci->stripes.size()) return false;
+  alloc::ChunkInfo moved = *ci;
+  moved.stripes[s.index] = {devid, to};
+  return SuperRangesFree(moved);
 }
 
 uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t devid, uint64_t limit) const {
@@ -504,36 +516,55 @@ void DeviceLayout::StopAllocating(uint64_t devid) {
   if (it != txn_->chunk_alloc_->devs_.end()) it->second.end = 0;  // no free range left on it
 }
 
-Status DeviceLayout::FindNewHome(const Stripe& s, uint64_t leaving, uint64_t* devid, uint64_t* to) const {
-  Volume* vol = txn_->vol_;
+// Present devices other than `leaving`, the ones with the largest free
+// range first, and that free range.
+std::vector<std::pair<uint64_t, uint64_t>> DeviceLayout::OtherDevices(uint64_t leaving) const {
   const ChunkAllocator& ca = *txn_->chunk_alloc_;
-  const alloc::ChunkInfo* ci = vol->chunks().Find(s.logical);
-  if (!ci) return Status::Invalid("no chunk at " + std::to_string(s.logical));
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [id, d] : ca.devs_) {
+    if (id == leaving || !txn_->vol_->devices().Has(id)) continue;
+    uint64_t largest = 0;
+    for (auto [hs, hl] : ca.FreeRanges(d)) largest = std::max(largest, hl);
+    out.push_back({id, largest});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::vector<uint64_t> DeviceLayout::HomesFor(const Stripe& s, uint64_t leaving) const {
+  std::vector<uint64_t> out;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(s.logical);
+  if (!ci) return out;
   std::set<uint64_t> holding;
   for (size_t i = 0; i < ci->stripes.size(); ++i) {
     if (i != s.index) holding.insert(ci->stripes[i].devid);
   }
-  struct Cand {
-    uint64_t devid, largest;
-  };
-  std::vector<Cand> cands;
-  for (const auto& [id, d] : ca.devs_) {
-    if (id == leaving || !vol->devices().Has(id)) continue;
+  for (auto [id, largest] : OtherDevices(leaving)) {
     if (ci->profile() == kBlockGroupDup) {
       // Both copies on one device: the other copy's, once it has left.
       if (!holding.count(leaving) && !holding.count(id)) continue;
     } else if (holding.count(id)) {
       continue;
     }
-    uint64_t largest = 0;
-    for (auto [hs, hl] : ca.FreeRanges(d)) largest = std::max(largest, hl);
-    cands.push_back({id, largest});
+    out.push_back(id);
   }
-  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.largest > b.largest; });
-  for (const Cand& c : cands) {
-    const uint64_t place = FindPlace(s, c.devid, ca.devs_.at(c.devid).end);
+  return out;
+}
+
+bool DeviceLayout::NeedsRestripe(const Stripe& s, uint64_t leaving) const {
+  const uint64_t p = s.type & kBlockGroupProfileMask;
+  return (p == kBlockGroupRaid0 || p == kBlockGroupRaid10) && HomesFor(s, leaving).empty();
+}
+
+Status DeviceLayout::FindNewHome(const Stripe& s, uint64_t leaving, uint64_t* devid, uint64_t* to) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(s.logical);
+  if (!ci) return Status::Invalid("no chunk at " + std::to_string(s.logical));
+  const std::vector<uint64_t> cands = HomesFor(s, leaving);
+  for (uint64_t c : cands) {
+    const uint64_t place = FindPlace(s, c, ca.devs_.at(c).end);
     if (place != 0) {
-      *devid = c.devid;
+      *devid = c;
       *to = place;
       return Status::Ok();
     }
@@ -542,9 +573,7 @@ Status DeviceLayout::FindNewHome(const Stripe& s, uint64_t leaving, uint64_t* de
                            " (" + std::to_string(ci->stripes.size()) + " stripes of " +
                            std::to_string(s.length >> 20) + " MiB)";
   if (cands.empty()) {
-    return Status::Invalid(what + " has a stripe on every other device already: moving it off device " +
-                           std::to_string(leaving) + " needs the chunk restriped over fewer devices, which ubtrfs "
-                           "does not do offline (add a device first, or use the kernel's btrfs device remove)");
+    return Status::Invalid(what + " has a stripe on every other device already: no device to move it to");
   }
   return Status::Error(ENOSPC, what + ": no room for its stripe on the other devices");
 }
@@ -584,6 +613,186 @@ Status DeviceLayout::RemoveDevice(uint64_t devid, std::unique_ptr<io::BlockDevic
     sb.dev_item.generation = 0;
   }
   return Status::Ok();
+}
+
+Status DeviceLayout::PlanRestripe(uint64_t logical, uint64_t leaving, RestripePlan* plan) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
+  if (!ci || ci->logical != logical) return Status::Invalid("no chunk at " + std::to_string(logical));
+  const uint64_t profile = ci->profile();
+  if (profile != kBlockGroupRaid0 && profile != kBlockGroupRaid10) {
+    return Status::Invalid("chunk " + std::to_string(logical) + ": only RAID0 and RAID10 chunks are restriped");
+  }
+  const std::string what = "the " + alloc::ProfileName(ci->type) + " chunk at logical " + std::to_string(logical) +
+                           " (" + std::to_string(ci->length >> 20) + " MiB over " +
+                           std::to_string(ci->stripes.size()) + " devices)";
+  const auto others = OtherDevices(leaving);
+  const size_t step = profile == kBlockGroupRaid10 ? 2 : 1;
+  constexpr uint64_t kFar = UINT64_MAX / 4;  // a stripe not placed yet: no superblock in it
+  for (size_t m = others.size() - others.size() % step; m >= step; m -= step) {
+    const uint64_t data = m / step;
+    if (ci->length % (ci->stripe_len * data) != 0) continue;
+    const uint64_t size = ci->length / data;
+    alloc::ChunkInfo layout = *ci;
+    layout.stripe_size = size;
+    layout.stripes.assign(m, alloc::StripeLoc{0, kFar});
+    std::vector<std::pair<uint64_t, uint64_t>> chosen;
+    for (auto [id, largest] : others) {
+      if (chosen.size() == m) break;
+      if (largest < size) continue;
+      const size_t k = chosen.size();
+      std::set<uint64_t> candidates;
+      for (auto [hs, hl] : ca.FreeRanges(ca.devs_.at(id))) {
+        if (hl < size) continue;
+        candidates.insert(hs);
+        for (int mi = 0; mi < kSuperMirrorMax; ++mi) {
+          const uint64_t sb = SuperblockOffset(mi);
+          if (sb >= hs && sb + kStripeLen + size <= hs + hl) candidates.insert(sb + kStripeLen);
+        }
+      }
+      for (uint64_t to : candidates) {
+        layout.stripes[k] = {id, to};
+        if (SuperRangesFree(layout)) {
+          chosen.push_back({id, to});
+          break;
+        }
+        layout.stripes[k] = {0, kFar};
+      }
+    }
+    if (chosen.size() == m) {
+      plan->stripes = std::move(chosen);
+      plan->stripe_size = size;
+      return Status::Ok();
+    }
+  }
+  return Status::Invalid(what + " has a stripe on every other device: it must be restriped over the other " +
+                         std::to_string(others.size()) + " devices, and they have no room for its new stripes");
+}
+
+Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, uint64_t* copied) {
+  RestripePlan plan;
+  UB_RETURN_IF_ERROR(PlanRestripe(logical, leaving, &plan));
+  if (dry_run) return Status::Ok();
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo old = *vol->chunks().Find(logical);
+  const std::string where = "restriping chunk " + std::to_string(logical) + " over " +
+                            std::to_string(plan.stripes.size()) + " devices";
+
+  // The new chunk item: the old one's fields, the new stripes.
+  const Key key{kFirstChunkTreeObjectid, kChunkItemKey, logical};
+  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), key));
+  if (!item || item->size() < sizeof(Chunk)) return Status::Corrupt(where + ": no chunk item");
+  std::vector<uint8_t> fresh(sizeof(Chunk) + plan.stripes.size() * sizeof(format::Stripe));
+  std::memcpy(fresh.data(), item->data(), sizeof(Chunk));
+  reinterpret_cast<Chunk*>(fresh.data())->num_stripes = static_cast<uint16_t>(plan.stripes.size());
+  std::vector<alloc::StripeLoc> locs;
+  for (size_t i = 0; i < plan.stripes.size(); ++i) {
+    auto [devid, phys] = plan.stripes[i];
+    auto* st = reinterpret_cast<format::Stripe*>(fresh.data() + sizeof(Chunk) + i * sizeof(format::Stripe));
+    st->devid = devid;
+    st->offset = phys;
+    std::memcpy(st->dev_uuid, vol->dev_items().at(devid).uuid, kUuidSize);
+    locs.push_back({devid, phys});
+  }
+  alloc::ChunkMap next(vol->devices().Sizes());
+  UB_RETURN_IF_ERROR(next.AddChunk(logical, fresh, vol->sectorsize()).WithContext(where));
+
+  // The bytes: every used range, read through the old layout (its first
+  // copy) and written through the new one (every copy).
+  std::vector<std::pair<uint64_t, uint64_t>> used;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
+  });
+  std::vector<uint8_t> buf;
+  for (auto [a, l] : used) {
+    for (uint64_t off = 0; off < l;) {
+      const uint64_t n = std::min(kCopyBytes, l - off);
+      buf.resize(n);
+      UB_ASSIGN_OR_RETURN(auto from, vol->chunks().Map(a + off, n));
+      for (const alloc::Piece& p : from.at(0)) {
+        UB_RETURN_IF_ERROR(vol->devices()
+                               .ReadAt(p.devid, p.physical, std::span(buf).subspan(p.buf_offset, p.length))
+                               .WithContext(where));
+      }
+      UB_ASSIGN_OR_RETURN(auto to, next.Map(a + off, n));
+      for (const auto& copy : to) {
+        for (const alloc::Piece& p : copy) {
+          UB_RETURN_IF_ERROR(vol->devices()
+                                 .WriteAt(p.devid, p.physical, std::span(buf).subspan(p.buf_offset, p.length))
+                                 .WithContext(where));
+        }
+      }
+      *copied += n;
+      off += n;
+    }
+  }
+
+  // Superblock stripes of the new layout leave use (PlanRestripe made sure
+  // they are free).
+  alloc::ChunkInfo layout = old;
+  layout.stripes = locs;
+  layout.stripe_size = plan.stripe_size;
+  for (auto [start, len] : NewSuperRanges(layout)) {
+    UB_RETURN_IF_ERROR(txn_->space_->MarkUsed(start, len).WithContext(where + ": superblock stripe"));
+    txn_->excluded_[logical] += len;
+    txn_->excluded_ranges_.push_back({start, len});
+  }
+
+  // The items: chunk item (and the superblock's copy of a system chunk),
+  // dev extents, bytes_used.
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
+  UB_RETURN_IF_ERROR(chunk_w->Delete(key));
+  UB_RETURN_IF_ERROR(chunk_w->Insert(key, fresh));
+  if (old.type & kBlockGroupSystem) {
+    SuperBlock& sb = vol->mutable_super();
+    const uint32_t size = sb.sys_chunk_array_size.get();
+    std::vector<uint8_t> array;
+    for (uint32_t at = 0; at + sizeof(DiskKey) + sizeof(Chunk) <= size;) {
+      DiskKey dk;
+      std::memcpy(&dk, sb.sys_chunk_array + at, sizeof dk);
+      const auto* ch = reinterpret_cast<const Chunk*>(sb.sys_chunk_array + at + sizeof dk);
+      const size_t len = sizeof(Chunk) + size_t{ch->num_stripes.get()} * sizeof(format::Stripe);
+      if (at + sizeof dk + len > size) break;
+      const uint8_t* entry = sb.sys_chunk_array + at;
+      array.insert(array.end(), entry, entry + sizeof dk);
+      if (dk.offset.get() == logical) {
+        array.insert(array.end(), fresh.begin(), fresh.end());
+      } else {
+        array.insert(array.end(), entry + sizeof dk, entry + sizeof dk + len);
+      }
+      at += static_cast<uint32_t>(sizeof dk + len);
+    }
+    if (array.size() > kSystemChunkArraySize) return Status::Error(ENOSPC, where + ": the system chunk array is full");
+    std::memset(sb.sys_chunk_array, 0, kSystemChunkArraySize);
+    std::memcpy(sb.sys_chunk_array, array.data(), array.size());
+    sb.sys_chunk_array_size = static_cast<uint32_t>(array.size());
+  }
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
+  const Key first{old.stripes[0].devid, kDevExtentKey, old.stripes[0].physical};
+  UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(txn_->source(), dev_w->LiveRef(), first));
+  if (!de || de->size() < sizeof(DevExtent)) return Status::Corrupt(where + ": no dev extent " + KeyToString(first));
+  std::set<uint64_t> touched;
+  for (const alloc::StripeLoc& st : old.stripes) {
+    UB_RETURN_IF_ERROR(dev_w->Delete(Key{st.devid, kDevExtentKey, st.physical}));
+    auto it = ca.devs_.find(st.devid);
+    if (it != ca.devs_.end()) {
+      it->second.extents.erase(st.physical);
+      it->second.bytes_used -= std::min(it->second.bytes_used, old.stripe_size);
+    }
+    touched.insert(st.devid);
+  }
+  reinterpret_cast<DevExtent*>(de->data())->length = plan.stripe_size;
+  for (const alloc::StripeLoc& st : locs) {
+    UB_RETURN_IF_ERROR(dev_w->Insert(Key{st.devid, kDevExtentKey, st.physical}, *de));
+    ChunkAllocator::Dev& d = ca.devs_[st.devid];
+    d.extents[st.physical] = plan.stripe_size;
+    d.bytes_used += plan.stripe_size;
+    touched.insert(st.devid);
+  }
+  UB_RETURN_IF_ERROR(ca.WriteBytesUsed(touched).WithContext(where));
+  // From here on, blocks of this transaction go to the new stripes only.
+  return vol->mutable_chunks()->SetStripes(logical, locs, plan.stripe_size);
 }
 
 }  // namespace ubtrfs::txn

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/chunk_map.h"
 #include "format/ondisk.h"
 #include "io/block_device.h"
 
@@ -101,6 +102,17 @@ class DeviceLayout {
   // stripes on one device), the one with the largest free range where it
   // fits. EINVAL naming the chunk when there is none.
   Status FindNewHome(const Stripe& s, uint64_t leaving, uint64_t* devid, uint64_t* to) const;
+  // A RAID0 or RAID10 chunk with a stripe on `leaving` and on every other
+  // present device: it must be restriped (RestripeOff) to leave.
+  bool NeedsRestripe(const Stripe& s, uint64_t leaving) const;
+  // Restripes such a chunk over the other devices (RAID0: all that have
+  // room, RAID10: an even number of them), at the same logical address and
+  // length: new stripes in free device space (the old ones stay whole until
+  // the commit), every used element copied to its new place, the chunk
+  // item, dev extents and bytes_used rewritten. With dry_run only checks
+  // that it can be done. Must be the first change of a transaction; the
+  // caller commits.
+  Status RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, uint64_t* copied);
   // Takes device `devid` (no stripe left on it) out of the filesystem: its
   // DEV_ITEM (and dev stats item) go, num_devices and total_bytes shrink.
   // Hands the device back for wiping once the commit is written.
@@ -117,9 +129,20 @@ class DeviceLayout {
   // are not excluded yet.
   std::vector<std::pair<uint64_t, uint64_t>> NewSuperRanges(uint64_t logical, size_t index, uint64_t devid,
                                                             uint64_t to) const;
+  std::vector<std::pair<uint64_t, uint64_t>> NewSuperRanges(const alloc::ChunkInfo& layout) const;
+  // Whether every superblock range of `layout` not excluded yet is free.
+  bool SuperRangesFree(const alloc::ChunkInfo& layout) const;
+  std::vector<std::pair<uint64_t, uint64_t>> OtherDevices(uint64_t leaving) const;
+  // Devices a stripe may move to when `leaving` goes (FindNewHome's choice).
+  std::vector<uint64_t> HomesFor(const Stripe& s, uint64_t leaving) const;
   // devid 0: the stripe stays on its device.
   Status UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical, uint64_t devid = 0);
   Status UpdateDevItem();
+  struct RestripePlan {
+    std::vector<std::pair<uint64_t, uint64_t>> stripes;  // (devid, physical)
+    uint64_t stripe_size = 0;
+  };
+  Status PlanRestripe(uint64_t logical, uint64_t leaving, RestripePlan* plan) const;
   // The one device (resize and --shrink work on single-device images).
   auto& Dev() const;
 

@@ -452,19 +452,29 @@ Status RemoveDevice(const std::vector<std::string>& devices, const std::string& 
       if (s.devid == devid) on.push_back(s);
     }
     if (on.empty()) break;
-    if (r.stripes_moved == 0) {
+    if (r.stripes_moved == 0 && r.chunks_restriped == 0) {
       for (const auto& s : on) {
         uint64_t id = 0, to = 0;
-        UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &id, &to));
+        if (layout.NeedsRestripe(s, devid)) {
+          UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/true, nullptr));
+        } else {
+          UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &id, &to));
+        }
       }
     }
     std::stable_sort(on.begin(), on.end(), [](const auto& a, const auto& b) { return a.length > b.length; });
     const auto& s = on.front();
-    uint64_t to_dev = 0, to = 0;
-    UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &to_dev, &to));
-    UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to_dev, to, &r.bytes_copied));
+    if (layout.NeedsRestripe(s, devid)) {
+      // A striped chunk on every other device already: over fewer devices.
+      UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/false, &r.bytes_copied));
+      ++r.chunks_restriped;
+    } else {
+      uint64_t to_dev = 0, to = 0;
+      UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &to_dev, &to));
+      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to_dev, to, &r.bytes_copied));
+      ++r.stripes_moved;
+    }
     UB_RETURN_IF_ERROR(set.o.txn->Commit());
-    ++r.stripes_moved;
   }
   std::unique_ptr<io::BlockDevice> gone;
   UB_RETURN_IF_ERROR(layout.RemoveDevice(devid, &gone));
