@@ -57,21 +57,7 @@ uint64_t ProfileBits(const std::string& name) {
   return kBits.at(name);
 }
 
-// A source tree: empty to multi-element files, a hole-free large one,
-// directories, a symlink, small files.
-void MakeSource(const std::string& src) {
-  ::mkdir(src.c_str(), 0755);
-  ::mkdir((src + "/d").c_str(), 0755);
-  const size_t sizes[] = {0, 1, 4095, 65537, 300000, 3 * kMiB + 123, 9 * kMiB};
-  for (size_t i = 0; i < std::size(sizes); ++i) {
-    ubtrfs_test::WriteHostFile(src + (i % 2 ? "/d/f" : "/f") + std::to_string(i),
-                               ubtrfs_test::SeededBytes(sizes[i], 300 + i));
-  }
-  for (int i = 0; i < 30; ++i) {
-    ubtrfs_test::WriteHostFile(src + "/d/s" + std::to_string(i), ubtrfs_test::SeededBytes(i * 131, i));
-  }
-  ASSERT_EQ(::symlink("d/f1", (src + "/link").c_str()), 0);
-}
+void MakeSource(const std::string& src) { ubtrfs_test::MakeArraySource(src, 9 * kMiB); }
 
 std::vector<std::string> MakeImages(const TempDir& dir, const std::string& prefix, int n, uint64_t size) {
   std::vector<std::string> images;
@@ -180,6 +166,18 @@ void ExpectKernelAgrees(const TempDir& dir, const std::vector<std::string>& imag
   EXPECT_TRUE(diffs.empty()) << JoinDevices(diffs, "\n");
 }
 
+// ubtrfs check --check-data-csum, then btrfs check and the kernel's view
+// where loop devices work: "" when all of it ran, else why the kernel's
+// part was skipped.
+std::string ExpectCleanEverywhere(const TempDir& dir, const std::vector<std::string>& images) {
+  auto ours = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) return "btrfs check and the kernel mount need loop devices: " + why;
+  ExpectKernelAgrees(dir, images);
+  return "";
+}
+
 class MultiDeviceMkfsTest : public testing::TestWithParam<Layout> {};
 
 TEST_P(MultiDeviceMkfsTest, ArrayIsExactCheckCleanAndMountsWithTheSameContent) {
@@ -187,18 +185,13 @@ TEST_P(MultiDeviceMkfsTest, ArrayIsExactCheckCleanAndMountsWithTheSameContent) {
   TempDir dir("ubtrfs-mkfs-multi");
   const std::string src = dir.Sub("src");
   MakeSource(src);
+  if (HasFatalFailure()) return;
   const auto images = MakeImages(dir, "dev", p.devices, 256 * kMiB);
   auto mk = Mkfs(images, p.data, p.meta, src);
   ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
   ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
   ExpectSameAsSource(src, images);
-  auto ours = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
-  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
-    GTEST_SKIP() << "btrfs check and the kernel mount need loop devices: " << why;
-  }
-  ExpectKernelAgrees(dir, images);
+  if (auto why = ExpectCleanEverywhere(dir, images); !why.empty()) GTEST_SKIP() << why;
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceMkfsTest,
@@ -232,6 +225,7 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
   TempDir dir("ubtrfs-add-remove");
   const std::string src = dir.Sub("src");
   MakeSource(src);
+  if (HasFatalFailure()) return;
   auto images = MakeImages(dir, "dev", p.devices, 384 * kMiB);
   auto mk = Mkfs(images, p.data, p.meta, src);
   ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
@@ -291,13 +285,7 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
   }
   ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
   ExpectSameAsSource(src, images);
-  auto ours = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
-  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
-    GTEST_SKIP() << "btrfs check and the kernel mount need loop devices: " << why;
-  }
-  ExpectKernelAgrees(dir, images);
+  if (auto why = ExpectCleanEverywhere(dir, images); !why.empty()) GTEST_SKIP() << why;
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceAddRemoveTest,
@@ -313,6 +301,8 @@ TEST(MultiDeviceAddRemove, RemoveRestripesChunksOverTheOtherDevices) {
   TempDir dir("ubtrfs-restripe");
   const std::string src = dir.Sub("src");
   MakeSource(src);
+  if (HasFatalFailure()) return;
+  std::string skipped;
   for (const Layout& p : {Layout{"raid0", "raid0", 3}, Layout{"raid10", "raid10", 4}}) {
     SCOPED_TRACE(p.data + " over " + std::to_string(p.devices));
     auto images = MakeImages(dir, p.data + "-", p.devices, 256 * kMiB);
@@ -326,15 +316,9 @@ TEST(MultiDeviceAddRemove, RemoveRestripesChunksOverTheOtherDevices) {
     images.erase(images.begin() + 1);
     ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
     ExpectSameAsSource(src, images);
-    auto ours = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
-    EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-    std::string why;
-    if (ubtrfs_test::LoopMountsAvailable(&why)) ExpectKernelAgrees(dir, images);
+    skipped = ExpectCleanEverywhere(dir, images);
   }
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
-    GTEST_SKIP() << "btrfs check and the kernel mount need loop devices: " << why;
-  }
+  if (!skipped.empty()) GTEST_SKIP() << skipped;
 }
 
 // FNV-1a of a whole file: "nothing changed".

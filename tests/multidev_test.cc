@@ -78,18 +78,8 @@ class MultiDeviceTest : public testing::TestWithParam<Profile> {
     // The content: small and large files (several stripe elements and
     // chunks' worth), a hole, a directory tree, a symlink.
     src_ = dir_->Sub("src");
-    ::mkdir(src_.c_str(), 0755);
-    ::mkdir((src_ + "/d").c_str(), 0755);
-    ::mkdir((src_ + "/d/e").c_str(), 0700);
-    const size_t sizes[] = {0, 1, 4095, 4096, 65537, 300000, 3 * kMiB + 123, 24 * kMiB};
-    for (size_t i = 0; i < std::size(sizes); ++i) {
-      ubtrfs_test::WriteHostFile(src_ + (i % 2 ? "/d/f" : "/f") + std::to_string(i),
-                                 ubtrfs_test::SeededBytes(sizes[i], 100 + i));
-    }
-    for (int i = 0; i < 50; ++i) {
-      ubtrfs_test::WriteHostFile(src_ + "/d/e/small" + std::to_string(i), ubtrfs_test::SeededBytes(i * 97, i));
-    }
-    ASSERT_EQ(::symlink("d/f1", (src_ + "/link").c_str()), 0);
+    ubtrfs_test::MakeArraySource(src_, 24 * kMiB);
+    if (HasFatalFailure()) return;
     mnt_ = dir_->Sub("mnt");
     ::mkdir(mnt_.c_str(), 0755);
     ArrayMount m;

@@ -1,5 +1,13 @@
 #include "support/array_mount.h"
 
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <iterator>
+
+#include "support/host_files.h"
+
 namespace ubtrfs_test {
 
 namespace {
@@ -57,6 +65,19 @@ void ArrayMount::Unmount() {
   dir_.clear();
   for (const auto& l : loops_) RunCommand({"losetup", "-d", l});
   loops_.clear();
+}
+
+void MakeArraySource(const std::string& src, size_t largest) {
+  constexpr size_t kMiB = 1u << 20;
+  ::mkdir(src.c_str(), 0755);
+  ::mkdir((src + "/d").c_str(), 0755);
+  ::mkdir((src + "/d/e").c_str(), 0700);
+  const size_t sizes[] = {0, 1, 4095, 4096, 65537, 300000, 3 * kMiB + 123, largest};
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    WriteHostFile(src + (i % 2 ? "/d/f" : "/f") + std::to_string(i), SeededBytes(sizes[i], 100 + i));
+  }
+  for (int i = 0; i < 50; ++i) WriteHostFile(src + "/d/e/small" + std::to_string(i), SeededBytes(i * 97, i));
+  ASSERT_EQ(::symlink("d/f1", (src + "/link").c_str()), 0);
 }
 
 std::string JoinDevices(const std::vector<std::string>& v, const std::string& sep) {

@@ -31,6 +31,11 @@ class ArrayMount {
   std::string dir_;
 };
 
+// The content the multi-device suites put on an array: empty to
+// multi-element files (the largest `largest` bytes), a directory tree (one
+// of mode 0700), a symlink, 50 small files. Fails the test if it cannot.
+void MakeArraySource(const std::string& src, size_t largest);
+
 // "a,b,c".
 std::string JoinDevices(const std::vector<std::string>& v, const std::string& sep = ",");
 
