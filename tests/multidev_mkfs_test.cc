@@ -151,11 +151,8 @@ void ExpectExactDevices(const std::vector<std::string>& images, uint64_t data, u
 
 // btrfs check over the set, and a kernel mount showing what ubtrfs shows.
 void ExpectKernelAgrees(const TempDir& dir, const std::vector<std::string>& images) {
-  {
-    ArrayMount loops;
-    auto progs = loops.Check(images);
-    EXPECT_TRUE(progs.ok()) << progs.Describe();
-  }
+  auto progs = ArrayMount::CheckOnce(images);
+  EXPECT_TRUE(progs.ok()) << progs.Describe();
   const std::string mnt = dir.Sub("mnt");
   ::mkdir(mnt.c_str(), 0755);
   ArrayMount m;

@@ -170,11 +170,8 @@ TEST_P(MultiDeviceTest, WritesKeepBtrfsCheckAndTheKernelHappy) {
   }
   auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", AllImages()});
   EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-  {
-    ArrayMount loops;
-    auto progs = loops.Check(images_);
-    EXPECT_TRUE(progs.ok()) << progs.Describe();
-  }
+  auto progs = ArrayMount::CheckOnce(images_);
+  EXPECT_TRUE(progs.ok()) << progs.Describe();
   // The kernel sees the same files, and finds every copy good.
   {
     ArrayMount m;
@@ -413,11 +410,8 @@ TEST_P(NewChunksTest, NewChunksFollowTheProfileAcrossTheDevices) {
   EXPECT_GT(added, 0u) << "the writes fitted into mkfs's chunks: nothing tested";
   auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", Join(images)});
   EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-  {
-    ArrayMount loops;
-    auto progs = loops.Check(images);
-    EXPECT_TRUE(progs.ok()) << progs.Describe();
-  }
+  auto progs = ArrayMount::CheckOnce(images);
+  EXPECT_TRUE(progs.ok()) << progs.Describe();
   const std::string mnt = dir.Sub("mnt");
   ::mkdir(mnt.c_str(), 0755);
   ArrayMount m;

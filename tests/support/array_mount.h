@@ -23,6 +23,11 @@ class ArrayMount {
   // btrfs check --readonly over loop devices of the images (progs finds the
   // members among the block devices scanned).
   CommandResult Check(const std::vector<std::string>& images);
+  // The same with loop devices of its own, detached again before it returns.
+  static CommandResult CheckOnce(const std::vector<std::string>& images) {
+    ArrayMount loops;
+    return loops.Check(images);
+  }
   // Unmounts and detaches the loop devices.
   void Unmount();
 
