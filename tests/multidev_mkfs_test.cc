@@ -392,3 +392,27 @@ TEST(MultiDeviceArgs, WrongArgumentsGiveClearErrorsAndChangeNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+// --scan works for device add and remove as for every subcommand (after
+// the images: --scan takes every word up to the next option).
+TEST(MultiDeviceArgs, DeviceAddAndRemoveFindMembersWithScan) {
+  TempDir dir("ubtrfs-device-scan");
+  const std::string members = dir.Sub("members");
+  ASSERT_EQ(::mkdir(members.c_str(), 0755), 0);
+  const std::string a = members + "/a.img", b = members + "/b.img", c = members + "/c.img";
+  ASSERT_EQ(RunUbtrfs({"mkfs", "-q", "--size", "128M", a, b}).exit_code, 0);
+  std::string err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(c, 128 * kMiB, &err)) << err;
+  auto add = RunUbtrfs({"device", "add", a, c, "--scan", members});
+  ASSERT_EQ(add.exit_code, 0) << add.Describe();
+  EXPECT_NE(add.out.find("as device 3: 3 devices"), std::string::npos) << add.out;
+  auto rm = RunUbtrfs({"device", "remove", a, "2", "--scan", members});
+  ASSERT_EQ(rm.exit_code, 0) << rm.Describe();
+  ExpectExactDevices({a, c}, 0, format::kBlockGroupRaid1);
+  auto check = RunUbtrfs({"check", a + "," + c});
+  EXPECT_EQ(check.exit_code, 0) << check.Describe();
+}
+
+}  // namespace

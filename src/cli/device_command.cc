@@ -92,12 +92,14 @@ void RegisterDevice(CLI::App& app) {
   add->add_option("devices", add_args.args, "IMAGE... (the filesystem's devices) then NEWDEV")->required();
   add->add_flag("-f,--force", add_args.force, "Overwrite a btrfs filesystem on NEWDEV");
   add->add_flag("-q,--quiet", add_args.quiet, "Print nothing on success");
+  add->fallthrough();  // --scan and the like after `add`, too
   add->callback([] { CmdAdd(add_args); });
   auto* rm = dev->add_subcommand(
       "remove", "Move every chunk off a device (DEVID or PATH) and take it out of the filesystem");
   rm->alias("delete");
   rm->add_option("devices", remove_args.args, "IMAGE... (the filesystem's devices) then DEVID or PATH")->required();
   rm->add_flag("-q,--quiet", remove_args.quiet, "Print nothing on success");
+  rm->fallthrough();
   rm->callback([] { CmdRemove(remove_args); });
 }
 
