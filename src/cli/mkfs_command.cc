@@ -607,7 +607,8 @@ void RegisterMkfs(CLI::App& app) {
                   "Metadata (and system) profile: single, dup, raid0, raid1, raid1c3, raid1c4 or raid10 (default "
                   "dup on one device, raid1 on several)");
   cmd->add_option("-b,--size", args.size,
-                  "Filesystem size (bytes, or with a K/M/G/T suffix); a smaller image file is extended to it");
+                  "Filesystem size (bytes, or with a K/M/G/T suffix); a smaller image file is extended to it "
+                  "(with several images: each one's size)");
   cmd->add_option("-n,--nodesize", args.nodesize, "Tree block size: 4096..65536, a power of two")
       ->capture_default_str();
   cmd->add_option("-s,--sectorsize", args.sectorsize, "Sector size (only 4096)")->capture_default_str();
