@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <map>
 #include <memory>
 #include <set>
@@ -14,6 +16,11 @@
 #include <vector>
 
 #include "alloc/chunk_map.h"
+#include "check/checker.h"
+#include "fs/open_device.h"
+#include "io/recording_device.h"
+#include "txn/relocate.h"
+#include "txn/transaction.h"
 #include "format/ondisk.h"
 #include "io/block_device.h"
 #include "support/array_mount.h"
@@ -413,6 +420,110 @@ TEST(MultiDeviceArgs, DeviceAddAndRemoveFindMembersWithScan) {
   ExpectExactDevices({a, c}, 0, format::kBlockGroupRaid1);
   auto check = RunUbtrfs({"check", a + "," + c});
   EXPECT_EQ(check.exit_code, 0) << check.Describe();
+}
+
+}  // namespace
+
+namespace {
+
+// A power cut at every write of a device remove that restripes a RAID0
+// chunk and moves RAID1 stripes (three recorded devices, writes
+// interleaved): whatever the devices hold then opens -- all three before the
+// final commit, the two left after it -- and every file reads back.
+TEST(MultiDeviceCrash, RemoveDevicePowerCutAtEveryWrite) {
+  TempDir dir("ubtrfs-remove-crash");
+  const std::string src = dir.Sub("src");
+  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    model[name] = ubtrfs_test::SeededBytes(i == 0 ? 0 : static_cast<size_t>(i) * 97531, 900 + i);
+    ubtrfs_test::WriteHostFile(src + "/" + name, model[name]);
+  }
+  const auto images = MakeImages(dir, "dev", 3, 256 * kMiB);
+  ASSERT_EQ(Mkfs(images, "raid0", "raid1", src).exit_code, 0);
+  std::vector<std::unique_ptr<io::RecordingDevice>> recs;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const std::string bytes = ubtrfs_test::ReadHostFile(images[i]);
+    recs.push_back(std::make_unique<io::RecordingDevice>(
+        "dev" + std::to_string(i + 1),
+        io::SparseImage::FromBytes(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()))));
+  }
+  std::vector<int> order;
+  std::mutex mu;
+  txn::RemoveStats stats;
+  {
+    std::vector<std::unique_ptr<io::BlockDevice>> devs;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      devs.push_back(std::make_unique<ubtrfs_test::TaggedDevice>(recs[i].get(), static_cast<int>(i), &order, &mu));
+    }
+    txn::VolumeOptions vo;
+    vo.writable = true;
+    auto vol = txn::Volume::Open(std::move(devs), vo);
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto txm = txn::TxnManager::Open(vol->get());
+    ASSERT_TRUE(txm.ok()) << txm.status().ToString();
+    Status st = txn::RemoveDeviceCommitted(txm->get(), 2, &stats);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_GE(stats.chunks_restriped, 1u);
+  EXPECT_GE(stats.stripes_moved, 1u);
+  std::vector<std::unique_ptr<io::CrashReplayer>> reps;
+  for (auto& r : recs) {
+    reps.push_back(std::make_unique<io::CrashReplayer>(r.get()));
+    for (int m = 0; m < format::kSuperMirrorMax; ++m) reps.back()->AddAtomicRange(format::SuperblockOffset(m), 4096);
+  }
+  size_t points = 0, failures = 0, three = 0, two = 0;
+  std::vector<size_t> done(recs.size(), 0);
+  for (size_t k = 0; k <= order.size(); ++k) {
+    if (k > 0) ++done[static_cast<size_t>(order[k - 1])];
+    for (io::CrashMode mode : {io::CrashMode::kPrefix, io::CrashMode::kDropUnflushed}) {
+      ++points;
+      auto materialize = [&](bool with_removed) {
+        std::vector<std::unique_ptr<io::BlockDevice>> devs;
+        for (size_t i = 0; i < reps.size(); ++i) {
+          if (i == 1 && !with_removed) continue;
+          auto img = reps[i]->Materialize(io::CrashPoint{done[i], mode, 0});
+          EXPECT_TRUE(img.ok());
+          if (img.ok()) devs.push_back(std::move(*img));
+        }
+        return devs;
+      };
+      // The three devices while device 2 belongs; the other two once the
+      // final commit is on them.
+      auto fs = OpenOnDevices(materialize(true), OpenOptions{});
+      bool all = fs.ok();
+      if (!fs.ok()) fs = OpenOnDevices(materialize(false), OpenOptions{});
+      std::string why;
+      if (!fs.ok()) {
+        why = fs.status().ToString();
+      } else {
+        (all ? three : two)++;
+        for (const auto& [name, data] : model) {
+          if (ubtrfs_test::ReadImageFile(**fs, "/" + name) != data) why += " /" + name + " differs;";
+        }
+      }
+      if (why.empty() && k % 20 == 0) {
+        auto vol = txn::Volume::Open(materialize(all), txn::VolumeOptions{});
+        if (!vol.ok()) {
+          why = vol.status().ToString();
+        } else if (auto res = check::CheckVolume(**vol, check::CheckOptions{}); !res.clean()) {
+          why = "ubtrfs check: " + JoinDevices(res.errors, "; ");
+        }
+      }
+      if (!why.empty()) {
+        ++failures;
+        ADD_FAILURE() << "cut after " << k << " of " << order.size() << " (" << io::CrashModeName(mode) << "): " << why;
+      }
+    }
+    if (failures > 5) break;
+  }
+  std::printf("device remove crash: %zu log entries over 3 devices, %zu crash points (%zu open with 3 devices, %zu "
+              "with 2), %zu failures\n",
+              order.size(), points, three, two, failures);
+  EXPECT_EQ(failures, 0u);
+  EXPECT_GT(three, 0u);
+  EXPECT_GT(two, 0u);
 }
 
 }  // namespace

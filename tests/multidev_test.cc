@@ -458,32 +458,7 @@ TEST(MultiDeviceCli, ScanFindsTheOtherMembers) {
 
 namespace crash {
 
-// Forwards to a recording device and notes, in one order shared by both
-// devices, which device each logged write or flush went to.
-class Tagged final : public io::BlockDevice {
- public:
-  Tagged(io::RecordingDevice* rec, int tag, std::vector<int>* order, std::mutex* mu)
-      : rec_(rec), tag_(tag), order_(order), mu_(mu) {}
-  Status ReadAt(uint64_t off, std::span<uint8_t> buf) override { return rec_->ReadAt(off, buf); }
-  Status WriteAt(uint64_t off, std::span<const uint8_t> buf) override {
-    std::lock_guard lock(*mu_);
-    order_->push_back(tag_);
-    return rec_->WriteAt(off, buf);
-  }
-  Status Flush() override {
-    std::lock_guard lock(*mu_);
-    order_->push_back(tag_);
-    return rec_->Flush();
-  }
-  uint64_t Size() const override { return rec_->Size(); }
-  std::string Name() const override { return rec_->Name(); }
-
- private:
-  io::RecordingDevice* rec_;
-  int tag_;
-  std::vector<int>* order_;
-  std::mutex* mu_;
-};
+using Tagged = ubtrfs_test::TaggedDevice;
 
 using Model = std::map<std::string, std::string>;  // file name in / -> content
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <cstring>
 #include <set>
 
@@ -793,6 +794,61 @@ Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_ru
   UB_RETURN_IF_ERROR(ca.WriteBytesUsed(touched).WithContext(where));
   // From here on, blocks of this transaction go to the new stripes only.
   return vol->mutable_chunks()->SetStripes(logical, locs, plan.stripe_size);
+}
+
+Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats) {
+  DeviceLayout layout(txn);
+  UB_RETURN_IF_ERROR(layout.CheckRemovable(devid));
+  // Every stripe on the device moves first, one commit each (largest
+  // first: they are the hardest to place), and nothing new goes there.
+  // Each stripe's new home is checked before anything moves.
+  layout.StopAllocating(devid);
+  bool checked = false;
+  for (;;) {
+    std::vector<DeviceLayout::Stripe> on;
+    for (const auto& s : layout.Stripes()) {
+      if (s.devid == devid) on.push_back(s);
+    }
+    if (on.empty()) break;
+    for (const auto& s : on) {
+      if (checked) break;
+      uint64_t id = 0, to = 0;
+      if (layout.NeedsRestripe(s, devid)) {
+        UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/true, nullptr));
+      } else {
+        UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &id, &to));
+      }
+    }
+    checked = true;
+    std::stable_sort(on.begin(), on.end(), [](const auto& a, const auto& b) { return a.length > b.length; });
+    const auto& s = on.front();
+    if (layout.NeedsRestripe(s, devid)) {
+      // A striped chunk on every other device already: over fewer devices.
+      UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/false, &stats->bytes_copied));
+      ++stats->chunks_restriped;
+    } else {
+      uint64_t to_dev = 0, to = 0;
+      UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &to_dev, &to));
+      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to_dev, to, &stats->bytes_copied));
+      ++stats->stripes_moved;
+    }
+    UB_RETURN_IF_ERROR(txn->Commit());
+  }
+  std::unique_ptr<io::BlockDevice> gone;
+  UB_RETURN_IF_ERROR(layout.RemoveDevice(devid, &gone));
+  UB_RETURN_IF_ERROR(txn->Commit());
+  // The removed device no longer claims to belong: its superblock copies
+  // lose their magic (as the kernel's btrfs_scratch_superblocks).
+  if (gone) {
+    const std::vector<uint8_t> zero(sizeof(uint64_t), 0);
+    for (int m = 0; m < kSuperMirrorMax; ++m) {
+      const uint64_t off = SuperblockOffset(m);
+      if (off + kSuperInfoSize > gone->Size()) break;
+      UB_RETURN_IF_ERROR(gone->WriteAt(off + offsetof(SuperBlock, magic), zero));
+    }
+    UB_RETURN_IF_ERROR(gone->Flush());
+  }
+  return Status::Ok();
 }
 
 }  // namespace ubtrfs::txn

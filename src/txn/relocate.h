@@ -149,6 +149,17 @@ class DeviceLayout {
   TxnManager* txn_;
 };
 
+struct RemoveStats {
+  uint64_t stripes_moved = 0;
+  uint64_t chunks_restriped = 0;
+  uint64_t bytes_copied = 0;
+};
+// `ubtrfs device remove` over an open TxnManager: CheckRemovable, every
+// stripe off the device (FindNewHome + MoveStripe, or RestripeOff; all
+// checked before the first moves; one commit each), RemoveDevice and its
+// commit, then the removed device's superblock magic cleared.
+Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats);
+
 }  // namespace ubtrfs::txn
 
 #endif  // UBTRFS_TXN_RELOCATE_H_

@@ -440,56 +440,11 @@ Status RemoveDevice(const std::vector<std::string>& devices, const std::string& 
       return Status::Invalid(which + " is not a device of this filesystem (its devices: " + names + ")");
     }
   }
-  txn::DeviceLayout layout(set.o.txn.get());
-  UB_RETURN_IF_ERROR(layout.CheckRemovable(devid));
-  // Every stripe on the device moves first, one commit each (largest
-  // first: they are the hardest to place), and nothing new goes there.
-  // Each check that a stripe has a new home comes before anything moves.
-  layout.StopAllocating(devid);
-  for (;;) {
-    std::vector<txn::DeviceLayout::Stripe> on;
-    for (const auto& s : layout.Stripes()) {
-      if (s.devid == devid) on.push_back(s);
-    }
-    if (on.empty()) break;
-    if (r.stripes_moved == 0 && r.chunks_restriped == 0) {
-      for (const auto& s : on) {
-        uint64_t id = 0, to = 0;
-        if (layout.NeedsRestripe(s, devid)) {
-          UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/true, nullptr));
-        } else {
-          UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &id, &to));
-        }
-      }
-    }
-    std::stable_sort(on.begin(), on.end(), [](const auto& a, const auto& b) { return a.length > b.length; });
-    const auto& s = on.front();
-    if (layout.NeedsRestripe(s, devid)) {
-      // A striped chunk on every other device already: over fewer devices.
-      UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/false, &r.bytes_copied));
-      ++r.chunks_restriped;
-    } else {
-      uint64_t to_dev = 0, to = 0;
-      UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &to_dev, &to));
-      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to_dev, to, &r.bytes_copied));
-      ++r.stripes_moved;
-    }
-    UB_RETURN_IF_ERROR(set.o.txn->Commit());
-  }
-  std::unique_ptr<io::BlockDevice> gone;
-  UB_RETURN_IF_ERROR(layout.RemoveDevice(devid, &gone));
-  UB_RETURN_IF_ERROR(set.o.txn->Commit());
-  // The removed device no longer claims to belong: its superblock copies
-  // lose their magic (as the kernel's btrfs_scratch_superblocks).
-  if (gone) {
-    const std::vector<uint8_t> zero(sizeof(uint64_t), 0);
-    for (int m = 0; m < format::kSuperMirrorMax; ++m) {
-      const uint64_t off = format::SuperblockOffset(m);
-      if (off + format::kSuperInfoSize > gone->Size()) break;
-      UB_RETURN_IF_ERROR(gone->WriteAt(off + offsetof(format::SuperBlock, magic), zero));
-    }
-    UB_RETURN_IF_ERROR(gone->Flush());
-  }
+  txn::RemoveStats stats;
+  UB_RETURN_IF_ERROR(txn::RemoveDeviceCommitted(set.o.txn.get(), devid, &stats));
+  r.stripes_moved = stats.stripes_moved;
+  r.chunks_restriped = stats.chunks_restriped;
+  r.bytes_copied = stats.bytes_copied;
   r.devid = devid;
   Summarize(vol, &r);
   *result = r;
