@@ -4,7 +4,7 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize check scrub mount stats property subvolume receive send mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device check scrub mount stats property subvolume receive send mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
 # Options of each subcommand; every one also takes -h/--help, --offset, --partition, --scan and --degraded.
@@ -25,8 +25,9 @@ _ubtrfs_options() {
     ls) echo "$common -l --json" ;;
     cp) echo "$common --strict --no-devices --no-xattrs --compress --reflink" ;;
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
-    mkfs) echo "$common -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -f --force -q --quiet" ;;
+    mkfs) echo "$common -d --data -m --metadata -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -f --force -q --quiet" ;;
     resize) echo "$common -q --quiet max min" ;;
+    device) echo "$common add remove delete -f --force -q --quiet" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     scrub) echo "$common -r --readonly --json" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;
@@ -70,6 +71,9 @@ _ubtrfs() {
       return 0 ;;
     mkfs:--csum|mkfs:--checksum)
       COMPREPLY=($(compgen -W "crc32c xxhash sha256 blake2" -- "$cur"))
+      return 0 ;;
+    mkfs:-d|mkfs:--data|mkfs:-m|mkfs:--metadata)
+      COMPREPLY=($(compgen -W "single dup raid0 raid1 raid1c3 raid1c4 raid10" -- "$cur"))
       return 0 ;;
     mkfs:-n|mkfs:--nodesize)
       COMPREPLY=($(compgen -W "4096 8192 16384 32768 65536" -- "$cur"))

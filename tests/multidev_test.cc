@@ -22,6 +22,7 @@
 #include "io/recording_device.h"
 #include "alloc/chunk_map.h"
 #include "io/block_device.h"
+#include "support/array_mount.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -32,6 +33,7 @@
 namespace {
 
 using namespace ubtrfs;
+using ubtrfs_test::ArrayMount;
 using ubtrfs_test::CompareTreeToImage;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
@@ -53,58 +55,8 @@ const std::vector<Profile> kProfiles = {
 };
 
 std::string Join(const std::vector<std::string>& v, const std::string& sep = ",") {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
+  return ubtrfs_test::JoinDevices(v, sep);
 }
-
-// Loop devices for every image and a kernel mount of the set.
-class ArrayMount {
- public:
-  ~ArrayMount() { Unmount(); }
-  std::string Mount(const std::vector<std::string>& images, const std::string& dir, const std::string& opts = "") {
-    for (const auto& img : images) {
-      auto r = RunCommand({"losetup", "-f", "--show", img});
-      if (!r.ok()) return "losetup " + img + ": " + r.Describe();
-      std::string dev = r.out;
-      while (!dev.empty() && (dev.back() == '\n' || dev.back() == ' ')) dev.pop_back();
-      loops_.push_back(dev);
-    }
-    std::string o;
-    for (const auto& l : loops_) o += (o.empty() ? "" : ",") + std::string("device=") + l;
-    if (!opts.empty()) o += "," + opts;
-    auto r = RunCommand({"mount", "-t", "btrfs", "-o", o, loops_.front(), dir});
-    if (!r.ok()) return "mount: " + r.Describe();
-    dir_ = dir;
-    return "";
-  }
-  // btrfs check --readonly over the loop devices (progs finds the members
-  // among the scanned block devices).
-  ubtrfs_test::CommandResult Check(const std::vector<std::string>& images) {
-    for (const auto& img : images) {
-      auto r = RunCommand({"losetup", "-f", "--show", img});
-      std::string dev = r.out;
-      while (!dev.empty() && (dev.back() == '\n' || dev.back() == ' ')) dev.pop_back();
-      loops_.push_back(dev);
-    }
-    // Only these devices: a scan of every block device would register other
-    // tests' loop devices with the kernel too.
-    std::vector<std::string> scan{"btrfs", "device", "scan"};
-    scan.insert(scan.end(), loops_.begin(), loops_.end());
-    RunCommand(scan);
-    return RunCommand({"btrfs", "check", "--readonly", loops_.front()});
-  }
-  void Unmount() {
-    if (!dir_.empty()) RunCommand({"umount", dir_});
-    dir_.clear();
-    for (const auto& l : loops_) RunCommand({"losetup", "-d", l});
-    loops_.clear();
-  }
-
- private:
-  std::vector<std::string> loops_;
-  std::string dir_;
-};
 
 class MultiDeviceTest : public testing::TestWithParam<Profile> {
  protected:
@@ -126,18 +78,8 @@ class MultiDeviceTest : public testing::TestWithParam<Profile> {
     // The content: small and large files (several stripe elements and
     // chunks' worth), a hole, a directory tree, a symlink.
     src_ = dir_->Sub("src");
-    ::mkdir(src_.c_str(), 0755);
-    ::mkdir((src_ + "/d").c_str(), 0755);
-    ::mkdir((src_ + "/d/e").c_str(), 0700);
-    const size_t sizes[] = {0, 1, 4095, 4096, 65537, 300000, 3 * kMiB + 123, 24 * kMiB};
-    for (size_t i = 0; i < std::size(sizes); ++i) {
-      ubtrfs_test::WriteHostFile(src_ + (i % 2 ? "/d/f" : "/f") + std::to_string(i),
-                                 ubtrfs_test::SeededBytes(sizes[i], 100 + i));
-    }
-    for (int i = 0; i < 50; ++i) {
-      ubtrfs_test::WriteHostFile(src_ + "/d/e/small" + std::to_string(i), ubtrfs_test::SeededBytes(i * 97, i));
-    }
-    ASSERT_EQ(::symlink("d/f1", (src_ + "/link").c_str()), 0);
+    ubtrfs_test::MakeArraySource(src_, 24 * kMiB);
+    if (HasFatalFailure()) return;
     mnt_ = dir_->Sub("mnt");
     ::mkdir(mnt_.c_str(), 0755);
     ArrayMount m;
@@ -228,11 +170,8 @@ TEST_P(MultiDeviceTest, WritesKeepBtrfsCheckAndTheKernelHappy) {
   }
   auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", AllImages()});
   EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-  {
-    ArrayMount loops;
-    auto progs = loops.Check(images_);
-    EXPECT_TRUE(progs.ok()) << progs.Describe();
-  }
+  auto progs = ArrayMount::CheckOnce(images_);
+  EXPECT_TRUE(progs.ok()) << progs.Describe();
   // The kernel sees the same files, and finds every copy good.
   {
     ArrayMount m;
@@ -471,11 +410,8 @@ TEST_P(NewChunksTest, NewChunksFollowTheProfileAcrossTheDevices) {
   EXPECT_GT(added, 0u) << "the writes fitted into mkfs's chunks: nothing tested";
   auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", Join(images)});
   EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-  {
-    ArrayMount loops;
-    auto progs = loops.Check(images);
-    EXPECT_TRUE(progs.ok()) << progs.Describe();
-  }
+  auto progs = ArrayMount::CheckOnce(images);
+  EXPECT_TRUE(progs.ok()) << progs.Describe();
   const std::string mnt = dir.Sub("mnt");
   ::mkdir(mnt.c_str(), 0755);
   ArrayMount m;
@@ -522,32 +458,7 @@ TEST(MultiDeviceCli, ScanFindsTheOtherMembers) {
 
 namespace crash {
 
-// Forwards to a recording device and notes, in one order shared by both
-// devices, which device each logged write or flush went to.
-class Tagged final : public io::BlockDevice {
- public:
-  Tagged(io::RecordingDevice* rec, int tag, std::vector<int>* order, std::mutex* mu)
-      : rec_(rec), tag_(tag), order_(order), mu_(mu) {}
-  Status ReadAt(uint64_t off, std::span<uint8_t> buf) override { return rec_->ReadAt(off, buf); }
-  Status WriteAt(uint64_t off, std::span<const uint8_t> buf) override {
-    std::lock_guard lock(*mu_);
-    order_->push_back(tag_);
-    return rec_->WriteAt(off, buf);
-  }
-  Status Flush() override {
-    std::lock_guard lock(*mu_);
-    order_->push_back(tag_);
-    return rec_->Flush();
-  }
-  uint64_t Size() const override { return rec_->Size(); }
-  std::string Name() const override { return rec_->Name(); }
-
- private:
-  io::RecordingDevice* rec_;
-  int tag_;
-  std::vector<int>* order_;
-  std::mutex* mu_;
-};
+using Tagged = ubtrfs_test::TaggedDevice;
 
 using Model = std::map<std::string, std::string>;  // file name in / -> content
 

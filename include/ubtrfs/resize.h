@@ -1,12 +1,14 @@
 // Offline resizing of a filesystem in an image file (or on a block device):
-// `ubtrfs resize` and `ubtrfs mkfs --shrink`. Nothing may have the image
-// open meanwhile (no mount).
+// `ubtrfs resize` and `ubtrfs mkfs --shrink`; and adding a device to a
+// filesystem or removing one (`ubtrfs device add|remove`). Nothing may have
+// the images open meanwhile (no mount).
 #ifndef UBTRFS_RESIZE_H_
 #define UBTRFS_RESIZE_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ubtrfs/export_macros.h"
 #include "ubtrfs/status.h"
@@ -50,6 +52,50 @@ UBTRFS_API Status ResizeImage(const std::string& path, const ResizeTarget& targe
 // the kernel's global reserve needs), moves the copies down to the lowest
 // free places, and cuts the image file at the end of the last one.
 UBTRFS_API Status ShrinkImageToFit(const std::string& path, ResizeResult* result);
+
+// ---- Devices ----
+
+struct DeviceChangeOptions {
+  // Where to look for the filesystem's other devices (as OpenOptions::scan_dirs).
+  std::vector<std::string> scan_dirs;
+  // AddDevice: overwrite a btrfs filesystem on the new device.
+  bool force = false;
+};
+
+struct DeviceChangeResult {
+  uint64_t devid = 0;          // the device added or removed
+  uint64_t num_devices = 0;    // the filesystem's devices afterwards
+  uint64_t total_bytes = 0;    // and its size
+  uint64_t stripes_moved = 0;     // RemoveDevice: chunk stripes moved to the other devices
+  uint64_t chunks_restriped = 0;  // RAID0/RAID10 chunks laid out anew over fewer devices
+  uint64_t bytes_copied = 0;      // bytes those moves copied
+};
+
+// Adds `new_device` (an image file or block device that exists, at least
+// 16 MiB) to the filesystem over `devices` (every device, "IMG1,IMG2,..."
+// entries as Filesystem::Open takes, or one with scan_dirs), in one commit:
+// its DEV_ITEM (devid one above the highest), the superblocks' device count
+// and size, and its own superblock copies. Its first MiB is wiped. Nothing
+// moves: new chunks use it from now on (as the kernel's btrfs device add
+// without a balance). EINVAL for a device of this filesystem, EEXIST-like
+// EINVAL for another btrfs without options.force; nothing changes then.
+UBTRFS_API Status AddDevice(const std::vector<std::string>& devices, const std::string& new_device,
+                            const DeviceChangeOptions& options, DeviceChangeResult* result);
+
+// Removes a device (`which`: its devid, or its path as named or found) from
+// the filesystem over `devices`: every chunk stripe on it moves to another
+// device first (one commit per stripe, as ResizeImage moves them), then
+// one commit drops its DEV_ITEM and shrinks the device count and size, and
+// the magic of its superblock copies is cleared. Refused (EINVAL, nothing
+// changed) for the only device and where a profile in use would have fewer
+// devices than it needs (as the kernel: RAID1 keeps 2, RAID1C3 3, RAID1C4 4,
+// RAID10 2). A RAID0 or RAID10 chunk that already has a stripe on every
+// other device is restriped over them (same logical address and length,
+// fewer and longer stripes, every used element copied), which needs room
+// for the new stripes beside the old ones; without it EINVAL names the
+// chunk and nothing more changes.
+UBTRFS_API Status RemoveDevice(const std::vector<std::string>& devices, const std::string& which,
+                               const DeviceChangeOptions& options, DeviceChangeResult* result);
 
 }  // namespace ubtrfs
 

@@ -162,10 +162,21 @@ Status ChunkMap::SetLength(uint64_t logical, uint64_t length) {
                            std::to_string(length) + " (now " + std::to_string(it->second.length) + ")");
   }
   it->second.length = length;
+  it->second.stripe_size = length / std::max<uint32_t>(1, it->second.data_stripes());
   return Status::Ok();
 }
 
-Status ChunkMap::SetStripe(uint64_t logical, size_t index, uint64_t physical) {
+Status ChunkMap::SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size) {
+  std::unique_lock lock(mu_);
+  auto it = chunks_.find(logical);
+  if (it == chunks_.end()) return Status::NotFound("no chunk at logical " + std::to_string(logical));
+  if (stripes.empty()) return Status::Invalid("chunk at logical " + std::to_string(logical) + ": no stripes");
+  it->second.stripes = std::move(stripes);
+  it->second.stripe_size = stripe_size;
+  return Status::Ok();
+}
+
+Status ChunkMap::SetStripe(uint64_t logical, size_t index, uint64_t physical, uint64_t devid) {
   std::unique_lock lock(mu_);
   auto it = chunks_.find(logical);
   if (it == chunks_.end()) return Status::NotFound("no chunk at logical " + std::to_string(logical));
@@ -173,6 +184,7 @@ Status ChunkMap::SetStripe(uint64_t logical, size_t index, uint64_t physical) {
     return Status::Invalid("chunk at logical " + std::to_string(logical) + " has no stripe " + std::to_string(index));
   }
   it->second.stripes[index].physical = physical;
+  if (devid != 0) it->second.stripes[index].devid = devid;
   return Status::Ok();
 }
 

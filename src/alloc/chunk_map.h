@@ -99,7 +99,11 @@ class ChunkMap {
   // changing. A chunk's length cut (its tail unused), a copy moved to
   // another device offset (its bytes copied first), the device's size.
   Status SetLength(uint64_t logical, uint64_t length);
-  Status SetStripe(uint64_t logical, size_t index, uint64_t physical);
+  // devid 0: the stripe stays on its device.
+  Status SetStripe(uint64_t logical, size_t index, uint64_t physical, uint64_t devid = 0);
+  // A chunk restriped over other devices (device remove): every stripe and
+  // the stripe size at once; the length stays.
+  Status SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size);
   void set_device_size(uint64_t devid, uint64_t bytes) { device_sizes_[devid] = bytes; }
 
  private:

@@ -19,6 +19,7 @@ void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
 void RegisterResize(CLI::App& app);        // resize (offline grow and shrink)
+void RegisterDevice(CLI::App& app);        // device add|remove (offline)
 void RegisterCheck(CLI::App& app);         // check
 void RegisterScrub(CLI::App& app);         // scrub (every copy verified, bad ones rewritten)
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)

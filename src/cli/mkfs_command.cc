@@ -31,6 +31,7 @@
 #include "io/block_device.h"
 #include "io/offset_device.h"
 #include "io/rbd_device.h"
+#include "alloc/chunk_map.h"
 #include "txn/clock.h"
 #include "txn/mkfs.h"
 #include "txn/volume.h"
@@ -41,7 +42,9 @@ namespace ubtrfs::cli {
 namespace {
 
 struct MkfsArgs {
-  std::string image;
+  std::vector<std::string> images;
+  std::string data_profile;
+  std::string metadata_profile;
   std::string size;
   std::string nodesize = "16384";
   std::string sectorsize = "4096";
@@ -150,10 +153,29 @@ Status ApplyFeatures(const std::vector<std::string>& lists, txn::MkfsOptions* op
   return Status::Ok();
 }
 
-std::string ProfileText(uint64_t type) { return (type & format::kBlockGroupDup) ? "DUP" : "single"; }
+std::string JoinImages(const std::vector<std::string>& images) {
+  std::string out;
+  for (const auto& i : images) out += (out.empty() ? "" : ",") + i;
+  return out;
+}
 
 void CmdMkfs(const MkfsArgs& a) {
   txn::MkfsOptions opts;
+  const std::string& image = a.images.front();
+  for (auto [flag, text, field] : {std::tuple{"-d", &a.data_profile, &opts.data_profile},
+                                   std::tuple{"-m", &a.metadata_profile, &opts.metadata_profile}}) {
+    if (text->empty()) continue;
+    *field = txn::ParseProfile(*text);
+    if (!*field) {
+      return Fail(std::string("invalid ") + flag + " '" + *text +
+                  "': unknown profile (single, dup, raid0, raid1, raid1c3, raid1c4, raid10)");
+    }
+  }
+  if (Status st = txn::ValidateMkfsProfiles(opts, a.images.size()); !st.ok()) return Fail(st.message());
+  if (a.images.size() > 1 && a.shrink) return Fail("--shrink makes one image file; it cannot go with several devices");
+  if (a.images.size() > 1 && a.reflink) {
+    return Fail("--reflink clones host files into one image file; it cannot go with several devices");
+  }
   auto nodesize = ParseSize(a.nodesize);
   if (!nodesize || *nodesize > UINT32_MAX) return Fail("invalid --nodesize '" + a.nodesize + "': not a size");
   opts.nodesize = static_cast<uint32_t>(*nodesize);
@@ -200,6 +222,11 @@ void CmdMkfs(const MkfsArgs& a) {
       field->emplace();
       std::copy(u.begin(), u.end(), (*field)->begin());
     }
+    for (size_t i = 1; i < a.images.size(); ++i) {
+      const auto u = txn::DeriveUuid(seed, 100 + i);
+      opts.more_dev_uuids.emplace_back();
+      std::copy(u.begin(), u.end(), opts.more_dev_uuids.back().begin());
+    }
     opts.time_sec = epoch;
     opts.time_nsec = 0;
     txn::SetDeterministic(epoch, seed);
@@ -217,8 +244,8 @@ void CmdMkfs(const MkfsArgs& a) {
       return Fail("--shrink makes an image file; it cannot go with --offset or --partition");
     }
     struct stat ist;
-    if (io::IsRbdPath(a.image) || (::stat(a.image.c_str(), &ist) == 0 && !S_ISREG(ist.st_mode))) {
-      return Fail("--shrink needs an image file (" + a.image + " is not a regular file)");
+    if (io::IsRbdPath(image) || (::stat(image.c_str(), &ist) == 0 && !S_ISREG(ist.st_mode))) {
+      return Fail("--shrink needs an image file (" + image + " is not a regular file)");
     }
     // Built in a large sparse file (what --size gives, else 1 TiB: data
     // chunks fill it from the start, the metadata chunk waits at the end),
@@ -288,7 +315,7 @@ void CmdMkfs(const MkfsArgs& a) {
   if (a.reflink && (a.rootdir.empty() || archive)) {
     return Fail("--reflink needs a directory --rootdir (it clones the host files' data into the image file)");
   }
-  if (a.reflink && io::IsRbdPath(a.image)) {
+  if (a.reflink && io::IsRbdPath(image)) {
     return Fail("--reflink clones the host files' data into an image file on the same host; not into an RBD image");
   }
   if (a.reflink && !a.compress.empty()) {
@@ -310,109 +337,148 @@ void CmdMkfs(const MkfsArgs& a) {
     inode_flags = std::move(*fl);
   }
 
-  // What is there now: nothing, a regular file or a block device; or, for
-  // rbd:POOL/IMAGE, an RBD image or none.
-  const bool rbd = io::IsRbdPath(a.image);
-  struct stat st {};
-  bool exists = false;
-  if (rbd) {
-    auto have = io::RbdImageSize(a.image);
-    if (!have.ok()) return Fail(have.status().message());
-    exists = have->has_value();
-    if (exists) {
-      st.st_mode = S_IFBLK;  // fixed size, like a block device, unless --size grows it below
-      st.st_size = static_cast<off_t>(**have);
-    }
-  } else {
-    exists = ::stat(a.image.c_str(), &st) == 0;
-    if (!exists && errno != ENOENT) return Fail(a.image + ": " + std::strerror(errno));
-  }
-  if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
-    return Fail(a.image + ": not a regular file or block device");
-  }
   io::Placement where;
   where.offset = Placement().offset;
   where.partition = Placement().partition;
   const bool windowed = where.offset != 0 || where.partition != 0;
-  if (windowed && (!exists || size)) {
-    return Fail("--offset and --partition make the filesystem inside an existing image, of the window's size "
-                "(no --size)");
-  }
-  if (!exists && !size) {
-    return Fail(a.image + " does not exist; give --size to create " + (rbd ? "an RBD image" : "an image file") +
-                " of that size");
-  }
-  if (exists && !rbd && IsMounted(a.image)) return Fail(a.image + " is mounted; unmount it first");
-  if (exists) {
-    auto dev = io::OpenImage(a.image, io::OpenFlags{}, where);
-    if (!dev.ok()) return Fail(dev.status().message());
-    auto has = txn::HasBtrfsSignature(dev->get());
-    if (!has.ok()) return Fail(has.status().message());
-    if (*has && !a.force) {
-      return Fail(a.image + " already contains a btrfs filesystem; use --force to overwrite it");
+  // Every image is checked before any is created or written.
+  struct Target {
+    std::string path;
+    bool rbd = false;
+    bool exists = false;
+    struct stat st {};
+    bool created = false;
+  };
+  std::vector<Target> targets;
+  for (const std::string& image : a.images) {
+    for (const Target& t : targets) {
+      if (t.path == image) return Fail(image + " is named twice");
     }
-    const uint64_t have = (*dev)->Size();
-    const uint64_t min = txn::MkfsMinBytes(opts.nodesize);
-    if (!size && have < min) {
-      return Fail(a.image + " is too small: " + std::to_string(have) + " bytes (" + Human(have) + "); at least " +
-                  std::to_string(min) + " bytes (" + Human(min) + ") are needed with " +
-                  std::to_string(opts.nodesize) + "-byte nodes (use --size to extend an image file)");
+    Target t;
+    t.path = image;
+    // What is there now: nothing, a regular file or a block device; or, for
+    // rbd:POOL/IMAGE, an RBD image or none.
+    t.rbd = io::IsRbdPath(image);
+    struct stat& st = t.st;
+    if (t.rbd) {
+      auto have = io::RbdImageSize(image);
+      if (!have.ok()) return Fail(have.status().message());
+      t.exists = have->has_value();
+      if (t.exists) {
+        st.st_mode = S_IFBLK;  // fixed size, like a block device, unless --size grows it below
+        st.st_size = static_cast<off_t>(**have);
+      }
+    } else {
+      t.exists = ::stat(image.c_str(), &st) == 0;
+      if (!t.exists && errno != ENOENT) return Fail(image + ": " + std::strerror(errno));
     }
-    if (size && S_ISBLK(st.st_mode) && *size > have && !rbd) {
-      return Fail("--size " + std::to_string(*size) + " is larger than the device " + a.image + " (" +
-                  std::to_string(have) + " bytes)");
+    if (t.exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+      return Fail(image + ": not a regular file or block device");
     }
+    if (windowed && (!t.exists || size)) {
+      return Fail("--offset and --partition make the filesystem inside an existing image, of the window's size "
+                  "(no --size)");
+    }
+    if (!t.exists && !size) {
+      return Fail(image + " does not exist; give --size to create " + (t.rbd ? "an RBD image" : "an image file") +
+                  " of that size");
+    }
+    if (t.exists && !t.rbd && IsMounted(image)) return Fail(image + " is mounted; unmount it first");
+    if (t.exists) {
+      auto dev = io::OpenImage(image, io::OpenFlags{}, where);
+      if (!dev.ok()) return Fail(dev.status().message());
+      auto has = txn::HasBtrfsSignature(dev->get());
+      if (!has.ok()) return Fail(has.status().message());
+      if (*has && !a.force) {
+        return Fail(image + " already contains a btrfs filesystem; use --force to overwrite it");
+      }
+      const uint64_t have = (*dev)->Size();
+      const uint64_t min = txn::MkfsMinBytes(opts.nodesize);
+      if (!size && have < min) {
+        return Fail(image + " is too small: " + std::to_string(have) + " bytes (" + Human(have) + "); at least " +
+                    std::to_string(min) + " bytes (" + Human(min) + ") are needed with " +
+                    std::to_string(opts.nodesize) + "-byte nodes (use --size to extend an image file)");
+      }
+      if (size && S_ISBLK(st.st_mode) && *size > have && !t.rbd) {
+        return Fail("--size " + std::to_string(*size) + " is larger than the device " + image + " (" +
+                    std::to_string(have) + " bytes)");
+      }
+    }
+    targets.push_back(std::move(t));
   }
 
-  // Create or extend the image file (or RBD image).
-  bool created = false;
+  // Create or extend the image files (or RBD images).
   const auto remove_created = [&] {
-    if (!created) return;
-    if (rbd) {
-      (void)io::RemoveRbdImage(a.image);
-    } else {
-      ::unlink(a.image.c_str());
+    for (Target& t : targets) {
+      if (!t.created) continue;
+      if (t.rbd) {
+        (void)io::RemoveRbdImage(t.path);
+      } else {
+        ::unlink(t.path.c_str());
+      }
+      t.created = false;
     }
   };
-  if (rbd && !exists) {
-    if (Status c = io::CreateRbdImage(a.image, *size); !c.ok()) return Fail(c.message());
-    created = true;
-  } else if (rbd && size && static_cast<uint64_t>(st.st_size) < *size) {
-    if (Status c = io::ResizeRbdImage(a.image, *size); !c.ok()) return Fail(c.message());
-  } else if (!exists || (S_ISREG(st.st_mode) && size && static_cast<uint64_t>(st.st_size) < *size)) {
-    int fd = ::open(a.image.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return Fail(a.image + ": cannot create: " + std::strerror(errno));
-    created = !exists;
-    int r = ::ftruncate(fd, static_cast<off_t>(*size));
-    // A host file system whose files cannot be that large: a smaller
-    // build file for --shrink.
-    while (r != 0 && (errno == EFBIG || errno == EINVAL) && a.shrink && a.size.empty() && *size > (16ull << 30)) {
-      *size /= 4;
-      opts.total_bytes = *size;
-      if (*size < (64ull << 30)) opts.metadata_chunk_bytes = 0;
-      r = ::ftruncate(fd, static_cast<off_t>(*size));
-    }
-    if (r != 0) {
+  for (Target& t : targets) {
+    const struct stat& st = t.st;
+    if (t.rbd && !t.exists) {
+      if (Status c = io::CreateRbdImage(t.path, *size); !c.ok()) {
+        remove_created();
+        return Fail(c.message());
+      }
+      t.created = true;
+    } else if (t.rbd && size && static_cast<uint64_t>(st.st_size) < *size) {
+      if (Status c = io::ResizeRbdImage(t.path, *size); !c.ok()) {
+        remove_created();
+        return Fail(c.message());
+      }
+    } else if (!t.exists || (S_ISREG(st.st_mode) && size && static_cast<uint64_t>(st.st_size) < *size)) {
+      int fd = ::open(t.path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        const int e = errno;
+        remove_created();
+        return Fail(t.path + ": cannot create: " + std::strerror(e));
+      }
+      t.created = !t.exists;
+      int r = ::ftruncate(fd, static_cast<off_t>(*size));
+      // A host file system whose files cannot be that large: a smaller
+      // build file for --shrink.
+      while (r != 0 && (errno == EFBIG || errno == EINVAL) && a.shrink && a.size.empty() && *size > (16ull << 30)) {
+        *size /= 4;
+        opts.total_bytes = *size;
+        if (*size < (64ull << 30)) opts.metadata_chunk_bytes = 0;
+        r = ::ftruncate(fd, static_cast<off_t>(*size));
+      }
       const int e = errno;
       ::close(fd);
-      if (created) ::unlink(a.image.c_str());
-      return Fail(a.image + ": cannot set the size to " + std::to_string(*size) + " bytes: " + std::strerror(e));
+      if (r != 0) {
+        remove_created();
+        return Fail(t.path + ": cannot set the size to " + std::to_string(*size) + " bytes: " + std::strerror(e));
+      }
     }
-    ::close(fd);
   }
 
-  auto dev = io::OpenImage(a.image, io::OpenFlags{true}, where);
-  if (!dev.ok()) {
-    remove_created();
-    return Fail(dev.status().message());
-  }
   txn::MkfsSummary sum;
-  if (Status s = txn::MakeFilesystem(dev->get(), opts, &sum); !s.ok()) {
-    dev->reset();
-    remove_created();
-    return Fail(a.image + ": " + s.message());
+  {
+    std::vector<std::unique_ptr<io::BlockDevice>> devs;
+    std::vector<io::BlockDevice*> raw;
+    for (const Target& t : targets) {
+      auto dev = io::OpenImage(t.path, io::OpenFlags{true}, where);
+      if (!dev.ok()) {
+        devs.clear();
+        remove_created();
+        return Fail(dev.status().message());
+      }
+      raw.push_back(dev->get());
+      devs.push_back(std::move(*dev));
+    }
+    if (Status s = txn::MakeFilesystem(raw, opts, &sum); !s.ok()) {
+      devs.clear();
+      remove_created();
+      return Fail((targets.size() == 1 ? image : std::string("mkfs")) + ": " + s.message());
+    }
   }
-  dev->reset();
+  const std::string device_list = JoinImages(a.images);
 
   // --rootdir: the host tree goes in through the library's write API (new
   // chunks are allocated as the data needs them).
@@ -424,8 +490,8 @@ void CmdMkfs(const MkfsArgs& a) {
     oo.max_dirty_bytes = 32ull << 20;    // peak memory below mkfs.btrfs's on large trees
     oo.compress = compress;
     PlacementInto(&oo);
-    auto fs = Filesystem::Open(a.image, oo);
-    if (!fs.ok()) return Fail(a.image + ": reopening for --rootdir: " + fs.status().ToString());
+    auto fs = Filesystem::Open(device_list, oo);
+    if (!fs.ok()) return Fail(image + ": reopening for --rootdir: " + fs.status().ToString());
     Status s;
     // Progress only where someone watches: a terminal, and not with -q.
     ProgressLine progress(!a.quiet && ::isatty(STDERR_FILENO));
@@ -440,20 +506,20 @@ void CmdMkfs(const MkfsArgs& a) {
     }
     if (s.ok()) s = (*fs)->Commit();
     progress.Done();
-    if (!s.ok() && archive && created) {
+    if (!s.ok() && archive && std::any_of(targets.begin(), targets.end(), [](const Target& t) { return t.created; })) {
       fs->reset();
       remove_created();
       return Fail("--rootdir: " + s.ToString());
     }
     if (!s.ok()) {
-      return Fail(a.image + ": importing " + a.rootdir + ": " + s.ToString() +
+      return Fail(image + ": importing " + a.rootdir + ": " + s.ToString() +
                   " (the filesystem holds what was committed before the error)");
     }
   }
   std::optional<ResizeResult> shrunk;
   if (a.shrink) {
     ResizeResult r;
-    if (Status s = ShrinkImageToFit(a.image, &r); !s.ok()) return Fail(a.image + ": --shrink: " + s.ToString());
+    if (Status s = ShrinkImageToFit(image, &r); !s.ok()) return Fail(image + ": --shrink: " + s.ToString());
     shrunk = r;
     sum.total_bytes = r.new_bytes;
   }
@@ -467,10 +533,18 @@ void CmdMkfs(const MkfsArgs& a) {
   if (shrunk) fmt::print("Shrunk to:          {} bytes ({})\n", shrunk->new_bytes, Human(shrunk->new_bytes));
   // The chunks as they are now (--rootdir may have added data chunks).
   std::vector<txn::MkfsChunk> chunks = sum.chunks;
-  if (auto rdev = io::OpenImage(a.image, io::OpenFlags{}, where); rdev.ok()) {
-    if (auto vol = txn::Volume::Open(std::move(*rdev), {}); vol.ok()) {
-      chunks.clear();
-      for (const auto& [logical, c] : (*vol)->chunks().chunks()) chunks.push_back({logical, c.length, c.type, {}});
+  {
+    std::vector<std::unique_ptr<io::BlockDevice>> rdevs;
+    for (const Target& t : targets) {
+      if (auto rdev = io::OpenImage(t.path, io::OpenFlags{}, where); rdev.ok()) rdevs.push_back(std::move(*rdev));
+    }
+    if (rdevs.size() == targets.size()) {
+      if (auto vol = txn::Volume::Open(std::move(rdevs), {}); vol.ok()) {
+        chunks.clear();
+        for (const auto& [logical, c] : (*vol)->chunks().chunks()) {
+          chunks.push_back({logical, c.length, c.type, {}, {}, 0});
+        }
+      }
     }
   }
   fmt::print("Block group profiles:\n");
@@ -485,7 +559,7 @@ void CmdMkfs(const MkfsArgs& a) {
       }
     }
     if (bytes) {
-      fmt::print("  {:<17} {:<16} {:>10}{}\n", name, ProfileText(type), Human(bytes),
+      fmt::print("  {:<17} {:<16} {:>10}{}\n", name, alloc::ProfileName(type), Human(bytes),
                  n > 1 ? fmt::format(" ({} chunks)", n) : "");
     }
   };
@@ -496,6 +570,13 @@ void CmdMkfs(const MkfsArgs& a) {
              opts.block_group_tree ? ", block-group-tree" : "");
   fmt::print("Checksum:           {}\n", format::CsumTypeName(opts.csum_type));
   fmt::print("Superblock copies:  {}\n", sum.superblock_copies);
+  if (targets.size() > 1) {
+    fmt::print("Number of devices:  {}\n", targets.size());
+    fmt::print("Devices:\n   ID        SIZE  PATH\n");
+    for (size_t i = 0; i < targets.size(); ++i) {
+      fmt::print("  {:>3}  {:>10}  {}\n", i + 1, Human(sum.dev_bytes[i]), targets[i].path);
+    }
+  }
   if (!a.rootdir.empty()) {
     fmt::print("Rootdir:            {}: {} files, {} directories, {} symlinks, {} hard links, {} special files, {}\n",
                a.rootdir, stats.files, stats.dirs, stats.symlinks, stats.hardlinks, stats.specials,
@@ -516,9 +597,18 @@ void CmdMkfs(const MkfsArgs& a) {
 void RegisterMkfs(CLI::App& app) {
   static MkfsArgs args;
   auto* cmd = app.add_subcommand("mkfs", "Create an empty btrfs filesystem in an image file or on a block device");
-  cmd->add_option("image", args.image, "Image file (created with --size if missing) or block device")->required();
+  cmd->add_option("image", args.images,
+                  "Image files (created with --size if missing) or block devices: several make one filesystem "
+                  "over all of them (devids 1, 2, ... in this order)")
+      ->required();
+  cmd->add_option("-d,--data", args.data_profile,
+                  "Data profile: single, dup, raid0, raid1, raid1c3, raid1c4 or raid10 (default single)");
+  cmd->add_option("-m,--metadata", args.metadata_profile,
+                  "Metadata (and system) profile: single, dup, raid0, raid1, raid1c3, raid1c4 or raid10 (default "
+                  "dup on one device, raid1 on several)");
   cmd->add_option("-b,--size", args.size,
-                  "Filesystem size (bytes, or with a K/M/G/T suffix); a smaller image file is extended to it");
+                  "Filesystem size (bytes, or with a K/M/G/T suffix); a smaller image file is extended to it "
+                  "(with several images: each one's size)");
   cmd->add_option("-n,--nodesize", args.nodesize, "Tree block size: 4096..65536, a power of two")
       ->capture_default_str();
   cmd->add_option("-s,--sectorsize", args.sectorsize, "Sector size (only 4096)")->capture_default_str();

@@ -11,6 +11,14 @@ BlockDevice* DeviceSet::Get(uint64_t devid) const {
   return it == devs_.end() ? nullptr : it->second.get();
 }
 
+std::unique_ptr<BlockDevice> DeviceSet::Remove(uint64_t devid) {
+  auto it = devs_.find(devid);
+  if (it == devs_.end()) return nullptr;
+  std::unique_ptr<BlockDevice> d = std::move(it->second);
+  devs_.erase(it);
+  return d;
+}
+
 std::vector<uint64_t> DeviceSet::Devids() const {
   std::vector<uint64_t> out;
   for (const auto& [id, d] : devs_) out.push_back(id);

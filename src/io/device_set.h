@@ -39,6 +39,8 @@ class DeviceSet {
   Status Flush();
   void StartWriteback();
 
+  // Takes one device out of the set (device remove); null if absent.
+  std::unique_ptr<BlockDevice> Remove(uint64_t devid);
   // Hands every device back (to wrap or reopen them), leaving the set empty.
   std::vector<std::pair<uint64_t, std::unique_ptr<BlockDevice>>> Release();
 

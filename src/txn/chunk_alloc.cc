@@ -507,6 +507,25 @@ Status ChunkAllocator::FinishPending(bool* changed) {
   }
 }
 
+Status ChunkAllocator::WriteBytesUsed(const std::set<uint64_t>& devids) {
+  Volume* vol = txn_->vol_;
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
+  for (uint64_t devid : devids) {
+    const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
+    UB_ASSIGN_OR_RETURN(auto dev_item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
+    if (!dev_item || dev_item->size() < sizeof(DevItem)) {
+      return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+    }
+    auto* di = reinterpret_cast<DevItem*>(dev_item->data());
+    const uint64_t used = devs_[devid].bytes_used;
+    di->bytes_used = used;
+    UB_RETURN_IF_ERROR(chunk_w->Update(dev_key, *dev_item));
+    if (DevItem* vd = vol->mutable_dev_item(devid)) vd->bytes_used = used;
+    if (vol->super().dev_item.devid.get() == devid) vol->mutable_super().dev_item.bytes_used = used;
+  }
+  return Status::Ok();
+}
+
 Status ChunkAllocator::FinishOne(const Pending& p) {
   Volume* vol = txn_->vol_;
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
@@ -528,21 +547,7 @@ Status ChunkAllocator::FinishOne(const Pending& p) {
     touched.insert(devid);
   }
 
-  // DEV_ITEM.bytes_used: what the dev tree now holds, in the chunk tree and
-  // in the device's superblock.
-  for (uint64_t devid : touched) {
-    const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
-    UB_ASSIGN_OR_RETURN(auto dev_item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
-    if (!dev_item || dev_item->size() < sizeof(DevItem)) {
-      return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
-    }
-    auto* di = reinterpret_cast<DevItem*>(dev_item->data());
-    const uint64_t used = devs_[devid].bytes_used;
-    di->bytes_used = used;
-    UB_RETURN_IF_ERROR(chunk_w->Update(dev_key, *dev_item));
-    if (DevItem* vd = vol->mutable_dev_item(devid)) vd->bytes_used = used;
-    if (vol->super().dev_item.devid.get() == devid) vol->mutable_super().dev_item.bytes_used = used;
-  }
+  UB_RETURN_IF_ERROR(WriteBytesUsed(touched));
 
   BlockGroupItem bg{};
   bg.used = 0;  // TxnManager::UpdateBlockGroups writes the real figure

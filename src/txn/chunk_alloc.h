@@ -68,6 +68,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -186,6 +187,9 @@ class ChunkAllocator {
   Status EnsureMetadataFree(uint64_t need, const std::string& why);
 
   Status FinishOne(const Pending& p);
+  // DEV_ITEM.bytes_used of these devices (from devs_) in the chunk tree,
+  // the volume's copy and the superblock's.
+  Status WriteBytesUsed(const std::set<uint64_t>& devids);
 
   TxnManager* txn_;
   mutable std::recursive_mutex mu_;  // NewChunk may be re-entered via EnsureMetadataFree

@@ -6,13 +6,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <cctype>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <span>
 
 #include "format/checksum.h"
 #include "format/key.h"
 #include "format/superblock.h"
+#include "alloc/chunk_map.h"
 #include "tree/tree_block.h"
 #include "tree/writer.h"
 
@@ -88,8 +91,10 @@ void AddChunk(std::vector<PlannedChunk>* chunks, uint64_t type, uint64_t length,
   c.logical = *phys;
   c.length = length;
   c.type = type;
+  c.stripe_bytes = length;
   for (int i = 0; i < copies; ++i) {
     c.physical.push_back(*phys);
+    c.devids.push_back(1);
     *phys += length;
   }
   // The 64 KiB stripe of a copy that holds a superblock (as btrfs_rmap_block
@@ -165,6 +170,89 @@ Result<std::vector<PlannedChunk>> PlanChunks(uint64_t total, const MkfsOptions& 
   return chunks;
 }
 
+// The chunk as the chunk map sees it.
+alloc::ChunkInfo InfoOf(const MkfsChunk& c) {
+  alloc::ChunkInfo ci;
+  ci.logical = c.logical;
+  ci.length = c.length;
+  ci.type = c.type;
+  ci.stripe_len = kStripeLen;
+  ci.sub_stripes = (c.type & kBlockGroupRaid10) ? 2 : 1;
+  ci.stripe_size = c.stripe_bytes;
+  for (size_t i = 0; i < c.physical.size(); ++i) ci.stripes.push_back({c.devids[i], c.physical[i]});
+  return ci;
+}
+
+// Several devices, or profiles other than the single-device defaults:
+// a system, a metadata and a data chunk, each on the devices with the most
+// room left (ties: the lower devid), as many as the profile takes.
+Result<std::vector<PlannedChunk>> PlanProfileChunks(const std::vector<uint64_t>& sizes, uint64_t meta_profile,
+                                                    uint64_t data_profile, const MkfsOptions& o) {
+  const uint64_t smallest = *std::min_element(sizes.begin(), sizes.end());
+  std::vector<uint64_t> next(sizes.size(), kReservedBytes);  // each device's first free byte
+  uint64_t logical = kReservedBytes;
+  std::vector<PlannedChunk> chunks;
+  auto add = [&](uint64_t kind, uint64_t profile, uint64_t stripe) -> Status {
+    const alloc::ProfileRule rule = alloc::RuleFor(profile);
+    std::vector<size_t> order(sizes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return sizes[a] - next[a] > sizes[b] - next[b]; });
+    size_t ndev = rule.devs_max == 0 ? order.size() : std::min<size_t>(rule.devs_max, order.size());
+    ndev -= ndev % rule.increment;
+    if (profile == kBlockGroupDup) ndev = 1;
+    const std::string what = std::string(kind == kBlockGroupData ? "data" : kind == kBlockGroupSystem ? "system"
+                                                                                                      : "metadata") +
+                             " profile " + alloc::ProfileName(profile);
+    if (ndev < rule.devs_min) {
+      return Status::Invalid("the " + what + " needs at least " + std::to_string(rule.devs_min) + " devices; " +
+                             std::to_string(sizes.size()) + (sizes.size() == 1 ? " was" : " were") + " given");
+    }
+    const size_t nstripes = profile == kBlockGroupDup ? 2 : ndev;
+    PlannedChunk c;
+    c.type = kind | profile;
+    c.stripe_bytes = stripe;
+    for (size_t k = 0; k < nstripes; ++k) {
+      const size_t d = order[profile == kBlockGroupDup ? 0 : k];
+      if (next[d] + stripe > sizes[d]) {
+        return Status::Invalid("device " + std::to_string(d + 1) + " (" + SizeText(sizes[d]) +
+                               ") has no room for a " + SizeText(stripe) + " stripe of the " + what + " chunk");
+      }
+      c.devids.push_back(d + 1);
+      c.physical.push_back(next[d]);
+      next[d] += stripe;
+    }
+    uint64_t data_stripes = 1;
+    if (profile == kBlockGroupRaid0) data_stripes = nstripes;
+    if (profile == kBlockGroupRaid10) data_stripes = nstripes / 2;
+    c.logical = logical;
+    c.length = stripe * data_stripes;
+    logical += c.length;
+    for (auto r : alloc::SuperblockRanges(InfoOf(c))) c.excluded.push_back(r);
+    chunks.push_back(std::move(c));
+    return Status::Ok();
+  };
+  uint64_t meta = o.metadata_chunk_bytes;
+  if (meta == 0) {
+    meta = smallest < 256 * kMiB ? RoundDown(smallest / 8, kMiB)
+                                 : std::clamp(RoundDown(smallest / 20, kMiB), 32 * kMiB, 256 * kMiB);
+    meta = std::max(meta, MetadataFloor(o.nodesize));
+  } else {
+    meta = RoundUpMiB(meta);
+  }
+  const uint64_t sys = SystemChunkBytes(smallest);
+  UB_RETURN_IF_ERROR(add(kBlockGroupSystem, meta_profile, sys));
+  UB_RETURN_IF_ERROR(add(kBlockGroupMetadata, meta_profile, meta));
+  // Data: 64 MiB a stripe, less where the devices the profile takes have
+  // less than twice that left (room for the kernel's next metadata chunk).
+  uint64_t left = UINT64_MAX;
+  for (size_t d = 0; d < sizes.size(); ++d) left = std::min(left, sizes[d] - next[d]);
+  uint64_t data = std::min(64 * kMiB, RoundDown(left / (data_profile == kBlockGroupDup ? 4 : 2), kMiB));
+  if (data == 0) return Status::Invalid("no room left for a data chunk");
+  UB_RETURN_IF_ERROR(add(kBlockGroupData, data_profile, data));
+  return chunks;
+}
+
 // ---- Trees ---------------------------------------------------------------------------------
 
 enum TreeIndex { kTChunk, kTRoot, kTExtent, kTDev, kTFs, kTCsum, kTUuid, kTFst, kTReloc, kTBgt, kNumTrees };
@@ -230,8 +318,10 @@ struct Ctx {
   uint32_t nodesize = 0;
   uint32_t sectorsize = 0;
   uint16_t csum_type = 0;
-  uint64_t total = 0;
-  Uuid fsid{}, dev_uuid{}, chunk_uuid{}, fs_uuid{};
+  uint64_t total = 0;                // all devices together
+  std::vector<uint64_t> dev_totals;  // by devid - 1
+  std::vector<Uuid> dev_uuids;       // by devid - 1
+  Uuid fsid{}, chunk_uuid{}, fs_uuid{};
   int64_t tsec = 0;
   uint32_t tnsec = 0;
   bool block_group_tree = false;  // block group items in a tree of their own
@@ -311,34 +401,38 @@ std::vector<uint8_t> ChunkItemBytes(const Ctx& ctx, const PlannedChunk& c) {
   ch->io_width = static_cast<uint32_t>(kStripeLen);
   ch->sector_size = ctx.sectorsize;
   ch->num_stripes = static_cast<uint16_t>(c.physical.size());
-  ch->sub_stripes = 1;
+  ch->sub_stripes = (c.type & kBlockGroupRaid10) ? 2 : 1;
   for (size_t i = 0; i < c.physical.size(); ++i) {
     auto* st = reinterpret_cast<Stripe*>(d.data() + sizeof(Chunk) + i * sizeof(Stripe));
-    st->devid = 1;
+    st->devid = c.devids[i];
     st->offset = c.physical[i];
-    std::memcpy(st->dev_uuid, ctx.dev_uuid.data(), kUuidSize);
+    std::memcpy(st->dev_uuid, ctx.dev_uuids[c.devids[i] - 1].data(), kUuidSize);
   }
   return d;
 }
 
-DevItem MakeDevItem(const Ctx& ctx) {
+DevItem MakeDevItem(const Ctx& ctx, uint64_t devid) {
   DevItem d{};
   uint64_t used = 0;
-  for (const auto& c : ctx.chunks) used += c.length * c.physical.size();
-  d.devid = 1;
-  d.total_bytes = ctx.total;
+  for (const auto& c : ctx.chunks) {
+    for (uint64_t id : c.devids) used += id == devid ? c.stripe_bytes : 0;
+  }
+  d.devid = devid;
+  d.total_bytes = ctx.dev_totals[devid - 1];
   d.bytes_used = used;
   d.io_align = ctx.sectorsize;
   d.io_width = ctx.sectorsize;
   d.sector_size = ctx.sectorsize;
-  std::memcpy(d.uuid, ctx.dev_uuid.data(), kUuidSize);
+  std::memcpy(d.uuid, ctx.dev_uuids[devid - 1].data(), kUuidSize);
   std::memcpy(d.fsid, ctx.fsid.data(), kFsidSize);
   return d;
 }
 
 std::vector<LeafItem> ChunkTreeItems(const Ctx& ctx) {
   std::vector<LeafItem> items;
-  items.push_back({Key{kDevItemsObjectid, kDevItemKey, 1}, Bytes(MakeDevItem(ctx))});
+  for (uint64_t id = 1; id <= ctx.dev_totals.size(); ++id) {
+    items.push_back({Key{kDevItemsObjectid, kDevItemKey, id}, Bytes(MakeDevItem(ctx, id))});
+  }
   for (const auto& c : ctx.chunks) {
     items.push_back({Key{kFirstChunkTreeObjectid, kChunkItemKey, c.logical}, ChunkItemBytes(ctx, c)});
   }
@@ -348,14 +442,14 @@ std::vector<LeafItem> ChunkTreeItems(const Ctx& ctx) {
 std::vector<LeafItem> DevTreeItems(const Ctx& ctx) {
   std::vector<LeafItem> items;
   for (const auto& c : ctx.chunks) {
-    for (uint64_t p : c.physical) {
+    for (size_t i = 0; i < c.physical.size(); ++i) {
       DevExtent de{};
       de.chunk_tree = kChunkTreeObjectid;
       de.chunk_objectid = kFirstChunkTreeObjectid;
       de.chunk_offset = c.logical;
-      de.length = c.length;
+      de.length = c.stripe_bytes;
       std::memcpy(de.chunk_tree_uuid, ctx.chunk_uuid.data(), kUuidSize);
-      items.push_back({Key{1, kDevExtentKey, p}, Bytes(de)});
+      items.push_back({Key{c.devids[i], kDevExtentKey, c.physical[i]}, Bytes(de)});
     }
   }
   return items;
@@ -600,26 +694,93 @@ Result<bool> HasBtrfsSignature(io::BlockDevice* dev) {
   return false;
 }
 
+std::optional<uint64_t> ParseProfile(const std::string& name) {
+  std::string n;
+  for (char c : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, uint64_t> kNames[] = {
+      {"single", 0},
+      {"dup", kBlockGroupDup},
+      {"raid0", kBlockGroupRaid0},
+      {"raid1", kBlockGroupRaid1},
+      {"raid1c3", kBlockGroupRaid1c3},
+      {"raid1c4", kBlockGroupRaid1c4},
+      {"raid10", kBlockGroupRaid10},
+      {"raid5", kBlockGroupRaid5},
+      {"raid6", kBlockGroupRaid6},
+  };
+  for (auto [text, bits] : kNames) {
+    if (n == text) return bits;
+  }
+  return std::nullopt;
+}
+
+Status ValidateMkfsProfiles(const MkfsOptions& opts, size_t devices) {
+  const uint64_t meta_profile = opts.metadata_profile.value_or(devices > 1 ? kBlockGroupRaid1 : kBlockGroupDup);
+  const uint64_t data_profile = opts.data_profile.value_or(0);
+  for (auto [what, p] : {std::pair{"data", data_profile}, std::pair{"metadata", meta_profile}}) {
+    if (p & ~kBlockGroupProfileMask || (p && (p & (p - 1)))) {
+      return Status::Invalid(std::string("invalid ") + what + " profile bits " + std::to_string(p));
+    }
+    if (p & (kBlockGroupRaid5 | kBlockGroupRaid6)) {
+      return Status::Unsupported(std::string(what) + " profile " + alloc::ProfileName(p) +
+                                 ": ubtrfs does not write RAID5/RAID6 (parity writes are not implemented; "
+                                 "see docs/FORMAT.md)");
+    }
+    const uint32_t min = alloc::RuleFor(p).devs_min;
+    if (devices < min) {
+      return Status::Invalid(std::string("the ") + what + " profile " + alloc::ProfileName(p) + " needs at least " +
+                             std::to_string(min) + " devices; " + std::to_string(devices) +
+                             (devices == 1 ? " was" : " were") + " given");
+    }
+  }
+  return Status::Ok();
+}
+
 Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary* summary) {
+  return MakeFilesystem(std::vector<io::BlockDevice*>{dev}, opts, summary);
+}
+
+Status MakeFilesystem(const std::vector<io::BlockDevice*>& devs, const MkfsOptions& opts, MkfsSummary* summary) {
   UB_RETURN_IF_ERROR(ValidateMkfsOptions(opts));
+  if (devs.empty()) return Status::Invalid("no device given");
   Ctx ctx;
   ctx.nodesize = opts.nodesize;
   ctx.sectorsize = opts.sectorsize;
   ctx.csum_type = opts.csum_type;
   ctx.block_group_tree = opts.block_group_tree;
-  const uint64_t dev_size = dev->Size();
-  if (opts.total_bytes > dev_size) {
-    return Status::Invalid("filesystem size " + SizeText(opts.total_bytes) + " is larger than " + dev->Name() +
-                           " (" + SizeText(dev_size) + ")");
+  for (io::BlockDevice* dev : devs) {
+    const uint64_t dev_size = dev->Size();
+    if (opts.total_bytes > dev_size) {
+      return Status::Invalid("filesystem size " + SizeText(opts.total_bytes) + " is larger than " + dev->Name() +
+                             " (" + SizeText(dev_size) + ")");
+    }
+    const uint64_t total = RoundDown(opts.total_bytes ? opts.total_bytes : dev_size, opts.sectorsize);
+    if (total < MkfsMinBytes(opts.nodesize)) {
+      return Status::Invalid(dev->Name() + " is too small for a filesystem: " + SizeText(total) + "; at least " +
+                             SizeText(MkfsMinBytes(opts.nodesize)) + " are needed with " +
+                             std::to_string(opts.nodesize) + "-byte nodes");
+    }
+    ctx.dev_totals.push_back(total);
+    ctx.total += total;
   }
-  ctx.total = RoundDown(opts.total_bytes ? opts.total_bytes : dev_size, opts.sectorsize);
-  if (ctx.total < MkfsMinBytes(opts.nodesize)) {
-    return Status::Invalid(dev->Name() + " is too small for a filesystem: " + SizeText(ctx.total) +
-                           "; at least " + SizeText(MkfsMinBytes(opts.nodesize)) + " are needed with " +
-                           std::to_string(opts.nodesize) + "-byte nodes");
+  UB_RETURN_IF_ERROR(ValidateMkfsProfiles(opts, devs.size()));
+  const bool several = devs.size() > 1;
+  const uint64_t meta_profile = opts.metadata_profile.value_or(several ? kBlockGroupRaid1 : kBlockGroupDup);
+  const uint64_t data_profile = opts.data_profile.value_or(0);
+  const bool default_layout = !several && meta_profile == kBlockGroupDup && data_profile == 0;
+  if (!default_layout && (opts.metadata_at_end || opts.data_bytes != 0)) {
+    return Status::Invalid("the data size and metadata-at-end layouts (--shrink) are for one device with the "
+                           "default profiles");
   }
-  for (auto [opt, field] : {std::pair{&opts.fsid, &ctx.fsid}, std::pair{&opts.dev_uuid, &ctx.dev_uuid},
-                            std::pair{&opts.chunk_tree_uuid, &ctx.chunk_uuid},
+  ctx.dev_uuids.resize(devs.size());
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const std::optional<Uuid>& given =
+        i == 0 ? opts.dev_uuid : (i - 1 < opts.more_dev_uuids.size() ? std::optional<Uuid>(opts.more_dev_uuids[i - 1])
+                                                                     : std::nullopt);
+    if (given) ctx.dev_uuids[i] = *given;
+    else UB_RETURN_IF_ERROR(RandomUuid(&ctx.dev_uuids[i]));
+  }
+  for (auto [opt, field] : {std::pair{&opts.fsid, &ctx.fsid}, std::pair{&opts.chunk_tree_uuid, &ctx.chunk_uuid},
                             std::pair{&opts.fs_tree_uuid, &ctx.fs_uuid}}) {
     if (opt->has_value()) *field = **opt;
     else UB_RETURN_IF_ERROR(RandomUuid(field));
@@ -633,7 +794,11 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
     ctx.tsec = now.tv_sec;
     ctx.tnsec = static_cast<uint32_t>(now.tv_nsec);
   }
-  UB_ASSIGN_OR_RETURN(ctx.chunks, PlanChunks(ctx.total, opts));
+  if (default_layout) {
+    UB_ASSIGN_OR_RETURN(ctx.chunks, PlanChunks(ctx.total, opts));
+  } else {
+    UB_ASSIGN_OR_RETURN(ctx.chunks, PlanProfileChunks(ctx.dev_totals, meta_profile, data_profile, opts));
+  }
 
   // Trees whose items do not depend on where blocks go.
   std::array<std::vector<LeafItem>, kNumTrees> items;
@@ -704,7 +869,7 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
   for (const auto& c : ctx.chunks) used += c.blocks.size() * uint64_t{ctx.nodesize};
   sb.bytes_used = used;
   sb.root_dir_objectid = kRootTreeDirObjectid;
-  sb.num_devices = 1;
+  sb.num_devices = devs.size();
   sb.sectorsize = ctx.sectorsize;
   sb.nodesize = ctx.nodesize;
   sb.unused_leafsize = ctx.nodesize;
@@ -713,7 +878,6 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
   sb.compat_ro_flags = kCompatRo | (ctx.block_group_tree ? kCompatRoBlockGroupTree : 0);
   sb.incompat_flags = kIncompat;
   sb.csum_type = ctx.csum_type;
-  sb.dev_item = MakeDevItem(ctx);
   std::memcpy(sb.label, opts.label.data(), opts.label.size());
   sb.cache_generation = 0;       // mkfs.btrfs: 0 with the free space tree
   sb.uuid_tree_generation = 0;   // mkfs.btrfs leaves it 0 (the kernel rescans once)
@@ -744,46 +908,68 @@ Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary
   root_of(kTCsum, bk.csum_root, bk.csum_root_gen, bk.csum_root_level);
   bk.total_bytes = ctx.total;
   bk.bytes_used = used;
-  bk.num_devices = 1;
+  bk.num_devices = devs.size();
+
+  // Where each tree block's copies go (the chunk map validates the items).
+  std::map<uint64_t, uint64_t> dev_sizes;
+  for (size_t i = 0; i < devs.size(); ++i) dev_sizes[i + 1] = devs[i]->Size();
+  alloc::ChunkMap map(dev_sizes);
+  for (const auto& c : ctx.chunks) {
+    UB_RETURN_IF_ERROR(map.AddChunk(c.logical, ChunkItemBytes(ctx, c), ctx.sectorsize)
+                           .WithContext("mkfs: refusing to write chunk " + std::to_string(c.logical)));
+  }
 
   // ---- Write: wipe the start (old signatures and the old primary
-  // superblock) and the end of the device, then the tree blocks, then the
+  // superblock) and the end of each device, then the tree blocks, then the
   // superblocks (mirrors first, the primary last). ----
   const std::vector<uint8_t> zeros(kMiB, 0);
-  UB_RETURN_IF_ERROR(dev->WriteAt(0, zeros));
-  if (ctx.total == RoundDown(dev_size, ctx.sectorsize)) {
-    const uint64_t tail = std::max<uint64_t>(ctx.chunks.back().logical + ctx.chunks.back().length,
-                                             dev_size - std::min<uint64_t>(dev_size, kMiB));
+  for (size_t i = 0; i < devs.size(); ++i) {
+    io::BlockDevice* dev = devs[i];
+    const uint64_t dev_size = dev->Size();
+    UB_RETURN_IF_ERROR(dev->WriteAt(0, zeros));
+    if (ctx.dev_totals[i] != RoundDown(dev_size, ctx.sectorsize)) continue;
+    uint64_t stripes_end = 0;
+    for (const auto& c : ctx.chunks) {
+      for (size_t k = 0; k < c.physical.size(); ++k) {
+        if (c.devids[k] == i + 1) stripes_end = std::max(stripes_end, c.physical[k] + c.stripe_bytes);
+      }
+    }
+    const uint64_t tail = std::max<uint64_t>(stripes_end, dev_size - std::min<uint64_t>(dev_size, kMiB));
     if (tail < dev_size) UB_RETURN_IF_ERROR(dev->WriteAt(tail, std::span(zeros).subspan(0, dev_size - tail)));
   }
   for (const auto& b : blocks) {
-    const uint64_t logical = b->bytenr();
-    const PlannedChunk* chunk = nullptr;
-    for (const auto& c : ctx.chunks) {
-      if (logical >= c.logical && logical + ctx.nodesize <= c.logical + c.length) chunk = &c;
+    UB_ASSIGN_OR_RETURN(auto copies, map.Map(b->bytenr(), ctx.nodesize));
+    for (const auto& copy : copies) {
+      for (const alloc::Piece& piece : copy) {
+        UB_RETURN_IF_ERROR(devs[piece.devid - 1]->WriteAt(
+            piece.physical, b->bytes().subspan(piece.buf_offset, piece.length)));
+      }
     }
-    if (!chunk) return Status::Error(EIO, "internal: tree block " + std::to_string(logical) + " outside chunks");
-    for (uint64_t p : chunk->physical) UB_RETURN_IF_ERROR(dev->WriteAt(p + (logical - chunk->logical), b->bytes()));
   }
-  UB_RETURN_IF_ERROR(dev->Flush());
+  for (io::BlockDevice* dev : devs) UB_RETURN_IF_ERROR(dev->Flush());
   std::vector<uint8_t> buf(kSuperInfoSize);
   int copies = 0;
-  for (int m = kSuperMirrorMax - 1; m >= 0; --m) {
-    const uint64_t off = SuperblockOffset(m);
-    if (off + kSuperInfoSize > ctx.total) continue;
-    sb.bytenr = off;
-    std::memcpy(buf.data(), &sb, kSuperInfoSize);
-    CsumBytes sum = ComputeCsum(ctx.csum_type, std::span<const uint8_t>(buf).subspan(kCsumSize));
-    std::memcpy(buf.data(), sum.data(), kCsumSize);
-    UB_RETURN_IF_ERROR(ValidateSuperblock(buf, off).WithContext("mkfs: refusing to write superblock"));
-    UB_RETURN_IF_ERROR(dev->WriteAt(off, buf));
-    ++copies;
+  for (size_t i = 0; i < devs.size(); ++i) {
+    sb.dev_item = MakeDevItem(ctx, i + 1);
+    for (int m = kSuperMirrorMax - 1; m >= 0; --m) {
+      const uint64_t off = SuperblockOffset(m);
+      if (off + kSuperInfoSize > ctx.dev_totals[i]) continue;
+      sb.bytenr = off;
+      std::memcpy(buf.data(), &sb, kSuperInfoSize);
+      CsumBytes sum = ComputeCsum(ctx.csum_type, std::span<const uint8_t>(buf).subspan(kCsumSize));
+      std::memcpy(buf.data(), sum.data(), kCsumSize);
+      UB_RETURN_IF_ERROR(ValidateSuperblock(buf, off).WithContext("mkfs: refusing to write superblock"));
+      UB_RETURN_IF_ERROR(devs[i]->WriteAt(off, buf));
+      ++copies;
+    }
   }
-  UB_RETURN_IF_ERROR(dev->Flush());
+  for (io::BlockDevice* dev : devs) UB_RETURN_IF_ERROR(dev->Flush());
 
   if (summary) {
     summary->fsid = ctx.fsid;
-    summary->dev_uuid = ctx.dev_uuid;
+    summary->dev_uuid = ctx.dev_uuids[0];
+    summary->dev_uuids = ctx.dev_uuids;
+    summary->dev_bytes = ctx.dev_totals;
     summary->chunk_tree_uuid = ctx.chunk_uuid;
     summary->total_bytes = ctx.total;
     summary->bytes_used = used;

@@ -1,11 +1,18 @@
-// mkfs: writes a new, empty single-device btrfs filesystem onto a device, in
+// mkfs: writes a new, empty btrfs filesystem onto one or more devices, in
 // the layout mkfs.btrfs (btrfs-progs 6.x) produces by default:
 //
 //   features   incompat mixed-backref, extended-iref, skinny-metadata,
 //              no-holes; compat_ro free-space-tree + free-space-tree-valid,
 //              block-group-tree (unless turned off)
-//   chunks     SYSTEM (DUP), METADATA (DUP), DATA (SINGLE), placed from 1 MiB
-//              on; logical address = physical offset of the first copy
+//   chunks     one device, default profiles: SYSTEM (DUP), METADATA (DUP),
+//              DATA (SINGLE), placed from 1 MiB on; logical address =
+//              physical offset of the first copy.
+//              Several devices (or profiles given): SYSTEM and METADATA with
+//              the metadata profile (RAID1 by default), DATA with the data
+//              profile (SINGLE by default); stripes on the devices with the
+//              most room (as the kernel's gather_device_info), each device
+//              from 1 MiB on; logical addresses from 1 MiB on. Every device
+//              gets a DEV_ITEM and its superblock copies with its own one.
 //   trees      root, chunk, extent, dev, fs (5), csum, uuid, free space,
 //              data reloc and block group trees, every block at generation 1
 //
@@ -75,36 +82,62 @@ struct MkfsOptions {
   // 1 MiB on (mkfs --shrink: data chunks then fill the device from its
   // start, and the small chunks move down behind them at the end).
   bool metadata_at_end = false;
+
+  // Block group profiles (format::kBlockGroupDup, kBlockGroupRaid1, ...;
+  // 0 is SINGLE). Unset: mkfs.btrfs's defaults, data SINGLE and metadata
+  // DUP on one device, RAID1 on several. System chunks take the metadata
+  // profile. RAID5/RAID6 are refused (ubtrfs does not write parity).
+  std::optional<uint64_t> data_profile;
+  std::optional<uint64_t> metadata_profile;
+  // Uuids of the devices after the first (dev_uuid is the first one's);
+  // random where not given.
+  std::vector<Uuid> more_dev_uuids;
 };
+
+// "raid1" -> kBlockGroupRaid1 (mkfs.btrfs's names, any case: single, dup,
+// raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6); nullopt if unknown.
+std::optional<uint64_t> ParseProfile(const std::string& name);
 
 struct MkfsChunk {
   uint64_t logical = 0;
   uint64_t length = 0;
-  uint64_t type = 0;                // block group flags: DATA/METADATA/SYSTEM | DUP
-  std::vector<uint64_t> physical;   // start of each copy on the device
+  uint64_t type = 0;                // block group flags: DATA/METADATA/SYSTEM | profile
+  std::vector<uint64_t> physical;   // start of each stripe on its device
+  std::vector<uint64_t> devids;     // the device of each stripe (1 for all on one device)
+  uint64_t stripe_bytes = 0;        // each stripe's length on its device (its dev extent)
 };
 
 // What MakeFilesystem wrote (for the CLI's report and for tests).
 struct MkfsSummary {
   Uuid fsid{};
   Uuid dev_uuid{};
+  std::vector<Uuid> dev_uuids;  // every device's, by devid (1 first)
   Uuid chunk_tree_uuid{};
-  uint64_t total_bytes = 0;
+  uint64_t total_bytes = 0;     // all devices together
+  std::vector<uint64_t> dev_bytes;  // each device's, by devid (1 first)
   uint64_t bytes_used = 0;     // tree blocks
   uint64_t generation = 0;
   int tree_blocks = 0;
   std::vector<MkfsChunk> chunks;
-  int superblock_copies = 0;
+  int superblock_copies = 0;  // on all devices together
 };
 
 // Creates the filesystem. The device must be writable and already have its
 // size (an image file is sized beforehand). Refuses (EINVAL) bad options and
 // devices below MkfsMinBytes(nodesize), naming the option or the sizes.
 Status MakeFilesystem(io::BlockDevice* dev, const MkfsOptions& opts, MkfsSummary* summary = nullptr);
+// Over several devices (devids 1, 2, ... in this order). total_bytes, when
+// set, is each device's size as the filesystem sees it (mkfs.btrfs -b).
+// EINVAL with fewer devices than a profile needs, naming the profile.
+Status MakeFilesystem(const std::vector<io::BlockDevice*>& devs, const MkfsOptions& opts,
+                      MkfsSummary* summary = nullptr);
 
 // Checks the options alone (sizes, checksum type, label, and total_bytes
 // against the minimum when it is set); MakeFilesystem does this first.
 Status ValidateMkfsOptions(const MkfsOptions& opts);
+// Checks the profiles against the number of devices (EINVAL: too few for
+// a profile; EOPNOTSUPP: RAID5/RAID6); MakeFilesystem does this first.
+Status ValidateMkfsProfiles(const MkfsOptions& opts, size_t devices);
 
 // Whether any superblock copy that fits on the device carries the btrfs
 // magic (the test mkfs.btrfs makes before it refuses to overwrite without -f).

@@ -1,11 +1,15 @@
 #include "txn/relocate.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstddef>
 #include <cstring>
 #include <set>
 
 #include "format/key.h"
 #include "format/superblock.h"
+#include "alloc/chunk_map.h"
+#include "txn/volume.h"
 #include "txn/transaction.h"
 
 namespace ubtrfs::txn {
@@ -27,7 +31,9 @@ bool Overlaps(uint64_t a, uint64_t al, uint64_t b, uint64_t bl) { return a < b +
 std::vector<DeviceLayout::Stripe> DeviceLayout::Stripes() const {
   std::vector<Stripe> out;
   for (const auto& [logical, c] : txn_->vol_->chunks().chunks()) {
-    for (size_t i = 0; i < c.physical().size(); ++i) out.push_back({logical, c.length, c.type, i, c.physical()[i]});
+    for (size_t i = 0; i < c.stripes.size(); ++i) {
+      out.push_back({logical, c.stripe_size, c.type, i, c.stripes[i].physical, c.stripes[i].devid});
+    }
   }
   std::sort(out.begin(), out.end(), [](const Stripe& a, const Stripe& b) { return a.physical < b.physical; });
   return out;
@@ -65,8 +71,15 @@ uint64_t DeviceLayout::UsedEnd(uint64_t logical) const {
   return end;
 }
 
-Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical) {
+Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical,
+                                     uint64_t devid) {
   Volume* vol = txn_->vol_;
+  const DevItem* dev_item = nullptr;
+  if (devid != 0) {
+    auto it = vol->dev_items().find(devid);
+    if (it == vol->dev_items().end()) return Status::Invalid("no device " + std::to_string(devid));
+    dev_item = &it->second;
+  }
   const Key key{kFirstChunkTreeObjectid, kChunkItemKey, logical};
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
   UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), key));
@@ -80,7 +93,12 @@ Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t i
       return Status::Corrupt("chunk item " + KeyToString(key) + ": stripes do not fit");
     }
     c->length = length;
-    reinterpret_cast<format::Stripe*>(body + sizeof(Chunk))[index].offset = physical;
+    format::Stripe& st = reinterpret_cast<format::Stripe*>(body + sizeof(Chunk))[index];
+    st.offset = physical;
+    if (dev_item) {
+      st.devid = devid;
+      std::memcpy(st.dev_uuid, dev_item->uuid, kUuidSize);
+    }
     return Status::Ok();
   };
   UB_RETURN_IF_ERROR(patch(item->data(), item->size()));
@@ -257,23 +275,30 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
   return UpdateDevItem();
 }
 
-bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t to) const {
-  const ChunkAllocator& ca = *txn_->chunk_alloc_;
-  if (to % kStripeLen || to < ChunkAllocator::kDeviceStart || to + s.length > ca.device_end_) return false;
-  for (const auto& [p, l] : Dev().extents) {
-    if (Overlaps(p, l, to, s.length)) return false;
+std::vector<std::pair<uint64_t, uint64_t>> DeviceLayout::NewSuperRanges(uint64_t logical, size_t index,
+                                                                        uint64_t devid, uint64_t to) const {
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
+  if (!ci || index >= ci->stripes.size()) return {};
+  alloc::ChunkInfo moved = *ci;
+  moved.stripes[index] = {devid, to};
+  return NewSuperRanges(moved);
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> DeviceLayout::NewSuperRanges(const alloc::ChunkInfo& layout) const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (auto [start, len] : alloc::SuperblockRanges(layout)) {
+    bool have = false;
+    for (auto [xs, xl] : txn_->excluded_ranges_) have |= xs == start && xl == len;
+    if (!have) out.push_back({start, len});
   }
-  for (int m = 0; m < kSuperMirrorMax; ++m) {
-    const uint64_t sb = SuperblockOffset(m);
-    if (sb < to || sb >= to + s.length) continue;
-    const uint64_t start = s.logical + RoundDown(sb - to, kStripeLen);
-    const uint64_t len = std::min(kStripeLen, s.logical + s.length - start);
-    bool excluded = false;
-    for (auto [xs, xl] : txn_->excluded_ranges_) excluded |= xs == start && xl == len;
-    if (excluded) continue;
+  return out;
+}
+
+bool DeviceLayout::SuperRangesFree(const alloc::ChunkInfo& layout) const {
+  for (auto [start, len] : NewSuperRanges(layout)) {
     bool busy = false;
     txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
-      if (g.start() != s.logical) return;
+      if (g.start() != layout.logical) return;
       auto check = [&](uint64_t a, uint64_t l) { busy |= Overlaps(a, l, start, len); };
       g.ForEachUsedExtent(check);
       g.ForEachPinnedExtent(check);
@@ -283,7 +308,25 @@ bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t to) const {
   return true;
 }
 
-uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t limit) const {
+bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t devid, uint64_t to) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  auto dev = ca.devs_.find(devid);
+  if (dev == ca.devs_.end()) return false;
+  if (to % kStripeLen || to < ChunkAllocator::kDeviceStart || to + s.length > dev->second.end) return false;
+  for (const auto& [p, l] : dev->second.extents) {
+    if (Overlaps(p, l, to, s.length)) return false;
+  }
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(s.logical);
+  if (!ci || s.index >= ci->stripes.size()) return false;
+  alloc::ChunkInfo moved = *ci;
+  moved.stripes[s.index] = {devid, to};
+  return SuperRangesFree(moved);
+}
+
+uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t devid, uint64_t limit) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  auto dev = ca.devs_.find(devid);
+  if (dev == ca.devs_.end()) return 0;
   std::set<uint64_t> candidates;
   // Free 64 KiB pieces of the chunk, for placing a superblock copy on one.
   std::vector<uint64_t> free_offsets;
@@ -296,7 +339,7 @@ uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t limit) const {
       }
     });
   });
-  for (auto [hs, hl] : txn_->chunk_alloc_->FreeDeviceRanges()) {
+  for (auto [hs, hl] : ca.FreeRanges(dev->second)) {
     if (hs >= limit) break;
     candidates.insert(hs);
     for (int m = 0; m < kSuperMirrorMax; ++m) {
@@ -310,68 +353,86 @@ uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t limit) const {
   }
   for (uint64_t to : candidates) {
     if (to + s.length > limit) continue;
-    if (PlaceOk(s, to)) return to;
+    if (PlaceOk(s, devid, to)) return to;
   }
   return 0;
 }
 
 Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uint64_t* copied) {
-  Volume* vol = txn_->vol_;
-  const alloc::ChunkInfo* ci = vol->chunks().Find(logical);
-  if (!ci || ci->logical != logical || index >= ci->physical().size()) {
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
+  if (!ci || ci->logical != logical || index >= ci->stripes.size()) {
     return Status::Invalid("no copy " + std::to_string(index) + " of a chunk at " + std::to_string(logical));
   }
-  const Stripe s{logical, ci->length, ci->type, index, ci->physical()[index]};
+  return MoveStripe(logical, index, ci->stripes[index].devid, to, copied);
+}
+
+Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, uint64_t to, uint64_t* copied) {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = vol->chunks().Find(logical);
+  if (!ci || ci->logical != logical || index >= ci->stripes.size()) {
+    return Status::Invalid("no copy " + std::to_string(index) + " of a chunk at " + std::to_string(logical));
+  }
+  const alloc::StripeLoc from = ci->stripes[index];
+  const Stripe s{logical, ci->stripe_size, ci->type, index, from.physical, from.devid};
   const std::string where = "moving copy " + std::to_string(index) + " of chunk " + std::to_string(logical) +
-                            " from device offset " + std::to_string(s.physical) + " to " + std::to_string(to);
-  if (!PlaceOk(s, to)) return Status::Invalid(where + ": the target is not free device space");
+                            " from device " + std::to_string(from.devid) + " offset " + std::to_string(s.physical) +
+                            " to device " + std::to_string(devid) + " offset " + std::to_string(to);
+  if (!PlaceOk(s, devid, to)) return Status::Invalid(where + ": the target is not free device space");
+
+  // The bytes: only what the group uses (free space holds nothing), as the
+  // stripe holds them (every element of a striped chunk that lies in it).
+  std::vector<std::pair<uint64_t, uint64_t>> used;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
+  });
+  io::BlockDevice* src = vol->devices().Get(from.devid);
+  io::BlockDevice* dst = vol->devices().Get(devid);
+  if (!src || !dst) return Status::IoError(where + ": a device is missing");
+  std::vector<uint8_t> buf;
+  for (auto [a, l] : used) {
+    UB_ASSIGN_OR_RETURN(auto copies, vol->chunks().Map(a, l));
+    for (const auto& copy : copies) {
+      for (const alloc::Piece& p : copy) {
+        if (p.devid != from.devid || p.physical < from.physical || p.physical >= from.physical + s.length) continue;
+        for (uint64_t off = 0; off < p.length;) {
+          const uint64_t n = std::min(kCopyBytes, p.length - off);
+          buf.resize(n);
+          UB_RETURN_IF_ERROR(src->ReadAt(p.physical + off, buf).WithContext(where));
+          UB_RETURN_IF_ERROR(dst->WriteAt(to + (p.physical - from.physical) + off, buf).WithContext(where));
+          *copied += n;
+          off += n;
+        }
+      }
+    }
+  }
 
   // Superblock copies inside the new place: their 64 KiB of the chunk is
   // taken out of use (PlaceOk made sure it is free).
-  for (int m = 0; m < kSuperMirrorMax; ++m) {
-    const uint64_t sb = SuperblockOffset(m);
-    if (sb < to || sb >= to + s.length) continue;
-    const uint64_t start = logical + RoundDown(sb - to, kStripeLen);
-    const uint64_t len = std::min(kStripeLen, logical + s.length - start);
-    bool have = false;
-    for (auto [xs, xl] : txn_->excluded_ranges_) have |= xs == start && xl == len;
-    if (have) continue;
+  for (auto [start, len] : NewSuperRanges(logical, index, devid, to)) {
     UB_RETURN_IF_ERROR(txn_->space_->MarkUsed(start, len).WithContext(where + ": superblock stripe"));
     txn_->excluded_[logical] += len;
     txn_->excluded_ranges_.push_back({start, len});
   }
 
-  // The bytes: only what the group uses (free space holds nothing).
-  std::vector<std::pair<uint64_t, uint64_t>> used;
-  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
-    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
-  });
-  std::vector<uint8_t> buf;
-  io::BlockDevice* dev = vol->devices().Get(Dev().item.devid.get());
-  for (auto [a, l] : used) {
-    for (uint64_t off = a - logical; off < a - logical + l;) {
-      const uint64_t n = std::min(kCopyBytes, a - logical + l - off);
-      buf.resize(n);
-      UB_RETURN_IF_ERROR(dev->ReadAt(s.physical + off, buf).WithContext(where));
-      UB_RETURN_IF_ERROR(dev->WriteAt(to + off, buf).WithContext(where));
-      *copied += n;
-      off += n;
-    }
-  }
-
-  UB_RETURN_IF_ERROR(UpdateChunkItem(logical, s.length, index, to).WithContext(where));
+  UB_RETURN_IF_ERROR(UpdateChunkItem(logical, ci->length, index, to, devid == from.devid ? 0 : devid)
+                         .WithContext(where));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
-  const uint64_t devid = Dev().item.devid.get();
-  const Key old_key{devid, kDevExtentKey, s.physical};
+  const Key old_key{from.devid, kDevExtentKey, s.physical};
   UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(txn_->source(), dev_w->LiveRef(), old_key));
   if (!de) return Status::Corrupt(where + ": no dev extent " + KeyToString(old_key));
   UB_RETURN_IF_ERROR(dev_w->Delete(old_key));
   UB_RETURN_IF_ERROR(dev_w->Insert(Key{devid, kDevExtentKey, to}, *de));
 
   // From here on, blocks of this transaction go to the new place only.
-  UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetStripe(logical, index, to));
-  Dev().extents.erase(s.physical);
-  Dev().extents[to] = s.length;
+  UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetStripe(logical, index, to, devid));
+  ca.devs_[from.devid].extents.erase(s.physical);
+  ca.devs_[devid].extents[to] = s.length;
+  if (devid != from.devid) {
+    ca.devs_[from.devid].bytes_used -= s.length;
+    ca.devs_[devid].bytes_used += s.length;
+    UB_RETURN_IF_ERROR(ca.WriteBytesUsed({from.devid, devid}).WithContext(where));
+  }
   return Status::Ok();
 }
 
@@ -386,6 +447,408 @@ Status DeviceLayout::SetDeviceSize(uint64_t bytes) {
   ca.device_end_ = bytes;
   Dev().end = bytes;
   return UpdateDevItem();
+}
+
+// ---- Several devices ----
+
+Status DeviceLayout::AddDevice(std::unique_ptr<io::BlockDevice> dev, const std::array<uint8_t, kUuidSize>& uuid,
+                               uint64_t* devid) {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const uint32_t ss = vol->sectorsize();
+  uint64_t id = 1;
+  for (const auto& [d, item] : vol->dev_items()) id = std::max(id, d + 1);
+  const uint64_t size = RoundDown(dev->Size(), ss);
+  DevItem item{};
+  item.devid = id;
+  item.total_bytes = size;
+  item.bytes_used = 0;
+  item.io_align = ss;
+  item.io_width = ss;
+  item.sector_size = ss;
+  std::memcpy(item.uuid, uuid.data(), kUuidSize);
+  // The filesystem's (metadata) uuid, as every other DEV_ITEM carries it.
+  std::memcpy(item.fsid, vol->dev_items().begin()->second.fsid, kUuidSize);
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&item);
+  UB_RETURN_IF_ERROR(w->Insert(Key{kDevItemsObjectid, kDevItemKey, id}, std::vector<uint8_t>(bytes, bytes + sizeof item)));
+  SuperBlock& sb = vol->mutable_super();
+  sb.num_devices = sb.num_devices.get() + 1;
+  sb.total_bytes = sb.total_bytes.get() + size;
+  UB_RETURN_IF_ERROR(vol->AddDevice(std::move(dev), item));
+  ChunkAllocator::Dev& d = ca.devs_[id];
+  d.item = item;
+  d.end = size;
+  ca.device_end_ += size;
+  *devid = id;
+  return Status::Ok();
+}
+
+Status DeviceLayout::CheckRemovable(uint64_t devid) const {
+  Volume* vol = txn_->vol_;
+  if (!vol->dev_items().count(devid)) {
+    std::string ids;
+    for (const auto& [d, item] : vol->dev_items()) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
+    return Status::Invalid("the filesystem has no device " + std::to_string(devid) + " (its devices: " + ids + ")");
+  }
+  if (!vol->devices().Has(devid)) {
+    return Status::Unsupported("device " + std::to_string(devid) +
+                               " is missing: removing a missing device (its chunks rebuilt from the other copies) "
+                               "is not supported offline");
+  }
+  const uint64_t num = vol->super().num_devices.get();
+  if (num <= 1) return Status::Invalid("unable to remove the only device of the filesystem");
+  std::set<uint64_t> profiles;
+  for (const auto& [logical, c] : vol->chunks().chunks()) profiles.insert(c.profile());
+  for (uint64_t p : profiles) {
+    const uint32_t min = alloc::RuleFor(p).devs_min;
+    if (num - 1 < min) {
+      std::string name = alloc::ProfileName(p);
+      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      return Status::Invalid("unable to go below " + std::to_string(min) + " devices on " + name + ": the filesystem has " +
+                             alloc::ProfileName(p) + " chunks and " + std::to_string(num) + " devices");
+    }
+  }
+  return Status::Ok();
+}
+
+void DeviceLayout::StopAllocating(uint64_t devid) {
+  auto it = txn_->chunk_alloc_->devs_.find(devid);
+  if (it != txn_->chunk_alloc_->devs_.end()) it->second.end = 0;  // no free range left on it
+}
+
+// Present devices other than `leaving`, the ones with the largest free
+// range first, and that free range.
+std::vector<std::pair<uint64_t, uint64_t>> DeviceLayout::OtherDevices(uint64_t leaving) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [id, d] : ca.devs_) {
+    if (id == leaving || !txn_->vol_->devices().Has(id)) continue;
+    uint64_t largest = 0;
+    for (auto [hs, hl] : ca.FreeRanges(d)) largest = std::max(largest, hl);
+    out.push_back({id, largest});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::vector<uint64_t> DeviceLayout::HomesFor(const Stripe& s, uint64_t leaving) const {
+  std::vector<uint64_t> out;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(s.logical);
+  if (!ci) return out;
+  std::set<uint64_t> holding;
+  for (size_t i = 0; i < ci->stripes.size(); ++i) {
+    if (i != s.index) holding.insert(ci->stripes[i].devid);
+  }
+  for (auto [id, largest] : OtherDevices(leaving)) {
+    if (ci->profile() == kBlockGroupDup) {
+      // Both copies on one device: the other copy's, once it has left.
+      if (!holding.count(leaving) && !holding.count(id)) continue;
+    } else if (holding.count(id)) {
+      continue;
+    }
+    out.push_back(id);
+  }
+  return out;
+}
+
+bool DeviceLayout::NeedsRestripe(const Stripe& s, uint64_t leaving) const {
+  const uint64_t p = s.type & kBlockGroupProfileMask;
+  return (p == kBlockGroupRaid0 || p == kBlockGroupRaid10) && HomesFor(s, leaving).empty();
+}
+
+Status DeviceLayout::FindNewHome(const Stripe& s, uint64_t leaving, uint64_t* devid, uint64_t* to) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(s.logical);
+  if (!ci) return Status::Invalid("no chunk at " + std::to_string(s.logical));
+  const std::vector<uint64_t> cands = HomesFor(s, leaving);
+  for (uint64_t c : cands) {
+    const uint64_t place = FindPlace(s, c, ca.devs_.at(c).end);
+    if (place != 0) {
+      *devid = c;
+      *to = place;
+      return Status::Ok();
+    }
+  }
+  const std::string what = "the " + alloc::ProfileName(ci->type) + " chunk at logical " + std::to_string(s.logical) +
+                           " (" + std::to_string(ci->stripes.size()) + " stripes of " +
+                           std::to_string(s.length >> 20) + " MiB)";
+  if (cands.empty()) {
+    return Status::Invalid(what + " has a stripe on every other device already: no device to move it to");
+  }
+  return Status::Error(ENOSPC, what + ": no room for its stripe on the other devices");
+}
+
+Status DeviceLayout::RemoveDevice(uint64_t devid, std::unique_ptr<io::BlockDevice>* out) {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  UB_RETURN_IF_ERROR(CheckRemovable(devid));
+  for (const Stripe& s : Stripes()) {
+    if (s.devid == devid) {
+      return Status::Invalid("device " + std::to_string(devid) + " still holds a stripe of chunk " +
+                             std::to_string(s.logical));
+    }
+  }
+  const DevItem item = vol->dev_items().at(devid);
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
+  UB_RETURN_IF_ERROR(chunk_w->Delete(Key{kDevItemsObjectid, kDevItemKey, devid}));
+  // The kernel's error counters for the device, if it kept any.
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
+  const Key stats{kDevStatsObjectid, kPersistentItemKey, devid};
+  UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(txn_->source(), dev_w->LiveRef(), stats));
+  if (have) UB_RETURN_IF_ERROR(dev_w->Delete(stats));
+  SuperBlock& sb = vol->mutable_super();
+  sb.num_devices = sb.num_devices.get() - 1;
+  sb.total_bytes = sb.total_bytes.get() - std::min(sb.total_bytes.get(), item.total_bytes.get());
+  auto it = ca.devs_.find(devid);
+  if (it != ca.devs_.end()) {
+    ca.device_end_ -= std::min(ca.device_end_, it->second.end);
+    ca.devs_.erase(it);
+  }
+  *out = vol->RemoveDevice(devid);
+  if (sb.dev_item.devid.get() == devid) {
+    // The superblock's own DEV_ITEM: each device's is filled in as it is
+    // written; start from the lowest remaining one.
+    const DevItem& d = vol->dev_items().begin()->second;
+    sb.dev_item = d;
+    sb.dev_item.generation = 0;
+  }
+  return Status::Ok();
+}
+
+Status DeviceLayout::PlanRestripe(uint64_t logical, uint64_t leaving, RestripePlan* plan) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
+  if (!ci || ci->logical != logical) return Status::Invalid("no chunk at " + std::to_string(logical));
+  const uint64_t profile = ci->profile();
+  if (profile != kBlockGroupRaid0 && profile != kBlockGroupRaid10) {
+    return Status::Invalid("chunk " + std::to_string(logical) + ": only RAID0 and RAID10 chunks are restriped");
+  }
+  const std::string what = "the " + alloc::ProfileName(ci->type) + " chunk at logical " + std::to_string(logical) +
+                           " (" + std::to_string(ci->length >> 20) + " MiB over " +
+                           std::to_string(ci->stripes.size()) + " devices)";
+  const auto others = OtherDevices(leaving);
+  const size_t step = profile == kBlockGroupRaid10 ? 2 : 1;
+  constexpr uint64_t kFar = UINT64_MAX / 4;  // a stripe not placed yet: no superblock in it
+  for (size_t m = others.size() - others.size() % step; m >= step; m -= step) {
+    const uint64_t data = m / step;
+    if (ci->length % (ci->stripe_len * data) != 0) continue;
+    const uint64_t size = ci->length / data;
+    alloc::ChunkInfo layout = *ci;
+    layout.stripe_size = size;
+    layout.stripes.assign(m, alloc::StripeLoc{0, kFar});
+    std::vector<std::pair<uint64_t, uint64_t>> chosen;
+    for (auto [id, largest] : others) {
+      if (chosen.size() == m) break;
+      if (largest < size) continue;
+      const size_t k = chosen.size();
+      std::set<uint64_t> candidates;
+      for (auto [hs, hl] : ca.FreeRanges(ca.devs_.at(id))) {
+        if (hl < size) continue;
+        candidates.insert(hs);
+        for (int mi = 0; mi < kSuperMirrorMax; ++mi) {
+          const uint64_t sb = SuperblockOffset(mi);
+          if (sb >= hs && sb + kStripeLen + size <= hs + hl) candidates.insert(sb + kStripeLen);
+        }
+      }
+      for (uint64_t to : candidates) {
+        layout.stripes[k] = {id, to};
+        if (SuperRangesFree(layout)) {
+          chosen.push_back({id, to});
+          break;
+        }
+        layout.stripes[k] = {0, kFar};
+      }
+    }
+    if (chosen.size() == m) {
+      plan->stripes = std::move(chosen);
+      plan->stripe_size = size;
+      return Status::Ok();
+    }
+  }
+  return Status::Invalid(what + " has a stripe on every other device: it must be restriped over the other " +
+                         std::to_string(others.size()) + " devices, and they have no room for its new stripes");
+}
+
+Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, uint64_t* copied) {
+  RestripePlan plan;
+  UB_RETURN_IF_ERROR(PlanRestripe(logical, leaving, &plan));
+  if (dry_run) return Status::Ok();
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo old = *vol->chunks().Find(logical);
+  const std::string where = "restriping chunk " + std::to_string(logical) + " over " +
+                            std::to_string(plan.stripes.size()) + " devices";
+
+  // The new chunk item: the old one's fields, the new stripes.
+  const Key key{kFirstChunkTreeObjectid, kChunkItemKey, logical};
+  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), key));
+  if (!item || item->size() < sizeof(Chunk)) return Status::Corrupt(where + ": no chunk item");
+  std::vector<uint8_t> fresh(sizeof(Chunk) + plan.stripes.size() * sizeof(format::Stripe));
+  std::memcpy(fresh.data(), item->data(), sizeof(Chunk));
+  reinterpret_cast<Chunk*>(fresh.data())->num_stripes = static_cast<uint16_t>(plan.stripes.size());
+  std::vector<alloc::StripeLoc> locs;
+  for (size_t i = 0; i < plan.stripes.size(); ++i) {
+    auto [devid, phys] = plan.stripes[i];
+    auto* st = reinterpret_cast<format::Stripe*>(fresh.data() + sizeof(Chunk) + i * sizeof(format::Stripe));
+    st->devid = devid;
+    st->offset = phys;
+    std::memcpy(st->dev_uuid, vol->dev_items().at(devid).uuid, kUuidSize);
+    locs.push_back({devid, phys});
+  }
+  alloc::ChunkMap next(vol->devices().Sizes());
+  UB_RETURN_IF_ERROR(next.AddChunk(logical, fresh, vol->sectorsize()).WithContext(where));
+
+  // The bytes: every used range, read through the old layout (its first
+  // copy) and written through the new one (every copy).
+  std::vector<std::pair<uint64_t, uint64_t>> used;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
+  });
+  std::vector<uint8_t> buf;
+  for (auto [a, l] : used) {
+    for (uint64_t off = 0; off < l;) {
+      const uint64_t n = std::min(kCopyBytes, l - off);
+      buf.resize(n);
+      UB_ASSIGN_OR_RETURN(auto from, vol->chunks().Map(a + off, n));
+      for (const alloc::Piece& p : from.at(0)) {
+        UB_RETURN_IF_ERROR(vol->devices()
+                               .ReadAt(p.devid, p.physical, std::span(buf).subspan(p.buf_offset, p.length))
+                               .WithContext(where));
+      }
+      UB_ASSIGN_OR_RETURN(auto to, next.Map(a + off, n));
+      for (const auto& copy : to) {
+        for (const alloc::Piece& p : copy) {
+          UB_RETURN_IF_ERROR(vol->devices()
+                                 .WriteAt(p.devid, p.physical, std::span(buf).subspan(p.buf_offset, p.length))
+                                 .WithContext(where));
+        }
+      }
+      *copied += n;
+      off += n;
+    }
+  }
+
+  // Superblock stripes of the new layout leave use (PlanRestripe made sure
+  // they are free).
+  alloc::ChunkInfo layout = old;
+  layout.stripes = locs;
+  layout.stripe_size = plan.stripe_size;
+  for (auto [start, len] : NewSuperRanges(layout)) {
+    UB_RETURN_IF_ERROR(txn_->space_->MarkUsed(start, len).WithContext(where + ": superblock stripe"));
+    txn_->excluded_[logical] += len;
+    txn_->excluded_ranges_.push_back({start, len});
+  }
+
+  // The items: chunk item (and the superblock's copy of a system chunk),
+  // dev extents, bytes_used.
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
+  UB_RETURN_IF_ERROR(chunk_w->Delete(key));
+  UB_RETURN_IF_ERROR(chunk_w->Insert(key, fresh));
+  if (old.type & kBlockGroupSystem) {
+    SuperBlock& sb = vol->mutable_super();
+    const uint32_t size = sb.sys_chunk_array_size.get();
+    std::vector<uint8_t> array;
+    for (uint32_t at = 0; at + sizeof(DiskKey) + sizeof(Chunk) <= size;) {
+      DiskKey dk;
+      std::memcpy(&dk, sb.sys_chunk_array + at, sizeof dk);
+      const auto* ch = reinterpret_cast<const Chunk*>(sb.sys_chunk_array + at + sizeof dk);
+      const size_t len = sizeof(Chunk) + size_t{ch->num_stripes.get()} * sizeof(format::Stripe);
+      if (at + sizeof dk + len > size) break;
+      const uint8_t* entry = sb.sys_chunk_array + at;
+      array.insert(array.end(), entry, entry + sizeof dk);
+      if (dk.offset.get() == logical) {
+        array.insert(array.end(), fresh.begin(), fresh.end());
+      } else {
+        array.insert(array.end(), entry + sizeof dk, entry + sizeof dk + len);
+      }
+      at += static_cast<uint32_t>(sizeof dk + len);
+    }
+    if (array.size() > kSystemChunkArraySize) return Status::Error(ENOSPC, where + ": the system chunk array is full");
+    std::memset(sb.sys_chunk_array, 0, kSystemChunkArraySize);
+    std::memcpy(sb.sys_chunk_array, array.data(), array.size());
+    sb.sys_chunk_array_size = static_cast<uint32_t>(array.size());
+  }
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
+  const Key first{old.stripes[0].devid, kDevExtentKey, old.stripes[0].physical};
+  UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(txn_->source(), dev_w->LiveRef(), first));
+  if (!de || de->size() < sizeof(DevExtent)) return Status::Corrupt(where + ": no dev extent " + KeyToString(first));
+  std::set<uint64_t> touched;
+  for (const alloc::StripeLoc& st : old.stripes) {
+    UB_RETURN_IF_ERROR(dev_w->Delete(Key{st.devid, kDevExtentKey, st.physical}));
+    auto it = ca.devs_.find(st.devid);
+    if (it != ca.devs_.end()) {
+      it->second.extents.erase(st.physical);
+      it->second.bytes_used -= std::min(it->second.bytes_used, old.stripe_size);
+    }
+    touched.insert(st.devid);
+  }
+  reinterpret_cast<DevExtent*>(de->data())->length = plan.stripe_size;
+  for (const alloc::StripeLoc& st : locs) {
+    UB_RETURN_IF_ERROR(dev_w->Insert(Key{st.devid, kDevExtentKey, st.physical}, *de));
+    ChunkAllocator::Dev& d = ca.devs_[st.devid];
+    d.extents[st.physical] = plan.stripe_size;
+    d.bytes_used += plan.stripe_size;
+    touched.insert(st.devid);
+  }
+  UB_RETURN_IF_ERROR(ca.WriteBytesUsed(touched).WithContext(where));
+  // From here on, blocks of this transaction go to the new stripes only.
+  return vol->mutable_chunks()->SetStripes(logical, locs, plan.stripe_size);
+}
+
+Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats) {
+  DeviceLayout layout(txn);
+  UB_RETURN_IF_ERROR(layout.CheckRemovable(devid));
+  // Every stripe on the device moves first, one commit each (largest
+  // first: they are the hardest to place), and nothing new goes there.
+  // Each stripe's new home is checked before anything moves.
+  layout.StopAllocating(devid);
+  bool checked = false;
+  for (;;) {
+    std::vector<DeviceLayout::Stripe> on;
+    for (const auto& s : layout.Stripes()) {
+      if (s.devid == devid) on.push_back(s);
+    }
+    if (on.empty()) break;
+    for (const auto& s : on) {
+      if (checked) break;
+      uint64_t id = 0, to = 0;
+      if (layout.NeedsRestripe(s, devid)) {
+        UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/true, nullptr));
+      } else {
+        UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &id, &to));
+      }
+    }
+    checked = true;
+    std::stable_sort(on.begin(), on.end(), [](const auto& a, const auto& b) { return a.length > b.length; });
+    const auto& s = on.front();
+    if (layout.NeedsRestripe(s, devid)) {
+      // A striped chunk on every other device already: over fewer devices.
+      UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/false, &stats->bytes_copied));
+      ++stats->chunks_restriped;
+    } else {
+      uint64_t to_dev = 0, to = 0;
+      UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &to_dev, &to));
+      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to_dev, to, &stats->bytes_copied));
+      ++stats->stripes_moved;
+    }
+    UB_RETURN_IF_ERROR(txn->Commit());
+  }
+  std::unique_ptr<io::BlockDevice> gone;
+  UB_RETURN_IF_ERROR(layout.RemoveDevice(devid, &gone));
+  UB_RETURN_IF_ERROR(txn->Commit());
+  // The removed device no longer claims to belong: its superblock copies
+  // lose their magic (as the kernel's btrfs_scratch_superblocks).
+  if (gone) {
+    const std::vector<uint8_t> zero(sizeof(uint64_t), 0);
+    for (int m = 0; m < kSuperMirrorMax; ++m) {
+      const uint64_t off = SuperblockOffset(m);
+      if (off + kSuperInfoSize > gone->Size()) break;
+      UB_RETURN_IF_ERROR(gone->WriteAt(off + offsetof(SuperBlock, magic), zero));
+    }
+    UB_RETURN_IF_ERROR(gone->Flush());
+  }
+  return Status::Ok();
 }
 
 }  // namespace ubtrfs::txn

@@ -1,5 +1,5 @@
-// Offline changes of where chunks lie on the device: what `ubtrfs resize`
-// and `ubtrfs mkfs --shrink` are built from. Single device, SINGLE and DUP.
+// Offline changes of where chunks lie on the devices: what `ubtrfs resize`,
+// `ubtrfs mkfs --shrink` and `ubtrfs device add|remove` are built from.
 //
 // A chunk is moved by its device copies, not by its logical addresses: a
 // stripe's bytes are copied to unallocated device space, then the CHUNK_ITEM
@@ -18,15 +18,26 @@
 // 64 KiB of the chunk that maps there, as the kernel's exclude_super_stripes
 // expects; it must be free in the block group, and is kept from allocation.
 //
+// A copy may also move to another device (device remove): the chunk item's
+// stripe then names that device (devid and uuid), the dev extent moves to
+// the other device's key, and both DEV_ITEMs' bytes_used follow. Striped
+// profiles (RAID0, RAID10) copy the stripe's elements as they lie.
+//
 // Trimming cuts a chunk's unused tail: the chunk item, its dev extents,
 // DEV_ITEM.bytes_used, the block group item (keyed by length) and the free
 // space tree all shrink with it.
 #ifndef UBTRFS_TXN_RELOCATE_H_
 #define UBTRFS_TXN_RELOCATE_H_
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "alloc/chunk_map.h"
+#include "format/ondisk.h"
+#include "io/block_device.h"
 
 #include "ubtrfs/status.h"
 
@@ -40,14 +51,15 @@ class DeviceLayout {
 
   struct Stripe {
     uint64_t logical = 0;
-    uint64_t length = 0;
+    uint64_t length = 0;  // bytes on the device (the dev extent's length)
     uint64_t type = 0;
-    size_t index = 0;     // which copy of the chunk
+    size_t index = 0;     // which stripe of the chunk
     uint64_t physical = 0;
+    uint64_t devid = 1;
   };
-  // Every stripe, by device offset.
+  // Every stripe of every device, by device offset.
   std::vector<Stripe> Stripes() const;
-  // Where the last stripe ends (1 MiB with none).
+  // Where the last stripe ends (1 MiB with none); single-device tools.
   uint64_t DeviceExtentEnd() const;
 
   // Cuts every chunk to the end of its last used block, rounded up to
@@ -62,11 +74,49 @@ class DeviceLayout {
   // first change of a transaction; the caller commits. Adds the bytes
   // copied (only the used ranges) to *copied.
   Status MoveStripe(uint64_t logical, size_t index, uint64_t to, uint64_t* copied);
+  // The same onto device `devid` (another one: device remove).
+  Status MoveStripe(uint64_t logical, size_t index, uint64_t devid, uint64_t to, uint64_t* copied);
 
-  // The lowest offset in [from, limit) where copy `s` may go: unallocated,
-  // not overlapping it, and with every superblock copy inside it landing
-  // on a free 64 KiB of the chunk. 0 when there is none.
-  uint64_t FindPlace(const Stripe& s, uint64_t limit) const;
+  // The lowest offset below `limit` on the stripe's device (or on `devid`)
+  // where copy `s` may go: unallocated, not overlapping it, and with every
+  // superblock copy inside it landing on a free 64 KiB of the chunk. 0 when
+  // there is none.
+  uint64_t FindPlace(const Stripe& s, uint64_t limit) const { return FindPlace(s, s.devid, limit); }
+  uint64_t FindPlace(const Stripe& s, uint64_t devid, uint64_t limit) const;
+
+  // ---- Several devices (ubtrfs device add / remove) ----
+
+  // Adds `dev` as a new device (devid: one above the highest), its DEV_ITEM
+  // in the chunk tree, the superblock's num_devices and total_bytes; the
+  // commit writes its superblocks. Sets *devid.
+  Status AddDevice(std::unique_ptr<io::BlockDevice> dev, const std::array<uint8_t, format::kUuidSize>& uuid,
+                   uint64_t* devid);
+  // EINVAL when device `devid` may not go: the only device, or fewer
+  // devices than a profile in use needs afterwards (the kernel's
+  // btrfs_check_raid_min_devices), or not a device of the filesystem.
+  Status CheckRemovable(uint64_t devid) const;
+  // No new chunk goes on `devid` from now on (before moving its stripes off).
+  void StopAllocating(uint64_t devid);
+  // Where stripe `s` goes when its device leaves: a present device other
+  // than `leaving` that holds no other stripe of the chunk (DUP: both
+  // stripes on one device), the one with the largest free range where it
+  // fits. EINVAL naming the chunk when there is none.
+  Status FindNewHome(const Stripe& s, uint64_t leaving, uint64_t* devid, uint64_t* to) const;
+  // A RAID0 or RAID10 chunk with a stripe on `leaving` and on every other
+  // present device: it must be restriped (RestripeOff) to leave.
+  bool NeedsRestripe(const Stripe& s, uint64_t leaving) const;
+  // Restripes such a chunk over the other devices (RAID0: all that have
+  // room, RAID10: an even number of them), at the same logical address and
+  // length: new stripes in free device space (the old ones stay whole until
+  // the commit), every used element copied to its new place, the chunk
+  // item, dev extents and bytes_used rewritten. With dry_run only checks
+  // that it can be done. Must be the first change of a transaction; the
+  // caller commits.
+  Status RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, uint64_t* copied);
+  // Takes device `devid` (no stripe left on it) out of the filesystem: its
+  // DEV_ITEM (and dev stats item) go, num_devices and total_bytes shrink.
+  // Hands the device back for wiping once the commit is written.
+  Status RemoveDevice(uint64_t devid, std::unique_ptr<io::BlockDevice>* out);
 
   // DEV_ITEM.total_bytes and the superblock's sizes. EINVAL below the end
   // of the last stripe. The caller commits.
@@ -74,14 +124,41 @@ class DeviceLayout {
 
  private:
   uint64_t UsedEnd(uint64_t logical) const;
-  bool PlaceOk(const Stripe& s, uint64_t to) const;
-  Status UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical);
+  bool PlaceOk(const Stripe& s, uint64_t devid, uint64_t to) const;
+  // Superblock ranges of the chunk were stripe `index` at (devid, to) that
+  // are not excluded yet.
+  std::vector<std::pair<uint64_t, uint64_t>> NewSuperRanges(uint64_t logical, size_t index, uint64_t devid,
+                                                            uint64_t to) const;
+  std::vector<std::pair<uint64_t, uint64_t>> NewSuperRanges(const alloc::ChunkInfo& layout) const;
+  // Whether every superblock range of `layout` not excluded yet is free.
+  bool SuperRangesFree(const alloc::ChunkInfo& layout) const;
+  std::vector<std::pair<uint64_t, uint64_t>> OtherDevices(uint64_t leaving) const;
+  // Devices a stripe may move to when `leaving` goes (FindNewHome's choice).
+  std::vector<uint64_t> HomesFor(const Stripe& s, uint64_t leaving) const;
+  // devid 0: the stripe stays on its device.
+  Status UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical, uint64_t devid = 0);
   Status UpdateDevItem();
+  struct RestripePlan {
+    std::vector<std::pair<uint64_t, uint64_t>> stripes;  // (devid, physical)
+    uint64_t stripe_size = 0;
+  };
+  Status PlanRestripe(uint64_t logical, uint64_t leaving, RestripePlan* plan) const;
   // The one device (resize and --shrink work on single-device images).
   auto& Dev() const;
 
   TxnManager* txn_;
 };
+
+struct RemoveStats {
+  uint64_t stripes_moved = 0;
+  uint64_t chunks_restriped = 0;
+  uint64_t bytes_copied = 0;
+};
+// `ubtrfs device remove` over an open TxnManager: CheckRemovable, every
+// stripe off the device (FindNewHome + MoveStripe, or RestripeOff; all
+// checked before the first moves; one commit each), RemoveDevice and its
+// commit, then the removed device's superblock magic cleared.
+Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats);
 
 }  // namespace ubtrfs::txn
 

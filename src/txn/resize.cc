@@ -15,8 +15,11 @@
 
 #include "alloc/chunk_map.h"
 #include "format/ondisk.h"
+#include "format/superblock.h"
 #include "io/offset_device.h"
 #include "io/rbd_device.h"
+#include "txn/clock.h"
+#include "txn/devices.h"
 #include "txn/relocate.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
@@ -291,6 +294,159 @@ Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
   o.vol.reset();
   if (regular && want < file_size) UB_RETURN_IF_ERROR(SetFileSize(path, want));
   r.new_bytes = want;
+  *result = r;
+  return Status::Ok();
+}
+
+// ---- Devices ----
+
+namespace {
+
+constexpr uint64_t kMinNewDevice = 16ull << 20;
+
+std::string RealPath(const std::string& p) {
+  char* real = ::realpath(p.c_str(), nullptr);
+  if (!real) return p;
+  std::string out = real;
+  std::free(real);
+  return out;
+}
+
+// Every device of the filesystem, writable and locked, with a volume and a
+// transaction manager over them.
+struct OpenedSet {
+  std::vector<std::unique_ptr<ImageLock>> locks;
+  std::vector<std::string> paths;  // of the opened devices, by devid
+  std::map<uint64_t, std::string> names;
+  Opened o;
+};
+
+Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceChangeOptions& options) {
+  OpenedSet set;
+  txn::DeviceSpec spec;
+  for (const std::string& d : devices) {
+    for (const std::string& p : txn::SplitDeviceList(d)) spec.paths.push_back(p);
+  }
+  if (spec.paths.empty()) return Status::Invalid("no device of the filesystem named");
+  spec.scan_dirs = options.scan_dirs;
+  spec.writable = true;
+  UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
+  for (const auto& d : devs) {
+    auto lock = std::make_unique<ImageLock>();
+    UB_RETURN_IF_ERROR(lock->Take(d->Name()));
+    set.locks.push_back(std::move(lock));
+  }
+  txn::VolumeOptions vo;
+  vo.writable = true;
+  vo.node_cache_bytes = 16ull << 20;
+  UB_ASSIGN_OR_RETURN(set.o.vol, txn::Volume::Open(std::move(devs), vo));
+  for (uint64_t id : set.o.vol->devices().Devids()) set.names[id] = set.o.vol->devices().Get(id)->Name();
+  UB_ASSIGN_OR_RETURN(set.o.txn, txn::TxnManager::Open(set.o.vol.get()));
+  if (set.o.txn->HasChanges()) UB_RETURN_IF_ERROR(set.o.txn->Commit());
+  return set;
+}
+
+void Summarize(const txn::Volume& vol, DeviceChangeResult* r) {
+  r->num_devices = vol.super().num_devices.get();
+  r->total_bytes = vol.super().total_bytes.get();
+}
+
+}  // namespace
+
+Status AddDevice(const std::vector<std::string>& devices, const std::string& new_device,
+                 const DeviceChangeOptions& options, DeviceChangeResult* result) {
+  DeviceChangeResult r;
+  struct stat st;
+  if (::stat(new_device.c_str(), &st) != 0) {
+    const int e = errno;
+    if (e == ENOENT) {
+      return Status::Error(ENOENT, new_device + " does not exist; create it first (an image file: truncate -s SIZE " +
+                                       new_device + ")");
+    }
+    return Status::Error(e, new_device + ": " + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+    return Status::Invalid(new_device + ": not an image file or block device");
+  }
+  for (const std::string& d : devices) {
+    for (const std::string& p : txn::SplitDeviceList(d)) {
+      if (RealPath(p) == RealPath(new_device)) {
+        return Status::Invalid(new_device + " is named as a device of the filesystem already");
+      }
+    }
+  }
+  ImageLock new_lock;
+  UB_RETURN_IF_ERROR(new_lock.Take(new_device));
+  UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(new_device, io::OpenFlags{true}, io::Placement{}));
+  if (dev->Size() < kMinNewDevice) {
+    return Status::Invalid(new_device + " is too small: " + std::to_string(dev->Size()) + " bytes; a device needs at least " +
+                           std::to_string(kMinNewDevice) + " (16 MiB)");
+  }
+  // A member of this filesystem (left out of `devices`), or another one.
+  if (auto sc = txn::ReadSuperblock(*dev); sc.ok()) {
+    const std::vector<std::string> first = txn::SplitDeviceList(devices.empty() ? std::string() : devices.front());
+    if (!first.empty()) {
+      if (auto fdev = io::OpenImage(first.front(), io::OpenFlags{}, io::Placement{}); fdev.ok()) {
+        if (auto fsc = txn::ReadSuperblock(**fdev);
+            fsc.ok() && std::memcmp(fsc->sb.fsid, sc->sb.fsid, format::kFsidSize) == 0) {
+          return Status::Invalid(new_device + " carries this filesystem's superblock (device " +
+                                 std::to_string(sc->sb.dev_item.devid.get()) +
+                                 "): it is a device of the filesystem already");
+        }
+      }
+    }
+    if (!options.force) {
+      return Status::Invalid(new_device + " already contains a btrfs filesystem (fsid " +
+                             format::UuidToString(sc->sb.fsid) + "); use --force to overwrite it");
+    }
+  }
+  UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options));
+  const std::string real = RealPath(new_device);
+  for (const auto& [id, name] : set.names) {
+    if (RealPath(name) == real) {
+      return Status::Invalid(new_device + " is device " + std::to_string(id) + " of this filesystem already");
+    }
+  }
+  // Old signatures and the old primary superblock go; the commit writes
+  // the new superblock copies.
+  std::vector<uint8_t> zeros(1u << 20, 0);
+  UB_RETURN_IF_ERROR(dev->WriteAt(0, std::span(zeros).subspan(0, std::min<uint64_t>(zeros.size(), dev->Size()))));
+  std::array<uint8_t, format::kUuidSize> uuid{};
+  UB_RETURN_IF_ERROR(txn::NewUuid(uuid.data()));
+  txn::DeviceLayout layout(set.o.txn.get());
+  UB_RETURN_IF_ERROR(layout.AddDevice(std::move(dev), uuid, &r.devid));
+  UB_RETURN_IF_ERROR(set.o.txn->Commit());
+  Summarize(*set.o.vol, &r);
+  *result = r;
+  return Status::Ok();
+}
+
+Status RemoveDevice(const std::vector<std::string>& devices, const std::string& which,
+                    const DeviceChangeOptions& options, DeviceChangeResult* result) {
+  DeviceChangeResult r;
+  UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options));
+  txn::Volume& vol = *set.o.vol;
+  uint64_t devid = 0;
+  if (!which.empty() && which.find_first_not_of("0123456789") == std::string::npos && which.size() < 20) {
+    devid = std::stoull(which);
+  } else {
+    const std::string real = RealPath(which);
+    for (const auto& [id, name] : set.names) {
+      if (name == which || RealPath(name) == real) devid = id;
+    }
+    if (devid == 0) {
+      std::string names;
+      for (const auto& [id, name] : set.names) names += (names.empty() ? "" : ", ") + std::to_string(id) + " " + name;
+      return Status::Invalid(which + " is not a device of this filesystem (its devices: " + names + ")");
+    }
+  }
+  txn::RemoveStats stats;
+  UB_RETURN_IF_ERROR(txn::RemoveDeviceCommitted(set.o.txn.get(), devid, &stats));
+  r.stripes_moved = stats.stripes_moved;
+  r.chunks_restriped = stats.chunks_restriped;
+  r.bytes_copied = stats.bytes_copied;
+  r.devid = devid;
+  Summarize(vol, &r);
   *result = r;
   return Status::Ok();
 }

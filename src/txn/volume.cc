@@ -39,6 +39,22 @@ std::vector<std::unique_ptr<io::BlockDevice>> Volume::TakeDevices(std::unique_pt
   return out;
 }
 
+Status Volume::AddDevice(std::unique_ptr<io::BlockDevice> dev, const format::DevItem& item) {
+  const uint64_t devid = item.devid.get();
+  if (dev_items_.count(devid)) return Status::Invalid("device " + std::to_string(devid) + " exists already");
+  const uint64_t size = dev->Size();
+  if (!devs_->Add(devid, std::move(dev))) return Status::Invalid("device " + std::to_string(devid) + " is open already");
+  dev_items_[devid] = item;
+  chunks_->set_device_size(devid, size);
+  return Status::Ok();
+}
+
+std::unique_ptr<io::BlockDevice> Volume::RemoveDevice(uint64_t devid) {
+  dev_items_.erase(devid);
+  std::erase(missing_, devid);
+  return devs_->Remove(devid);
+}
+
 format::DevItem* Volume::mutable_dev_item(uint64_t devid) {
   auto it = dev_items_.find(devid);
   return it == dev_items_.end() ? nullptr : &it->second;

@@ -79,6 +79,11 @@ class Volume {
   // bytes_used); superblocks carry their device's.
   const std::map<uint64_t, format::DevItem>& dev_items() const { return dev_items_; }
   format::DevItem* mutable_dev_item(uint64_t devid);
+  // Offline device add and remove (txn/relocate.cc): a device joins the set
+  // with its DEV_ITEM, or leaves it (handed back, to wipe its superblocks).
+  // The caller changes the chunk tree and the superblock, and commits.
+  Status AddDevice(std::unique_ptr<io::BlockDevice> dev, const format::DevItem& item);
+  std::unique_ptr<io::BlockDevice> RemoveDevice(uint64_t devid);
 
   tree::RootPtr root_tree() const { return root_tree_; }
   tree::RootPtr chunk_tree() const;

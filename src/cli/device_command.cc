@@ -1,0 +1,106 @@
+// device add | remove: a device joins or leaves a filesystem, offline (as
+// btrfs device add / remove on a mounted one). Through ubtrfs/resize.h.
+#include <fmt/core.h>
+
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/image_options.h"
+#include "cli/mkfs_rootdir.h"
+#include "ubtrfs/resize.h"
+
+namespace ubtrfs::cli {
+namespace {
+
+struct DeviceArgs {
+  std::vector<std::string> args;  // IMAGE... then NEWDEV, or DEVID|PATH
+  bool force = false;
+  bool quiet = false;
+};
+
+bool CheckArgs(const char* verb, const DeviceArgs& a) {
+  if (Placement().offset != 0 || Placement().partition != 0) {
+    fmt::print(stderr, "ubtrfs device {}: works on whole images and devices; --offset and --partition are not supported\n",
+               verb);
+    SetExitCode(2);
+    return false;
+  }
+  if (a.args.size() < 2 && Placement().scan_dirs.empty()) {
+    fmt::print(stderr, "ubtrfs device {}: name the filesystem's devices (or one with --scan DIR) and then {}\n", verb,
+               std::string(verb) == "add" ? "the new device" : "the device to remove (its devid or path)");
+    SetExitCode(2);
+    return false;
+  }
+  if (a.args.size() < 2) {
+    fmt::print(stderr, "ubtrfs device {}: name one device of the filesystem and then {}\n", verb,
+               std::string(verb) == "add" ? "the new device" : "the device to remove");
+    SetExitCode(2);
+    return false;
+  }
+  return true;
+}
+
+DeviceChangeOptions Options(const DeviceArgs& a) {
+  DeviceChangeOptions o;
+  o.scan_dirs = Placement().scan_dirs;
+  o.force = a.force;
+  return o;
+}
+
+void CmdAdd(const DeviceArgs& a) {
+  if (!CheckArgs("add", a)) return;
+  const std::vector<std::string> devices(a.args.begin(), a.args.end() - 1);
+  const std::string& dev = a.args.back();
+  DeviceChangeResult r;
+  if (Status s = AddDevice(devices, dev, Options(a), &r); !s.ok()) {
+    fmt::print(stderr, "ubtrfs device add: {}: {}\n", dev, s.ToString());
+    return SetExitCode(1);
+  }
+  if (a.quiet) return;
+  fmt::print("Added {} as device {}: {} devices, {} bytes ({})\n", dev, r.devid, r.num_devices, r.total_bytes,
+             Human(r.total_bytes));
+}
+
+void CmdRemove(const DeviceArgs& a) {
+  if (!CheckArgs("remove", a)) return;
+  const std::vector<std::string> devices(a.args.begin(), a.args.end() - 1);
+  const std::string& which = a.args.back();
+  DeviceChangeResult r;
+  if (Status s = RemoveDevice(devices, which, Options(a), &r); !s.ok()) {
+    fmt::print(stderr, "ubtrfs device remove: {}: {}\n", which, s.ToString());
+    return SetExitCode(1);
+  }
+  if (a.quiet) return;
+  fmt::print("Removed device {} ({}): {} devices left, {} bytes ({})", r.devid, which, r.num_devices, r.total_bytes,
+             Human(r.total_bytes));
+  if (r.stripes_moved || r.chunks_restriped) {
+    fmt::print("; moved {} chunk stripes", r.stripes_moved);
+    if (r.chunks_restriped) fmt::print(", restriped {} chunks over fewer devices", r.chunks_restriped);
+    fmt::print(" ({} copied)", Human(r.bytes_copied));
+  }
+  fmt::print("\n");
+}
+
+}  // namespace
+
+void RegisterDevice(CLI::App& app) {
+  static DeviceArgs add_args, remove_args;
+  auto* dev = app.add_subcommand("device", "Add a device to a filesystem or remove one, offline (as btrfs device)");
+  dev->require_subcommand(1);
+  auto* add = dev->add_subcommand("add", "Add NEWDEV (an existing image file or block device) to the filesystem");
+  add->add_option("devices", add_args.args, "IMAGE... (the filesystem's devices) then NEWDEV")->required();
+  add->add_flag("-f,--force", add_args.force, "Overwrite a btrfs filesystem on NEWDEV");
+  add->add_flag("-q,--quiet", add_args.quiet, "Print nothing on success");
+  add->fallthrough();  // --scan and the like after `add`, too
+  add->callback([] { CmdAdd(add_args); });
+  auto* rm = dev->add_subcommand(
+      "remove", "Move every chunk off a device (DEVID or PATH) and take it out of the filesystem");
+  rm->alias("delete");
+  rm->add_option("devices", remove_args.args, "IMAGE... (the filesystem's devices) then DEVID or PATH")->required();
+  rm->add_flag("-q,--quiet", remove_args.quiet, "Print nothing on success");
+  rm->fallthrough();
+  rm->callback([] { CmdRemove(remove_args); });
+}
+
+}  // namespace ubtrfs::cli

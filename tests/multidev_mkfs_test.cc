@@ -1,0 +1,529 @@
+// Arrays ubtrfs makes (mkfs -d/-m over 2-4 image files) and changes
+// (device add, device remove): the chunk, dev and device items exact, every
+// device with its own superblock, btrfs check clean over the set, the
+// kernel mounts it with the same content; wrong arguments change nothing.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "alloc/chunk_map.h"
+#include "check/checker.h"
+#include "fs/open_device.h"
+#include "io/recording_device.h"
+#include "txn/relocate.h"
+#include "txn/transaction.h"
+#include "format/ondisk.h"
+#include "io/block_device.h"
+#include "support/array_mount.h"
+#include "support/host_files.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "txn/devices.h"
+#include "txn/volume.h"
+#include "ubtrfs/filesystem.h"
+
+namespace {
+
+using namespace ubtrfs;
+using ubtrfs_test::ArrayMount;
+using ubtrfs_test::JoinDevices;
+using ubtrfs_test::RunCommand;
+using ubtrfs_test::RunUbtrfs;
+using ubtrfs_test::TempDir;
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+struct Layout {
+  std::string data, meta;
+  int devices;
+};
+
+std::string PrintLayout(const testing::TestParamInfo<Layout>& p) {
+  return p.param.data + "_" + p.param.meta + "_" + std::to_string(p.param.devices);
+}
+
+uint64_t ProfileBits(const std::string& name) {
+  static const std::map<std::string, uint64_t> kBits = {
+      {"single", 0},
+      {"dup", format::kBlockGroupDup},
+      {"raid0", format::kBlockGroupRaid0},
+      {"raid1", format::kBlockGroupRaid1},
+      {"raid1c3", format::kBlockGroupRaid1c3},
+      {"raid1c4", format::kBlockGroupRaid1c4},
+      {"raid10", format::kBlockGroupRaid10},
+  };
+  return kBits.at(name);
+}
+
+void MakeSource(const std::string& src) { ubtrfs_test::MakeArraySource(src, 9 * kMiB); }
+
+std::vector<std::string> MakeImages(const TempDir& dir, const std::string& prefix, int n, uint64_t size) {
+  std::vector<std::string> images;
+  for (int i = 0; i < n; ++i) {
+    images.push_back(dir.Sub(prefix + std::to_string(i + 1) + ".img"));
+    std::string err;
+    EXPECT_TRUE(ubtrfs_test::MakeSparseFile(images.back(), size, &err)) << err;
+  }
+  return images;
+}
+
+ubtrfs_test::CommandResult Mkfs(const std::vector<std::string>& images, const std::string& data,
+                                const std::string& meta, const std::string& rootdir = "") {
+  std::vector<std::string> args{"mkfs", "-q", "-f", "-d", data, "-m", meta};
+  if (!rootdir.empty()) {
+    args.push_back("--rootdir");
+    args.push_back(rootdir);
+  }
+  args.insert(args.end(), images.begin(), images.end());
+  return RunUbtrfs(args);
+}
+
+// Every file of `src` reads back byte for byte through ubtrfs over `devices`.
+void ExpectSameAsSource(const std::string& src, const std::vector<std::string>& devices) {
+  auto fs = Filesystem::Open(JoinDevices(devices));
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  ubtrfs_test::CompareOptions co;
+  co.compare_dir_mtime = false;
+  co.compare_top_attrs = false;
+  auto diffs = ubtrfs_test::CompareTreeToImage(src, **fs, co);
+  EXPECT_TRUE(diffs.empty()) << JoinDevices(diffs, "\n");
+}
+
+// The device items, dev extents and superblocks as they must be: one
+// DEV_ITEM per device with bytes_used the sum of its stripes, each device's
+// superblock naming itself, every chunk with the profile asked for its kind
+// and a stripe per device as the profile wants.
+void ExpectExactDevices(const std::vector<std::string>& images, uint64_t data, uint64_t meta) {
+  std::vector<std::unique_ptr<io::BlockDevice>> devs;
+  for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
+  auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+  ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+  const txn::Volume& v = **vol;
+  EXPECT_EQ(v.super().num_devices.get(), images.size());
+  ASSERT_EQ(v.dev_items().size(), images.size());
+  EXPECT_TRUE(v.missing_devices().empty());
+  std::map<uint64_t, uint64_t> used;
+  uint64_t total = 0;
+  for (const auto& [logical, c] : v.chunks().chunks()) {
+    SCOPED_TRACE("chunk " + std::to_string(logical) + " " + alloc::ProfileName(c.type));
+    const uint64_t want = (c.type & format::kBlockGroupData) ? data : meta;
+    EXPECT_EQ(c.profile(), want);
+    std::set<uint64_t> devids;
+    for (const auto& s : c.stripes) {
+      devids.insert(s.devid);
+      used[s.devid] += c.stripe_size;
+    }
+    if (want == format::kBlockGroupDup) {
+      EXPECT_EQ(c.stripes.size(), 2u);
+      EXPECT_EQ(devids.size(), 1u);
+    } else {
+      EXPECT_EQ(devids.size(), c.stripes.size()) << "two stripes on one device";
+      const alloc::ProfileRule rule = alloc::RuleFor(want);
+      if (rule.devs_max != 0) {
+        EXPECT_EQ(c.stripes.size(), rule.devs_max);
+      }
+    }
+  }
+  for (const auto& [devid, item] : v.dev_items()) {
+    EXPECT_EQ(item.bytes_used.get(), used[devid]) << "device " << devid;
+    total += item.total_bytes.get();
+  }
+  EXPECT_EQ(v.super().total_bytes.get(), total);
+  std::set<uint64_t> seen;
+  for (const auto& img : images) {
+    auto dev = io::OpenFileDevice(img);
+    ASSERT_TRUE(dev.ok());
+    auto sc = txn::ReadSuperblock(**dev);
+    ASSERT_TRUE(sc.ok()) << img << ": " << sc.status().ToString();
+    EXPECT_EQ(sc->mirror, 0) << img;
+    const uint64_t devid = sc->sb.dev_item.devid.get();
+    EXPECT_TRUE(seen.insert(devid).second) << img << " names device " << devid << " twice";
+    ASSERT_TRUE(v.dev_items().count(devid)) << img;
+    const format::DevItem& item = v.dev_items().at(devid);
+    EXPECT_EQ(0, std::memcmp(sc->sb.dev_item.uuid, item.uuid, format::kUuidSize)) << img;
+    EXPECT_EQ(sc->sb.dev_item.total_bytes.get(), item.total_bytes.get()) << img;
+    EXPECT_EQ(sc->sb.dev_item.bytes_used.get(), item.bytes_used.get()) << img;
+    EXPECT_EQ(sc->sb.num_devices.get(), images.size()) << img;
+  }
+}
+
+// btrfs check over the set, and a kernel mount showing what ubtrfs shows.
+void ExpectKernelAgrees(const TempDir& dir, const std::vector<std::string>& images) {
+  auto progs = ArrayMount::CheckOnce(images);
+  EXPECT_TRUE(progs.ok()) << progs.Describe();
+  const std::string mnt = dir.Sub("mnt");
+  ::mkdir(mnt.c_str(), 0755);
+  ArrayMount m;
+  ASSERT_EQ(m.Mount(images, mnt, "ro"), "");
+  auto fs = Filesystem::Open(JoinDevices(images));
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto diffs = ubtrfs_test::CompareTreeToImage(mnt, **fs, ubtrfs_test::KernelMountCompareOptions());
+  EXPECT_TRUE(diffs.empty()) << JoinDevices(diffs, "\n");
+}
+
+// ubtrfs check --check-data-csum, then btrfs check and the kernel's view
+// where loop devices work: "" when all of it ran, else why the kernel's
+// part was skipped.
+std::string ExpectCleanEverywhere(const TempDir& dir, const std::vector<std::string>& images) {
+  auto ours = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) return "btrfs check and the kernel mount need loop devices: " + why;
+  ExpectKernelAgrees(dir, images);
+  return "";
+}
+
+class MultiDeviceMkfsTest : public testing::TestWithParam<Layout> {};
+
+TEST_P(MultiDeviceMkfsTest, ArrayIsExactCheckCleanAndMountsWithTheSameContent) {
+  const Layout& p = GetParam();
+  TempDir dir("ubtrfs-mkfs-multi");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  if (HasFatalFailure()) return;
+  const auto images = MakeImages(dir, "dev", p.devices, 256 * kMiB);
+  auto mk = Mkfs(images, p.data, p.meta, src);
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+  ExpectSameAsSource(src, images);
+  if (auto why = ExpectCleanEverywhere(dir, images); !why.empty()) GTEST_SKIP() << why;
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceMkfsTest,
+                         testing::Values(Layout{"single", "raid1", 2}, Layout{"dup", "dup", 2},
+                                         Layout{"raid0", "raid0", 2}, Layout{"raid1", "raid1", 2},
+                                         Layout{"raid1c3", "raid1c3", 3}, Layout{"raid1c4", "raid1c4", 4},
+                                         Layout{"raid10", "raid10", 4}, Layout{"raid0", "raid1", 3},
+                                         Layout{"single", "single", 3}),
+                         PrintLayout);
+
+// The defaults, as mkfs.btrfs: data single, metadata (and system) RAID1 on
+// several devices, DUP on one.
+TEST(MultiDeviceMkfs, DefaultsAreDataSingleMetadataRaid1) {
+  TempDir dir("ubtrfs-mkfs-defaults");
+  const auto images = MakeImages(dir, "dev", 2, 128 * kMiB);
+  auto mk = RunUbtrfs({"mkfs", "-q", images[0], images[1]});
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  ExpectExactDevices(images, 0, format::kBlockGroupRaid1);
+  const auto one = MakeImages(dir, "one", 1, 128 * kMiB);
+  mk = RunUbtrfs({"mkfs", "-q", one[0]});
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  ExpectExactDevices(one, 0, format::kBlockGroupDup);
+}
+
+// device add, new data (copy profiles: new chunks may use the new device),
+// device remove of an original one: every byte stays, the items stay exact.
+class MultiDeviceAddRemoveTest : public testing::TestWithParam<Layout> {};
+
+TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
+  const Layout& p = GetParam();
+  TempDir dir("ubtrfs-add-remove");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  if (HasFatalFailure()) return;
+  auto images = MakeImages(dir, "dev", p.devices, 384 * kMiB);
+  auto mk = Mkfs(images, p.data, p.meta, src);
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  // More data after the add, in a new data chunk: copy profiles may put a
+  // copy on the new device; RAID0/RAID10 stripe it over every device, so
+  // the remove has to restripe it over fewer.
+  const bool striped = p.data == "raid0" || p.data == "raid10";
+  const std::string more = src + "/more";
+  // (mkfs's data chunk holds 64 MiB per data stripe: more than that)
+  const int data_stripes = p.data == "raid0" ? p.devices : p.data == "raid10" ? p.devices / 2 : 1;
+  ubtrfs_test::WriteHostFile(more, ubtrfs_test::SeededBytes((64 * data_stripes + 8) * kMiB, 77));
+
+  const std::string added = dir.Sub("new.img");
+  std::string err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(added, 384 * kMiB, &err)) << err;
+  std::vector<std::string> add_args{"device", "add", "-q"};
+  add_args.insert(add_args.end(), images.begin(), images.end());
+  add_args.push_back(added);
+  auto add = RunUbtrfs(add_args);
+  ASSERT_EQ(add.exit_code, 0) << add.Describe();
+  images.push_back(added);
+  ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+  {
+    auto cp = RunUbtrfs({"cp", more, JoinDevices(images) + ":/more"});
+    ASSERT_EQ(cp.exit_code, 0) << cp.Describe();
+  }
+  bool everywhere = false;  // a chunk on every device: the remove restripes it
+  if (striped) {
+    // The new data chunk lies on the added device too.
+    std::vector<std::unique_ptr<io::BlockDevice>> devs;
+    for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
+    auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    size_t widest = 0;
+    for (const auto& [logical, c] : (*vol)->chunks().chunks()) widest = std::max(widest, c.stripes.size());
+    EXPECT_EQ(widest, images.size() - images.size() % (p.data == "raid10" ? 2 : 1));
+    everywhere = widest == images.size();
+  }
+  ExpectSameAsSource(src, images);
+
+  // Remove the first device (by path for RAID1, by devid otherwise).
+  std::vector<std::string> rm_args{"device", "remove"};
+  rm_args.insert(rm_args.end(), images.begin(), images.end());
+  rm_args.push_back(p.data == "raid1" ? images[0] : "1");
+  auto rm = RunUbtrfs(rm_args);
+  ASSERT_EQ(rm.exit_code, 0) << rm.Describe();
+  EXPECT_NE(rm.out.find("moved"), std::string::npos) << rm.out;
+  if (everywhere) {
+    EXPECT_NE(rm.out.find("restriped"), std::string::npos) << rm.out;
+  }
+  const std::string removed = images[0];
+  images.erase(images.begin());
+  {
+    auto dev = io::OpenFileDevice(removed);
+    ASSERT_TRUE(dev.ok());
+    EXPECT_FALSE(txn::ReadSuperblock(**dev).ok()) << "the removed device still carries a superblock";
+  }
+  ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+  ExpectSameAsSource(src, images);
+  if (auto why = ExpectCleanEverywhere(dir, images); !why.empty()) GTEST_SKIP() << why;
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceAddRemoveTest,
+                         testing::Values(Layout{"single", "raid1", 2}, Layout{"dup", "dup", 2},
+                                         Layout{"raid0", "raid0", 2}, Layout{"raid1", "raid1", 2},
+                                         Layout{"raid1c3", "raid1c3", 3}, Layout{"raid10", "raid10", 4},
+                                         Layout{"raid10", "raid10", 3}, Layout{"raid0", "raid1", 3}),
+                         PrintLayout);
+
+// Removing a device of a RAID0/RAID10 array whose chunks use every device:
+// each chunk is laid out anew over the devices left.
+TEST(MultiDeviceAddRemove, RemoveRestripesChunksOverTheOtherDevices) {
+  TempDir dir("ubtrfs-restripe");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  if (HasFatalFailure()) return;
+  std::string skipped;
+  for (const Layout& p : {Layout{"raid0", "raid0", 3}, Layout{"raid10", "raid10", 4}}) {
+    SCOPED_TRACE(p.data + " over " + std::to_string(p.devices));
+    auto images = MakeImages(dir, p.data + "-", p.devices, 256 * kMiB);
+    ASSERT_EQ(Mkfs(images, p.data, p.meta, src).exit_code, 0);
+    std::vector<std::string> rm_args{"device", "remove"};
+    rm_args.insert(rm_args.end(), images.begin(), images.end());
+    rm_args.push_back("2");
+    auto rm = RunUbtrfs(rm_args);
+    ASSERT_EQ(rm.exit_code, 0) << rm.Describe();
+    EXPECT_NE(rm.out.find("restriped 3 chunks"), std::string::npos) << rm.out;
+    images.erase(images.begin() + 1);
+    ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+    ExpectSameAsSource(src, images);
+    skipped = ExpectCleanEverywhere(dir, images);
+  }
+  if (!skipped.empty()) GTEST_SKIP() << skipped;
+}
+
+// FNV-1a of a whole file: "nothing changed".
+uint64_t Digest(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> buf(1 << 20);
+  uint64_t h = 1469598103934665603ull;
+  while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())) || f.gcount() > 0) {
+    for (std::streamsize i = 0; i < f.gcount(); ++i) {
+      h = (h ^ static_cast<uint8_t>(buf[static_cast<size_t>(i)])) * 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+std::vector<uint64_t> Digests(const std::vector<std::string>& images) {
+  std::vector<uint64_t> out;
+  for (const auto& i : images) out.push_back(Digest(i));
+  return out;
+}
+
+void ExpectFails(const std::vector<std::string>& args, const std::string& message) {
+  auto r = RunUbtrfs(args);
+  EXPECT_NE(r.exit_code, 0) << ubtrfs_test::ShellJoin(args);
+  EXPECT_NE(r.err.find(message), std::string::npos) << ubtrfs_test::ShellJoin(args) << ": " << r.err;
+}
+
+TEST(MultiDeviceArgs, WrongArgumentsGiveClearErrorsAndChangeNothing) {
+  TempDir dir("ubtrfs-device-args");
+  // mkfs: an unknown profile, too few devices, RAID5/6: no file is made.
+  const std::string a = dir.Sub("a.img"), b = dir.Sub("b.img"), c = dir.Sub("c.img");
+  ExpectFails({"mkfs", "--size", "128M", "-d", "raid7", a, b}, "unknown profile");
+  ExpectFails({"mkfs", "--size", "128M", "-m", "raid1c3", a, b}, "needs at least 3 devices; 2 were given");
+  ExpectFails({"mkfs", "--size", "128M", "-d", "raid1", a}, "needs at least 2 devices; 1 was given");
+  ExpectFails({"mkfs", "--size", "128M", "-d", "raid5", a, b, c}, "RAID5/RAID6");
+  for (const auto& f : {a, b, c}) EXPECT_NE(::access(f.c_str(), F_OK), 0) << f << " was made";
+  // Existing files stay as they are.
+  const auto loose = MakeImages(dir, "loose", 2, 128 * kMiB);
+  const auto loose_before = Digests(loose);
+  ExpectFails({"mkfs", "-m", "raid1c4", loose[0], loose[1]}, "needs at least 4 devices");
+  EXPECT_EQ(Digests(loose), loose_before);
+
+  // device remove: the only device; below RAID1's two; an unknown devid.
+  const auto one = MakeImages(dir, "one", 1, 128 * kMiB);
+  ASSERT_EQ(RunUbtrfs({"mkfs", "-q", one[0]}).exit_code, 0);
+  const auto one_before = Digests(one);
+  ExpectFails({"device", "remove", one[0], "1"}, "unable to remove the only device");
+  ExpectFails({"device", "remove", one[0], one[0]}, "unable to remove the only device");
+  EXPECT_EQ(Digests(one), one_before);
+
+  const auto pair = MakeImages(dir, "pair", 2, 128 * kMiB);
+  ASSERT_EQ(Mkfs(pair, "raid1", "raid1").exit_code, 0);
+  const auto pair_before = Digests(pair);
+  ExpectFails({"device", "remove", pair[0], pair[1], "2"}, "unable to go below 2 devices on raid1");
+  ExpectFails({"device", "remove", pair[0], pair[1], "7"}, "has no device 7");
+  ExpectFails({"device", "remove", pair[0], pair[1], dir.Sub("elsewhere.img")}, "is not a device of this filesystem");
+  // device add: one of its own devices, a file that is not there.
+  ExpectFails({"device", "add", pair[0], pair[1], pair[1]}, "is named as a device of the filesystem already");
+  ExpectFails({"device", "add", pair[0], pair[1], dir.Sub("missing.img")}, "does not exist");
+  ExpectFails({"device", "add", pair[0], pair[1]}, "it is a device of the filesystem already");  // pair[1]: NEWDEV
+  EXPECT_EQ(Digests(pair), pair_before);
+  // Another filesystem on the new device needs --force.
+  ExpectFails({"device", "add", pair[0], pair[1], one[0]}, "use --force to overwrite it");
+  EXPECT_EQ(Digests(one), one_before);
+  EXPECT_EQ(Digests(pair), pair_before);
+
+  // A RAID0 chunk over both devices must be restriped onto the one left,
+  // which has no room for it.
+  const auto two = MakeImages(dir, "two", 2, 128 * kMiB);
+  ASSERT_EQ(Mkfs(two, "raid0", "dup").exit_code, 0);
+  const auto two_before = Digests(two);
+  ExpectFails({"device", "remove", two[0], two[1], "1"}, "must be restriped over the other 1 devices, and they have no room");
+  EXPECT_EQ(Digests(two), two_before);
+}
+
+}  // namespace
+
+namespace {
+
+// --scan works for device add and remove as for every subcommand (after
+// the images: --scan takes every word up to the next option).
+TEST(MultiDeviceArgs, DeviceAddAndRemoveFindMembersWithScan) {
+  TempDir dir("ubtrfs-device-scan");
+  const std::string members = dir.Sub("members");
+  ASSERT_EQ(::mkdir(members.c_str(), 0755), 0);
+  const std::string a = members + "/a.img", b = members + "/b.img", c = members + "/c.img";
+  ASSERT_EQ(RunUbtrfs({"mkfs", "-q", "--size", "128M", a, b}).exit_code, 0);
+  std::string err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(c, 128 * kMiB, &err)) << err;
+  auto add = RunUbtrfs({"device", "add", a, c, "--scan", members});
+  ASSERT_EQ(add.exit_code, 0) << add.Describe();
+  EXPECT_NE(add.out.find("as device 3: 3 devices"), std::string::npos) << add.out;
+  auto rm = RunUbtrfs({"device", "remove", a, "2", "--scan", members});
+  ASSERT_EQ(rm.exit_code, 0) << rm.Describe();
+  ExpectExactDevices({a, c}, 0, format::kBlockGroupRaid1);
+  auto check = RunUbtrfs({"check", a + "," + c});
+  EXPECT_EQ(check.exit_code, 0) << check.Describe();
+}
+
+}  // namespace
+
+namespace {
+
+// A power cut at every write of a device remove that restripes a RAID0
+// chunk and moves RAID1 stripes (three recorded devices, writes
+// interleaved): whatever the devices hold then opens -- all three before the
+// final commit, the two left after it -- and every file reads back.
+TEST(MultiDeviceCrash, RemoveDevicePowerCutAtEveryWrite) {
+  TempDir dir("ubtrfs-remove-crash");
+  const std::string src = dir.Sub("src");
+  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    model[name] = ubtrfs_test::SeededBytes(i == 0 ? 0 : static_cast<size_t>(i) * 97531, 900 + i);
+    ubtrfs_test::WriteHostFile(src + "/" + name, model[name]);
+  }
+  const auto images = MakeImages(dir, "dev", 3, 256 * kMiB);
+  ASSERT_EQ(Mkfs(images, "raid0", "raid1", src).exit_code, 0);
+  std::vector<std::unique_ptr<io::RecordingDevice>> recs;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const std::string bytes = ubtrfs_test::ReadHostFile(images[i]);
+    recs.push_back(std::make_unique<io::RecordingDevice>(
+        "dev" + std::to_string(i + 1),
+        io::SparseImage::FromBytes(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()))));
+  }
+  std::vector<int> order;
+  std::mutex mu;
+  txn::RemoveStats stats;
+  {
+    std::vector<std::unique_ptr<io::BlockDevice>> devs;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      devs.push_back(std::make_unique<ubtrfs_test::TaggedDevice>(recs[i].get(), static_cast<int>(i), &order, &mu));
+    }
+    txn::VolumeOptions vo;
+    vo.writable = true;
+    auto vol = txn::Volume::Open(std::move(devs), vo);
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto txm = txn::TxnManager::Open(vol->get());
+    ASSERT_TRUE(txm.ok()) << txm.status().ToString();
+    Status st = txn::RemoveDeviceCommitted(txm->get(), 2, &stats);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_GE(stats.chunks_restriped, 1u);
+  EXPECT_GE(stats.stripes_moved, 1u);
+  std::vector<std::unique_ptr<io::CrashReplayer>> reps;
+  for (auto& r : recs) {
+    reps.push_back(std::make_unique<io::CrashReplayer>(r.get()));
+    for (int m = 0; m < format::kSuperMirrorMax; ++m) reps.back()->AddAtomicRange(format::SuperblockOffset(m), 4096);
+  }
+  size_t points = 0, failures = 0, three = 0, two = 0;
+  std::vector<size_t> done(recs.size(), 0);
+  for (size_t k = 0; k <= order.size(); ++k) {
+    if (k > 0) ++done[static_cast<size_t>(order[k - 1])];
+    for (io::CrashMode mode : {io::CrashMode::kPrefix, io::CrashMode::kDropUnflushed}) {
+      ++points;
+      auto materialize = [&](bool with_removed) {
+        std::vector<std::unique_ptr<io::BlockDevice>> devs;
+        for (size_t i = 0; i < reps.size(); ++i) {
+          if (i == 1 && !with_removed) continue;
+          auto img = reps[i]->Materialize(io::CrashPoint{done[i], mode, 0});
+          EXPECT_TRUE(img.ok());
+          if (img.ok()) devs.push_back(std::move(*img));
+        }
+        return devs;
+      };
+      // The three devices while device 2 belongs; the other two once the
+      // final commit is on them.
+      auto fs = OpenOnDevices(materialize(true), OpenOptions{});
+      bool all = fs.ok();
+      if (!fs.ok()) fs = OpenOnDevices(materialize(false), OpenOptions{});
+      std::string why;
+      if (!fs.ok()) {
+        why = fs.status().ToString();
+      } else {
+        (all ? three : two)++;
+        for (const auto& [name, data] : model) {
+          if (ubtrfs_test::ReadImageFile(**fs, "/" + name) != data) why += " /" + name + " differs;";
+        }
+      }
+      if (why.empty() && k % 20 == 0) {
+        auto vol = txn::Volume::Open(materialize(all), txn::VolumeOptions{});
+        if (!vol.ok()) {
+          why = vol.status().ToString();
+        } else if (auto res = check::CheckVolume(**vol, check::CheckOptions{}); !res.clean()) {
+          why = "ubtrfs check: " + JoinDevices(res.errors, "; ");
+        }
+      }
+      if (!why.empty()) {
+        ++failures;
+        ADD_FAILURE() << "cut after " << k << " of " << order.size() << " (" << io::CrashModeName(mode) << "): " << why;
+      }
+    }
+    if (failures > 5) break;
+  }
+  std::printf("device remove crash: %zu log entries over 3 devices, %zu crash points (%zu open with 3 devices, %zu "
+              "with 2), %zu failures\n",
+              order.size(), points, three, two, failures);
+  EXPECT_EQ(failures, 0u);
+  EXPECT_GT(three, 0u);
+  EXPECT_GT(two, 0u);
+}
+
+}  // namespace

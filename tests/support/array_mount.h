@@ -1,0 +1,79 @@
+// Kernel views of multi-device image sets: a loop device per image, btrfs
+// check over them, and a mount of the set (tests skip where loop mounts are
+// not available: LoopMountsAvailable).
+#ifndef UBTRFS_TESTS_SUPPORT_ARRAY_MOUNT_H_
+#define UBTRFS_TESTS_SUPPORT_ARRAY_MOUNT_H_
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "io/recording_device.h"
+#include "support/test_util.h"
+
+namespace ubtrfs_test {
+
+class ArrayMount {
+ public:
+  ArrayMount() = default;
+  ArrayMount(const ArrayMount&) = delete;
+  ArrayMount& operator=(const ArrayMount&) = delete;
+  ~ArrayMount() { Unmount(); }
+  // Loop devices for every image and a kernel mount of the set at `dir`
+  // (-o device=... for each, plus `opts`). "" on success, else what failed.
+  std::string Mount(const std::vector<std::string>& images, const std::string& dir, const std::string& opts = "");
+  // btrfs check --readonly over loop devices of the images (progs finds the
+  // members among the block devices scanned).
+  CommandResult Check(const std::vector<std::string>& images);
+  // The same with loop devices of its own, detached again before it returns.
+  static CommandResult CheckOnce(const std::vector<std::string>& images) {
+    ArrayMount loops;
+    return loops.Check(images);
+  }
+  // Unmounts and detaches the loop devices.
+  void Unmount();
+
+ private:
+  std::vector<std::string> loops_;
+  std::string dir_;
+};
+
+// The content the multi-device suites put on an array: empty to
+// multi-element files (the largest `largest` bytes), a directory tree (one
+// of mode 0700), a symlink, 50 small files. Fails the test if it cannot.
+void MakeArraySource(const std::string& src, size_t largest);
+
+// Forwards to a recording device and notes, in one order shared by the
+// devices of an array, which device each logged write or flush went to
+// (crash replay over several recorded devices).
+class TaggedDevice final : public ubtrfs::io::BlockDevice {
+ public:
+  TaggedDevice(ubtrfs::io::RecordingDevice* rec, int tag, std::vector<int>* order, std::mutex* mu)
+      : rec_(rec), tag_(tag), order_(order), mu_(mu) {}
+  ubtrfs::Status ReadAt(uint64_t off, std::span<uint8_t> buf) override { return rec_->ReadAt(off, buf); }
+  ubtrfs::Status WriteAt(uint64_t off, std::span<const uint8_t> buf) override {
+    std::lock_guard lock(*mu_);
+    order_->push_back(tag_);
+    return rec_->WriteAt(off, buf);
+  }
+  ubtrfs::Status Flush() override {
+    std::lock_guard lock(*mu_);
+    order_->push_back(tag_);
+    return rec_->Flush();
+  }
+  uint64_t Size() const override { return rec_->Size(); }
+  std::string Name() const override { return rec_->Name(); }
+
+ private:
+  ubtrfs::io::RecordingDevice* rec_;
+  int tag_;
+  std::vector<int>* order_;
+  std::mutex* mu_;
+};
+
+// "a,b,c".
+std::string JoinDevices(const std::vector<std::string>& v, const std::string& sep = ",");
+
+}  // namespace ubtrfs_test
+
+#endif  // UBTRFS_TESTS_SUPPORT_ARRAY_MOUNT_H_
