@@ -207,32 +207,62 @@ void CmdLs(const std::string& image, const std::string& path, bool long_format) 
   }
 }
 
-void CmdCat(const std::string& image, const std::string& path) {
+// cat(1) of files in one image: each in turn, a failing one reported as
+// "cat: PATH: error" and the rest still printed (exit 1).
+void CmdCat(const std::string& image, const std::vector<std::string>& paths) {
   auto fs = OpenOrReport(image);
   if (!fs) return;
-  auto id = fs->Lookup(path);
-  if (!id.ok()) {
-    PrintError(path, id.status());
-    SetExitCode(1);
-    return;
-  }
   std::vector<uint8_t> buf(1 << 20);
-  uint64_t off = 0;
-  for (;;) {
-    auto n = fs->Read(*id, off, buf);
-    if (!n.ok()) {
-      PrintError(path, n.status());
+  for (const auto& path : paths) {
+    auto fail = [&](const Status& st) {
+      std::fflush(stdout);
+      fmt::print(stderr, "ubtrfs: cat: {}: {}\n", Printable(path), strerror(st.code()));
       SetExitCode(1);
-      return;
+    };
+    auto id = fs->Lookup(path);
+    if (!id.ok()) {
+      fail(id.status());
+      continue;
     }
-    if (*n == 0) break;
-    if (fwrite(buf.data(), 1, *n, stdout) != *n) {
-      fmt::print(stderr, "ubtrfs: write to stdout failed\n");
-      SetExitCode(1);
-      return;
+    for (uint64_t off = 0;;) {
+      auto n = fs->Read(*id, off, buf);
+      if (!n.ok()) {
+        fail(n.status());
+        break;
+      }
+      if (*n == 0) break;
+      if (fwrite(buf.data(), 1, *n, stdout) != *n) {
+        fmt::print(stderr, "ubtrfs: cat: write error: {}\n", strerror(errno));
+        return SetExitCode(1);
+      }
+      off += *n;
     }
-    off += *n;
   }
+  if (std::fflush(stdout) != 0) {
+    fmt::print(stderr, "ubtrfs: cat: write error: {}\n", strerror(errno));
+    SetExitCode(1);
+  }
+}
+
+// `cat IMAGE:PATH...` (all in one image), or `cat IMAGE PATH`.
+void CmdCatArgs(const std::vector<std::string>& args) {
+  std::string image, path, rest;
+  if (args.size() == 2 && !SplitImagePath(args[1], &rest, &path)) return CmdCat(args[0], {args[1]});
+  std::vector<std::string> paths;
+  for (const auto& a : args) {
+    std::string img;
+    if (!SplitImagePath(a, &img, &path)) {
+      fmt::print(stderr, "ubtrfs: cat: expected IMAGE:PATH, got '{}'\n", a);
+      return SetExitCode(2);
+    }
+    if (!image.empty() && img != image) {
+      fmt::print(stderr, "ubtrfs: cat: every path must be in the same image ({} and {})\n", image, img);
+      return SetExitCode(2);
+    }
+    image = img;
+    paths.push_back(path);
+  }
+  CmdCat(image, paths);
 }
 
 ExportOptions cp_out_options;
@@ -318,10 +348,10 @@ void RegisterReadCommands(CLI::App& app) {
   ls->add_option("path", path, "Path inside the image")->default_val("/");
   ls->callback([] { CmdLs(image, path, long_format); });
 
-  auto* cat = app.add_subcommand("cat", "Write a file from an image to stdout");
-  cat->add_option("image", image, "Image file or block device")->required();
-  cat->add_option("path", path, "Path inside the image")->required();
-  cat->callback([] { CmdCat(image, path); });
+  static std::vector<std::string> cat_args;
+  auto* cat = app.add_subcommand("cat", "Write files of an image to stdout (IMAGE:PATH..., or IMAGE PATH)");
+  cat->add_option("files", cat_args, "IMAGE:PATH..., or IMAGE PATH")->required();
+  cat->callback([] { CmdCatArgs(cat_args); });
 
   auto* cp = app.add_subcommand("cp", "Copy a file or tree out of an image (IMAGE:PATH DEST) or into it (SRC IMAGE:PATH)");
   cp->add_option("source", source, "IMAGE:PATH, or a host path")->required();

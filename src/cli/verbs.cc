@@ -13,6 +13,7 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -103,6 +104,16 @@ Result<InodeId> Find(Filesystem& fs, const std::string& path, const char* what) 
   return *id;
 }
 
+// The attr tools (setfattr, getfattr) name a file without quotes: "PATH: error".
+Result<InodeId> FindAttr(Filesystem& fs, const std::string& path) {
+  auto id = fs.Lookup(path);
+  if (!id.ok()) return Err(id.status().code(), Printable(path) + ": " + strerror(id.status().code()));
+  return *id;
+}
+
+// ENODATA as the attr tools word it.
+std::string XattrError(int code) { return code == ENODATA ? "No such attribute" : strerror(code); }
+
 // -------------------------------------------------------------- mv, ln
 
 Status Move(Filesystem& fs, const Paths& p) {
@@ -114,17 +125,37 @@ Status Move(Filesystem& fs, const Paths& p) {
     UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(*dst_id));
     dst_dir = S_ISDIR(st.mode);
   }
-  if (p.size() > 2 && !dst_dir) return Err(ENOTDIR, "target " + Q(dst) + " is not a directory");
+  if (p.size() > 2 && !dst_dir) {
+    const int code = dst_id.ok() ? ENOTDIR : dst_id.status().code();
+    return Err(code, "target " + Q(dst) + ": " + strerror(code));
+  }
   for (size_t i = 0; i + 1 < p.size(); ++i) {
     auto [sp, sn] = SplitLast(p[i]);
     UB_ASSIGN_OR_RETURN(InodeId sdir, Find(fs, sp, "cannot stat"));
-    if (!fs.LookupChild(sdir, sn).ok()) return Err(ENOENT, "cannot stat " + Q(p[i]) + ": No such file or directory");
-    auto [dp, dn] = dst_dir ? std::pair{dst, sn} : SplitLast(dst);
-    UB_ASSIGN_OR_RETURN(InodeId ddir, Find(fs, dp, "cannot move to"));
-    Status st = fs.Rename(sdir, sn, ddir, dn);
+    auto src = fs.LookupChild(sdir, sn);
+    if (!src.ok()) return Err(ENOENT, "cannot stat " + Q(p[i]) + ": No such file or directory");
+    UB_ASSIGN_OR_RETURN(Stat sst, fs.GetStat(*src));
+    const std::string to = dst_dir ? Join(dst, sn) : dst;
+    auto [dp, dn] = SplitLast(to);
+    auto ddir = fs.Lookup(dp);
+    if (!ddir.ok()) {
+      return Err(ddir.status().code(), "cannot move " + Q(p[i]) + " to " + Q(to) + ": " +
+                                           strerror(ddir.status().code()));
+    }
+    if (*ddir == sdir && dn == sn) return Err(EINVAL, Q(p[i]) + " and " + Q(to) + " are the same file");
+    Status st = fs.Rename(sdir, sn, *ddir, dn);
     if (!st.ok()) {
-      return Err(st.code(), "cannot move " + Q(p[i]) + " to " + Q(dst_dir ? Join(dst, sn) : dst) + ": " +
-                                strerror(st.code()));
+      // As mv(1) words the cases rename(2) answers with these codes.
+      if (st.code() == EINVAL && S_ISDIR(sst.mode)) {
+        return Err(EINVAL, "cannot move " + Q(p[i]) + " to a subdirectory of itself, " + Q(to));
+      }
+      if (st.code() == ENOTDIR && S_ISDIR(sst.mode)) {
+        return Err(ENOTDIR, "cannot overwrite non-directory " + Q(to) + " with directory " + Q(p[i]));
+      }
+      if (st.code() == EISDIR && !S_ISDIR(sst.mode)) {
+        return Err(EISDIR, "cannot overwrite directory " + Q(to) + " with non-directory");
+      }
+      return Err(st.code(), "cannot move " + Q(p[i]) + " to " + Q(to) + ": " + strerror(st.code()));
     }
   }
   return Status::Ok();
@@ -136,20 +167,23 @@ Status LinkOne(Filesystem& fs, const std::string& target, const std::string& lin
     UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(*l));
     if (S_ISDIR(st.mode)) where = Join(link, SplitLast(target).second);
   }
+  const std::string what = std::string("failed to create ") + (symbolic ? "symbolic" : "hard") + " link " + Q(where);
+  std::optional<InodeId> t;
+  if (!symbolic) {
+    UB_ASSIGN_OR_RETURN(t, Find(fs, target, "failed to access"));
+    UB_ASSIGN_OR_RETURN(Stat tst, fs.GetStat(*t));
+    if (S_ISDIR(tst.mode)) return Err(EPERM, Printable(target) + ": hard link not allowed for directory");
+  }
+  // ln(1) names the link, and for a hard link also what it points at.
+  auto failed = [&](int code) {
+    return Err(code, what + (symbolic || code == EEXIST ? "" : " => " + Q(target)) + ": " + strerror(code));
+  };
   auto [dp, dn] = SplitLast(where);
-  UB_ASSIGN_OR_RETURN(InodeId dir, Find(fs, dp, "failed to access"));
-  if (force && fs.LookupChild(dir, dn).ok()) UB_RETURN_IF_ERROR(fs.Unlink(dir, dn));
-  Status st;
-  if (symbolic) {
-    st = fs.Symlink(dir, dn, target, Attrs(0777)).status();
-  } else {
-    UB_ASSIGN_OR_RETURN(InodeId t, Find(fs, target, "failed to access"));
-    st = fs.Link(t, dir, dn);
-  }
-  if (!st.ok()) {
-    return Err(st.code(), std::string("failed to create ") + (symbolic ? "symbolic" : "hard") + " link " + Q(where) +
-                              ": " + strerror(st.code()));
-  }
+  auto dir = fs.Lookup(dp);
+  if (!dir.ok()) return failed(dir.status().code());
+  if (force && fs.LookupChild(*dir, dn).ok()) UB_RETURN_IF_ERROR(fs.Unlink(*dir, dn));
+  Status st = symbolic ? fs.Symlink(*dir, dn, target, Attrs(0777)).status() : fs.Link(*t, *dir, dn);
+  if (!st.ok()) return failed(st.code());
   return Status::Ok();
 }
 
@@ -198,18 +232,20 @@ Result<uint32_t> ParseMode(const std::string& text, uint32_t old, bool is_dir) {
   return mode;
 }
 
-Result<uint32_t> ParseId(const std::string& s, bool group) {
+// A user or group name or number of chown's OWNER[:GROUP] `spec` (which the
+// error quotes whole, as chown(1) does).
+Result<uint32_t> ParseId(const std::string& s, bool group, const std::string& spec) {
+  const std::string bad = std::string("invalid ") + (group ? "group" : "user") + ": " + Q(spec);
   if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) {
-    const unsigned long v = std::stoul(s);
-    if (v > UINT32_MAX - 1) return Err(EINVAL, "invalid " + std::string(group ? "group" : "user") + ": " + Q(s));
-    return static_cast<uint32_t>(v);
+    if (s.size() > 10 || std::stoull(s) > UINT32_MAX - 1) return Err(EINVAL, bad);
+    return static_cast<uint32_t>(std::stoull(s));
   }
   if (group) {
     if (const struct group* g = ::getgrnam(s.c_str())) return static_cast<uint32_t>(g->gr_gid);
-    return Err(EINVAL, "invalid group: " + Q(s));
+    return Err(EINVAL, bad);
   }
   if (const struct passwd* pw = ::getpwnam(s.c_str())) return static_cast<uint32_t>(pw->pw_uid);
-  return Err(EINVAL, "invalid user: " + Q(s));
+  return Err(EINVAL, bad);
 }
 
 // touch -d: "@SECONDS[.FRACTION]", "now", or "YYYY-MM-DD[ |T]HH:MM[:SS[.FRACTION]]" in local time.
@@ -262,19 +298,19 @@ Result<std::pair<char, uint64_t>> ParseSize(const std::string& s) {
   size_t digits = 0;
   uint64_t n = 0;
   for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i, ++digits) {
-    if (n > (UINT64_MAX - 9) / 10) return Err(EFBIG, "invalid number: " + Q(s));
+    if (n > (UINT64_MAX - 9) / 10) return Err(EFBIG, "Invalid number: " + Q(s));
     n = n * 10 + static_cast<uint64_t>(s[i] - '0');
   }
-  if (digits == 0) return Err(EINVAL, "invalid number: " + Q(s));
+  if (digits == 0) return Err(EINVAL, "Invalid number: " + Q(s));
   if (i < s.size()) {
     const char* units = "KMGTPE";
     const char* u = std::strchr(units, std::toupper(static_cast<unsigned char>(s[i])));
-    if (u == nullptr || *u == '\0') return Err(EINVAL, "invalid number: " + Q(s));
+    if (u == nullptr || *u == '\0') return Err(EINVAL, "Invalid number: " + Q(s));
     const std::string tail = s.substr(i + 1);
     uint64_t base = tail == "B" ? 1000 : (tail.empty() || tail == "iB") ? 1024 : 0;
-    if (base == 0) return Err(EINVAL, "invalid number: " + Q(s));
+    if (base == 0) return Err(EINVAL, "Invalid number: " + Q(s));
     for (int k = 0; k <= u - units; ++k) {
-      if (n > UINT64_MAX / base) return Err(EFBIG, "invalid number: " + Q(s));
+      if (n > UINT64_MAX / base) return Err(EFBIG, "Invalid number: " + Q(s));
       n *= base;
     }
   }
@@ -629,10 +665,10 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
         const size_t colon = o->owner.find(':');
         const std::string user = o->owner.substr(0, colon);
         if (!user.empty()) {
-          UB_ASSIGN_OR_RETURN(c.uid, ParseId(user, false));
+          UB_ASSIGN_OR_RETURN(c.uid, ParseId(user, false, o->owner));
         }
         if (colon != std::string::npos && colon + 1 < o->owner.size()) {
-          UB_ASSIGN_OR_RETURN(c.gid, ParseId(o->owner.substr(colon + 1), true));
+          UB_ASSIGN_OR_RETURN(c.gid, ParseId(o->owner.substr(colon + 1), true, o->owner));
         }
         for (const auto& path : p) {
           UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, "cannot access"));
@@ -726,9 +762,9 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
           UB_ASSIGN_OR_RETURN(value, DecodeValue(o->value));
         }
         for (const auto& path : p) {
-          UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, "cannot access"));
+          UB_ASSIGN_OR_RETURN(InodeId id, FindAttr(fs, path));
           Status st = o->remove.empty() ? fs.SetXattr(id, o->name, value) : fs.RemoveXattr(id, o->remove);
-          if (!st.ok()) return Err(st.code(), Printable(path) + ": " + strerror(st.code()));
+          if (!st.ok()) return Err(st.code(), Printable(path) + ": " + XattrError(st.code()));
         }
         return Status::Ok();
       });
@@ -751,7 +787,7 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
     gf->callback([=] {
       Run(session, "getfattr", false, o->files, [=](Filesystem& fs, const Paths& p) -> Status {
         for (const auto& path : p) {
-          UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, "cannot access"));
+          UB_ASSIGN_OR_RETURN(InodeId id, FindAttr(fs, path));
           std::vector<std::string> names;
           if (!o->name.empty()) {
             names.push_back(o->name);
@@ -766,8 +802,9 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
           for (const auto& n : names) {
             auto v = fs.GetXattr(id, n);
             if (!v.ok()) {
-              if (!o->name.empty()) return Err(v.status().code(), Printable(path) + ": " + n + ": " +
-                                                                      (v.status().code() == ENODATA ? "No such attribute" : strerror(v.status().code())));
+              if (!o->name.empty()) {
+                return Err(v.status().code(), Printable(path) + ": " + n + ": " + XattrError(v.status().code()));
+              }
               continue;
             }
             out.emplace_back(n, *v);
@@ -847,10 +884,11 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       }
       Run(session, "find", false, starts, [=](Filesystem& fs, const Paths& p) -> Status {
         for (const auto& start : p) {
-          UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, start, ""));
+          auto id = fs.Lookup(start);
+          if (!id.ok()) return Err(id.status().code(), Q(start) + ": " + strerror(id.status().code()));
           std::set<std::pair<uint64_t, uint64_t>> dirs;
           std::string name = SplitLast(start).second;
-          UB_RETURN_IF_ERROR(FindWalk(fs, id, start, name, 0, spec, dirs));
+          UB_RETURN_IF_ERROR(FindWalk(fs, *id, start, name, 0, spec, dirs));
         }
         return Status::Ok();
       });
@@ -1043,10 +1081,13 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
     put->add_option("file", *files, "IMAGE:PATH")->required()->expected(1);
     put->callback([=] {
       Run(session, "put", true, *files, [](Filesystem& fs, const Paths& p) -> Status {
-        UB_ASSIGN_OR_RETURN(InodeId id, OpenOrCreate(fs, p[0], true));
-        UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(id));
-        if (!S_ISREG(st.mode)) return Err(EISDIR, Q(p[0]) + " is not a regular file");
-        return WriteAll(fs, id, 0);
+        // Errors as tee(1) gives them for `... | tee PATH`: "PATH: error".
+        auto id = OpenOrCreate(fs, p[0], true);
+        if (!id.ok()) return Err(id.status().code(), Printable(p[0]) + ": " + strerror(id.status().code()));
+        UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(*id));
+        if (S_ISDIR(st.mode)) return Err(EISDIR, Printable(p[0]) + ": " + strerror(EISDIR));
+        if (!S_ISREG(st.mode)) return Err(EINVAL, Printable(p[0]) + ": not a regular file");
+        return WriteAll(fs, *id, 0);
       });
     });
     return;
@@ -1062,12 +1103,15 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       Run(session, "cat", false, *files, [](Filesystem& fs, const Paths& p) -> Status {
         std::vector<uint8_t> buf(1 << 20);
         for (const auto& path : p) {
-          UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, ""));
+          // As cat(1): "PATH: error".
+          auto id = fs.Lookup(path);
+          if (!id.ok()) return Err(id.status().code(), Printable(path) + ": " + strerror(id.status().code()));
           for (uint64_t off = 0;;) {
-            UB_ASSIGN_OR_RETURN(size_t n, fs.Read(id, off, buf));
-            if (n == 0) break;
-            std::fwrite(buf.data(), 1, n, stdout);
-            off += n;
+            auto n = fs.Read(*id, off, buf);
+            if (!n.ok()) return Err(n.status().code(), Printable(path) + ": " + strerror(n.status().code()));
+            if (*n == 0) break;
+            std::fwrite(buf.data(), 1, *n, stdout);
+            off += *n;
           }
         }
         std::fflush(stdout);
