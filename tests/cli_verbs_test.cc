@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -309,6 +310,80 @@ TEST_F(CliVerbsTest, CatTakesImagePathsAndGoesOnPastAFailure) {
   auto old_form = Ubtrfs({"cat", img_, "/dir1/c"});
   EXPECT_TRUE(old_form.ok()) << old_form.Describe();
   EXPECT_EQ(old_form.out, "c contents\n");
+}
+
+// --json on every read-only subcommand that prints a listing or a report:
+// each output parses (one document, or one per line where a command prints
+// one object per file) and holds what the image holds.
+TEST_F(CliVerbsTest, JsonOutputsParseAndHoldTheImagesValues) {
+  ApplyTheEdits();
+  ASSERT_TRUE(Ubtrfs({"subvolume", "create", I("/sv")}).ok());
+  auto json = [&](std::vector<std::string> args) {
+    auto r = Ubtrfs(args);
+    EXPECT_TRUE(r.ok()) << ShellJoin(args) << ": " << r.Describe();
+    auto doc = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(doc.is_discarded()) << ShellJoin(args) << " printed no JSON:\n" << r.out;
+    return doc;
+  };
+  struct stat hs;
+  ASSERT_EQ(::lstat((host_ + "/b2").c_str(), &hs), 0);
+
+  auto ls = json({"ls", "--json", img_, "/"});
+  ASSERT_TRUE(ls.is_array());
+  std::set<std::string> names;
+  for (const auto& e : ls) names.insert(e.at("name").get<std::string>());
+  EXPECT_EQ(names, (std::set<std::string>{"b2", "b3", "dir1", "new", "sv"}));
+  auto lsl = json({"ls", "-l", "--json", img_, "/dir1"});
+  int seen = 0;
+  for (const auto& e : lsl) {
+    if (e.at("name") == "sl") {
+      EXPECT_EQ(e.at("target"), "../b2");
+      ++seen;
+    }
+    if (e.at("name") == "c") {
+      EXPECT_EQ(e.at("size").get<uint64_t>(), 6u);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 2) << lsl.dump();
+
+  auto info = json({"info", "--json", img_});
+  EXPECT_EQ(info.at("total_bytes").get<uint64_t>(), 128u << 20);
+  EXPECT_EQ(info.at("sectorsize").get<uint64_t>(), 4096u);
+
+  auto st = json({"stat", "--json", I("/b2")});
+  EXPECT_EQ(st.at("size").get<uint64_t>(), static_cast<uint64_t>(hs.st_size));
+  EXPECT_EQ(st.at("mode").get<uint32_t>(), hs.st_mode);
+  EXPECT_EQ(st.at("nlink").get<uint32_t>(), 2u);
+  // Several files: one object per line.
+  auto two = Ubtrfs({"stat", "--json", I("/b2"), I("/dir1")});
+  auto lines = Lines(two.out);
+  ASSERT_EQ(lines.size(), 2u) << two.out;
+  EXPECT_EQ(nlohmann::json::parse(lines[1]).at("type"), "directory");
+
+  auto df = json({"df", "--json", img_});
+  EXPECT_EQ(df.at("total_bytes").get<uint64_t>(), 128u << 20);
+  EXPECT_EQ(df.at("used_bytes").get<uint64_t>() + df.at("free_bytes").get<uint64_t>(),
+            df.at("total_bytes").get<uint64_t>());
+
+  auto du = json({"du", "-b", "--json", I("/dir1")});
+  ASSERT_TRUE(du.is_array());
+  ASSERT_FALSE(du.empty());
+  EXPECT_EQ(du.back().at("path"), "/dir1");
+
+  auto gf = json({"getfattr", "--json", "-d", I("/dir1/c")});
+  EXPECT_EQ(gf.at("xattrs").at("user.k"), "value");
+
+  auto check = json({"check", "--json", img_});
+  EXPECT_EQ(check.at("clean"), true);
+  EXPECT_TRUE(check.at("errors").empty());
+
+  auto stats = json({"stats", "--json", img_});
+  EXPECT_FALSE(stats.at("trees").empty());
+
+  auto subs = json({"subvolume", "list", "--json", img_});
+  ASSERT_EQ(subs.size(), 1u);
+  EXPECT_EQ(subs[0].at("path"), "sv");
 }
 
 TEST_F(CliVerbsTest, PutWritesStandardInput) {
