@@ -1,9 +1,15 @@
 // The editing verbs (cli/verbs.cc) and `ubtrfs edit`, against coreutils and
 // attr doing the same on a host directory, then against the kernel's view of
 // the image (a loop mount where the machine has them, else btrfs check).
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <algorithm>
 #include <fstream>
@@ -269,6 +275,8 @@ TEST_F(CliVerbsTest, EachFailureReadsAsTheHostToolsDo) {
       {"rmdir", "@nope"},
       {"rmdir", "@dir1"},
       {"rmdir", "@a"},
+      {"ls", "@nope"},
+      {"ls", "@a/x"},
   };
   ASSERT_EQ(::mkdir((host_ + "/empty").c_str(), 0755), 0);
   ASSERT_TRUE(Ubtrfs({"mkdir", I("/empty")}).ok());
@@ -457,6 +465,84 @@ TEST_F(CliVerbsTest, FailingEditLeavesTheImageByteForByte) {
   r = Ubtrfs({"edit", img_, "-f", script});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(ReadFile(img_) == before) << "the image changed";
+}
+
+TEST_F(CliVerbsTest, EditHasLsAndNamesUnknownCommands) {
+  auto r = RunCommand({"sh", "-c", "printf 'mkdir /m\\nls /\\nls -l /dir1\\n' | \"$0\" edit \"$1\"", kCli, img_});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  auto top = Ubtrfs({"ls", img_, "/"});
+  auto dir1 = Ubtrfs({"ls", "-l", I("/dir1")});
+  EXPECT_EQ(r.out, top.out + dir1.out);
+  EXPECT_NE(top.out.find("m\n"), std::string::npos) << top.out;
+  const std::string before = ReadFile(img_);
+  r = RunCommand({"sh", "-c", "printf 'touch /x\\nfrobnicate /a\\n' | \"$0\" edit \"$1\"", kCli, img_});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("stdin:2: frobnicate: unknown command"), std::string::npos) << r.err;
+  EXPECT_TRUE(ReadFile(img_) == before) << "the image changed";
+}
+
+// `ubtrfs edit IMAGE` on a terminal: a prompt, line editing with history
+// (the up arrow brings back the last line, which is then edited), a failing
+// line reported without ending the session, and the end of input (^D)
+// committing.
+TEST_F(CliVerbsTest, EditAtATerminalIsAPromptWithHistory) {
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0) << strerror(errno);
+  if (pid == 0) {
+    ::setenv("TERM", "xterm", 1);
+    ::setenv("HOME", tmp_.path().c_str(), 1);  // no ~/.editrc of the user's
+    ::execl(kCli.c_str(), kCli.c_str(), "edit", img_.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::string screen;
+  // Reads what the session prints until `count` prompts have appeared.
+  auto await_prompts = [&](size_t count) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    auto prompts = [&] {
+      size_t n = 0;
+      for (size_t at = 0; (at = screen.find("ubtrfs> ", at)) != std::string::npos; at += 8) ++n;
+      return n;
+    };
+    while (prompts() < count && std::chrono::steady_clock::now() < deadline) {
+      struct pollfd p = {master, POLLIN, 0};
+      if (::poll(&p, 1, 200) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      screen.append(buf, static_cast<size_t>(n));
+    }
+    return prompts() >= count;
+  };
+  auto type = [&](const std::string& keys) { ASSERT_EQ(::write(master, keys.data(), keys.size()), static_cast<ssize_t>(keys.size())); };
+  ASSERT_TRUE(await_prompts(1)) << screen;
+  type("touch /t1\r");
+  ASSERT_TRUE(await_prompts(2)) << screen;
+  type("mv /nope /x\r");
+  ASSERT_TRUE(await_prompts(3)) << screen;
+  type("\x1b[A\x1b[A");  // two lines back: "touch /t1"
+  type("\x7f" "2\r");    // made "touch /t2"
+  ASSERT_TRUE(await_prompts(4)) << screen;
+  type("\x04");  // end of input: commit
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 200 && (done = ::waitpid(pid, &status, WNOHANG)) == 0; ++i) {
+    char buf[4096];
+    (void)!::read(master, buf, sizeof buf);  // keep the terminal drained
+    ::usleep(50000);
+  }
+  if (done == 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL() << "the session did not end at ^D:\n" << screen;
+  }
+  ::close(master);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << screen;
+  EXPECT_NE(screen.find("mv: cannot stat '/nope': No such file or directory"), std::string::npos) << screen;
+  auto ls = Ubtrfs({"ls", img_, "/"});
+  EXPECT_NE(ls.out.find("t1\n"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("t2\n"), std::string::npos) << ls.out << "\n(the recalled line was not edited)\n" << screen;
+  EXPECT_EQ(BtrfsCheck(img_), "");
 }
 
 TEST_F(CliVerbsTest, EditReadsStandardInputAndPrints) {

@@ -148,41 +148,26 @@ void PrintLong(Filesystem& fs, const std::string& name, InodeId id) {
   fmt::print("{}\n", line);
 }
 
-void CmdLs(const std::string& image, const std::string& path, bool long_format) {
-  auto fs = OpenOrReport(image);
-  if (!fs) return;
-  auto id = fs->Lookup(path);
-  if (!id.ok()) {
-    PrintError(path, id.status());
-    SetExitCode(1);
-    return;
-  }
-  auto st = fs->GetStat(*id);
-  if (!st.ok()) {
-    PrintError(path, st.status());
-    SetExitCode(1);
-    return;
-  }
-  if (!S_ISDIR(st->mode)) {
-    if (long_format) PrintLong(*fs, path, *id);
+}  // namespace
+
+Status ListPath(Filesystem& fs, const std::string& path, bool long_format, bool json) {
+  UB_ASSIGN_OR_RETURN(InodeId id, fs.Lookup(path));
+  UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(id));
+  if (!S_ISDIR(st.mode)) {
+    if (long_format) PrintLong(fs, path, id);
     else fmt::print("{}\n", Printable(path));
-    return;
+    return Status::Ok();
   }
   std::vector<SkippedEntry> skipped;
-  auto entries = fs->ReadDir(*id, &skipped);
-  if (!entries.ok()) {
-    PrintError(path, entries.status());
-    SetExitCode(1);
-    return;
-  }
+  UB_ASSIGN_OR_RETURN(auto entries, fs.ReadDir(id, &skipped));
   for (const auto& s : skipped) {
     fmt::print(stderr, "ubtrfs: warning: {}: entry {} (index {}) not listed: {}\n", Printable(path),
                Printable(s.name), s.index, s.reason);
   }
-  if (g_json) {
+  if (json) {
     std::string out;
-    for (const auto& e : *entries) {
-      auto es = fs->GetStat(e.id);
+    for (const auto& e : entries) {
+      auto es = fs.GetStat(e.id);
       if (!es.ok()) {
         PrintError(e.name, es.status());
         SetExitCode(1);
@@ -190,7 +175,7 @@ void CmdLs(const std::string& image, const std::string& path, bool long_format) 
       }
       std::string target;
       if (S_ISLNK(es->mode)) {
-        auto t = fs->ReadLink(e.id);
+        auto t = fs.ReadLink(e.id);
         if (t.ok()) target = ", \"target\": " + JsonString(*t);
       }
       out += fmt::format("{}{{\"name\": {}, \"subvolume\": {}, \"inode\": {}, \"index\": {}, \"mode\": {}, "
@@ -199,11 +184,29 @@ void CmdLs(const std::string& image, const std::string& path, bool long_format) 
                          es->nlink, es->uid, es->gid, es->size, es->mtime.sec, es->mtime.nsec, target);
     }
     fmt::print("[{}]\n", out);
-    return;
+    return Status::Ok();
   }
-  for (const auto& e : *entries) {
-    if (long_format) PrintLong(*fs, e.name, e.id);
+  for (const auto& e : entries) {
+    if (long_format) PrintLong(fs, e.name, e.id);
     else fmt::print("{}\n", Printable(e.name));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+void CmdLs(const std::string& image, const std::string& path, bool long_format) {
+  auto fs = OpenOrReport(image);
+  if (!fs) return;
+  if (Status st = ListPath(*fs, path, long_format, g_json); !st.ok()) {
+    // As ls(1) for an errno it knows; the full message for anything else.
+    if (st.code() == ENOENT || st.code() == ENOTDIR || st.code() == EACCES) {
+      fmt::print(stderr, "ubtrfs: ls: cannot access '{}': {}\n", Printable(path), strerror(st.code()));
+    } else {
+      PrintError(path, st);
+    }
+    // ls(1)'s "serious trouble": an argument it cannot reach.
+    SetExitCode(st.code() == ENOENT || st.code() == ENOTDIR || st.code() == EACCES ? 2 : 1);
   }
 }
 
@@ -341,12 +344,16 @@ void RegisterReadCommands(CLI::App& app) {
   info->add_flag("--json", g_json, "As one JSON object");
   info->callback([] { CmdInfo(image); });
 
-  auto* ls = app.add_subcommand("ls", "List a directory in an image");
+  auto* ls = app.add_subcommand("ls", "List a directory in an image (IMAGE [PATH], or IMAGE:PATH)");
   ls->add_flag("-l", long_format, "Long listing (mode, links, owner, size, mtime)");
   ls->add_flag("--json", g_json, "A JSON list of the entries with their attributes");
-  ls->add_option("image", image, "Image file or block device")->required();
-  ls->add_option("path", path, "Path inside the image")->default_val("/");
-  ls->callback([] { CmdLs(image, path, long_format); });
+  ls->add_option("image", image, "Image file or block device, or IMAGE:PATH")->required();
+  ls->add_option("path", path, "Path inside the image");
+  ls->callback([] {
+    std::string img, p;
+    if (path.empty() && SplitImagePath(image, &img, &p)) return CmdLs(img, p, long_format);
+    CmdLs(image, path.empty() ? "/" : path, long_format);
+  });
 
   static std::vector<std::string> cat_args;
   auto* cat = app.add_subcommand("cat", "Write files of an image to stdout (IMAGE:PATH..., or IMAGE PATH)");

@@ -1121,6 +1121,29 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
   }
   {
     struct O {
+      bool long_format = false, json = false;
+      Paths paths;
+    };
+    auto o = std::make_shared<O>();
+    auto* ls = app.add_subcommand("ls", "List directories (PATH..., default /)");
+    ls->add_flag("-l", o->long_format, "Long listing: mode, links, owner, size, time");
+    ls->add_flag("--json", o->json, "As JSON");
+    ls->add_option("paths", o->paths, "PATH");
+    ls->callback([=] {
+      Paths p = o->paths.empty() ? Paths{"/"} : o->paths;
+      Run(session, "ls", false, p, [=](Filesystem& fs, const Paths& paths) -> Status {
+        for (const auto& path : paths) {
+          Status st = ListPath(fs, path, o->long_format, o->json);
+          if (!st.ok()) {
+            return Err(st.code(), "cannot access " + Q(path) + ": " + strerror(st.code()));
+          }
+        }
+        return Status::Ok();
+      });
+    });
+  }
+  {
+    struct O {
       std::string host, path;
     };
     auto o = std::make_shared<O>();
