@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/fuse_mount.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -392,6 +393,77 @@ TEST_F(CliVerbsTest, JsonOutputsParseAndHoldTheImagesValues) {
   auto subs = json({"subvolume", "list", "--json", img_});
   ASSERT_EQ(subs.size(), 1u);
   EXPECT_EQ(subs[0].at("path"), "sv");
+}
+
+// df and du against the same commands on mounts of the image: du's figures
+// are the kernel's (st_blocks as btrfs reports them), df's are what statfs
+// gives on a ubtrfs mount of the image (the kernel's own statfs counts
+// whole metadata chunks and its reserves as used: only the size agrees).
+TEST_F(CliVerbsTest, DfAndDuPrintWhatTheToolsPrintOnAMount) {
+  ApplyTheEdits();
+  ASSERT_TRUE(WriteFile("rand", std::string(3 << 20, 'r')));
+  ASSERT_TRUE(Ubtrfs({"cp", host_ + "/rand", I("/rand")}).ok());
+  auto columns = [](const std::string& df_out) {  // the numbers of df's second line
+    auto lines = Lines(df_out);
+    std::vector<std::string> out;
+    if (lines.size() < 2) return out;
+    std::stringstream ss(lines[1]);
+    std::string w;
+    ss >> w;  // the file system's name
+    while (ss >> w && w.find('/') == std::string::npos && w != "-") out.push_back(w);
+    return out;
+  };
+  auto ours = Ubtrfs({"df", img_});
+  auto ours_h = Ubtrfs({"df", "-h", img_});
+  ASSERT_TRUE(ours.ok()) << ours.Describe();
+  ASSERT_EQ(columns(ours.out).size(), 4u) << ours.out;
+  auto du = Ubtrfs({"du", "-a", I("/")});
+  auto du_h = Ubtrfs({"du", "-sh", I("/dir1")});
+  auto norm_du = [](const std::string& out, const std::string& root) {
+    std::set<std::string> lines;
+    for (auto l : Lines(out)) {
+      const auto tab = l.find('\t');
+      std::string p = l.substr(tab + 1);
+      p = p.substr(std::min(p.size(), root.size()));
+      lines.insert(l.substr(0, tab) + "\t" + (p.empty() ? "/" : p));
+    }
+    return lines;
+  };
+  if (std::string r = FuseUnavailableReason(); r.empty()) {
+    Scratch s;
+    std::string skip, error;
+    MountProcess m;
+    ASSERT_EQ(::mkdir(s.mnt.c_str(), 0755), 0);
+    if (m.Start(img_, s.mnt, s.log, {"-o", "ro"}, &skip, &error)) {
+      auto theirs = RunCommand({"df", s.mnt});
+      auto theirs_h = RunCommand({"df", "-h", s.mnt});
+      EXPECT_EQ(columns(ours.out), columns(theirs.out)) << ours.out << theirs.out;
+      EXPECT_EQ(columns(ours_h.out), columns(theirs_h.out)) << ours_h.out << theirs_h.out;
+      EXPECT_EQ(m.Unmount(&error), 0) << error;
+    } else {
+      EXPECT_NE(skip, "") << error;
+      std::cout << "[ df on a FUSE mount skipped: " << skip << " ]\n";
+    }
+  } else {
+    std::cout << "[ df on a FUSE mount skipped: " << r << " ]\n";
+  }
+  std::string why;
+  if (!LoopMountsAvailable(&why)) {
+    std::cout << "[ kernel view skipped: " << why << " ]\n";
+    return;
+  }
+  LoopMount mnt;
+  const std::string dir = tmp_.Sub("kmnt");
+  ::mkdir(dir.c_str(), 0755);
+  ASSERT_EQ(mnt.Mount(img_, dir, "ro"), "");
+  auto kdf = RunCommand({"df", dir});
+  ASSERT_FALSE(columns(kdf.out).empty()) << kdf.Describe();
+  EXPECT_EQ(columns(ours.out)[0], columns(kdf.out)[0]) << "sizes: " << ours.out << kdf.out;
+  auto kdu = RunCommand({"du", "-a", dir});
+  EXPECT_EQ(norm_du(du.out, "/"), norm_du(kdu.out, dir + "/")) << du.out << kdu.out;
+  auto kdu_h = RunCommand({"du", "-sh", dir + "/dir1"});
+  EXPECT_EQ(Lines(du_h.out).at(0).substr(0, du_h.out.find('\t')), kdu_h.out.substr(0, kdu_h.out.find('\t')));
+  EXPECT_EQ(mnt.Unmount(), "");
 }
 
 TEST_F(CliVerbsTest, PutWritesStandardInput) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cinttypes>
 #include <cstring>
 #include <ctime>
@@ -500,6 +501,7 @@ struct DuSpec {
 std::string DuSize(uint64_t n, const DuSpec& spec) {
   if (spec.bytes) return std::to_string(n);
   if (spec.human) {
+    // As coreutils' -h: powers of 1024, rounded up; one decimal below 10.
     const char* units = "KMGTPE";
     if (n < 1024) return std::to_string(n);
     double v = static_cast<double>(n);
@@ -508,7 +510,14 @@ std::string DuSize(uint64_t n, const DuSpec& spec) {
       v /= 1024;
       ++u;
     }
-    return v < 10 ? fmt::format("{:.1f}{}", v, units[u]) : fmt::format("{:.0f}{}", v, units[u]);
+    if (v < 10) {
+      const double tenths = std::ceil(v * 10 - 1e-9);
+      if (tenths < 100) return fmt::format("{}.{}{}", static_cast<int>(tenths) / 10, static_cast<int>(tenths) % 10, units[u]);
+      v = 10;
+    }
+    double whole = std::ceil(v - 1e-9);
+    if (whole >= 1024 && u < 5) return fmt::format("1.0{}", units[u + 1]);
+    return fmt::format("{}{}", static_cast<uint64_t>(whole), units[u]);
   }
   return std::to_string((n + 1023) / 1024);
 }
@@ -938,21 +947,26 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       Paths args;
       if (!edit) args.push_back(o->image.find(':') == std::string::npos ? o->image + ":/" : o->image);
       Run(session, "df", false, args, [=](Filesystem& fs, const Paths&) -> Status {
+        // As df(1) prints statfs(2) (what a mount of the image reports): Used
+        // is total less free (f_bfree), Available what files can still take
+        // (f_bavail), Use% used / (used + available), rounded up.
         UB_ASSIGN_OR_RETURN(FsStat s, fs.StatFs());
         const uint64_t used = s.total_bytes > s.free_bytes ? s.total_bytes - s.free_bytes : 0;
         const std::string name = edit ? "image" : o->image;
         if (o->json) {
-          fmt::print("{{\"filesystem\": {}, \"total_bytes\": {}, \"used_bytes\": {}, \"free_bytes\": {}}}\n",
-                     JsonString(name), s.total_bytes, used, s.free_bytes);
+          fmt::print("{{\"filesystem\": {}, \"total_bytes\": {}, \"used_bytes\": {}, \"free_bytes\": {}, "
+                     "\"avail_bytes\": {}}}\n",
+                     JsonString(name), s.total_bytes, used, s.free_bytes, s.avail_bytes);
           return Status::Ok();
         }
         DuSpec h;
         h.human = o->human;
-        const int pct = s.total_bytes ? static_cast<int>((used * 100 + s.total_bytes - 1) / s.total_bytes) : 0;
+        const uint64_t base = used + s.avail_bytes;
+        const int pct = base ? static_cast<int>((used * 100 + base - 1) / base) : 0;
         fmt::print("Filesystem     {:>10} {:>10} {:>10} Use% Mounted on\n", o->human ? "Size" : "1K-blocks", "Used",
                    "Available");
         fmt::print("{:<14} {:>10} {:>10} {:>10} {:>3}% -\n", name, DuSize(s.total_bytes, h), DuSize(used, h),
-                   DuSize(s.free_bytes, h), pct);
+                   DuSize(s.avail_bytes, h), pct);
         return Status::Ok();
       });
     });
