@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -140,6 +142,102 @@ class CliVerbsTest : public ::testing::Test {
 TEST_F(CliVerbsTest, EachVerbDoesWhatCoreutilsDo) {
   ApplyTheEdits();
   ExpectSameTree(kChangedNow);
+}
+
+// The verbs' other forms: mkdir -p/-m, rm -r, rmdir, touch -a/-m/-c,
+// ln -f, mv over a file and into a directory, put, truncate -s +N and -c,
+// chmod with X, setfattr with a base64 value; the host does the same with
+// coreutils, then the kernel's view of the image.
+TEST_F(CliVerbsTest, TheVerbsOtherFormsDoWhatCoreutilsDo) {
+  Both({"mkdir", "-p", "x/y/z"}, {"mkdir", "-p", I("/x/y/z")});
+  Both({"mkdir", "-m", "0700", "m"}, {"mkdir", "-m", "0700", I("/m")});
+  Both({"mkdir", "-p", "gone/deep"}, {"mkdir", "-p", I("/gone/deep")});
+  Both({"touch", "gone/deep/f"}, {"touch", I("/gone/deep/f")});
+  Both({"rm", "-r", "gone"}, {"rm", "-r", I("/gone")});
+  Both({"rmdir", "x/y/z"}, {"rmdir", I("/x/y/z")});
+  Both({"touch", "-m", "-d", "2020-01-02 03:04:05", "a"}, {"touch", "-m", "-d", "2020-01-02 03:04:05", I("/a")});
+  Both({"touch", "-a", "-d", "2019-05-06 07:08:09.25", "a"}, {"touch", "-a", "-d", "2019-05-06 07:08:09.25", I("/a")});
+  Both({"touch", "-c", "never"}, {"touch", "-c", I("/never")});
+  Both({"ln", "-f", "a", "dir1/c"}, {"ln", "-f", I("/a"), I("/dir1/c")});
+  Both({"ln", "-sf", "elsewhere", "x/y"}, {"ln", "-sf", "elsewhere", I("/x/y")});  // into the directory y
+  Both({"mv", "dir1/b", "a"}, {"mv", I("/dir1/b"), I("/a")});                    // replaces a file
+  Both({"mv", "m", "x"}, {"mv", I("/m"), I("/x")});                              // into a directory
+  Both({"truncate", "-s", "+3K", "a"}, {"truncate", "-s", "+3K", I("/a")});
+  Both({"truncate", "-c", "-s", "1K", "absent"}, {"truncate", "-c", "-s", "1K", I("/absent")});
+  Both({"truncate", "-s", "2KB", "sized"}, {"truncate", "-s", "2KB", I("/sized")});
+  Both({"chmod", "a-x,u+X", "x"}, {"chmod", "a-x,u+X", I("/x")});
+  Both({"chmod", "go=u-w", "sized"}, {"chmod", "go=u-w", I("/sized")});
+  Both({"setfattr", "-n", "user.b64", "-v", "0sAAEC/w==", "sized"},
+       {"setfattr", "-n", "user.b64", "-v", "0sAAEC/w==", I("/sized")});
+  const std::string data = std::string(70000, 'q') + "tail";
+  const std::string src = tmp_.Sub("put-data");
+  std::ofstream(src, std::ios::binary) << data;
+  auto hp = RunCommand({"sh", "-c", "cat > \"$0/put\" < \"$1\" && cat > \"$0/a\" < \"$1\"", host_, src});
+  ASSERT_TRUE(hp.ok()) << hp.Describe();
+  for (const std::string p : {"/put", "/a"}) {  // a new file, and one replaced
+    auto r = RunCommand({"sh", "-c", "\"$0\" put \"$1\" < \"$2\"", kCli, I(p), src});
+    ASSERT_TRUE(r.ok()) << r.Describe();
+  }
+  // touch -a set only the access time (not compared by the tree walk).
+  struct stat hs;
+  ASSERT_EQ(::stat((host_ + "/x/m").c_str(), &hs), 0);
+  auto st = Ubtrfs({"stat", "--json", I("/dir1/c")});
+  struct stat hc;
+  ASSERT_EQ(::lstat((host_ + "/dir1/c").c_str(), &hc), 0);
+  EXPECT_NE(st.out.find(fmt::format("\"atime\": {}.{:09},", hc.st_atim.tv_sec, hc.st_atim.tv_nsec)), std::string::npos)
+      << st.out;
+  ExpectSameTree({"a", "dir1", "dir1/c", "put", "sized", "x", "x/y", "x/y/elsewhere", "x/m"});
+}
+
+// chmod's mode language against chmod(1): octal (short forms keep a
+// directory's set-id bits), symbolic clauses with and without classes (the
+// umask), X as the mode is by then, copies from a class (go=u), s and t,
+// '=' on directories; on files and directories of several modes.
+TEST_F(CliVerbsTest, ChmodAgreesWithChmodOnEveryForm) {
+  const std::vector<std::string> specs = {
+      "755", "0755", "00755", "644", "2755", "=x,u+X", "go=u-w", "u=g", "o=u,g-r", "a=r", "=rw", "=u", "+x",
+      "u+s", "g+s", "o+s", "+t", "u+t", "o+t", "a=rwx,o-t", "a+X", "u+X", "g=o", "=x", "+s", "-s", "u=rwxs",
+      "a-x,u+X", "ug=rw,o=", "u=rw-x", "+rw,-x", "u+x,go=u", "a=u", "g-u", "ugo=g", "u+rw+x", "u-wx+r", "go+u",
+      "=,u+r"};
+  const std::vector<std::string> inits = {"0644", "0755", "0700", "4755", "1777", "0000", "2750"};
+  const mode_t old_umask = ::umask(022);
+  std::string host_script = "cd \"$0\" && umask 022", edit_script;
+  std::vector<std::pair<std::string, std::string>> files;  // name, spec
+  for (const auto& spec : specs) {
+    for (const auto& init : inits) {
+      for (const char kind : {'f', 'd'}) {
+        const std::string name = fmt::format("m{}", files.size());
+        host_script += kind == 'd' ? " && mkdir " + name : " && touch " + name;
+        host_script += " && chmod " + init + " " + name + " && chmod -- '" + spec + "' " + name;
+        edit_script += fmt::format("{} /{}\nchmod {} /{}\nchmod -- '{}' /{}\n", kind == 'd' ? "mkdir" : "touch", name,
+                                   init, name, spec, name);
+        files.emplace_back(name, spec);
+      }
+    }
+  }
+  auto hr = RunCommand({"sh", "-c", host_script, host_});
+  ASSERT_TRUE(hr.ok()) << hr.Describe();
+  const std::string script = tmp_.Sub("chmod-script");
+  std::ofstream(script) << edit_script;
+  auto r = Ubtrfs({"edit", img_, "-f", script});
+  ::umask(old_umask);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  auto fs = ubtrfs::Filesystem::Open(img_);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  int wrong = 0;
+  for (const auto& [name, spec] : files) {
+    struct stat hs;
+    ASSERT_EQ(::lstat((host_ + "/" + name).c_str(), &hs), 0);
+    auto id = (*fs)->Lookup("/" + name);
+    ASSERT_TRUE(id.ok()) << name;
+    auto st = (*fs)->GetStat(*id);
+    ASSERT_TRUE(st.ok());
+    if (st->mode != hs.st_mode && ++wrong <= 20) {
+      ADD_FAILURE() << "chmod " << spec << " on " << name << ": host " << fmt::format("{:o}", hs.st_mode)
+                    << ", ubtrfs " << fmt::format("{:o}", st->mode);
+    }
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 TEST_F(CliVerbsTest, ReadingVerbsPrintWhatTheHostToolsPrint) {
@@ -584,7 +682,15 @@ TEST_F(CliVerbsTest, EditAtATerminalIsAPromptWithHistory) {
       if (n <= 0) break;
       screen.append(buf, static_cast<size_t>(n));
     }
-    return prompts() >= count;
+    if (prompts() < count) return false;
+    // The prompt is out; keys typed before the line editor has the terminal
+    // in raw mode would be cooked (and echoed) by the line discipline.
+    while (std::chrono::steady_clock::now() < deadline) {
+      struct termios t;
+      if (::tcgetattr(master, &t) == 0 && !(t.c_lflag & ICANON)) return true;
+      ::usleep(2000);
+    }
+    return false;
   };
   auto type = [&](const std::string& keys) { ASSERT_EQ(::write(master, keys.data(), keys.size()), static_cast<ssize_t>(keys.size())); };
   ASSERT_TRUE(await_prompts(1)) << screen;
@@ -598,10 +704,16 @@ TEST_F(CliVerbsTest, EditAtATerminalIsAPromptWithHistory) {
   type("\x04");  // end of input: commit
   int status = 0;
   pid_t done = 0;
-  for (int i = 0; i < 200 && (done = ::waitpid(pid, &status, WNOHANG)) == 0; ++i) {
-    char buf[4096];
-    (void)!::read(master, buf, sizeof buf);  // keep the terminal drained
-    ::usleep(50000);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+    struct pollfd p = {master, POLLIN, 0};
+    ssize_t n = 0;
+    if (::poll(&p, 1, 50) > 0) {  // keep the terminal drained
+      char buf[4096];
+      n = ::read(master, buf, sizeof buf);
+      if (n > 0) screen.append(buf, static_cast<size_t>(n));
+    }
+    if (n <= 0) ::usleep(20000);  // (a hung-up terminal polls ready at once)
   }
   if (done == 0) {
     ::kill(pid, SIGKILL);

@@ -193,8 +193,12 @@ Status LinkOne(Filesystem& fs, const std::string& target, const std::string& lin
 // An octal mode, or symbolic clauses as chmod(1) takes them ("u+x,go-w").
 Result<uint32_t> ParseMode(const std::string& text, uint32_t old, bool is_dir) {
   if (!text.empty() && text.find_first_not_of("01234567") == std::string::npos) {
+    if (text.size() > 8) return Err(EINVAL, "invalid mode: " + Q(text));
     const unsigned long m = std::stoul(text, nullptr, 8);
     if (m > 07777) return Err(EINVAL, "invalid mode: " + Q(text));
+    // As chmod(1): fewer than five digits keep a directory's set-user-ID
+    // and set-group-ID bits.
+    if (is_dir && text.size() < 5) return static_cast<uint32_t>(m) | (old & 06000);
     return static_cast<uint32_t>(m);
   }
   uint32_t mode = old & 07777;
@@ -210,21 +214,37 @@ Result<uint32_t> ParseMode(const std::string& text, uint32_t old, bool is_dir) {
     while (i < text.size() && std::strchr("+-=", text[i])) {
       const char op = text[i++];
       uint32_t bits = 0;
-      for (; i < text.size() && std::strchr("rwxXst", text[i]); ++i) {
+      const bool copy = i < text.size() && std::strchr("ugo", text[i]);
+      if (copy) {
+        // "go=u": the permissions a class has now, copied to the others.
+        const int shift = text[i] == 'u' ? 6 : text[i] == 'g' ? 3 : 0;
+        bits = ((mode >> shift) & 7u) * 0111u;
+        ++i;
+      }
+      bool set_id = false;
+      for (; !copy && i < text.size() && std::strchr("rwxXst", text[i]); ++i) {
         switch (text[i]) {
           case 'r': bits |= 0444; break;
           case 'w': bits |= 0222; break;
           case 'x': bits |= 0111; break;
-          case 'X': if (is_dir || (old & 0111)) bits |= 0111; break;
-          case 's': bits |= 06000; break;
+          case 'X': if (is_dir || (mode & 0111)) bits |= 0111; break;  // as the mode is by now
+          case 's': bits |= 06000; set_id = true; break;
           case 't': bits |= 01000; break;
         }
       }
       bits &= who;
-      if (all && op != '=') bits &= ~CurrentUmask();
-      if (op == '+') mode |= bits;
-      else if (op == '-') mode &= ~bits;
-      else mode = (mode & ~(who & 07777)) | bits;
+      if (all) bits &= ~CurrentUmask();
+      if (op == '+') {
+        mode |= bits;
+      } else if (op == '-') {
+        mode &= ~bits;
+      } else {
+        // '=' clears what it governs (as chmod(1): not a directory's
+        // set-user-ID/set-group-ID bits unless 's' was named).
+        uint32_t cleared = who & 07777;
+        if (is_dir && !set_id) cleared &= ~06000u;
+        mode = (mode & ~cleared) | bits;
+      }
     }
     if (i >= text.size()) break;
     if (text[i] != ',') return Err(EINVAL, "invalid mode: " + Q(text));
