@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 
 #include <algorithm>
 #include <fstream>
@@ -634,6 +635,22 @@ TEST_F(CliVerbsTest, FailingEditLeavesTheImageByteForByte) {
   std::ofstream(script) << "touch /ok\nfrobnicate /a\n";
   r = Ubtrfs({"edit", img_, "-f", script});
   EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(ReadFile(img_) == before) << "the image changed";
+  // A script that fills the device: the line that meets ENOSPC fails, and
+  // nothing before it was committed on the way (the library's commit to
+  // free pinned space, and its commit at max_dirty_bytes, wait for the
+  // caller under undo_uncommitted).
+  std::string noise(48 << 20, '\0');
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i + 8 <= noise.size(); i += 8) {  // incompressible, no zero sectors
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::memcpy(&noise[i], &x, 8);
+  }
+  std::ofstream(big, std::ios::binary | std::ios::trunc) << noise;
+  std::ofstream(script) << "copy-in " << big << " /f1\ncopy-in " << big << " /f2\ncopy-in " << big << " /f3\ncopy-in " << big << " /f4\n";
+  r = Ubtrfs({"edit", img_, "-f", script});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.err.find(": copy-in: no free data space"), std::string::npos) << r.err;
   EXPECT_TRUE(ReadFile(img_) == before) << "the image changed";
 }
 
