@@ -219,7 +219,11 @@ void CmdCat(const std::string& image, const std::vector<std::string>& paths) {
   for (const auto& path : paths) {
     auto fail = [&](const Status& st) {
       std::fflush(stdout);
-      fmt::print(stderr, "ubtrfs: cat: {}: {}\n", Printable(path), strerror(st.code()));
+      // cat(1)'s words for a missing or unreadable name; the library's
+      // whole message (which block, what is wrong) for anything else.
+      const int c = st.code();
+      const bool plain = c == ENOENT || c == ENOTDIR || c == EISDIR || c == EACCES || c == ELOOP;
+      fmt::print(stderr, "ubtrfs: cat: {}: {}\n", Printable(path), plain ? strerror(c) : st.ToString());
       SetExitCode(1);
     };
     auto id = fs->Lookup(path);
