@@ -7,8 +7,24 @@
 _ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device check scrub mount stats property subvolume receive send mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
-# Options of each subcommand; every one also takes -h/--help, --offset, --partition, --scan and --degraded.
+# The subcommands of the subcommands that have them.
+_ubtrfs_nested() {
+  case "$1" in
+    subvolume) echo "create snapshot delete list get-default set-default" ;;
+    property) echo "get set" ;;
+  esac
+}
+
+# Options of each subcommand ("SUB" or "SUB NESTED"); every top-level one also
+# takes -h/--help, --offset, --partition, --scan and --degraded.
 _ubtrfs_options() {
+  case "$1" in
+    "subvolume create"|"subvolume delete"|"subvolume set-default"|"property get"|"property set")
+      echo "-h --help --subvol --subvolid"; return ;;
+    "subvolume snapshot") echo "-h --help -r --subvol --subvolid"; return ;;
+    "subvolume list") echo "-h --help --json --subvol --subvolid"; return ;;
+    "subvolume get-default") echo "-h --help --json"; return ;;
+  esac
   local common="-h --help --offset --partition --scan --degraded"
   # The subcommands that reach files by path also choose a subvolume.
   case "$1" in
@@ -16,8 +32,7 @@ _ubtrfs_options() {
       common="$common --subvol --subvolid" ;;
   esac
   case "$1" in
-    property) echo "$common get set" ;;
-    subvolume) echo "$common create snapshot delete list get-default set-default -r --json --subvol --subvolid" ;;
+    property|subvolume) echo "$common" ;;
     receive) echo "$common -f --file --dump -v --verbose" ;;
     send) echo "$common -f --file -p --parent -c --clone-src --proto --compressed-data -v --verbose" ;;
     info) echo "$common --json" ;;
@@ -49,7 +64,7 @@ _ubtrfs_options() {
 }
 
 _ubtrfs() {
-  local cur prev sub i
+  local cur prev sub nested="" i
   cur="${COMP_WORDS[COMP_CWORD]}"
   prev=""
   [ "$COMP_CWORD" -gt 0 ] && prev="${COMP_WORDS[COMP_CWORD-1]}"
@@ -64,6 +79,29 @@ _ubtrfs() {
   if [ -z "$sub" ]; then
     COMPREPLY=($(compgen -W "$_ubtrfs_subcommands -h --help" -- "$cur"))
     return 0
+  fi
+  # subvolume create, property get, ...: the second word, then its options.
+  local words
+  words=$(_ubtrfs_nested "$sub")
+  if [ -n "$words" ]; then
+    for ((i++; i < COMP_CWORD; i++)); do
+      case "${COMP_WORDS[i]}" in
+        -*) ;;
+        *) if [[ " $words " == *" ${COMP_WORDS[i]} "* ]]; then nested="${COMP_WORDS[i]}"; break; fi ;;
+      esac
+    done
+    if [ -z "$nested" ]; then
+      if [[ "$cur" == -* ]]; then
+        COMPREPLY=($(compgen -W "$(_ubtrfs_options "$sub")" -- "$cur"))
+      else
+        COMPREPLY=($(compgen -W "$words" -- "$cur"))
+      fi
+      return 0
+    fi
+    if [[ "$cur" == -* ]]; then
+      COMPREPLY=($(compgen -W "$(_ubtrfs_options "$sub $nested")" -- "$cur"))
+      return 0
+    fi
   fi
   case "$sub:$prev" in
     dump-tree:-t|dump-tree:--tree)

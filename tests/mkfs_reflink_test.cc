@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -29,23 +30,8 @@ using ubtrfs_test::CommandResult;
 using ubtrfs_test::LoopMount;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
-
-const std::string kCli = UBTRFS_CLI_PATH;
-
-CommandResult Cli(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {kCli};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
-
-void WriteFile(const std::string& path, size_t size, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string data(size, '\0');
-  for (auto& c : data) c = static_cast<char>(rng());
-  std::ofstream f(path, std::ios::binary);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
+using ubtrfs_test::RunUbtrfs;
+using ubtrfs_test::WriteRandomFile;
 
 // Bytes of `path` in extents the file system marks shared (FIEMAP).
 uint64_t SharedBytes(const std::string& path) {
@@ -82,9 +68,9 @@ uint64_t SharedBytes(const std::string& path) {
 void MakeSource(const std::string& src) {
   ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
   ASSERT_EQ(mkdir((src + "/d").c_str(), 0755), 0);
-  WriteFile(src + "/big", 6 << 20, 1);
-  WriteFile(src + "/d/tail", (1 << 20) + 123, 2);  // a partial last sector: written, not cloned
-  WriteFile(src + "/d/small", 100, 3);             // inline
+  WriteRandomFile(src + "/big", 6 << 20, 1);
+  WriteRandomFile(src + "/d/tail", (1 << 20) + 123, 2);  // a partial last sector: written, not cloned
+  WriteRandomFile(src + "/d/small", 100, 3);             // inline
   // Sparse: data, a hole, data.
   int fd = open((src + "/d/sparse").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(fd, 0);
@@ -118,7 +104,7 @@ TEST(MkfsReflinkTest, SharesExtentsOnHostBtrfs) {
   const std::string src = host + "/src", img = host + "/img";
   MakeSource(src);
 
-  auto r = Cli({"mkfs", "--reflink", "--size", "128M", "--rootdir", src, img});
+  auto r = RunUbtrfs({"mkfs", "--reflink", "--size", "128M", "--rootdir", src, img});
   ASSERT_TRUE(r.ok()) << r.Describe();
   EXPECT_NE(r.out.find("reflink:"), std::string::npos) << r.out;
   ::sync();
@@ -133,9 +119,9 @@ TEST(MkfsReflinkTest, SharesExtentsOnHostBtrfs) {
 
   // cp --reflink from the host into the image: more shared bytes.
   const uint64_t before = SharedBytes(img);
-  WriteFile(src + "/later", 3 << 20, 9);
+  WriteRandomFile(src + "/later", 3 << 20, 9);
   ::sync();
-  r = Cli({"cp", "--reflink", src + "/later", img + ":/later"});
+  r = RunUbtrfs({"cp", "--reflink", src + "/later", img + ":/later"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   EXPECT_GE(SharedBytes(img), before + (3u << 20));
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
@@ -153,13 +139,13 @@ TEST(MkfsReflinkTest, FallsBackWhereNoClone) {
   TempDir dir("ubtrfs-reflink-fallback");
   const std::string src = dir.Sub("src"), img = dir.Sub("img");
   MakeSource(src);
-  auto r = Cli({"mkfs", "--reflink", "--size", "128M", "--rootdir", src, img});
+  auto r = RunUbtrfs({"mkfs", "--reflink", "--size", "128M", "--rootdir", src, img});
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
   auto full = RunCommand({"btrfs", "check", "--readonly", "--check-data-csum", img});
   EXPECT_TRUE(full.ok()) << full.Describe();
   ExpectImageEquals(src, img);
-  r = Cli({"mkfs", "--reflink", "--compress", "zstd", "--size", "128M", "-f", "--rootdir", src, img});
+  r = RunUbtrfs({"mkfs", "--reflink", "--compress", "zstd", "--size", "128M", "-f", "--rootdir", src, img});
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.err.find("exclude each other"), std::string::npos) << r.err;
 }

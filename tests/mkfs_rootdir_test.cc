@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -31,25 +32,11 @@ using ubtrfs_test::CommandResult;
 using ubtrfs_test::LoopMount;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
+using ubtrfs_test::HaveBtrfsProgs;
+using ubtrfs_test::RunUbtrfs;
+using ubtrfs_test::WriteRandomFile;
 
 const std::string kCli = UBTRFS_CLI_PATH;
-
-bool HaveBtrfsProgs() { return !ubtrfs_test::FindProgram("btrfs").empty(); }
-
-CommandResult Cli(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {kCli};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
-
-void WriteFile(const std::string& path, size_t size, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string data(size, '\0');
-  for (auto& c : data) c = static_cast<char>(rng());
-  std::ofstream f(path, std::ios::binary);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
 
 void MkDir(const std::string& path) { ASSERT_EQ(mkdir(path.c_str(), 0755), 0) << path; }
 
@@ -74,19 +61,19 @@ TEST(MkfsRootdirTest, SubvolumesAsTheKernelSeesThem) {
   TempDir dir("ubtrfs-mkfs-subvol");
   const std::string src = dir.Sub("src"), img = dir.Sub("img.img");
   MkDir(src);
-  WriteFile(src + "/top-file", 100000, 1);
+  WriteRandomFile(src + "/top-file", 100000, 1);
   for (const char* d : {"sv", "ro", "plain", "plain/deep", "def"}) MkDir(src + "/" + d);
   ubtrfs_test::GenerateTree(src + "/sv", 3, ubtrfs_test::ScaledTreeOptions(150));
   MkDir(src + "/sv/nested");
   ubtrfs_test::GenerateTree(src + "/sv/nested", 4, ubtrfs_test::ScaledTreeOptions(80));
   ubtrfs_test::GenerateTree(src + "/ro", 5, ubtrfs_test::ScaledTreeOptions(80));
   MkDir(src + "/plain/deep/inner");
-  WriteFile(src + "/plain/deep/inner/data", 300000, 6);
-  WriteFile(src + "/def/in-default", 5000, 7);
+  WriteRandomFile(src + "/plain/deep/inner/data", 300000, 6);
+  WriteRandomFile(src + "/def/in-default", 5000, 7);
   ASSERT_EQ(chmod((src + "/ro").c_str(), 0750), 0);
   ASSERT_EQ(chown((src + "/def").c_str(), 1234, 5678), 0);
 
-  auto r = Cli({"mkfs", img, "--size", "512M", "--rootdir", src, "--subvol", "sv", "--subvol", "ro:sv/nested",
+  auto r = RunUbtrfs({"mkfs", img, "--size", "512M", "--rootdir", src, "--subvol", "sv", "--subvol", "ro:sv/nested",
                 "--subvol", "ro:ro", "--subvol", "rw:plain/deep/inner", "--subvol", "default-ro:def"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   EXPECT_NE(r.out.find("  subvolume:        sv/nested (ro)\n"), std::string::npos) << r.out;
@@ -142,7 +129,7 @@ TEST(MkfsRootdirTest, BadSubvolAndInodeFlagsOptions) {
   MkDir(src);
   MkDir(src + "/a");
   MkDir(src + "/b");
-  WriteFile(src + "/file", 10, 1);
+  WriteRandomFile(src + "/file", 10, 1);
   struct Case {
     std::vector<std::string> extra;
     std::string needle;
@@ -165,7 +152,7 @@ TEST(MkfsRootdirTest, BadSubvolAndInodeFlagsOptions) {
   for (const auto& c : cases) {
     std::vector<std::string> args = {"mkfs", img, "--size", "256M"};
     args.insert(args.end(), c.extra.begin(), c.extra.end());
-    auto r = Cli(args);
+    auto r = RunUbtrfs(args);
     EXPECT_NE(r.exit_code, 0) << ubtrfs_test::ShellJoin(args);
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << ubtrfs_test::ShellJoin(args) << ": " << r.err;
     EXPECT_NE(access(img.c_str(), F_OK), 0) << ubtrfs_test::ShellJoin(args);
@@ -182,14 +169,14 @@ TEST(MkfsRootdirTest, InodeFlagsNoCowNoSum) {
   MkDir(src + "/nocow");
   MkDir(src + "/nocow/sub");
   MkDir(src + "/sv");
-  WriteFile(src + "/nocow/big", 1 << 20, 1);
-  WriteFile(src + "/nocow/small", 300, 2);
-  WriteFile(src + "/nocow/sub/deeper", 200000, 3);
-  WriteFile(src + "/sumless", 512 << 10, 4);
-  WriteFile(src + "/plain", 256 << 10, 5);
-  WriteFile(src + "/sv/in-subvol", 128 << 10, 6);
-  WriteFile(src + "/sv/plain-in-subvol", 64 << 10, 7);
-  auto r = Cli({"mkfs", img, "--size", "256M", "--rootdir", src, "--inode-flags", "nodatacow:nocow",
+  WriteRandomFile(src + "/nocow/big", 1 << 20, 1);
+  WriteRandomFile(src + "/nocow/small", 300, 2);
+  WriteRandomFile(src + "/nocow/sub/deeper", 200000, 3);
+  WriteRandomFile(src + "/sumless", 512 << 10, 4);
+  WriteRandomFile(src + "/plain", 256 << 10, 5);
+  WriteRandomFile(src + "/sv/in-subvol", 128 << 10, 6);
+  WriteRandomFile(src + "/sv/plain-in-subvol", 64 << 10, 7);
+  auto r = RunUbtrfs({"mkfs", img, "--size", "256M", "--rootdir", src, "--inode-flags", "nodatacow:nocow",
                 "--inode-flags", "nodatasum:sumless", "--subvol", "sv", "--inode-flags", "nodatacow,nodatasum:sv/in-subvol",
                 "--compress", "zstd"});
   ASSERT_TRUE(r.ok()) << r.Describe();
@@ -230,8 +217,8 @@ void MakeArchiveTree(const std::string& t) {
   MkDir(t + "/etc");
   MkDir(t + "/etc/deep");
   MkDir(t + "/dev");
-  WriteFile(t + "/etc/passwd", 1500, 1);
-  WriteFile(t + "/etc/deep/big", 3 << 20, 2);
+  WriteRandomFile(t + "/etc/passwd", 1500, 1);
+  WriteRandomFile(t + "/etc/deep/big", 3 << 20, 2);
   ASSERT_EQ(link((t + "/etc/passwd").c_str(), (t + "/etc/passwd-link").c_str()), 0);
   ASSERT_EQ(link((t + "/etc/passwd").c_str(), (t + "/etc/deep/passwd-link2").c_str()), 0);
   ASSERT_EQ(symlink("../etc/passwd", (t + "/dev/sym").c_str()), 0);
@@ -358,12 +345,12 @@ TEST(MkfsRootdirTest, TarArchiveAsNobody) {
   }
   // What is not a tar archive is refused, and no image is left behind.
   const std::string junk = dir.Sub("junk");
-  WriteFile(junk, 100000, 9);
-  r = Cli({"mkfs", out + "/junk.img", "--size", "256M", "--rootdir", junk});
+  WriteRandomFile(junk, 100000, 9);
+  r = RunUbtrfs({"mkfs", out + "/junk.img", "--size", "256M", "--rootdir", junk});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("not a tar archive"), std::string::npos) << r.Describe();
   EXPECT_NE(access((out + "/junk.img").c_str(), F_OK), 0);
-  r = Cli({"mkfs", out + "/x.img", "--size", "256M", "--rootdir", tar, "--subvol", "etc"});
+  r = RunUbtrfs({"mkfs", out + "/x.img", "--size", "256M", "--rootdir", tar, "--subvol", "etc"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("not an archive"), std::string::npos) << r.Describe();
 }
@@ -389,7 +376,7 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as t:
 )";
   auto r = RunCommand({"python3", "-c", script, tar});
   ASSERT_TRUE(r.ok()) << r.Describe();
-  r = Cli({"mkfs", img, "--size", "256M", "--rootdir", tar, "-q"});
+  r = RunUbtrfs({"mkfs", img, "--size", "256M", "--rootdir", tar, "-q"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   if (HaveBtrfsProgs()) {
     EXPECT_EQ(ubtrfs_test::BtrfsCheck(img), "");
@@ -447,19 +434,19 @@ TEST(MkfsRootdirTest, OwnerForcesTheOwner) {
   const std::string src = dir.Sub("src"), img = dir.Sub("img.img");
   MkDir(src);
   MkDir(src + "/d");
-  WriteFile(src + "/d/f", 10000, 1);
-  WriteFile(src + "/big", 500000, 2);
+  WriteRandomFile(src + "/d/f", 10000, 1);
+  WriteRandomFile(src + "/big", 500000, 2);
   ASSERT_EQ(symlink("d/f", (src + "/l").c_str()), 0);
-  auto r = Cli({"mkfs", img, "--size", "256M", "--rootdir", src, "--owner", "0:0", "-q"});
+  auto r = RunUbtrfs({"mkfs", img, "--size", "256M", "--rootdir", src, "--owner", "0:0", "-q"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
   for (const char* p : {"/", "/d", "/d/f", "/big", "/l"}) {
-    auto s = Cli({"stat", img + ":" + p});
+    auto s = RunUbtrfs({"stat", img + ":" + p});
     ASSERT_TRUE(s.ok()) << s.Describe();
     EXPECT_TRUE(std::regex_search(s.out, std::regex(R"(Uid: \(\s*0/.*Gid: \(\s*0/)"))) << p << ": " << s.out;
   }
   for (const char* bad : {"0", "a:b", "1:", ":1", "-1:0", "1:2:3"}) {
-    r = Cli({"mkfs", dir.Sub("bad.img"), "--size", "256M", "--rootdir", src, "--owner", bad});
+    r = RunUbtrfs({"mkfs", dir.Sub("bad.img"), "--size", "256M", "--rootdir", src, "--owner", bad});
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_NE(r.err.find("--owner"), std::string::npos) << bad << ": " << r.err;
   }
@@ -473,8 +460,8 @@ void MakeOrderedTree(const std::string& root, bool reverse) {
   if (reverse) std::reverse(order.begin(), order.end());
   for (int i : order) MkDir(root + "/d" + std::to_string(i));
   for (int i : order) {
-    for (int j : order) WriteFile(root + "/d" + std::to_string(i) + "/f" + std::to_string(j), 1000 * i + 300 * j, i * 8 + j);
-    WriteFile(root + "/d" + std::to_string(i) + "/big", 200000 + 70000 * i, 100 + i);
+    for (int j : order) WriteRandomFile(root + "/d" + std::to_string(i) + "/f" + std::to_string(j), 1000 * i + 300 * j, i * 8 + j);
+    WriteRandomFile(root + "/d" + std::to_string(i) + "/big", 200000 + 70000 * i, 100 + i);
   }
   ASSERT_EQ(link((root + "/d1/f1").c_str(), (root + "/d7/link").c_str()), 0);
   ASSERT_EQ(symlink("d2/big", (root + "/sym").c_str()), 0);
@@ -554,7 +541,7 @@ TEST(MkfsRootdirTest, SparseFilesStaySparse) {
     ASSERT_EQ(ftruncate(fd, 64 << 20), 0);
     close(fd);
   }
-  auto r = Cli({"mkfs", img, "--size", "256M", "--rootdir", src, "-q"});
+  auto r = RunUbtrfs({"mkfs", img, "--size", "256M", "--rootdir", src, "-q"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
   // The file's EXTENT_DATA items: the two data runs only (no-holes: no hole items).
@@ -603,7 +590,7 @@ TEST(MkfsRootdirTest, ProgressOnATerminalOnly) {
     }
     ASSERT_TRUE(f.good());
   }
-  for (int i = 0; i < 3000; ++i) WriteFile(src + "/f" + std::to_string(i), 10, static_cast<uint32_t>(i));
+  for (int i = 0; i < 3000; ++i) WriteRandomFile(src + "/f" + std::to_string(i), 10, static_cast<uint32_t>(i));
   auto mkfs = [&](const std::string& img, bool quiet) {
     std::vector<std::string> argv = {kCli, "mkfs", img, "--size", "1G", "--rootdir", src};
     if (quiet) argv.push_back("-q");

@@ -23,8 +23,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -61,6 +63,68 @@ const std::string kCli = UBTRFS_CLI_PATH;
 const std::string kClusterScript = std::string(UBTRFS_SOURCE_DIR) + "/scripts/ceph-cluster.sh";
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// `ubtrfs mount -f IMG MNT` (log in LOG) into `mount`, or skip the test
+// where FUSE mounts are refused, or fail it.
+#define START_RBD_MOUNT(mount, img, mnt, log)                                          \
+  do {                                                                                 \
+    std::string skip_, error_;                                                         \
+    if (!(mount).Start((img), (mnt), (log), {}, &skip_, &error_)) {                    \
+      if (!skip_.empty()) GTEST_SKIP() << skip_;                                       \
+      FAIL() << error_;                                                                \
+    }                                                                                  \
+  } while (0)
+
+// Writes `data` to a new file at `path` and fsyncs it.
+::testing::AssertionResult WriteAndFsync(const std::string& path, const std::string& data) {
+  const int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0644);
+  if (fd < 0) return ::testing::AssertionFailure() << "open " << path << ": " << strerror(errno);
+  const bool ok = write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size()) && fsync(fd) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) return ::testing::AssertionFailure() << "write+fsync " << path << ": " << strerror(err);
+  return ::testing::AssertionSuccess();
+}
+
+// Files DIR/w0, w1, ... of `chunk` written on a thread of its own until
+// Stop(), every `fsync_every`-th one (w0, wN, w2N, ...) fsynced; it stops by
+// itself at the first failure (the mount died).
+class BackgroundWriter {
+ public:
+  BackgroundWriter(const std::string& dir, std::string chunk, int fsync_every)
+      : chunk_(std::move(chunk)), thread_([this, dir, fsync_every] {
+          for (int i = 0; !stop_; ++i) {
+            const int fd = open((dir + "/w" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
+            if (fd < 0) break;
+            bool ok = write(fd, chunk_.data(), chunk_.size()) == static_cast<ssize_t>(chunk_.size());
+            if (ok && i % fsync_every == 0) ok = fsync(fd) == 0;
+            close(fd);
+            if (!ok) break;
+            written_ = i + 1;
+          }
+        }) {}
+  ~BackgroundWriter() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int written() const { return written_; }
+
+ private:
+  const std::string chunk_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> written_{0};
+  std::thread thread_;
+};
+
+// The RBD image NAME of the cluster of CONF, exported to FILE, checked by
+// btrfs check ("" clean).
+std::string ExportAndCheck(const std::string& conf, const std::string& name, const std::string& file) {
+  ::unlink(file.c_str());
+  CommandResult r = RunCommand({"rbd", "-c", conf, "export", "--no-progress", "rbd/" + name, file});
+  if (!r.ok()) return "rbd export: " + r.Describe();
+  return ubtrfs_test::BtrfsCheck(file);
+}
 
 class RbdTest : public ::testing::Test {
  protected:
@@ -133,12 +197,7 @@ class RbdTest : public ::testing::Test {
     return RunCommand(argv);
   }
   // The image as it is now, exported to a file, checked by btrfs check ("" clean).
-  std::string ExportAndCheck(const std::string& file) {
-    ::unlink(file.c_str());
-    CommandResult r = Rbd({"export", "--no-progress", "rbd/" + name_, file});
-    if (!r.ok()) return "rbd export: " + r.Describe();
-    return ubtrfs_test::BtrfsCheck(file);
-  }
+  std::string ExportAndCheck(const std::string& file) { return ::ExportAndCheck(conf_, name_, file); }
 
   static std::string conf_, skip_;
   static bool started_;
@@ -416,47 +475,23 @@ TEST_F(RbdTest, ClusterDownIsAClearErrorInBoundedTime) {
 // commit, btrfs-check clean, with everything fsynced before the kill; the
 // dead writer's lock is broken for the next writer.
 TEST_F(RbdTest, KillDuringWritesLeavesTheLastCommit) {
-  if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_IF_NO_FUSE();
   TempDir tmp("ubtrfs-rbd-kill");
   const std::string img = Spec(), mnt = tmp.Sub("mnt"), log = tmp.Sub("mount.log");
   ASSERT_TRUE(Cli({"mkfs", "-q", "--size", "512M", img}).ok());
   ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
   ubtrfs_test::MountProcess mount;
-  std::string skip, error;
-  if (!mount.Start(img, mnt, log, {}, &skip, &error)) {
-    if (!skip.empty()) GTEST_SKIP() << skip;
-    FAIL() << error;
-  }
+  START_RBD_MOUNT(mount, img, mnt, log);
   const std::string synced = ubtrfs_test::SeededBytes(3 << 20, 11);
-  {
-    int fd = open((mnt + "/synced").c_str(), O_CREAT | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(write(fd, synced.data(), synced.size()), static_cast<ssize_t>(synced.size()));
-    ASSERT_EQ(fsync(fd), 0);
-    close(fd);
-  }
+  ASSERT_TRUE(WriteAndFsync(mnt + "/synced", synced));
   // Writes keep going (and some commit) until the kill.
-  std::atomic<bool> stop{false};
-  std::atomic<int> written{0};
-  std::thread writer([&] {
-    const std::string chunk = ubtrfs_test::SeededBytes(256 << 10, 12);
-    for (int i = 0; !stop; ++i) {
-      int fd = open((mnt + "/w" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
-      if (fd < 0) break;
-      bool ok = write(fd, chunk.data(), chunk.size()) == static_cast<ssize_t>(chunk.size());
-      if (ok && i % 8 == 0) ok = fsync(fd) == 0;
-      close(fd);
-      if (!ok) break;
-      written = i + 1;
-    }
-  });
+  BackgroundWriter writer(mnt, ubtrfs_test::SeededBytes(256 << 10, 12), 8);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   ASSERT_EQ(kill(mount.pid(), SIGKILL), 0);
   EXPECT_EQ(mount.Wait(30), 128 + SIGKILL);
-  stop = true;
+  writer.Stop();
   mount.Cleanup();
-  writer.join();
-  EXPECT_GT(written.load(), 8) << "the writer did not get going before the kill";
+  EXPECT_GT(writer.written(), 8) << "the writer did not get going before the kill";
 
   EXPECT_EQ(ExportAndCheck(tmp.Sub("exported.img")), "");
   CommandResult r = Cli({"check", img});
@@ -517,7 +552,7 @@ TEST_F(RbdTest, CApiMkfsOpenWriteRead) {
 // mounted, and an error of the daemon's open reaches the command's exit code
 // and stderr. The unmount ends the daemon and frees the lock.
 TEST_F(RbdTest, DaemonMountReportsItsOpen) {
-  if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_IF_NO_FUSE();
   TempDir tmp("ubtrfs-rbd-daemon");
   const std::string img = Spec(), mnt = tmp.Sub("mnt"), mnt2 = tmp.Sub("mnt2");
   ASSERT_TRUE(Cli({"mkfs", "-q", "--size", "256M", img}).ok());
@@ -565,7 +600,7 @@ TEST_F(RbdTest, DaemonMountReportsItsOpen) {
 // The project's POSIX suite (tests/fuse_posix_test.cc), run again by this
 // binary with every case on an RBD image of this cluster.
 TEST_F(RbdTest, FusePosixSuiteOnRbd) {
-  if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_IF_NO_FUSE();
   if (geteuid() != 0) GTEST_SKIP() << "the POSIX suite needs root";
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -631,7 +666,7 @@ class BluestoreCluster {
 };
 
 TEST(RbdBluestoreTest, OsdAndDaemonKilledLeaveTheLastCommit) {
-  if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_IF_NO_FUSE();
   BluestoreCluster cluster;
   if (cluster.conf().empty()) GTEST_SKIP() << cluster.why();
   const std::string conf = cluster.conf();
@@ -642,50 +677,24 @@ TEST(RbdBluestoreTest, OsdAndDaemonKilledLeaveTheLastCommit) {
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
   ubtrfs_test::MountProcess mount;
-  std::string skip, error;
-  if (!mount.Start(img, mnt, log, {}, &skip, &error)) {
-    if (!skip.empty()) GTEST_SKIP() << skip;
-    FAIL() << error;
-  }
+  START_RBD_MOUNT(mount, img, mnt, log);
   const std::string synced = ubtrfs_test::SeededBytes(2 << 20, 21);
-  {
-    int fd = open((mnt + "/synced").c_str(), O_CREAT | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(write(fd, synced.data(), synced.size()), static_cast<ssize_t>(synced.size()));
-    ASSERT_EQ(fsync(fd), 0);
-    close(fd);
-  }
-  std::atomic<bool> stop{false};
-  std::atomic<int> written{0};
-  std::thread writer([&] {
-    const std::string chunk = ubtrfs_test::SeededBytes(128 << 10, 22);
-    for (int i = 0; !stop; ++i) {
-      int fd = open((mnt + "/w" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
-      if (fd < 0) break;
-      bool ok = write(fd, chunk.data(), chunk.size()) == static_cast<ssize_t>(chunk.size());
-      if (ok && i % 4 == 0) ok = fsync(fd) == 0;
-      close(fd);
-      if (!ok) break;
-      written = i + 1;
-    }
-  });
+  ASSERT_TRUE(WriteAndFsync(mnt + "/synced", synced));
+  BackgroundWriter writer(mnt, ubtrfs_test::SeededBytes(128 << 10, 22), 4);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   r = RunCommand({kClusterScript, "kill-osd", conf});
   EXPECT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(kill(mount.pid(), SIGKILL), 0);
   EXPECT_EQ(mount.Wait(30), 128 + SIGKILL);
-  stop = true;
+  writer.Stop();
   mount.Cleanup();
-  writer.join();
-  EXPECT_GT(written.load(), 4) << "the writer did not get going before the kill";
-  const int fsynced = written.load() / 4 * 4;  // w0, w4, ... below it were fsynced
+  const int written = writer.written();
+  EXPECT_GT(written, 4) << "the writer did not get going before the kill";
+  const int fsynced = written / 4 * 4;  // w0, w4, ... below it were fsynced
   r = RunCommand({kClusterScript, "start-osd", conf});
   ASSERT_TRUE(r.ok()) << r.Describe();
 
-  const std::string exported = tmp.Sub("exported.img");
-  r = RunCommand({"rbd", "-c", conf, "export", "--no-progress", "rbd/crash", exported});
-  ASSERT_TRUE(r.ok()) << r.Describe();
-  EXPECT_EQ(ubtrfs_test::BtrfsCheck(exported), "");
+  EXPECT_EQ(ExportAndCheck(conf, "crash", tmp.Sub("exported.img")), "");
   auto fs = ubtrfs::Filesystem::Open(img);
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
   EXPECT_TRUE(ubtrfs_test::ReadImageFile(**fs, "/synced") == synced) << "the fsynced file is not intact";
@@ -694,7 +703,7 @@ TEST(RbdBluestoreTest, OsdAndDaemonKilledLeaveTheLastCommit) {
     EXPECT_TRUE(ubtrfs_test::ReadImageFile(**fs, "/w" + std::to_string(i)) == chunk) << "fsynced /w" << i;
   }
   std::fprintf(stderr, "note: %d files written, those up to w%d fsynced, before the OSD and the daemon died\n",
-               written.load(), fsynced > 0 ? fsynced - 4 : 0);
+               written, fsynced > 0 ? fsynced - 4 : 0);
 }
 
 // The OSD dies under a running mount: the next fsync fails within the
@@ -703,7 +712,7 @@ TEST(RbdBluestoreTest, OsdAndDaemonKilledLeaveTheLastCommit) {
 // so nothing is committed over it; the unmount's final commit fails too;
 // and the image is at its last commit, check-clean, and writable again.
 TEST(RbdBluestoreTest, OsdDownMidwayFailsFsyncInBoundedTime) {
-  if (std::string why = ubtrfs_test::FuseUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_IF_NO_FUSE();
   BluestoreCluster cluster;
   if (cluster.conf().empty()) GTEST_SKIP() << cluster.why();
   const std::string conf = cluster.conf();
@@ -713,11 +722,7 @@ TEST(RbdBluestoreTest, OsdDownMidwayFailsFsyncInBoundedTime) {
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
   ubtrfs_test::MountProcess mount;
-  std::string skip, error;
-  if (!mount.Start(img + ":rados_osd_op_timeout=3", mnt, log, {}, &skip, &error)) {
-    if (!skip.empty()) GTEST_SKIP() << skip;
-    FAIL() << error;
-  }
+  START_RBD_MOUNT(mount, img + ":rados_osd_op_timeout=3", mnt, log);
   const auto fsync_mount = [&] {
     int fd = open(mnt.c_str(), O_RDONLY | O_DIRECTORY);
     int rc = fsync(fd) == 0 ? 0 : errno;
@@ -741,10 +746,7 @@ TEST(RbdBluestoreTest, OsdDownMidwayFailsFsyncInBoundedTime) {
   EXPECT_NE(mount.Unmount(&err), 0) << "the final commit should have failed: " << mount.Log();
   EXPECT_NE(mount.Log().find("Connection timed out"), std::string::npos) << mount.Log();
 
-  const std::string exported = tmp.Sub("exported.img");
-  r = RunCommand({"rbd", "-c", conf, "export", "--no-progress", "rbd/down", exported});
-  ASSERT_TRUE(r.ok()) << r.Describe();
-  EXPECT_EQ(ubtrfs_test::BtrfsCheck(exported), "");
+  EXPECT_EQ(ExportAndCheck(conf, "down", tmp.Sub("exported.img")), "");
   {
     auto fs = ubtrfs::Filesystem::Open(img);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/offset_device.h"
+#include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
@@ -32,39 +33,20 @@ using ubtrfs_test::CommandResult;
 using ubtrfs_test::LoopMount;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
+using ubtrfs_test::HaveBtrfsProgs;
+using ubtrfs_test::HostFileSize;
+using ubtrfs_test::RunUbtrfs;
+using ubtrfs_test::WriteRandomFile;
 
 const std::string kCli = UBTRFS_CLI_PATH;
-
-bool HaveBtrfsProgs() { return !ubtrfs_test::FindProgram("btrfs").empty(); }
-
-CommandResult Cli(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {kCli};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
-
-void WriteFile(const std::string& path, size_t size, uint32_t seed, bool text = false) {
-  std::mt19937 rng(seed);
-  std::string data(size, '\0');
-  for (auto& c : data) c = text ? static_cast<char>('a' + rng() % 26) : static_cast<char>(rng());
-  std::ofstream f(path, std::ios::binary);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
-
-uint64_t FileSize(const std::string& p) {
-  struct stat st;
-  EXPECT_EQ(stat(p.c_str(), &st), 0) << p;
-  return static_cast<uint64_t>(st.st_size);
-}
 
 // A tree with data of many sizes (incompressible), small files, a generated
 // namespace part.
 void MakeTree(const std::string& src) {
   ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
   ASSERT_EQ(mkdir((src + "/big").c_str(), 0755), 0);
-  for (int i = 0; i < 40; ++i) WriteFile(src + "/big/f" + std::to_string(i), (i * 97 + 13) * 4099, i);
-  WriteFile(src + "/big/large", 24 << 20, 99);
+  for (int i = 0; i < 40; ++i) WriteRandomFile(src + "/big/f" + std::to_string(i), (i * 97 + 13) * 4099, i);
+  WriteRandomFile(src + "/big/large", 24 << 20, 99);
   ASSERT_EQ(mkdir((src + "/gen").c_str(), 0755), 0);
   ubtrfs_test::GenerateTree(src + "/gen", 7, ubtrfs_test::ScaledTreeOptions(2000));
 }
@@ -85,12 +67,12 @@ TEST(ResizeTest, MkfsShrinkIsSmallestAndMounts) {
   TempDir dir("ubtrfs-shrink");
   const std::string src = dir.Sub("src"), img = dir.Sub("img");
   MakeTree(src);
-  auto r = Cli({"mkfs", "--shrink", "--rootdir", src, img});
+  auto r = RunUbtrfs({"mkfs", "--shrink", "--rootdir", src, img});
   ASSERT_TRUE(r.ok()) << r.Describe();
-  const uint64_t size = FileSize(img);
+  const uint64_t size = HostFileSize(img);
   EXPECT_NE(r.out.find("Shrunk to:          " + std::to_string(size) + " bytes"), std::string::npos) << r.out;
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
-  auto own = Cli({"check", img});
+  auto own = RunUbtrfs({"check", img});
   EXPECT_TRUE(own.ok()) << own.Describe();
   auto full = RunCommand({"btrfs", "check", "--readonly", "--check-data-csum", img});
   EXPECT_TRUE(full.ok()) << full.Describe();
@@ -136,16 +118,16 @@ TEST(ResizeTest, GrowKernelUsesNewSpace) {
   if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
   TempDir dir("ubtrfs-grow");
   const std::string img = dir.Sub("img");
-  auto r = Cli({"mkfs", "-q", "--size", "128M", img});
+  auto r = RunUbtrfs({"mkfs", "-q", "--size", "128M", img});
   ASSERT_TRUE(r.ok()) << r.Describe();
-  r = Cli({"resize", img, "+256M"});
+  r = RunUbtrfs({"resize", img, "+256M"});
   ASSERT_TRUE(r.ok()) << r.Describe();
-  EXPECT_EQ(FileSize(img), 384ull << 20);
+  EXPECT_EQ(HostFileSize(img), 384ull << 20);
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
-  r = Cli({"resize", img, "max"});  // the file's size: nothing to do
+  r = RunUbtrfs({"resize", img, "max"});  // the file's size: nothing to do
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(truncate(img.c_str(), 512ll << 20), 0);
-  r = Cli({"resize", img, "max"});
+  r = RunUbtrfs({"resize", img, "max"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   EXPECT_NE(r.out.find("to 536870912 bytes"), std::string::npos) << r.out;
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
@@ -160,11 +142,11 @@ TEST(ResizeTest, GrowKernelUsesNewSpace) {
   ASSERT_TRUE(u.ok()) << u.Describe();
   EXPECT_EQ(UsageField(u.out, R"(Device size:\s+(\d+))"), 512ull << 20);
   // Not while the kernel has it.
-  r = Cli({"resize", img, "+1G"});
+  r = RunUbtrfs({"resize", img, "+1G"});
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.err.find("is mounted"), std::string::npos) << r.err;
   // More than the old size holds.
-  WriteFile(mnt + "/fill", 300 << 20, 5);
+  WriteRandomFile(mnt + "/fill", 300 << 20, 5);
   ASSERT_EQ(m.Unmount(), "");
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
 }
@@ -177,9 +159,9 @@ TEST(ResizeTest, ShrinkMovesChunksPastTheEnd) {
   TempDir dir("ubtrfs-shrink-move");
   const std::string src = dir.Sub("src"), img = dir.Sub("img");
   MakeTree(src);
-  auto r = Cli({"mkfs", "-q", "--size", "1G", "--rootdir", src, img});
+  auto r = RunUbtrfs({"mkfs", "-q", "--size", "1G", "--rootdir", src, img});
   ASSERT_TRUE(r.ok()) << r.Describe();
-  r = Cli({"resize", img, "3G"});
+  r = RunUbtrfs({"resize", img, "3G"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   uint64_t moved_from = 0;
   {
@@ -212,23 +194,23 @@ TEST(ResizeTest, ShrinkMovesChunksPastTheEnd) {
   EXPECT_TRUE(full.ok()) << full.Describe();
 
   // Not below what the chunks need: a clear refusal that names a chunk.
-  r = Cli({"resize", img, "20M"});
+  r = RunUbtrfs({"resize", img, "20M"});
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.err.find("cannot shrink to 20971520 bytes"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("chunk at logical"), std::string::npos) << r.err;
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
 
-  r = Cli({"resize", img, "-2G"});
+  r = RunUbtrfs({"resize", img, "-2G"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   EXPECT_NE(r.out.find("moved"), std::string::npos) << r.out;
-  EXPECT_EQ(FileSize(img), 1ull << 30);
+  EXPECT_EQ(HostFileSize(img), 1ull << 30);
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
   full = RunCommand({"btrfs", "check", "--readonly", "--check-data-csum", img});
   EXPECT_TRUE(full.ok()) << full.Describe();
 
-  r = Cli({"resize", img, "min"});
+  r = RunUbtrfs({"resize", img, "min"});
   ASSERT_TRUE(r.ok()) << r.Describe();
-  const uint64_t min = FileSize(img);
+  const uint64_t min = HostFileSize(img);
   EXPECT_LT(min, 1ull << 30);
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
   {
@@ -260,7 +242,7 @@ TEST(ResizeTest, MkfsShrinkDeterministic) {
   // the first build's reads: a different source, not a different build).
   ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
   for (int i = 0; i < 60; ++i) {
-    WriteFile(src + "/f" + std::to_string(i), (i * 7919 + 5) * 131, i, /*text=*/i % 2 == 0);
+    WriteRandomFile(src + "/f" + std::to_string(i), (i * 7919 + 5) * 131, i, /*text=*/i % 2 == 0);
   }
   std::string sums[2];
   for (int i = 0; i < 2; ++i) {
@@ -288,6 +270,27 @@ TEST(ResizeTest, ParseTarget) {
   EXPECT_EQ(t.kind, ubtrfs::ResizeTarget::kBytes);
   EXPECT_FALSE(ubtrfs::ParseResizeTarget("huge", &t).ok());
   EXPECT_FALSE(ubtrfs::ParseResizeTarget("5X", &t).ok());
+  EXPECT_NE(ubtrfs::ParseResizeTarget("+5X", &t).message().find("'+5X'"), std::string::npos);
+}
+
+// The size syntax mkfs --size and resize share.
+TEST(ResizeTest, ParseByteSize) {
+  uint64_t b = 0;
+  const std::vector<std::pair<std::string, uint64_t>> good = {
+      {"65536", 65536}, {"64k", 64 << 10}, {"64K", 64 << 10}, {"512M", 512ull << 20}, {"512MiB", 512ull << 20},
+      {"512mib", 512ull << 20}, {"2kb", 2048}, {"1G", 1ull << 30}, {"2T", 2ull << 40}, {"3P", 3ull << 50},
+      {"1E", 1ull << 60}, {"0", 0}};
+  for (const auto& [text, want] : good) {
+    ubtrfs::Status st = ubtrfs::ParseByteSize(text, &b);
+    EXPECT_TRUE(st.ok()) << text << ": " << st.ToString();
+    EXPECT_EQ(b, want) << text;
+  }
+  for (const std::string bad : {"", "K", "5X", "5KX", "5 K", "-5", "1.5G"}) {
+    EXPECT_EQ(ubtrfs::ParseByteSize(bad, &b).code(), EINVAL) << bad;
+  }
+  for (const std::string big : {"16E", "18446744073709551616", "99999999999999999999"}) {
+    EXPECT_EQ(ubtrfs::ParseByteSize(big, &b).code(), ERANGE) << big;
+  }
 }
 
 }  // namespace

@@ -230,7 +230,9 @@ struct OpenOptions {
   // (file data goes into free space before the commit), so that Discard()
   // leaves the image byte for byte as at the last commit. Costs a read and
   // the memory of every byte written between commits; for all-or-nothing
-  // edits (`ubtrfs edit`).
+  // edits (`ubtrfs edit`). Only the caller's Commit() (and the calls
+  // documented to commit: snapshots, subvolumes, Fsync) commits then: no
+  // commit at max_dirty_bytes, none to retry a change that met ENOSPC.
   bool undo_uncommitted = false;
   // Where the filesystem lies in the image: `offset` bytes in, or partition
   // `partition` (1-based) of a GPT or MBR partition table (read with

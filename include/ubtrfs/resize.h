@@ -27,7 +27,13 @@ struct ResizeTarget {
   uint64_t bytes = 0;
 };
 
-// "10G", "+512M", "-1G", "max", "min" (binary units, as mkfs --size).
+// A byte count with an optional binary unit, as `mkfs --size` and `resize`
+// take it: "65536", "64k", "512M", "512MiB", "1G", "2T" (K, M, G, T, P, E:
+// powers of 1024, either case, optionally followed by B or iB). EINVAL for
+// anything else, ERANGE past 2^64 - 1, with a message quoting `text`.
+UBTRFS_API Status ParseByteSize(std::string_view text, uint64_t* bytes);
+
+// "10G", "+512M", "-1G", "max", "min" (sizes as ParseByteSize takes them).
 UBTRFS_API Status ParseResizeTarget(std::string_view text, ResizeTarget* out);
 
 struct ResizeResult {

@@ -47,3 +47,27 @@ def btrfs_restore(tmp_path):
         return out
 
     return restore
+
+
+@pytest.fixture
+def kernel_mount(tmp_path):
+    """The kernel's view of an image: kernel_mount(IMAGE) loop-mounts it read-only
+    and returns the mount point (unmounted at the end of the test). Skips, with
+    the reason, where loop mounts are missing (not root, no btrfs module, a
+    container without loop devices): the test's btrfs check still ran."""
+    mounted = []
+
+    def mount(img):
+        if os.geteuid() != 0:
+            pytest.skip("the kernel's view needs root for a loop mount (btrfs check agreed)")
+        mnt = tmp_path / ("mnt-" + os.path.basename(str(img)))
+        mnt.mkdir()
+        r = subprocess.run(["mount", "-t", "btrfs", "-o", "loop,ro", str(img), str(mnt)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"no loop mount here ({r.stderr.strip()}); btrfs check agreed")
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", str(mnt)], check=True)

@@ -67,7 +67,7 @@ def test_reads_an_image_mkfs_btrfs_made(tmp_path):
         assert e.value.errno == errno.EROFS
 
 
-def test_writes_what_btrfs_progs_reads_back(progs_image, btrfs_check, btrfs_restore):
+def test_writes_what_btrfs_progs_reads_back(progs_image, btrfs_check, btrfs_restore, kernel_mount):
     with ubtrfs.open(progs_image, writable=True) as fs:
         fs.makedirs("/usr/share/doc")
         fs.write_bytes("/usr/share/doc/blob", BLOB)
@@ -124,6 +124,24 @@ def test_writes_what_btrfs_progs_reads_back(progs_image, btrfs_check, btrfs_rest
     assert (out / "usr" / "moved").read_bytes() == b"moved"
     assert (out / "cut").read_bytes() == b"0123"
     assert os.readlink(out / "sym") == "hello.txt"
+
+    # And so does the kernel (a read-only loop mount, where the machine has them).
+    k = kernel_mount(progs_image)
+    assert sorted(os.listdir(k)) == ["after-commit", "cut", "fifo", "hard", "hello.txt", "sym", "tmpdir", "usr"]
+    assert (k / "usr" / "share" / "doc" / "blob").read_bytes() == BLOB
+    assert (k / "hello.txt").read_bytes() == b"hello\nworld\n"
+    assert (k / "after-commit").read_bytes() == b"late"
+    assert (k / "cut").read_bytes() == b"0123"
+    assert os.readlink(k / "sym") == "hello.txt"
+    kh = os.lstat(k / "hello.txt")
+    assert kh.st_nlink == 2 and os.lstat(k / "hard").st_ino == kh.st_ino and stat.S_IMODE(kh.st_mode) == 0o600
+    km = os.lstat(k / "usr" / "moved")
+    assert (km.st_uid, km.st_gid) == (1000, 1001)
+    assert (km.st_atime_ns, km.st_mtime_ns) == (5_000_000_001, 6_000_000_002)
+    assert os.listxattr(k / "hello.txt") == ["user.note"]
+    assert os.getxattr(k / "hello.txt", "user.note") == b"kept"
+    assert stat.S_ISFIFO(os.lstat(k / "fifo").st_mode)
+    assert stat.S_IMODE(os.lstat(k / "tmpdir").st_mode) == 0o700
 
 
 def test_fsync_survives_a_crash(tmp_path, btrfs_check):

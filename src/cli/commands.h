@@ -50,6 +50,9 @@ std::pair<std::string, std::string> SplitLast(std::string path);
 // Where `cp HOST IMAGE:PATH` puts HOST: inside PATH under HOST's own name
 // when PATH is a directory (as cp -r), else as PATH itself.
 Result<std::pair<InodeId, std::string>> CopyInTarget(Filesystem& fs, const std::string& host, const std::string& path);
+// `ls [-l] [--json]` of one path of an open image (read_commands.cc), for the
+// ls subcommand and the ls of an edit session.
+Status ListPath(Filesystem& fs, const std::string& path, bool long_format, bool json);
 // Splits "IMAGE:PATH" when IMAGE names an existing file or block device.
 bool SplitImagePath(const std::string& arg, std::string* image, std::string* path);
 

@@ -82,6 +82,17 @@ std::string RunLine(Filesystem& fs, const std::vector<std::string>& words) {
   CLI::App app{"edit"};
   app.require_subcommand(1);
   RegisterVerbs(app, &session);
+  if (words[0] == "help") {
+    std::string names;
+    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names += fmt::format("  {:<10} {}\n", sub->get_name(), sub->get_description());
+    }
+    fmt::print("Commands (COMMAND --help for its options), one per line; commit, abort, quit:\n{}", names);
+    return "";
+  }
+  bool known = false;
+  for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known |= sub->get_name() == words[0];
+  if (!known) return words[0] + ": unknown command (help lists them)";
   std::vector<std::string> args(words.rbegin(), words.rend());  // CLI11 takes them last first
   try {
     app.parse(args);
@@ -190,7 +201,7 @@ void CmdEdit(const std::string& image, const std::string& script) {
 void RegisterEdit(CLI::App& app) {
   static std::string image, script;
   auto* edit = app.add_subcommand(
-      "edit", "Apply editing commands (one per line: the verbs, mkdir, rm, rmdir, cat, copy-in, copy-out, commit, abort) "
+      "edit", "Apply editing commands (one per line: the verbs, mkdir, rm, rmdir, ls, cat, copy-in, copy-out, commit, abort) "
               "to an image in one transaction");
   edit->add_option("image", image, "Image file")->required();
   edit->add_option("-f,--file", script, "Script to run ('-' or none: standard input; a terminal gets a prompt)");

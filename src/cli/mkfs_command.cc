@@ -74,34 +74,10 @@ void Fail(const std::string& msg) {
 
 // "65536", "64k", "64K", "512M", "512MiB", "1G", "2T": bytes (binary units).
 std::optional<uint64_t> ParseSize(std::string_view s) {
-  size_t i = 0;
   uint64_t v = 0;
-  while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
-    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
-    v = v * 10 + d;
-    ++i;
-  }
-  if (i == 0) return std::nullopt;
-  std::string_view unit = s.substr(i);
-  int shift = 0;
-  if (!unit.empty()) {
-    switch (unit[0]) {
-      case 'k': case 'K': shift = 10; break;
-      case 'm': case 'M': shift = 20; break;
-      case 'g': case 'G': shift = 30; break;
-      case 't': case 'T': shift = 40; break;
-      case 'p': case 'P': shift = 50; break;
-      case 'e': case 'E': shift = 60; break;
-      default: return std::nullopt;
-    }
-    unit.remove_prefix(1);
-    if (unit != "" && unit != "B" && unit != "b" && unit != "iB" && unit != "ib") return std::nullopt;
-  }
-  if (shift > 0 && v > (UINT64_MAX >> shift)) return std::nullopt;
-  return v << shift;
+  if (!ParseByteSize(s, &v).ok()) return std::nullopt;
+  return v;
 }
-
 
 // Whether `path` (an image file or a block device) is mounted: a mount
 // source that names it, or a loop device backed by it.

@@ -148,41 +148,26 @@ void PrintLong(Filesystem& fs, const std::string& name, InodeId id) {
   fmt::print("{}\n", line);
 }
 
-void CmdLs(const std::string& image, const std::string& path, bool long_format) {
-  auto fs = OpenOrReport(image);
-  if (!fs) return;
-  auto id = fs->Lookup(path);
-  if (!id.ok()) {
-    PrintError(path, id.status());
-    SetExitCode(1);
-    return;
-  }
-  auto st = fs->GetStat(*id);
-  if (!st.ok()) {
-    PrintError(path, st.status());
-    SetExitCode(1);
-    return;
-  }
-  if (!S_ISDIR(st->mode)) {
-    if (long_format) PrintLong(*fs, path, *id);
+}  // namespace
+
+Status ListPath(Filesystem& fs, const std::string& path, bool long_format, bool json) {
+  UB_ASSIGN_OR_RETURN(InodeId id, fs.Lookup(path));
+  UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(id));
+  if (!S_ISDIR(st.mode)) {
+    if (long_format) PrintLong(fs, path, id);
     else fmt::print("{}\n", Printable(path));
-    return;
+    return Status::Ok();
   }
   std::vector<SkippedEntry> skipped;
-  auto entries = fs->ReadDir(*id, &skipped);
-  if (!entries.ok()) {
-    PrintError(path, entries.status());
-    SetExitCode(1);
-    return;
-  }
+  UB_ASSIGN_OR_RETURN(auto entries, fs.ReadDir(id, &skipped));
   for (const auto& s : skipped) {
     fmt::print(stderr, "ubtrfs: warning: {}: entry {} (index {}) not listed: {}\n", Printable(path),
                Printable(s.name), s.index, s.reason);
   }
-  if (g_json) {
+  if (json) {
     std::string out;
-    for (const auto& e : *entries) {
-      auto es = fs->GetStat(e.id);
+    for (const auto& e : entries) {
+      auto es = fs.GetStat(e.id);
       if (!es.ok()) {
         PrintError(e.name, es.status());
         SetExitCode(1);
@@ -190,7 +175,7 @@ void CmdLs(const std::string& image, const std::string& path, bool long_format) 
       }
       std::string target;
       if (S_ISLNK(es->mode)) {
-        auto t = fs->ReadLink(e.id);
+        auto t = fs.ReadLink(e.id);
         if (t.ok()) target = ", \"target\": " + JsonString(*t);
       }
       out += fmt::format("{}{{\"name\": {}, \"subvolume\": {}, \"inode\": {}, \"index\": {}, \"mode\": {}, "
@@ -199,40 +184,92 @@ void CmdLs(const std::string& image, const std::string& path, bool long_format) 
                          es->nlink, es->uid, es->gid, es->size, es->mtime.sec, es->mtime.nsec, target);
     }
     fmt::print("[{}]\n", out);
-    return;
+    return Status::Ok();
   }
-  for (const auto& e : *entries) {
-    if (long_format) PrintLong(*fs, e.name, e.id);
+  for (const auto& e : entries) {
+    if (long_format) PrintLong(fs, e.name, e.id);
     else fmt::print("{}\n", Printable(e.name));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+void CmdLs(const std::string& image, const std::string& path, bool long_format) {
+  auto fs = OpenOrReport(image);
+  if (!fs) return;
+  if (Status st = ListPath(*fs, path, long_format, g_json); !st.ok()) {
+    // As ls(1) for an errno it knows; the full message for anything else.
+    if (st.code() == ENOENT || st.code() == ENOTDIR || st.code() == EACCES) {
+      fmt::print(stderr, "ubtrfs: ls: cannot access '{}': {}\n", Printable(path), strerror(st.code()));
+    } else {
+      PrintError(path, st);
+    }
+    // ls(1)'s "serious trouble": an argument it cannot reach.
+    SetExitCode(st.code() == ENOENT || st.code() == ENOTDIR || st.code() == EACCES ? 2 : 1);
   }
 }
 
-void CmdCat(const std::string& image, const std::string& path) {
+// cat(1) of files in one image: each in turn, a failing one reported as
+// "cat: PATH: error" and the rest still printed (exit 1).
+void CmdCat(const std::string& image, const std::vector<std::string>& paths) {
   auto fs = OpenOrReport(image);
   if (!fs) return;
-  auto id = fs->Lookup(path);
-  if (!id.ok()) {
-    PrintError(path, id.status());
-    SetExitCode(1);
-    return;
-  }
   std::vector<uint8_t> buf(1 << 20);
-  uint64_t off = 0;
-  for (;;) {
-    auto n = fs->Read(*id, off, buf);
-    if (!n.ok()) {
-      PrintError(path, n.status());
+  for (const auto& path : paths) {
+    auto fail = [&](const Status& st) {
+      std::fflush(stdout);
+      // cat(1)'s words for a missing or unreadable name; the library's
+      // whole message (which block, what is wrong) for anything else.
+      const int c = st.code();
+      const bool plain = c == ENOENT || c == ENOTDIR || c == EISDIR || c == EACCES || c == ELOOP;
+      fmt::print(stderr, "ubtrfs: cat: {}: {}\n", Printable(path), plain ? strerror(c) : st.ToString());
       SetExitCode(1);
-      return;
+    };
+    auto id = fs->Lookup(path);
+    if (!id.ok()) {
+      fail(id.status());
+      continue;
     }
-    if (*n == 0) break;
-    if (fwrite(buf.data(), 1, *n, stdout) != *n) {
-      fmt::print(stderr, "ubtrfs: write to stdout failed\n");
-      SetExitCode(1);
-      return;
+    for (uint64_t off = 0;;) {
+      auto n = fs->Read(*id, off, buf);
+      if (!n.ok()) {
+        fail(n.status());
+        break;
+      }
+      if (*n == 0) break;
+      if (fwrite(buf.data(), 1, *n, stdout) != *n) {
+        fmt::print(stderr, "ubtrfs: cat: write error: {}\n", strerror(errno));
+        return SetExitCode(1);
+      }
+      off += *n;
     }
-    off += *n;
   }
+  if (std::fflush(stdout) != 0) {
+    fmt::print(stderr, "ubtrfs: cat: write error: {}\n", strerror(errno));
+    SetExitCode(1);
+  }
+}
+
+// `cat IMAGE:PATH...` (all in one image), or `cat IMAGE PATH`.
+void CmdCatArgs(const std::vector<std::string>& args) {
+  std::string image, path, rest;
+  if (args.size() == 2 && !SplitImagePath(args[1], &rest, &path)) return CmdCat(args[0], {args[1]});
+  std::vector<std::string> paths;
+  for (const auto& a : args) {
+    std::string img;
+    if (!SplitImagePath(a, &img, &path)) {
+      fmt::print(stderr, "ubtrfs: cat: expected IMAGE:PATH, got '{}'\n", a);
+      return SetExitCode(2);
+    }
+    if (!image.empty() && img != image) {
+      fmt::print(stderr, "ubtrfs: cat: every path must be in the same image ({} and {})\n", image, img);
+      return SetExitCode(2);
+    }
+    image = img;
+    paths.push_back(path);
+  }
+  CmdCat(image, paths);
 }
 
 ExportOptions cp_out_options;
@@ -311,17 +348,21 @@ void RegisterReadCommands(CLI::App& app) {
   info->add_flag("--json", g_json, "As one JSON object");
   info->callback([] { CmdInfo(image); });
 
-  auto* ls = app.add_subcommand("ls", "List a directory in an image");
+  auto* ls = app.add_subcommand("ls", "List a directory in an image (IMAGE [PATH], or IMAGE:PATH)");
   ls->add_flag("-l", long_format, "Long listing (mode, links, owner, size, mtime)");
   ls->add_flag("--json", g_json, "A JSON list of the entries with their attributes");
-  ls->add_option("image", image, "Image file or block device")->required();
-  ls->add_option("path", path, "Path inside the image")->default_val("/");
-  ls->callback([] { CmdLs(image, path, long_format); });
+  ls->add_option("image", image, "Image file or block device, or IMAGE:PATH")->required();
+  ls->add_option("path", path, "Path inside the image");
+  ls->callback([] {
+    std::string img, p;
+    if (path.empty() && SplitImagePath(image, &img, &p)) return CmdLs(img, p, long_format);
+    CmdLs(image, path.empty() ? "/" : path, long_format);
+  });
 
-  auto* cat = app.add_subcommand("cat", "Write a file from an image to stdout");
-  cat->add_option("image", image, "Image file or block device")->required();
-  cat->add_option("path", path, "Path inside the image")->required();
-  cat->callback([] { CmdCat(image, path); });
+  static std::vector<std::string> cat_args;
+  auto* cat = app.add_subcommand("cat", "Write files of an image to stdout (IMAGE:PATH..., or IMAGE PATH)");
+  cat->add_option("files", cat_args, "IMAGE:PATH..., or IMAGE PATH")->required();
+  cat->callback([] { CmdCatArgs(cat_args); });
 
   auto* cp = app.add_subcommand("cp", "Copy a file or tree out of an image (IMAGE:PATH DEST) or into it (SRC IMAGE:PATH)");
   cp->add_option("source", source, "IMAGE:PATH, or a host path")->required();

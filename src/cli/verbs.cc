@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cinttypes>
 #include <cstring>
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -103,6 +105,16 @@ Result<InodeId> Find(Filesystem& fs, const std::string& path, const char* what) 
   return *id;
 }
 
+// The attr tools (setfattr, getfattr) name a file without quotes: "PATH: error".
+Result<InodeId> FindAttr(Filesystem& fs, const std::string& path) {
+  auto id = fs.Lookup(path);
+  if (!id.ok()) return Err(id.status().code(), Printable(path) + ": " + strerror(id.status().code()));
+  return *id;
+}
+
+// ENODATA as the attr tools word it.
+std::string XattrError(int code) { return code == ENODATA ? "No such attribute" : strerror(code); }
+
 // -------------------------------------------------------------- mv, ln
 
 Status Move(Filesystem& fs, const Paths& p) {
@@ -114,17 +126,37 @@ Status Move(Filesystem& fs, const Paths& p) {
     UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(*dst_id));
     dst_dir = S_ISDIR(st.mode);
   }
-  if (p.size() > 2 && !dst_dir) return Err(ENOTDIR, "target " + Q(dst) + " is not a directory");
+  if (p.size() > 2 && !dst_dir) {
+    const int code = dst_id.ok() ? ENOTDIR : dst_id.status().code();
+    return Err(code, "target " + Q(dst) + ": " + strerror(code));
+  }
   for (size_t i = 0; i + 1 < p.size(); ++i) {
     auto [sp, sn] = SplitLast(p[i]);
     UB_ASSIGN_OR_RETURN(InodeId sdir, Find(fs, sp, "cannot stat"));
-    if (!fs.LookupChild(sdir, sn).ok()) return Err(ENOENT, "cannot stat " + Q(p[i]) + ": No such file or directory");
-    auto [dp, dn] = dst_dir ? std::pair{dst, sn} : SplitLast(dst);
-    UB_ASSIGN_OR_RETURN(InodeId ddir, Find(fs, dp, "cannot move to"));
-    Status st = fs.Rename(sdir, sn, ddir, dn);
+    auto src = fs.LookupChild(sdir, sn);
+    if (!src.ok()) return Err(ENOENT, "cannot stat " + Q(p[i]) + ": No such file or directory");
+    UB_ASSIGN_OR_RETURN(Stat sst, fs.GetStat(*src));
+    const std::string to = dst_dir ? Join(dst, sn) : dst;
+    auto [dp, dn] = SplitLast(to);
+    auto ddir = fs.Lookup(dp);
+    if (!ddir.ok()) {
+      return Err(ddir.status().code(), "cannot move " + Q(p[i]) + " to " + Q(to) + ": " +
+                                           strerror(ddir.status().code()));
+    }
+    if (*ddir == sdir && dn == sn) return Err(EINVAL, Q(p[i]) + " and " + Q(to) + " are the same file");
+    Status st = fs.Rename(sdir, sn, *ddir, dn);
     if (!st.ok()) {
-      return Err(st.code(), "cannot move " + Q(p[i]) + " to " + Q(dst_dir ? Join(dst, sn) : dst) + ": " +
-                                strerror(st.code()));
+      // As mv(1) words the cases rename(2) answers with these codes.
+      if (st.code() == EINVAL && S_ISDIR(sst.mode)) {
+        return Err(EINVAL, "cannot move " + Q(p[i]) + " to a subdirectory of itself, " + Q(to));
+      }
+      if (st.code() == ENOTDIR && S_ISDIR(sst.mode)) {
+        return Err(ENOTDIR, "cannot overwrite non-directory " + Q(to) + " with directory " + Q(p[i]));
+      }
+      if (st.code() == EISDIR && !S_ISDIR(sst.mode)) {
+        return Err(EISDIR, "cannot overwrite directory " + Q(to) + " with non-directory");
+      }
+      return Err(st.code(), "cannot move " + Q(p[i]) + " to " + Q(to) + ": " + strerror(st.code()));
     }
   }
   return Status::Ok();
@@ -136,20 +168,23 @@ Status LinkOne(Filesystem& fs, const std::string& target, const std::string& lin
     UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(*l));
     if (S_ISDIR(st.mode)) where = Join(link, SplitLast(target).second);
   }
+  const std::string what = std::string("failed to create ") + (symbolic ? "symbolic" : "hard") + " link " + Q(where);
+  std::optional<InodeId> t;
+  if (!symbolic) {
+    UB_ASSIGN_OR_RETURN(t, Find(fs, target, "failed to access"));
+    UB_ASSIGN_OR_RETURN(Stat tst, fs.GetStat(*t));
+    if (S_ISDIR(tst.mode)) return Err(EPERM, Printable(target) + ": hard link not allowed for directory");
+  }
+  // ln(1) names the link, and for a hard link also what it points at.
+  auto failed = [&](int code) {
+    return Err(code, what + (symbolic || code == EEXIST ? "" : " => " + Q(target)) + ": " + strerror(code));
+  };
   auto [dp, dn] = SplitLast(where);
-  UB_ASSIGN_OR_RETURN(InodeId dir, Find(fs, dp, "failed to access"));
-  if (force && fs.LookupChild(dir, dn).ok()) UB_RETURN_IF_ERROR(fs.Unlink(dir, dn));
-  Status st;
-  if (symbolic) {
-    st = fs.Symlink(dir, dn, target, Attrs(0777)).status();
-  } else {
-    UB_ASSIGN_OR_RETURN(InodeId t, Find(fs, target, "failed to access"));
-    st = fs.Link(t, dir, dn);
-  }
-  if (!st.ok()) {
-    return Err(st.code(), std::string("failed to create ") + (symbolic ? "symbolic" : "hard") + " link " + Q(where) +
-                              ": " + strerror(st.code()));
-  }
+  auto dir = fs.Lookup(dp);
+  if (!dir.ok()) return failed(dir.status().code());
+  if (force && fs.LookupChild(*dir, dn).ok()) UB_RETURN_IF_ERROR(fs.Unlink(*dir, dn));
+  Status st = symbolic ? fs.Symlink(*dir, dn, target, Attrs(0777)).status() : fs.Link(*t, *dir, dn);
+  if (!st.ok()) return failed(st.code());
   return Status::Ok();
 }
 
@@ -158,8 +193,12 @@ Status LinkOne(Filesystem& fs, const std::string& target, const std::string& lin
 // An octal mode, or symbolic clauses as chmod(1) takes them ("u+x,go-w").
 Result<uint32_t> ParseMode(const std::string& text, uint32_t old, bool is_dir) {
   if (!text.empty() && text.find_first_not_of("01234567") == std::string::npos) {
+    if (text.size() > 8) return Err(EINVAL, "invalid mode: " + Q(text));
     const unsigned long m = std::stoul(text, nullptr, 8);
     if (m > 07777) return Err(EINVAL, "invalid mode: " + Q(text));
+    // As chmod(1): fewer than five digits keep a directory's set-user-ID
+    // and set-group-ID bits.
+    if (is_dir && text.size() < 5) return static_cast<uint32_t>(m) | (old & 06000);
     return static_cast<uint32_t>(m);
   }
   uint32_t mode = old & 07777;
@@ -175,21 +214,37 @@ Result<uint32_t> ParseMode(const std::string& text, uint32_t old, bool is_dir) {
     while (i < text.size() && std::strchr("+-=", text[i])) {
       const char op = text[i++];
       uint32_t bits = 0;
-      for (; i < text.size() && std::strchr("rwxXst", text[i]); ++i) {
+      const bool copy = i < text.size() && std::strchr("ugo", text[i]);
+      if (copy) {
+        // "go=u": the permissions a class has now, copied to the others.
+        const int shift = text[i] == 'u' ? 6 : text[i] == 'g' ? 3 : 0;
+        bits = ((mode >> shift) & 7u) * 0111u;
+        ++i;
+      }
+      bool set_id = false;
+      for (; !copy && i < text.size() && std::strchr("rwxXst", text[i]); ++i) {
         switch (text[i]) {
           case 'r': bits |= 0444; break;
           case 'w': bits |= 0222; break;
           case 'x': bits |= 0111; break;
-          case 'X': if (is_dir || (old & 0111)) bits |= 0111; break;
-          case 's': bits |= 06000; break;
+          case 'X': if (is_dir || (mode & 0111)) bits |= 0111; break;  // as the mode is by now
+          case 's': bits |= 06000; set_id = true; break;
           case 't': bits |= 01000; break;
         }
       }
       bits &= who;
-      if (all && op != '=') bits &= ~CurrentUmask();
-      if (op == '+') mode |= bits;
-      else if (op == '-') mode &= ~bits;
-      else mode = (mode & ~(who & 07777)) | bits;
+      if (all) bits &= ~CurrentUmask();
+      if (op == '+') {
+        mode |= bits;
+      } else if (op == '-') {
+        mode &= ~bits;
+      } else {
+        // '=' clears what it governs (as chmod(1): not a directory's
+        // set-user-ID/set-group-ID bits unless 's' was named).
+        uint32_t cleared = who & 07777;
+        if (is_dir && !set_id) cleared &= ~06000u;
+        mode = (mode & ~cleared) | bits;
+      }
     }
     if (i >= text.size()) break;
     if (text[i] != ',') return Err(EINVAL, "invalid mode: " + Q(text));
@@ -198,18 +253,20 @@ Result<uint32_t> ParseMode(const std::string& text, uint32_t old, bool is_dir) {
   return mode;
 }
 
-Result<uint32_t> ParseId(const std::string& s, bool group) {
+// A user or group name or number of chown's OWNER[:GROUP] `spec` (which the
+// error quotes whole, as chown(1) does).
+Result<uint32_t> ParseId(const std::string& s, bool group, const std::string& spec) {
+  const std::string bad = std::string("invalid ") + (group ? "group" : "user") + ": " + Q(spec);
   if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) {
-    const unsigned long v = std::stoul(s);
-    if (v > UINT32_MAX - 1) return Err(EINVAL, "invalid " + std::string(group ? "group" : "user") + ": " + Q(s));
-    return static_cast<uint32_t>(v);
+    if (s.size() > 10 || std::stoull(s) > UINT32_MAX - 1) return Err(EINVAL, bad);
+    return static_cast<uint32_t>(std::stoull(s));
   }
   if (group) {
     if (const struct group* g = ::getgrnam(s.c_str())) return static_cast<uint32_t>(g->gr_gid);
-    return Err(EINVAL, "invalid group: " + Q(s));
+    return Err(EINVAL, bad);
   }
   if (const struct passwd* pw = ::getpwnam(s.c_str())) return static_cast<uint32_t>(pw->pw_uid);
-  return Err(EINVAL, "invalid user: " + Q(s));
+  return Err(EINVAL, bad);
 }
 
 // touch -d: "@SECONDS[.FRACTION]", "now", or "YYYY-MM-DD[ |T]HH:MM[:SS[.FRACTION]]" in local time.
@@ -262,19 +319,19 @@ Result<std::pair<char, uint64_t>> ParseSize(const std::string& s) {
   size_t digits = 0;
   uint64_t n = 0;
   for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i, ++digits) {
-    if (n > (UINT64_MAX - 9) / 10) return Err(EFBIG, "invalid number: " + Q(s));
+    if (n > (UINT64_MAX - 9) / 10) return Err(EFBIG, "Invalid number: " + Q(s));
     n = n * 10 + static_cast<uint64_t>(s[i] - '0');
   }
-  if (digits == 0) return Err(EINVAL, "invalid number: " + Q(s));
+  if (digits == 0) return Err(EINVAL, "Invalid number: " + Q(s));
   if (i < s.size()) {
     const char* units = "KMGTPE";
     const char* u = std::strchr(units, std::toupper(static_cast<unsigned char>(s[i])));
-    if (u == nullptr || *u == '\0') return Err(EINVAL, "invalid number: " + Q(s));
+    if (u == nullptr || *u == '\0') return Err(EINVAL, "Invalid number: " + Q(s));
     const std::string tail = s.substr(i + 1);
     uint64_t base = tail == "B" ? 1000 : (tail.empty() || tail == "iB") ? 1024 : 0;
-    if (base == 0) return Err(EINVAL, "invalid number: " + Q(s));
+    if (base == 0) return Err(EINVAL, "Invalid number: " + Q(s));
     for (int k = 0; k <= u - units; ++k) {
-      if (n > UINT64_MAX / base) return Err(EFBIG, "invalid number: " + Q(s));
+      if (n > UINT64_MAX / base) return Err(EFBIG, "Invalid number: " + Q(s));
       n *= base;
     }
   }
@@ -464,6 +521,7 @@ struct DuSpec {
 std::string DuSize(uint64_t n, const DuSpec& spec) {
   if (spec.bytes) return std::to_string(n);
   if (spec.human) {
+    // As coreutils' -h: powers of 1024, rounded up; one decimal below 10.
     const char* units = "KMGTPE";
     if (n < 1024) return std::to_string(n);
     double v = static_cast<double>(n);
@@ -472,7 +530,14 @@ std::string DuSize(uint64_t n, const DuSpec& spec) {
       v /= 1024;
       ++u;
     }
-    return v < 10 ? fmt::format("{:.1f}{}", v, units[u]) : fmt::format("{:.0f}{}", v, units[u]);
+    if (v < 10) {
+      const double tenths = std::ceil(v * 10 - 1e-9);
+      if (tenths < 100) return fmt::format("{}.{}{}", static_cast<int>(tenths) / 10, static_cast<int>(tenths) % 10, units[u]);
+      v = 10;
+    }
+    double whole = std::ceil(v - 1e-9);
+    if (whole >= 1024 && u < 5) return fmt::format("1.0{}", units[u + 1]);
+    return fmt::format("{}{}", static_cast<uint64_t>(whole), units[u]);
   }
   return std::to_string((n + 1023) / 1024);
 }
@@ -629,10 +694,10 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
         const size_t colon = o->owner.find(':');
         const std::string user = o->owner.substr(0, colon);
         if (!user.empty()) {
-          UB_ASSIGN_OR_RETURN(c.uid, ParseId(user, false));
+          UB_ASSIGN_OR_RETURN(c.uid, ParseId(user, false, o->owner));
         }
         if (colon != std::string::npos && colon + 1 < o->owner.size()) {
-          UB_ASSIGN_OR_RETURN(c.gid, ParseId(o->owner.substr(colon + 1), true));
+          UB_ASSIGN_OR_RETURN(c.gid, ParseId(o->owner.substr(colon + 1), true, o->owner));
         }
         for (const auto& path : p) {
           UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, "cannot access"));
@@ -726,9 +791,9 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
           UB_ASSIGN_OR_RETURN(value, DecodeValue(o->value));
         }
         for (const auto& path : p) {
-          UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, "cannot access"));
+          UB_ASSIGN_OR_RETURN(InodeId id, FindAttr(fs, path));
           Status st = o->remove.empty() ? fs.SetXattr(id, o->name, value) : fs.RemoveXattr(id, o->remove);
-          if (!st.ok()) return Err(st.code(), Printable(path) + ": " + strerror(st.code()));
+          if (!st.ok()) return Err(st.code(), Printable(path) + ": " + XattrError(st.code()));
         }
         return Status::Ok();
       });
@@ -751,7 +816,7 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
     gf->callback([=] {
       Run(session, "getfattr", false, o->files, [=](Filesystem& fs, const Paths& p) -> Status {
         for (const auto& path : p) {
-          UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, "cannot access"));
+          UB_ASSIGN_OR_RETURN(InodeId id, FindAttr(fs, path));
           std::vector<std::string> names;
           if (!o->name.empty()) {
             names.push_back(o->name);
@@ -766,8 +831,9 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
           for (const auto& n : names) {
             auto v = fs.GetXattr(id, n);
             if (!v.ok()) {
-              if (!o->name.empty()) return Err(v.status().code(), Printable(path) + ": " + n + ": " +
-                                                                      (v.status().code() == ENODATA ? "No such attribute" : strerror(v.status().code())));
+              if (!o->name.empty()) {
+                return Err(v.status().code(), Printable(path) + ": " + n + ": " + XattrError(v.status().code()));
+              }
               continue;
             }
             out.emplace_back(n, *v);
@@ -847,10 +913,11 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       }
       Run(session, "find", false, starts, [=](Filesystem& fs, const Paths& p) -> Status {
         for (const auto& start : p) {
-          UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, start, ""));
+          auto id = fs.Lookup(start);
+          if (!id.ok()) return Err(id.status().code(), Q(start) + ": " + strerror(id.status().code()));
           std::set<std::pair<uint64_t, uint64_t>> dirs;
           std::string name = SplitLast(start).second;
-          UB_RETURN_IF_ERROR(FindWalk(fs, id, start, name, 0, spec, dirs));
+          UB_RETURN_IF_ERROR(FindWalk(fs, *id, start, name, 0, spec, dirs));
         }
         return Status::Ok();
       });
@@ -900,21 +967,26 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       Paths args;
       if (!edit) args.push_back(o->image.find(':') == std::string::npos ? o->image + ":/" : o->image);
       Run(session, "df", false, args, [=](Filesystem& fs, const Paths&) -> Status {
+        // As df(1) prints statfs(2) (what a mount of the image reports): Used
+        // is total less free (f_bfree), Available what files can still take
+        // (f_bavail), Use% used / (used + available), rounded up.
         UB_ASSIGN_OR_RETURN(FsStat s, fs.StatFs());
         const uint64_t used = s.total_bytes > s.free_bytes ? s.total_bytes - s.free_bytes : 0;
         const std::string name = edit ? "image" : o->image;
         if (o->json) {
-          fmt::print("{{\"filesystem\": {}, \"total_bytes\": {}, \"used_bytes\": {}, \"free_bytes\": {}}}\n",
-                     JsonString(name), s.total_bytes, used, s.free_bytes);
+          fmt::print("{{\"filesystem\": {}, \"total_bytes\": {}, \"used_bytes\": {}, \"free_bytes\": {}, "
+                     "\"avail_bytes\": {}}}\n",
+                     JsonString(name), s.total_bytes, used, s.free_bytes, s.avail_bytes);
           return Status::Ok();
         }
         DuSpec h;
         h.human = o->human;
-        const int pct = s.total_bytes ? static_cast<int>((used * 100 + s.total_bytes - 1) / s.total_bytes) : 0;
+        const uint64_t base = used + s.avail_bytes;
+        const int pct = base ? static_cast<int>((used * 100 + base - 1) / base) : 0;
         fmt::print("Filesystem     {:>10} {:>10} {:>10} Use% Mounted on\n", o->human ? "Size" : "1K-blocks", "Used",
                    "Available");
         fmt::print("{:<14} {:>10} {:>10} {:>10} {:>3}% -\n", name, DuSize(s.total_bytes, h), DuSize(used, h),
-                   DuSize(s.free_bytes, h), pct);
+                   DuSize(s.avail_bytes, h), pct);
         return Status::Ok();
       });
     });
@@ -1043,10 +1115,13 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
     put->add_option("file", *files, "IMAGE:PATH")->required()->expected(1);
     put->callback([=] {
       Run(session, "put", true, *files, [](Filesystem& fs, const Paths& p) -> Status {
-        UB_ASSIGN_OR_RETURN(InodeId id, OpenOrCreate(fs, p[0], true));
-        UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(id));
-        if (!S_ISREG(st.mode)) return Err(EISDIR, Q(p[0]) + " is not a regular file");
-        return WriteAll(fs, id, 0);
+        // Errors as tee(1) gives them for `... | tee PATH`: "PATH: error".
+        auto id = OpenOrCreate(fs, p[0], true);
+        if (!id.ok()) return Err(id.status().code(), Printable(p[0]) + ": " + strerror(id.status().code()));
+        UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(*id));
+        if (S_ISDIR(st.mode)) return Err(EISDIR, Printable(p[0]) + ": " + strerror(EISDIR));
+        if (!S_ISREG(st.mode)) return Err(EINVAL, Printable(p[0]) + ": not a regular file");
+        return WriteAll(fs, *id, 0);
       });
     });
     return;
@@ -1062,15 +1137,41 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
       Run(session, "cat", false, *files, [](Filesystem& fs, const Paths& p) -> Status {
         std::vector<uint8_t> buf(1 << 20);
         for (const auto& path : p) {
-          UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, ""));
+          // As cat(1): "PATH: error".
+          auto id = fs.Lookup(path);
+          if (!id.ok()) return Err(id.status().code(), Printable(path) + ": " + strerror(id.status().code()));
           for (uint64_t off = 0;;) {
-            UB_ASSIGN_OR_RETURN(size_t n, fs.Read(id, off, buf));
-            if (n == 0) break;
-            std::fwrite(buf.data(), 1, n, stdout);
-            off += n;
+            auto n = fs.Read(*id, off, buf);
+            if (!n.ok()) return Err(n.status().code(), Printable(path) + ": " + strerror(n.status().code()));
+            if (*n == 0) break;
+            std::fwrite(buf.data(), 1, *n, stdout);
+            off += *n;
           }
         }
         std::fflush(stdout);
+        return Status::Ok();
+      });
+    });
+  }
+  {
+    struct O {
+      bool long_format = false, json = false;
+      Paths paths;
+    };
+    auto o = std::make_shared<O>();
+    auto* ls = app.add_subcommand("ls", "List directories (PATH..., default /)");
+    ls->add_flag("-l", o->long_format, "Long listing: mode, links, owner, size, time");
+    ls->add_flag("--json", o->json, "As JSON");
+    ls->add_option("paths", o->paths, "PATH");
+    ls->callback([=] {
+      Paths p = o->paths.empty() ? Paths{"/"} : o->paths;
+      Run(session, "ls", false, p, [=](Filesystem& fs, const Paths& paths) -> Status {
+        for (const auto& path : paths) {
+          Status st = ListPath(fs, path, o->long_format, o->json);
+          if (!st.ok()) {
+            return Err(st.code(), "cannot access " + Q(path) + ": " + strerror(st.code()));
+          }
+        }
         return Status::Ok();
       });
     });

@@ -8,7 +8,8 @@
 // that left nothing half done (the reservation, or a failure the operation
 // marked clean) commits and runs the change once more. A failure that did
 // change something has aborted the transaction already (NoteFailure) and is
-// never retried.
+// never retried. Not where the caller asked to be able to undo everything
+// since its last commit (OpenOptions::undo_uncommitted).
 #include "fs/fs_impl.h"
 #include "stats/stats.h"
 
@@ -16,6 +17,9 @@ namespace ubtrfs::fsimpl {
 
 bool FilesystemImpl::RetryAfterCommit(const Status& st, int attempt, bool outermost) {
   if (st.code() != ENOSPC || attempt > 0 || !outermost || aborted_ || hold_commits_) return false;
+  // With OpenOptions::undo_uncommitted only the caller commits: a commit of
+  // our own would make half of an all-or-nothing edit durable.
+  if (!undo_.empty()) return false;
   // A transaction with nothing in it has nothing to release.
   return txn_->HasChanges() || delayed_->pending_count() > 0;
 }

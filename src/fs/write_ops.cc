@@ -1308,9 +1308,10 @@ static_assert(kItemsPerDelete * txn::ChunkAllocator::kBlocksPerItem < txn::kGlob
 
 // Bounds the memory of a running transaction (dirty tree blocks and cached
 // inodes): past OpenOptions::max_dirty_bytes, commit, as the kernel does
-// every 30 seconds whatever its callers do.
+// every 30 seconds whatever its callers do. Never under
+// OpenOptions::undo_uncommitted: there only the caller commits.
 Status FilesystemImpl::MaybeAutoCommit() {
-  if (hold_commits_ || txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();
+  if (hold_commits_ || !undo_.empty() || txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();
   auto guard = ExclusiveGuard();
   if (txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();  // another thread committed meanwhile
   Status st = CommitImpl();

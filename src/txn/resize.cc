@@ -115,6 +115,31 @@ Status SetFileSize(const std::string& path, uint64_t bytes) {
   return Status::Ok();
 }
 
+// One resize of the image at `path`, from Begin (the lock, what the path
+// is, the writable open) to Finish (the open closed, an image file cut to
+// the new size, the result reported).
+struct Resizing {
+  ImageLock lock;
+  bool regular = false;
+  uint64_t file_size = 0;
+  Opened o;
+
+  Status Begin(const std::string& path) {
+    UB_RETURN_IF_ERROR(lock.Take(path));
+    UB_ASSIGN_OR_RETURN(regular, IsRegular(path, &file_size));
+    UB_ASSIGN_OR_RETURN(o, OpenForResize(path));
+    return Status::Ok();
+  }
+  Status Finish(const std::string& path, uint64_t want, ResizeResult r, ResizeResult* result) {
+    o.txn.reset();
+    o.vol.reset();
+    if (regular && want < file_size) UB_RETURN_IF_ERROR(SetFileSize(path, want));
+    r.new_bytes = want;
+    *result = r;
+    return Status::Ok();
+  }
+};
+
 // Moves the copy that ends last down as far as it goes, as long as one
 // does: the smallest end the current chunks can have. Commits each move.
 Status CompactDown(txn::TxnManager* txn, ResizeResult* r) {
@@ -151,15 +176,28 @@ Status ParseResizeTarget(std::string_view text, ResizeTarget* out) {
     out->kind = s[0] == '+' ? ResizeTarget::kGrowBy : ResizeTarget::kShrinkBy;
     s.remove_prefix(1);
   }
+  if (s.empty() || s[0] < '0' || s[0] > '9') {
+    return Status::Invalid("'" + std::string(text) + "' is not a size, +N, -N, max or min");
+  }
+  Status st = ParseByteSize(s, &out->bytes);
+  if (st.ok() || s.size() == text.size()) return st;
+  // The message quotes what was given, sign and all.
+  std::string m = st.message();
+  const std::string part = "'" + std::string(s) + "'";
+  if (const size_t at = m.find(part); at != std::string::npos) m.replace(at, part.size(), "'" + std::string(text) + "'");
+  return Status::Error(st.code(), m);
+}
+
+Status ParseByteSize(std::string_view text, uint64_t* bytes) {
   size_t i = 0;
   uint64_t v = 0;
-  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
-    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) return Status::Invalid("size '" + std::string(text) + "' is too large");
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    const uint64_t d = static_cast<uint64_t>(text[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return Status::Error(ERANGE, "size '" + std::string(text) + "' is too large");
     v = v * 10 + d;
   }
-  if (i == 0) return Status::Invalid("'" + std::string(text) + "' is not a size, +N, -N, max or min");
-  std::string_view unit = s.substr(i);
+  if (i == 0) return Status::Invalid("'" + std::string(text) + "' is not a size");
+  std::string_view unit = text.substr(i);
   int shift = 0;
   if (!unit.empty()) {
     switch (unit[0]) {
@@ -168,23 +206,26 @@ Status ParseResizeTarget(std::string_view text, ResizeTarget* out) {
       case 'g': case 'G': shift = 30; break;
       case 't': case 'T': shift = 40; break;
       case 'p': case 'P': shift = 50; break;
-      default: return Status::Invalid("'" + std::string(text) + "': unknown unit (K, M, G, T, P)");
+      case 'e': case 'E': shift = 60; break;
+      default: return Status::Invalid("'" + std::string(text) + "': unknown unit (K, M, G, T, P, E)");
     }
     unit.remove_prefix(1);
-    if (unit != "" && unit != "B" && unit != "iB") return Status::Invalid("'" + std::string(text) + "': unknown unit");
+    if (unit != "" && unit != "B" && unit != "b" && unit != "iB" && unit != "ib") {
+      return Status::Invalid("'" + std::string(text) + "': unknown unit");
+    }
   }
-  if (shift > 0 && v > (UINT64_MAX >> shift)) return Status::Invalid("size '" + std::string(text) + "' is too large");
-  out->bytes = v << shift;
+  if (shift > 0 && v > (UINT64_MAX >> shift)) return Status::Error(ERANGE, "size '" + std::string(text) + "' is too large");
+  *bytes = v << shift;
   return Status::Ok();
 }
 
 Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeResult* result) {
   ResizeResult r;
-  ImageLock lock;
-  UB_RETURN_IF_ERROR(lock.Take(path));
-  uint64_t file_size = 0;
-  UB_ASSIGN_OR_RETURN(const bool regular, IsRegular(path, &file_size));
-  UB_ASSIGN_OR_RETURN(Opened o, OpenForResize(path));
+  Resizing resizing;
+  UB_RETURN_IF_ERROR(resizing.Begin(path));
+  Opened& o = resizing.o;
+  const bool regular = resizing.regular;
+  const uint64_t file_size = resizing.file_size;
   const uint32_t ss = o.vol->sectorsize();
   if (o.vol->super().num_devices.get() != 1) {
     return Status::Unsupported("resize of a filesystem over several devices (" +
@@ -267,21 +308,14 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
     UB_RETURN_IF_ERROR(layout.SetDeviceSize(want));
     UB_RETURN_IF_ERROR(o.txn->Commit());
   }
-  o.txn.reset();
-  o.vol.reset();
-  if (regular && want < file_size) UB_RETURN_IF_ERROR(SetFileSize(path, want));
-  r.new_bytes = want;
-  *result = r;
-  return Status::Ok();
+  return resizing.Finish(path, want, r, result);
 }
 
 Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
   ResizeResult r;
-  ImageLock lock;
-  UB_RETURN_IF_ERROR(lock.Take(path));
-  uint64_t file_size = 0;
-  UB_ASSIGN_OR_RETURN(const bool regular, IsRegular(path, &file_size));
-  UB_ASSIGN_OR_RETURN(Opened o, OpenForResize(path));
+  Resizing resizing;
+  UB_RETURN_IF_ERROR(resizing.Begin(path));
+  Opened& o = resizing.o;
   r.old_bytes = o.vol->super().total_bytes.get();
   txn::DeviceLayout layout(o.txn.get());
   UB_RETURN_IF_ERROR(layout.TrimChunks(&r.bytes_trimmed));
@@ -290,12 +324,7 @@ Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
   const uint64_t want = layout.DeviceExtentEnd();
   UB_RETURN_IF_ERROR(layout.SetDeviceSize(want));
   UB_RETURN_IF_ERROR(o.txn->Commit());
-  o.txn.reset();
-  o.vol.reset();
-  if (regular && want < file_size) UB_RETURN_IF_ERROR(SetFileSize(path, want));
-  r.new_bytes = want;
-  *result = r;
-  return Status::Ok();
+  return resizing.Finish(path, want, r, result);
 }
 
 // ---- Devices ----

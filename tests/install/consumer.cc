@@ -4,8 +4,11 @@
 // the image) and reads it back.
 #include <ubtrfs/block_device.h>
 #include <ubtrfs/filesystem.h>
+#include <ubtrfs/resize.h>
+#include <ubtrfs/send.h>
 #include <ubtrfs/stats.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <span>
@@ -71,6 +74,25 @@ int main(int argc, char** argv) {
   if (!entries.ok()) return Die("readdir", entries.status());
   if (reads == 0) {
     std::fprintf(stderr, "consumer.cc: the filesystem did not read through the caller's device\n");
+    return 1;
+  }
+  // The other installed headers' calls link too.
+  ubtrfs::ResizeTarget target;
+  if (auto st = ubtrfs::ParseResizeTarget("+512M", &target); !st.ok()) return Die("ParseResizeTarget", st);
+  if (target.kind != ubtrfs::ResizeTarget::kGrowBy || target.bytes != (512u << 20)) {
+    std::fprintf(stderr, "consumer.cc: ParseResizeTarget(\"+512M\") gave something else\n");
+    return 1;
+  }
+  const uint8_t not_a_stream[] = "no btrfs-stream magic here";
+  bool given = false;
+  auto source = [&](std::span<uint8_t> out) -> ubtrfs::Result<size_t> {
+    if (given) return size_t{0};
+    given = true;
+    std::copy(std::begin(not_a_stream), std::end(not_a_stream), out.begin());
+    return sizeof not_a_stream;
+  };
+  if (ubtrfs::DumpStream(source, [](std::string_view) {}).ok()) {
+    std::fprintf(stderr, "consumer.cc: DumpStream took a stream without the magic\n");
     return 1;
   }
   auto stats = ubtrfs::CollectStats();

@@ -30,6 +30,12 @@ for f in lib/libubtrfs.so lib/libubtrfs.so.0 lib/libubtrfs.a lib/pkgconfig/ubtrf
          share/man/man1/ubtrfs.1 share/bash-completion/completions/ubtrfs; do
   [ -e "$prefix/$f" ] || fail "$f was not installed"
 done
+# Every public header of the source tree, installed; each compiles on its own
+# with the installed flags (ubtrfs.h as C too).
+src_include=$(cd "$here/../../include/ubtrfs" && pwd)
+for h in "$src_include"/*.h; do
+  [ -e "$prefix/include/ubtrfs/$(basename "$h")" ] || fail "include/ubtrfs/$(basename "$h") was not installed"
+done
 lib=$(readlink -f "$prefix/lib/libubtrfs.so")
 soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libubtrfs.so.0 ] || fail "SONAME is '$soname', want libubtrfs.so.0"
@@ -69,6 +75,17 @@ check() {
   fi
 }
 
+step "each installed header compiles alone"
+for h in "$prefix"/include/ubtrfs/*.h; do
+  # shellcheck disable=SC2086
+  echo "#include <ubtrfs/$(basename "$h")>" | c++ -std=c++20 -Wall -Wextra -Werror $cflags -x c++ -fsyntax-only - ||
+    fail "$(basename "$h") does not compile alone"
+done
+# shellcheck disable=SC2086
+echo "#include <ubtrfs/ubtrfs.h>" | cc -std=c99 -Wall -Wextra -Werror -pedantic-errors $cflags -x c -fsyntax-only - ||
+  fail "ubtrfs.h does not compile as C99"
+echo "$(ls "$prefix"/include/ubtrfs/*.h | wc -l) headers"
+
 step "C program with pkg-config (image from ubtrfs_mkfs)"
 # shellcheck disable=SC2086
 cc -std=c99 -Wall -Wextra -Werror -pedantic-errors "$here/consumer.c" $cflags $libs -o "$work/consumer_c"
@@ -94,7 +111,13 @@ step "CMake project with find_package(ubtrfs)"
 cmake -S "$here/cmake_project" -B "$work/cmake_project" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release >"$work/cmake_project.log" 2>&1 || { cat "$work/cmake_project.log"; fail "configure"; }
 ninja -C "$work/cmake_project" >>"$work/cmake_project.log" 2>&1 || { cat "$work/cmake_project.log"; fail "build"; }
-"$prefix/bin/ubtrfs" mkfs -q --size 128M "$work/cmake.img"
+# (an image mkfs.btrfs made, where btrfs-progs is installed)
+if command -v mkfs.btrfs >/dev/null; then
+  truncate -s 128M "$work/cmake.img"
+  mkfs.btrfs -q -f "$work/cmake.img" >"$work/mkfs.btrfs.log" 2>&1 || { cat "$work/mkfs.btrfs.log"; fail "mkfs.btrfs"; }
+else
+  "$prefix/bin/ubtrfs" mkfs -q --size 128M "$work/cmake.img"
+fi
 "$work/cmake_project/consumer_c" "$work/cmake.img"
 "$work/cmake_project/consumer_cxx" "$work/cmake.img"
 check "$work/cmake.img"

@@ -1,7 +1,12 @@
 #include "support/host_files.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <iterator>
+#include <random>
+
+#include <gtest/gtest.h>
 
 #include "support/test_util.h"
 
@@ -53,5 +58,22 @@ CommandResult RunUbtrfs(const std::vector<std::string>& args) {
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
 }
+
+void WriteRandomFile(const std::string& path, size_t size, uint32_t seed, bool text) {
+  std::mt19937 rng(seed);
+  std::string data(size, '\0');
+  for (auto& c : data) c = text ? static_cast<char>('a' + rng() % 26) : static_cast<char>(rng());
+  std::ofstream f(path, std::ios::binary);
+  f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  EXPECT_TRUE(f.good()) << path;
+}
+
+uint64_t HostFileSize(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(stat(path.c_str(), &st), 0) << path;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+bool HaveBtrfsProgs() { return !FindProgram("btrfs").empty(); }
 
 }  // namespace ubtrfs_test

@@ -27,6 +27,14 @@ std::string ReadImageFile(ubtrfs::Filesystem& fs, const std::string& path);
 std::string MustRun(const std::vector<std::string>& argv);
 // The ubtrfs command line tool of this build, run with `args`.
 CommandResult RunUbtrfs(const std::vector<std::string>& args);
+// A host file of `size` bytes from std::mt19937 seeded with `seed`:
+// incompressible, or lower-case letters with `text`; the same bytes for the
+// same seed. A test failure when it cannot be written.
+void WriteRandomFile(const std::string& path, size_t size, uint32_t seed, bool text = false);
+// st_size of a host file (a test failure and 0 when it cannot be stat'ed).
+uint64_t HostFileSize(const std::string& path);
+// Whether btrfs-progs' `btrfs` command is installed.
+bool HaveBtrfsProgs();
 
 }  // namespace ubtrfs_test
 
