@@ -12,6 +12,7 @@ _ubtrfs_nested() {
   case "$1" in
     subvolume) echo "create snapshot delete list get-default set-default" ;;
     property) echo "get set" ;;
+    device) echo "add remove delete" ;;
   esac
 }
 
@@ -24,6 +25,8 @@ _ubtrfs_options() {
     "subvolume snapshot") echo "-h --help -r --subvol --subvolid"; return ;;
     "subvolume list") echo "-h --help --json --subvol --subvolid"; return ;;
     "subvolume get-default") echo "-h --help --json"; return ;;
+    "device add") echo "-h --help -f --force -q --quiet"; return ;;
+    "device remove"|"device delete") echo "-h --help -q --quiet"; return ;;
   esac
   local common="-h --help --offset --partition --scan --degraded"
   # The subcommands that reach files by path also choose a subvolume.
@@ -32,7 +35,7 @@ _ubtrfs_options() {
       common="$common --subvol --subvolid" ;;
   esac
   case "$1" in
-    property|subvolume) echo "$common" ;;
+    property|subvolume|device) echo "$common" ;;
     receive) echo "$common -f --file --dump -v --verbose" ;;
     send) echo "$common -f --file -p --parent -c --clone-src --proto --compressed-data -v --verbose" ;;
     info) echo "$common --json" ;;
@@ -42,7 +45,6 @@ _ubtrfs_options() {
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
     mkfs) echo "$common -d --data -m --metadata -b --size -n --nodesize -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -f --force -q --quiet" ;;
     resize) echo "$common -q --quiet max min" ;;
-    device) echo "$common add remove delete -f --force -q --quiet" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     scrub) echo "$common -r --readonly --json" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;

@@ -44,7 +44,7 @@ complete_words() {  # complete_words WORD... : what completing the last word off
   _ubtrfs; printf "%s\n" "${COMPREPLY[@]}"
 }
 for sub in $subs; do
-  nested=$("$bin" "$sub" --help | awk '/^Subcommands:/{s=1; next} s && /^  [a-z]/{print $1}')
+  nested=$("$bin" "$sub" --help | awk '/^Subcommands:/{s=1; next} s && /^  [a-z]/{sub(",", "", $1); print $1}')
   [ -n "$nested" ] || continue
   section=$(awk -v s="$sub" '$0 ~ "^   " s "( |$)" {on=1; print; next} on && /^(   )?[^ ]/ {exit} on {print}' <<<"$rendered")
   offered=" $(complete_words ubtrfs "$sub" "" | tr '\n' ' ') "
