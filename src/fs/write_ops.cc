@@ -902,6 +902,13 @@ Status FilesystemImpl::WriteInline(InodeId id, std::span<const uint8_t> content,
 // with the file untouched. Runs of all-zero sectors become holes.
 std::optional<FilesystemImpl::GrowableExtent> FilesystemImpl::ExtentEndingAt(InodeId id, uint64_t offset) {
   if (offset == 0) return std::nullopt;
+  {
+    // A file fsynced in this transaction keeps an extent per write, as the
+    // kernel's (each fsync ends its delalloc range): a grown extent would be
+    // logged again whole, with all its checksums, at every fsync.
+    std::lock_guard lock(log_mu_);
+    if (logged_.count({id.root, id.ino})) return std::nullopt;
+  }
   auto tree = FsTree(id.root);
   if (!tree.ok()) return std::nullopt;
   Cursor c(vol_->source(), *tree);
