@@ -34,21 +34,12 @@ struct Extent {
   uint64_t file_off, disk, disk_len, offset, len;
 };
 
-std::string MakeImage(const TempDir& dir) {
-  const std::string img = dir.Sub("img");
-  EXPECT_TRUE(RunCommand({"truncate", "-s", "1G", img}).ok());
-  auto r = RunCommand({"mkfs.btrfs", "-q", "-f", img});
-  EXPECT_TRUE(r.ok()) << r.Describe();
+std::string MakeImage(const TempDir& dir, const std::string& name = "img") {
+  const std::string img = dir.Sub(name);
+  EXPECT_EQ(ubtrfs_test::RunMkfs(img, "", 0, "", 1ull << 30), "");
   return img;
 }
 
-std::unique_ptr<Filesystem> OpenRw(const std::string& img) {
-  OpenOptions o;
-  o.writable = true;
-  auto fs = Filesystem::Open(img, o);
-  EXPECT_TRUE(fs.ok()) << fs.status().ToString();
-  return fs.ok() ? std::move(*fs) : nullptr;
-}
 
 // The regular extents of inode `ino` of the top subvolume, as btrfs-progs
 // reads them from the image.
@@ -101,7 +92,7 @@ TEST(ExtentGrowth, SequentialWritesInOneTransactionMakeOneExtent) {
   std::vector<uint8_t> want;
   uint64_t ino = 0;
   {
-    auto fs = OpenRw(img);
+    auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
     NewInode a;
     a.mode = 0100644;
@@ -148,7 +139,7 @@ TEST(ExtentGrowth, NoExtentGrowsPast128MiB) {
   const std::string img = MakeImage(dir);
   uint64_t ino = 0;
   {
-    auto fs = OpenRw(img);
+    auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
     NewInode a;
     a.mode = 0100644;
@@ -178,7 +169,7 @@ TEST(ExtentGrowth, StopsWhereGrowingWouldBeWrong) {
   std::vector<uint8_t> want_a, want_b, want_c, want_d;
   uint64_t ia = 0, ib = 0, ic = 0, id = 0;
   {
-    auto fs = OpenRw(img);
+    auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
     NewInode attrs;
     attrs.mode = 0100644;
@@ -238,7 +229,7 @@ TEST(ExtentGrowth, InterleavedFilesKeepTheirOwnExtents) {
   TempDir dir("ubtrfs-extgrow-inter");
   const std::string img = MakeImage(dir);
   {
-    auto fs = OpenRw(img);
+    auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
     NewInode attrs;
     attrs.mode = 0100644;

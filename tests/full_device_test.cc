@@ -71,13 +71,7 @@ std::string MakeImage(const TempDir& dir, const std::string& name, const std::st
   return img;
 }
 
-std::unique_ptr<Filesystem> OpenRw(const std::string& img) {
-  OpenOptions o;
-  o.writable = true;
-  auto fs = Filesystem::Open(img, o);
-  EXPECT_TRUE(fs.ok()) << fs.status().ToString();
-  return fs.ok() ? std::move(*fs) : nullptr;
-}
+std::unique_ptr<Filesystem> OpenRw(const std::string& img) { return ubtrfs_test::OpenWritable(img); }
 
 std::vector<uint8_t> ReadAll(Filesystem& fs, InodeId id) {
   auto st = fs.GetStat(id);

@@ -117,6 +117,38 @@ class MultiDeviceTest : public testing::TestWithParam<Profile> {
     EXPECT_TRUE(diffs.empty()) << devices << ":\n" << Join(diffs, "\n");
   }
 
+  // The array's volume, read-only: where the copies of a range lie.
+  Result<std::unique_ptr<txn::Volume>> OpenVolume() const {
+    std::vector<std::unique_ptr<io::BlockDevice>> devs;
+    for (const auto& img : images_) {
+      UB_ASSIGN_OR_RETURN(auto d, io::OpenFileDevice(img));
+      devs.push_back(std::move(d));
+    }
+    return txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+  }
+  // The kernel's scrub of the array finds nothing.
+  void ExpectKernelScrubClean() {
+    ArrayMount m;
+    ASSERT_EQ(m.Mount(images_, mnt_), "");
+    auto kscrub = RunCommand({"btrfs", "scrub", "start", "-B", mnt_});
+    if (!kscrub.ok() && kscrub.err.find("errno=28") != std::string::npos) {
+      // The kernel's scrub makes each block group read-only first, and on
+      // these small arrays finds no room for that (seen with RAID6).
+      std::printf("kernel scrub not run: %s\n", kscrub.err.c_str());
+      return;
+    }
+    EXPECT_TRUE(kscrub.ok()) << kscrub.Describe();
+    EXPECT_NE(kscrub.out.find("no errors found"), std::string::npos) << kscrub.out;
+  }
+  // 4 KiB of `junk` bytes at each (devid, physical offset).
+  void Smash(const std::vector<std::pair<uint64_t, uint64_t>>& at, uint8_t junk) const {
+    for (auto [devid, phys] : at) {
+      auto d = io::OpenFileDevice(images_.at(devid - 1), io::OpenFlags{true});
+      ASSERT_TRUE(d.ok());
+      ASSERT_TRUE((*d)->WriteAt(phys, std::vector<uint8_t>(4096, junk)).ok());
+    }
+  }
+
   std::unique_ptr<TempDir> dir_;
   std::vector<std::string> images_;
   std::string src_, mnt_;
@@ -221,13 +253,7 @@ TEST_P(MultiDeviceTest, ReadsSkipABadCopy) {
   if (p.tolerates == 0) GTEST_SKIP() << p.name << " keeps one copy";
   std::vector<std::pair<uint64_t, uint64_t>> smash;  // (devid, physical)
   {
-    std::vector<std::unique_ptr<io::BlockDevice>> devs;
-    for (const auto& img : images_) {
-      auto d = io::OpenFileDevice(img);
-      ASSERT_TRUE(d.ok());
-      devs.push_back(std::move(*d));
-    }
-    auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+    auto vol = OpenVolume();
     ASSERT_TRUE(vol.ok()) << vol.status().ToString();
     // Every 64 KiB of every data chunk's first 32 MiB, on the device of
     // the first copy (tree blocks: below). With
@@ -257,13 +283,7 @@ TEST_P(MultiDeviceTest, ReadsSkipABadCopy) {
   {
     // Copy 1 of the roots of the trees (used blocks for certain); with
     // parity the fs tree's only (two in one row could share an offset).
-    std::vector<std::unique_ptr<io::BlockDevice>> devs;
-    for (const auto& img : images_) {
-      auto d = io::OpenFileDevice(img);
-      ASSERT_TRUE(d.ok());
-      devs.push_back(std::move(*d));
-    }
-    auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+    auto vol = OpenVolume();
     ASSERT_TRUE(vol.ok()) << vol.status().ToString();
     std::vector<uint64_t> roots;
     for (uint64_t id : {format::kFsTreeObjectid, format::kCsumTreeObjectid, format::kExtentTreeObjectid}) {
@@ -278,12 +298,7 @@ TEST_P(MultiDeviceTest, ReadsSkipABadCopy) {
       smash.push_back({m->at(0).at(0).devid, m->at(0).at(0).physical});
     }
   }
-  for (auto [devid, phys] : smash) {
-    auto d = io::OpenFileDevice(images_.at(devid - 1), io::OpenFlags{true});
-    ASSERT_TRUE(d.ok());
-    std::vector<uint8_t> junk(4096, 0xa5);
-    ASSERT_TRUE((*d)->WriteAt(phys, junk).ok());
-  }
+  Smash(smash, 0xa5);
   CompareWithSource(AllImages());
   // ubtrfs check sees the bad copies: tree blocks as warnings (another copy
   // is good), data copies as errors with --check-data-csum.
@@ -309,17 +324,7 @@ TEST_P(MultiDeviceTest, ReadsSkipABadCopy) {
   auto clean = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", AllImages()});
   EXPECT_EQ(clean.exit_code, 0) << clean.Describe();
   EXPECT_EQ(clean.out.find("copy 1)"), std::string::npos) << clean.out;
-  ArrayMount m;
-  ASSERT_EQ(m.Mount(images_, mnt_), "");
-  auto kscrub = RunCommand({"btrfs", "scrub", "start", "-B", mnt_});
-  if (!kscrub.ok() && kscrub.err.find("errno=28") != std::string::npos) {
-    // The kernel's scrub makes each block group read-only first, and on
-    // these small arrays finds no room for that (seen with RAID6).
-    std::printf("kernel scrub not run: %s\n", kscrub.err.c_str());
-    return;
-  }
-  EXPECT_TRUE(kscrub.ok()) << kscrub.Describe();
-  EXPECT_NE(kscrub.out.find("no errors found"), std::string::npos) << kscrub.out;
+  ExpectKernelScrubClean();
 }
 
 // RAID5/6 parity: a P (and on RAID6 a Q) element of rows that hold data,
@@ -331,13 +336,7 @@ TEST_P(MultiDeviceTest, ScrubRepairsParity) {
   if (p.name != "raid5" && p.name != "raid6") GTEST_SKIP() << p.name << " has no parity";
   std::vector<std::pair<uint64_t, uint64_t>> smash;  // (devid, physical)
   {
-    std::vector<std::unique_ptr<io::BlockDevice>> devs;
-    for (const auto& img : images_) {
-      auto d = io::OpenFileDevice(img);
-      ASSERT_TRUE(d.ok());
-      devs.push_back(std::move(*d));
-    }
-    auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+    auto vol = OpenVolume();
     ASSERT_TRUE(vol.ok()) << vol.status().ToString();
     // The largest data extent: rows inside it hold data for certain.
     auto ext = (*vol)->FindRoot(format::kExtentTreeObjectid);
@@ -366,12 +365,7 @@ TEST_P(MultiDeviceTest, ScrubRepairsParity) {
       smash.push_back({loc.devid, loc.physical + row * sl + 4096});
     }
   }
-  for (auto [devid, phys] : smash) {
-    auto d = io::OpenFileDevice(images_.at(devid - 1), io::OpenFlags{true});
-    ASSERT_TRUE(d.ok());
-    std::vector<uint8_t> junk(4096, 0x3c);
-    ASSERT_TRUE((*d)->WriteAt(phys, junk).ok());
-  }
+  Smash(smash, 0x3c);
   auto ro = ubtrfs_test::RunUbtrfs({"scrub", "--readonly", "--json", AllImages()});
   EXPECT_EQ(ro.exit_code, 3) << ro.Describe();
   EXPECT_NE(ro.out.find("\"parity_errors\": 2,"), std::string::npos) << ro.out;
@@ -384,15 +378,7 @@ TEST_P(MultiDeviceTest, ScrubRepairsParity) {
   EXPECT_NE(again.out.find("\"parity_errors\": 0,"), std::string::npos) << again.out;
   EXPECT_EQ(again.out.find("\"parity_rows\": 0,"), std::string::npos) << again.out;
   CompareWithSource(AllImages());
-  ArrayMount m;
-  ASSERT_EQ(m.Mount(images_, mnt_), "");
-  auto kscrub = RunCommand({"btrfs", "scrub", "start", "-B", mnt_});
-  if (!kscrub.ok() && kscrub.err.find("errno=28") != std::string::npos) {
-    std::printf("kernel scrub not run: %s\n", kscrub.err.c_str());
-    return;
-  }
-  EXPECT_TRUE(kscrub.ok()) << kscrub.Describe();
-  EXPECT_NE(kscrub.out.find("no errors found"), std::string::npos) << kscrub.out;
+  ExpectKernelScrubClean();
 }
 
 // A degraded write: one device gone, --degraded, a file copied in. It reads

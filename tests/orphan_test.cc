@@ -28,21 +28,12 @@ using ubtrfs_test::LoopMount;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
 
-std::string MakeImage(const TempDir& dir, const std::string& name) {
+std::string MakeImage(const TempDir& dir, const std::string& name = "img") {
   const std::string img = dir.Sub(name);
-  EXPECT_TRUE(RunCommand({"truncate", "-s", "256M", img}).ok());
-  auto r = RunCommand({"mkfs.btrfs", "-q", "-f", img});
-  EXPECT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(ubtrfs_test::RunMkfs(img, "", 0, "", 256ull << 20), "");
   return img;
 }
 
-std::unique_ptr<Filesystem> OpenRw(const std::string& img) {
-  OpenOptions o;
-  o.writable = true;
-  auto fs = Filesystem::Open(img, o);
-  EXPECT_TRUE(fs.ok()) << fs.status().ToString();
-  return fs.ok() ? std::move(*fs) : nullptr;
-}
 
 InodeId NewFile(Filesystem& fs, const std::string& name, const std::vector<uint8_t>& data) {
   NewInode a;
@@ -71,7 +62,7 @@ TEST(Orphans, PinnedFileOutlivesItsNameUntilUnpinned) {
   if (!HaveTools()) GTEST_SKIP() << "btrfs-progs not installed";
   TempDir dir("ubtrfs-orphan");
   const std::string img = MakeImage(dir, "img");
-  auto fs = OpenRw(img);
+  auto fs = ubtrfs_test::OpenWritable(img);
   ASSERT_TRUE(fs);
   const std::vector<uint8_t> data(300000, 'a');
   const InodeId f = NewFile(*fs, "open", data);
@@ -106,7 +97,7 @@ TEST(Orphans, PinnedFileOutlivesItsNameUntilUnpinned) {
   EXPECT_EQ(BtrfsCheck(img), "");
 
   // Open again: what the last session left pinned is deleted now.
-  fs = OpenRw(img);
+  fs = ubtrfs_test::OpenWritable(img);
   ASSERT_TRUE(fs);
   EXPECT_FALSE(fs->GetStat(f).ok());
   EXPECT_FALSE(fs->GetStat(g).ok());
@@ -121,7 +112,7 @@ TEST(Orphans, LastUnpinDeletes) {
   if (!HaveTools()) GTEST_SKIP() << "btrfs-progs not installed";
   TempDir dir("ubtrfs-orphan-unpin");
   const std::string img = MakeImage(dir, "img");
-  auto fs = OpenRw(img);
+  auto fs = ubtrfs_test::OpenWritable(img);
   ASSERT_TRUE(fs);
   const InodeId f = NewFile(*fs, "f", std::vector<uint8_t>(1 << 20, 'x'));
   ASSERT_TRUE(fs->Commit().ok());
@@ -154,7 +145,7 @@ TEST(Orphans, TheKernelCleansUpWhatACrashLeft) {
   const std::string img = MakeImage(dir, "img");
   uint64_t ino = 0;
   {
-    auto fs = OpenRw(img);
+    auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
     const InodeId f = NewFile(*fs, "f", std::vector<uint8_t>(200000, 'k'));
     ASSERT_TRUE(fs->Commit().ok());
@@ -222,7 +213,7 @@ TEST(Orphans, MountKilledWithAnOpenUnlinkedFile) {
   close(fd);
   m.Cleanup();
   EXPECT_EQ(BtrfsCheck(s.img), "");
-  auto fs = OpenRw(s.img);
+  auto fs = ubtrfs_test::OpenWritable(s.img);
   ASSERT_TRUE(fs);
   auto entries = fs->ReadDir(fs->Root());
   ASSERT_TRUE(entries.ok());

@@ -1,6 +1,7 @@
 #include "support/mkfs_util.h"
 
 #include <fmt/core.h>
+#include <gtest/gtest.h>
 
 #include "support/test_util.h"
 
@@ -42,6 +43,14 @@ std::string BtrfsCheck(const std::string& image, const std::string& mode) {
     return "";
   }
   return "btrfs check " + image + ": " + r.Describe() + "\nstdout:\n" + r.out + "\nstderr:\n" + r.err;
+}
+
+std::unique_ptr<ubtrfs::Filesystem> OpenWritable(const std::string& image) {
+  ubtrfs::OpenOptions o;
+  o.writable = true;
+  auto fs = ubtrfs::Filesystem::Open(image, o);
+  EXPECT_TRUE(fs.ok()) << image << ": " << fs.status().ToString();
+  return fs.ok() ? std::move(*fs) : nullptr;
 }
 
 }  // namespace ubtrfs_test

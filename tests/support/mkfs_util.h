@@ -3,10 +3,12 @@
 #define UBTRFS_TESTS_SUPPORT_MKFS_UTIL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "support/tree_compare.h"
+#include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
 
@@ -24,6 +26,9 @@ std::string MkfsMissingReason();
 std::string RunMkfs(const std::string& image, const std::string& rootdir, uint32_t nodesize,
                     const std::string& csum, uint64_t size = 512ull << 20,
                     const std::vector<std::string>& extra = {});
+
+// Filesystem::Open(image) writable; a test failure (and nullptr) if it fails.
+std::unique_ptr<ubtrfs::Filesystem> OpenWritable(const std::string& image);
 
 // What a comparison of the --rootdir source with the image may assert, given
 // what mkfs.btrfs (btrfs-progs 6.2) --rootdir actually writes. Measured with
