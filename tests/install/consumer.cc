@@ -84,12 +84,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const uint8_t not_a_stream[] = "no btrfs-stream magic here";
-  bool given = false;
+  size_t given = 0;
   auto source = [&](std::span<uint8_t> out) -> ubtrfs::Result<size_t> {
-    if (given) return size_t{0};
-    given = true;
-    std::copy(std::begin(not_a_stream), std::end(not_a_stream), out.begin());
-    return sizeof not_a_stream;
+    // At most what is asked for (the reader asks for the header first).
+    const size_t n = std::min(out.size(), sizeof not_a_stream - given);
+    std::copy_n(not_a_stream + given, n, out.begin());
+    given += n;
+    return n;
   };
   if (ubtrfs::DumpStream(source, [](std::string_view) {}).ok()) {
     std::fprintf(stderr, "consumer.cc: DumpStream took a stream without the magic\n");
