@@ -295,7 +295,9 @@ std::vector<std::pair<uint64_t, uint64_t>> DeviceLayout::NewSuperRanges(const al
 }
 
 bool DeviceLayout::SuperRangesFree(const alloc::ChunkInfo& layout) const {
-  for (auto [start, len] : NewSuperRanges(layout)) {
+  for (const auto& range : NewSuperRanges(layout)) {
+    // (not a structured binding: clang before 16 cannot capture one)
+    const uint64_t start = range.first, len = range.second;
     bool busy = false;
     txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
       if (g.start() != layout.logical) return;
