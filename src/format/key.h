@@ -29,6 +29,10 @@ struct Key {
   friend constexpr bool operator==(const Key&, const Key&) = default;
 };
 
+// The ORPHAN_ITEM of `id`: an inode with no names left (in its subvolume's
+// tree) or a dead subvolume (in the root tree), to be deleted.
+constexpr Key OrphanKey(uint64_t id) { return Key{kOrphanObjectid, kOrphanItemKey, id}; }
+
 // "(256 INODE_ITEM 0)" in the style of btrfs inspect-internal dump-tree.
 std::string KeyTypeName(uint8_t type);
 std::string ObjectidName(uint64_t objectid);

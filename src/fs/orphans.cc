@@ -10,12 +10,6 @@
 
 namespace ubtrfs::fsimpl {
 
-namespace {
-
-Key OrphanKey(uint64_t ino) { return Key{kOrphanObjectid, kOrphanItemKey, ino}; }
-
-}  // namespace
-
 void FilesystemImpl::PinInode(InodeId id) {
   std::lock_guard lock(pins_mu_);
   ++pins_[{id.root, id.ino}];

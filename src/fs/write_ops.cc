@@ -602,7 +602,7 @@ Status FilesystemImpl::DropOrOrphan(InodeId id, InodeItem ii) {
   SetTime(ii.ctime, Now());
   UB_RETURN_IF_ERROR(StoreInode(id, ii));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
-  Status s = w->Insert(Key{kOrphanObjectid, kOrphanItemKey, id.ino}, {});
+  Status s = w->Insert(OrphanKey(id.ino), {});
   return s.code() == EEXIST ? Status::Ok() : s;
 }
 

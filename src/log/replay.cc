@@ -802,8 +802,8 @@ Status Replayer::DeleteInode(uint64_t ino) {
     }
     UB_RETURN_IF_ERROR(Del(it.key));
   }
-  UB_ASSIGN_OR_RETURN(auto orphan, Get(Key{kOrphanObjectid, kOrphanItemKey, ino}));
-  if (orphan) UB_RETURN_IF_ERROR(Del(Key{kOrphanObjectid, kOrphanItemKey, ino}));
+  UB_ASSIGN_OR_RETURN(auto orphan, Get(OrphanKey(ino)));
+  if (orphan) UB_RETURN_IF_ERROR(Del(OrphanKey(ino)));
   lt_->files.erase(ino);
   lt_->dirs.erase(ino);
   if (st_) ++st_->inodes_removed;

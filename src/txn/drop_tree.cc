@@ -44,8 +44,6 @@ DiskKey ToDiskKey(const Key& k) {
   return d;
 }
 
-Key OrphanKey(uint64_t root) { return Key{kOrphanObjectid, kOrphanItemKey, root}; }
-
 std::span<const uint8_t> ItemBytes(const Volume::TreeRoot& r) {
   return std::span(reinterpret_cast<const uint8_t*>(&r.item), r.item_size);
 }
