@@ -125,7 +125,7 @@ _ubtrfs() {
       COMPREPLY=($(compgen -W "zstd zlib lzo" -- "$cur"))
       return 0 ;;
     mount:-o|mount:--options)
-      COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= noreaddirplus writeback_cache notreelog stats nodefault_permissions debug compress= compress-force= allow_other auto_unmount" -- "$cur"))
+      COMPREPLY=($(compgen -W "ro rw commit= attr_timeout= entry_timeout= negative_timeout= threads= readahead= noreaddirplus writeback_cache notreelog stats nodefault_permissions debug compress= compress-force= allow_other auto_unmount" -- "$cur"))
       return 0 ;;
     find:-type)
       COMPREPLY=($(compgen -W "f d l c b p s" -- "$cur"))

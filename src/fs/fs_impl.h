@@ -472,17 +472,21 @@ class FilesystemImpl final : public Filesystem {
     if (offset >= st.size || buf.empty()) return size_t{0};
     const uint64_t len = std::min<uint64_t>(buf.size(), st.size - offset);
     const uint64_t end = offset + len;
-    std::memset(buf.data(), 0, len);  // holes read as zeros
     const bool verify = vol_->verify_data_csums() && !(st.flags & kInodeNodatasum);
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
     Cursor c(vol_->source(), tree);
     UB_RETURN_IF_ERROR(SeekFileExtent(c, file, offset));
+    // Holes read as zeros: the gaps between extents and past the last one
+    // are zeroed here, the ranges extents cover by CopyExtent.
+    uint64_t filled = offset;
     for (; c.Valid(); ) {
       const Key k = c.key();
       if (k.objectid != file.ino || k.type != kExtentDataKey || k.offset >= end) break;
-      UB_RETURN_IF_ERROR(CopyExtent(file, k, c.data(), offset, end, buf.data(), verify));
+      if (k.offset > filled) std::memset(buf.data() + (filled - offset), 0, k.offset - filled);
+      UB_RETURN_IF_ERROR(CopyExtent(file, k, c.data(), offset, end, buf.data(), verify, &filled));
       UB_RETURN_IF_ERROR(c.Next());
     }
+    if (filled < end) std::memset(buf.data() + (filled - offset), 0, end - filled);
     return static_cast<size_t>(len);
   }
 
@@ -596,9 +600,11 @@ class FilesystemImpl final : public Filesystem {
 
  private:
   // Copies the part of one file extent that overlaps [offset, end) into buf
-  // (which starts at file offset `offset`).
+  // (which starts at file offset `offset`), zeros where the extent is a hole
+  // or preallocated, and moves *filled (the file offset up to which buf is
+  // written) past it.
   Status CopyExtent(InodeId file, const Key& k, std::span<const uint8_t> d, uint64_t offset, uint64_t end,
-                    uint8_t* buf, bool verify) {
+                    uint8_t* buf, bool verify, uint64_t* filled) {
     const std::string where = InodeName(file) + " extent " + KeyToString(k);
     if (d.size() < kFileExtentInlineDataStart) return Status::Corrupt(where + ": item too small");
     const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
@@ -621,7 +627,10 @@ class FilesystemImpl final : public Filesystem {
       }
       const uint64_t ext_end = k.offset + inline_data.size();
       const uint64_t from = std::max(offset, k.offset), to = std::min(end, ext_end);
-      if (from < to) std::memcpy(buf + (from - offset), inline_data.data() + (from - k.offset), to - from);
+      if (from < to) {
+        std::memcpy(buf + (from - offset), inline_data.data() + (from - k.offset), to - from);
+        *filled = std::max(*filled, to);
+      }
       return Status::Ok();
     }
     if (fe->type != kFileExtentReg && fe->type != kFileExtentPrealloc) {
@@ -633,7 +642,11 @@ class FilesystemImpl final : public Filesystem {
     if (k.offset + num < k.offset) return Status::Corrupt(where + ": extent length overflows");
     const uint64_t from = std::max(offset, k.offset), to = std::min(end, k.offset + num);
     if (from >= to) return Status::Ok();
-    if (fe->type == kFileExtentPrealloc || disk == 0) return Status::Ok();  // zeros
+    if (fe->type == kFileExtentPrealloc || disk == 0) {
+      std::memset(buf + (from - offset), 0, to - from);
+      *filled = std::max(*filled, to);
+      return Status::Ok();
+    }
     if (disk % ss != 0 || disk_len % ss != 0 || disk_len == 0) {
       return Status::Corrupt(where + ": unaligned disk extent [" + std::to_string(disk) + ", +" +
                              std::to_string(disk_len) + ")");
@@ -644,10 +657,17 @@ class FilesystemImpl final : public Filesystem {
                                " exceeds the disk extent of " + std::to_string(disk_len) + " bytes");
       }
       const uint64_t in_ext = ext_off + (from - k.offset);
-      const uint64_t a = in_ext / ss * ss, b = (in_ext + (to - from) + ss - 1) / ss * ss;
-      std::vector<uint8_t> tmp(b - a);
-      UB_RETURN_IF_ERROR(vol_->ReadData(disk + a, tmp, verify).WithContext(where));
-      std::memcpy(buf + (from - offset), tmp.data() + (in_ext - a), to - from);
+      if (in_ext % ss == 0 && (to - from) % ss == 0) {
+        // Whole sectors: straight into the caller's buffer.
+        UB_RETURN_IF_ERROR(vol_->ReadData(disk + in_ext, std::span(buf + (from - offset), to - from), verify)
+                               .WithContext(where));
+      } else {
+        const uint64_t a = in_ext / ss * ss, b = (in_ext + (to - from) + ss - 1) / ss * ss;
+        std::vector<uint8_t> tmp(b - a);
+        UB_RETURN_IF_ERROR(vol_->ReadData(disk + a, tmp, verify).WithContext(where));
+        std::memcpy(buf + (from - offset), tmp.data() + (in_ext - a), to - from);
+      }
+      *filled = std::max(*filled, to);
       return Status::Ok();
     }
     const uint64_t ram = fe->ram_bytes.get();
@@ -660,6 +680,7 @@ class FilesystemImpl final : public Filesystem {
     UB_RETURN_IF_ERROR(vol_->ReadData(disk, raw, verify).WithContext(where));
     UB_RETURN_IF_ERROR(fs::Decompress(comp, raw, plain, ss).WithContext(where));
     std::memcpy(buf + (from - offset), plain.data() + ext_off + (from - k.offset), to - from);
+    *filled = std::max(*filled, to);
     return Status::Ok();
   }
 

@@ -408,6 +408,13 @@ void Adapter::Init(fuse_conn_info* conn) {
   // when such a bit is set), so let it.
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
   conn->time_gran = 1;
+  // Writes of up to 1 MiB per request (libfuse's buffer holds that much; the
+  // kernel's default is 128 KiB): a large write costs an eighth of the round
+  // trips, and the data reaches the image in extents as large.
+  conn->max_write = 1u << 20;
+  // The kernel keeps the smaller of this and what the mount's sysfs knob
+  // says by now (SetMountReadahead, before the session loop runs).
+  if (opts_.max_readahead) conn->max_readahead = opts_.max_readahead;
 }
 
 void Adapter::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {

@@ -56,6 +56,7 @@ struct AdapterOptions {
   bool read_only = false;
   bool readdirplus = true;
   bool writeback_cache = false;   // kernel write-back caching of file data
+  uint32_t max_readahead = 0;     // bytes the kernel may read ahead (readahead.h); 0 = its own
   // fsync and fsyncdir write a tree log (Filesystem::Fsync); false: a full
   // commit each, as the kernel's notreelog (and ubtrfs before the log).
   bool tree_log = true;

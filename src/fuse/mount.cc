@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "fuse/adapter.h"
+#include "fuse/readahead.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::fuse {
@@ -46,6 +47,8 @@ struct Parsed {
   bool read_only = false;
   unsigned commit_seconds = 30;
   unsigned threads = 0;  // 0 = libfuse's default pool
+  unsigned readahead_kib = 4096;  // readahead=KiB; 0 keeps the kernel's (readahead.h)
+  bool readahead_given = false;
   bool stats = false;
   bool debug = false;
   bool default_permissions = true;
@@ -130,6 +133,12 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         if (!ParseUnsigned(val, &p->threads) || p->threads == 0 || p->threads > 1024) {
           return *error = "bad thread count '" + val + "'", false;
         }
+      } else if (key == "readahead" && has_val) {
+        if (!ParseUnsigned(val, &p->readahead_kib) || p->readahead_kib > (1u << 20)) {
+          return *error = "bad readahead '" + val + "' (KiB, at most 1048576)", false;
+        }
+        p->readahead_given = true;
+        p->adapter.max_readahead = p->readahead_kib * 1024;
       } else if (key == "subvol" && has_val && !val.empty()) {
         p->subvol = val;
       } else if (key == "subvolid" && has_val) {
@@ -160,7 +169,7 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         p->default_permissions = true;
       } else if (opt == "nodefault_permissions") {
         p->default_permissions = false;
-      } else if (key == "commit" || key == "threads" || key == "subvol" || key == "subvolid" ||
+      } else if (key == "commit" || key == "threads" || key == "readahead" || key == "subvol" || key == "subvolid" ||
                  key.ends_with("_timeout")) {
         return *error = "option '" + key + "' needs a value", false;
       } else if (opt == "defaults" || opt == "auto" || opt == "noauto" || opt == "nofail" || opt == "_netdev" ||
@@ -235,6 +244,7 @@ struct SessionDeleter {
 
 int RunMount(const MountConfig& cfg) {
   Parsed p;
+  p.adapter.max_readahead = p.readahead_kib * 1024;
   std::string error;
   if (!ParseOptions(cfg, &p, &error)) {
     fmt::print(stderr, "ubtrfs: mount: {}\n", error);
@@ -398,6 +408,11 @@ int RunMount(const MountConfig& cfg) {
     fuse_remove_signal_handlers(se.get());
     unlock_all();
     return 1;
+  }
+  if (p.readahead_kib != 0) {
+    // Only root may; a user who asked for it hears why not.
+    const std::string why = SetMountReadahead(mountpoint, p.readahead_kib);
+    if (!why.empty() && (p.readahead_given || p.debug)) Log("readahead not set: " + why);
   }
   if (early_fork) {
     // What fuse_daemonize does after its fork, then the parent may go.

@@ -20,6 +20,7 @@
 
 #include "alloc/space_manager.h"
 #include "tree/writer.h"
+#include "txn/alloc_mutex.h"
 #include "txn/chunk_alloc.h"
 #include "txn/volume.h"
 
@@ -190,7 +191,7 @@ class TxnManager final : public tree::BlockAllocator {
   void set_concurrent(bool on) { dirty_->set_concurrent(on); }
   // Serializes the allocation calls of threads that change trees at once
   // (tree blocks, data, writers, the metadata reservation).
-  std::unique_lock<std::recursive_mutex> AllocLock() { return std::unique_lock(alloc_mu_); }
+  std::unique_lock<AllocMutex> AllocLock() { return std::unique_lock(alloc_mu_); }
   alloc::SpaceManager& space() { return *space_; }
   // New chunks when space runs out, ENOSPC, the metadata reserve (chunk_alloc.h).
   ChunkAllocator& chunk_alloc() { return *chunk_alloc_; }
@@ -294,7 +295,7 @@ class TxnManager final : public tree::BlockAllocator {
 
   Volume* vol_;
   uint64_t bg_tree_ = format::kExtentTreeObjectid;
-  std::recursive_mutex alloc_mu_;  // see AllocLock()
+  AllocMutex alloc_mu_;  // see AllocLock()
   std::unique_ptr<alloc::SpaceManager> space_;
   std::unique_ptr<tree::DirtyBlocks> dirty_;
   std::map<uint64_t, std::unique_ptr<tree::TreeWriter>> writers_;
