@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "io/block_device.h"
+#include "io/write_combiner.h"
 
 namespace ubtrfs::io {
 namespace {
@@ -23,9 +25,18 @@ CloneCounts g_clone_counts;
 class FileDevice final : public BlockDevice {
  public:
   FileDevice(int fd, std::string path, uint64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
-  ~FileDevice() override { ::close(fd_); }
+  ~FileDevice() override {
+    // Nothing gathered is committed yet (a commit flushes first); written
+    // anyway, as a pwrite would have left it in the page cache.
+    if (gathered_.load()) {
+      std::lock_guard lock(gather_mu_);
+      (void)DrainLocked();
+    }
+    ::close(fd_);
+  }
 
   Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override {
+    UB_RETURN_IF_ERROR(DrainIfOverlaps(offset, buf.size()));
     if (offset > size_ || buf.size() > size_ - offset) {
       return Status::IoError(path_ + ": read of " + std::to_string(buf.size()) + " bytes at offset " +
                              std::to_string(offset) + " is past the end of the device (" +
@@ -48,6 +59,16 @@ class FileDevice final : public BlockDevice {
   }
 
   Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override {
+    if (combiner_.Takes(buf.size())) {
+      std::lock_guard lock(gather_mu_);
+      if (!failed_.ok()) return failed_;
+      if (combiner_.Overlaps(offset, buf.size())) UB_RETURN_IF_ERROR(DrainLocked());
+      combiner_.Add(offset, buf);
+      gathered_.store(true);
+      if (offset + buf.size() > size_) size_ = offset + buf.size();
+      return combiner_.Full() ? DrainLocked() : Status::Ok();
+    }
+    UB_RETURN_IF_ERROR(DrainIfOverlaps(offset, buf.size()));
     size_t done = 0;
     while (done < buf.size()) {
       ssize_t n = ::pwrite(fd_, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
@@ -70,8 +91,63 @@ class FileDevice final : public BlockDevice {
       iov.push_back(iovec{const_cast<uint8_t*>(p.data()), p.size()});
       total += p.size();
     }
-    // pwritev may write less than asked (and takes at most IOV_MAX pieces):
-    // advance past what was written and go on.
+    UB_RETURN_IF_ERROR(DrainIfOverlaps(offset, total));
+    UB_RETURN_IF_ERROR(WriteVector(offset, std::move(iov)));
+    if (offset + total > size_) size_ = offset + total;
+    return Status::Ok();
+  }
+
+  Result<bool> CloneFrom(int src_fd, uint64_t src_off, uint64_t offset, uint64_t len) override {
+    UB_RETURN_IF_ERROR(DrainIfOverlaps(offset, len));
+    return CloneOrCopy(src_fd, src_off, offset, len);
+  }
+
+  Status Flush() override {
+    {
+      std::lock_guard lock(gather_mu_);
+      if (!combiner_.empty()) UB_RETURN_IF_ERROR(DrainLocked());
+      // A gathered write that failed was acknowledged to its caller: no
+      // flush may pass it off as durable, ever.
+      if (!failed_.ok()) return failed_;
+    }
+    if (::fdatasync(fd_) != 0) {
+      int e = errno;
+      return Status::Error(e, path_ + ": fdatasync: " + Errno(e));
+    }
+    return Status::Ok();
+  }
+
+  // Errors are left to the Flush() that follows, which reports them.
+  void StartWriteback() override {
+    if (gathered_.load()) {
+      std::lock_guard lock(gather_mu_);
+      (void)DrainLocked();
+    }
+    (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+  }
+
+  uint64_t Size() const override { return size_; }
+  std::string Name() const override { return path_; }
+
+ private:
+  Status DrainLocked() {
+    Status s = combiner_.Drain([this](uint64_t offset, std::span<const iovec> run) {
+      return WriteVector(offset, std::vector<iovec>(run.begin(), run.end()));
+    });
+    gathered_.store(false);
+    if (!s.ok() && failed_.ok()) failed_ = s;
+    return s;
+  }
+
+  Status DrainIfOverlaps(uint64_t offset, uint64_t len) {
+    if (!gathered_.load()) return Status::Ok();
+    std::lock_guard lock(gather_mu_);
+    return combiner_.Overlaps(offset, len) ? DrainLocked() : Status::Ok();
+  }
+
+  // pwritev may write less than asked (and takes at most IOV_MAX pieces):
+  // advance past what was written and go on.
+  Status WriteVector(uint64_t offset, std::vector<iovec> iov) {
     size_t first = 0;
     uint64_t done = 0;
     while (first < iov.size()) {
@@ -95,11 +171,10 @@ class FileDevice final : public BlockDevice {
       }
       while (first < iov.size() && iov[first].iov_len == 0) ++first;
     }
-    if (offset + total > size_) size_ = offset + total;
     return Status::Ok();
   }
 
-  Result<bool> CloneFrom(int src_fd, uint64_t src_off, uint64_t offset, uint64_t len) override {
+  Result<bool> CloneOrCopy(int src_fd, uint64_t src_off, uint64_t offset, uint64_t len) {
     if (offset + len > size_) return false;
     if (clone_ok_) {
       file_clone_range r{};
@@ -137,26 +212,15 @@ class FileDevice final : public BlockDevice {
     return true;
   }
 
-  Status Flush() override {
-    if (::fdatasync(fd_) != 0) {
-      int e = errno;
-      return Status::Error(e, path_ + ": fdatasync: " + Errno(e));
-    }
-    return Status::Ok();
-  }
-
-  // Errors are left to the Flush() that follows, which reports them.
-  void StartWriteback() override { (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
-
-  uint64_t Size() const override { return size_; }
-  std::string Name() const override { return path_; }
-
- private:
   int fd_;
   std::string path_;
   uint64_t size_;
   bool clone_ok_ = true;  // until the host file system says it cannot
   bool copy_ok_ = true;
+  std::mutex gather_mu_;  // guards combiner_ and failed_
+  WriteCombiner combiner_;
+  std::atomic<bool> gathered_{false};  // !combiner_.empty(), read without the lock
+  Status failed_;
 };
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -7,6 +8,7 @@
 
 #include "io/block_device.h"
 #include "io/fault_device.h"
+#include "io/write_combiner.h"
 
 namespace ubtrfs::io {
 namespace {
@@ -58,6 +60,81 @@ TEST(FileDevice, GatheredWriteThroughAFaultDeviceIsOneWritePerPiece) {
   EXPECT_EQ(got[0], 1);
   EXPECT_EQ(got[512], 2);
   EXPECT_EQ(got[1024], 0);  // the failed third piece never reached the device
+}
+
+}  // namespace
+}  // namespace ubtrfs::io
+
+namespace ubtrfs::io {
+namespace {
+
+std::string ReadWithAnotherFd(const std::string& path, size_t off, size_t n) {
+  std::string out(n, '\0');
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  const ssize_t got = ::pread(fd, out.data(), n, static_cast<off_t>(off));
+  ::close(fd);
+  out.resize(got < 0 ? 0 : static_cast<size_t>(got));
+  return out;
+}
+
+// Small writes are gathered: the device reads them back at once (a read
+// drains what it overlaps), later writes over gathered ones win, and a
+// Flush puts every one into the file, where another reader sees them.
+TEST(FileDevice, SmallWritesReadBackAndReachTheFileByFlush) {
+  const std::string path = TempFile();
+  auto dev = OpenFileDevice(path, OpenFlags{.writable = true});
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  const std::vector<uint8_t> a(4096, 'a'), b(4096, 'b'), c(4096, 'c');
+  // Out of order, as two threads writing the allocator's adjacent extents do.
+  ASSERT_TRUE((*dev)->WriteAt(8192, c).ok());
+  ASSERT_TRUE((*dev)->WriteAt(0, a).ok());
+  ASSERT_TRUE((*dev)->WriteAt(4096, a).ok());
+  ASSERT_TRUE((*dev)->WriteAt(4096, b).ok());  // over a gathered write
+  EXPECT_EQ((*dev)->Size(), 12288u);
+  std::vector<uint8_t> got(12288);
+  ASSERT_TRUE((*dev)->ReadAt(0, got).ok());
+  EXPECT_EQ(std::string(got.begin(), got.end()), std::string(4096, 'a') + std::string(4096, 'b') + std::string(4096, 'c'));
+  ASSERT_TRUE((*dev)->WriteAt(20480, a).ok());
+  ASSERT_TRUE((*dev)->Flush().ok());
+  EXPECT_EQ(ReadWithAnotherFd(path, 20480, 4096), std::string(4096, 'a'));
+  ::unlink(path.c_str());
+}
+
+// The combiner writes runs of adjacent writes with one call each, in offset
+// order, and a write larger than it takes is left to the caller.
+TEST(WriteCombiner, AdjacentWritesGoDownAsOneRun) {
+  WriteCombiner w(1 << 20, 64 << 10);
+  EXPECT_FALSE(w.Takes(0));
+  EXPECT_FALSE(w.Takes((64 << 10) + 1));
+  const std::vector<uint8_t> x(4096, 1);
+  for (uint64_t off : {8192u, 0u, 4096u, 65536u, 69632u}) w.Add(off, x);
+  EXPECT_TRUE(w.Overlaps(4095, 2));
+  EXPECT_FALSE(w.Overlaps(12288, 65536 - 12288));
+  std::vector<std::pair<uint64_t, size_t>> runs;  // offset, pieces
+  ASSERT_TRUE(w.Drain([&](uint64_t off, std::span<const iovec> pieces) {
+                 runs.emplace_back(off, pieces.size());
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(runs, (std::vector<std::pair<uint64_t, size_t>>{{0, 3}, {65536, 2}}));
+  EXPECT_TRUE(w.empty());
+  EXPECT_FALSE(w.Overlaps(0, 1 << 20));
+}
+
+// A failed run still empties the combiner and is reported once.
+TEST(WriteCombiner, AFailedRunIsReported) {
+  WriteCombiner w;
+  const std::vector<uint8_t> x(512, 1);
+  w.Add(0, x);
+  w.Add(4096, x);
+  int calls = 0;
+  Status s = w.Drain([&](uint64_t, std::span<const iovec>) {
+    ++calls;
+    return Status::Error(ENOSPC, "no space");
+  });
+  EXPECT_EQ(s.code(), ENOSPC);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(w.empty());
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+#include "io/write_combiner.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ubtrfs::io {
+
+bool WriteCombiner::Overlaps(uint64_t offset, uint64_t n) const {
+  if (pieces_.empty() || n == 0 || offset >= hi_ || offset + n <= lo_) return false;
+  for (const Piece& p : pieces_) {
+    if (offset < p.offset + p.len && p.offset < offset + n) return true;
+  }
+  return false;
+}
+
+void WriteCombiner::Add(uint64_t offset, std::span<const uint8_t> data) {
+  // Never reallocated while gathering: Full() is checked after each Add.
+  if (bytes_.capacity() == 0) bytes_.reserve(capacity_ + largest_);
+  pieces_.push_back(Piece{offset, bytes_.size(), data.size()});
+  bytes_.insert(bytes_.end(), data.begin(), data.end());
+  lo_ = std::min(lo_, offset);
+  hi_ = std::max(hi_, offset + data.size());
+}
+
+Status WriteCombiner::Drain(const WriteRun& write) {
+  std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  Status result;
+  std::vector<iovec> run;
+  uint64_t run_start = 0, run_end = 0;
+  auto flush_run = [&] {
+    if (!run.empty() && result.ok()) result = write(run_start, run);
+    run.clear();
+  };
+  for (const Piece& p : pieces_) {
+    if (run.empty() || p.offset != run_end) {
+      flush_run();
+      run_start = p.offset;
+    }
+    run.push_back(iovec{bytes_.data() + p.pos, p.len});
+    run_end = p.offset + p.len;
+  }
+  flush_run();
+  pieces_.clear();
+  bytes_.clear();
+  lo_ = UINT64_MAX;
+  hi_ = 0;
+  return result;
+}
+
+}  // namespace ubtrfs::io
