@@ -101,7 +101,9 @@ TEST(FullDeviceFuse, DataFullMountGivesEnospcOnlyAndUnmountsClean) {
     struct statvfs v {};
     ASSERT_EQ(statvfs(s.mnt.c_str(), &v), 0);
     const uint64_t avail = uint64_t{v.f_bavail} * v.f_frsize;
-    EXPECT_LT(avail, 64 * kKiB) << "df on a data-full device";
+    // At most the superblock stripe of a data chunk, which the kernel's
+    // statfs counts as free (and shows as available) too.
+    EXPECT_LE(avail, 64 * kKiB) << "df on a data-full device";
     std::cout << "[ full     ] " << (filled >> 20) << " MiB filled; df: " << (uint64_t{v.f_blocks} * v.f_frsize >> 10)
               << " KiB size, " << (avail >> 10) << " KiB available\n";
 

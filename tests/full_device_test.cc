@@ -394,7 +394,9 @@ TEST(FullDevice, StatfsComesFromTheRunningTransaction) {
   FillData(*fs, *fill, 13);
   auto s2 = fs->StatFs();
   ASSERT_TRUE(s2.ok());
-  EXPECT_LT(s2->avail_bytes, 64 * kKiB) << "a data-full device has nothing available";
+  // Nothing but, as the kernel counts it, the 64 KiB superblock stripe of
+  // a data chunk (its block group item leaves it out of used).
+  EXPECT_LE(s2->avail_bytes, 64 * kKiB) << "a data-full device has nothing available";
   std::cout << "statfs: fresh avail " << (s0->avail_bytes >> 10) << " KiB, after 50 MiB "
             << (s1->avail_bytes >> 10) << " KiB, data full " << (s2->avail_bytes >> 10) << " KiB (free "
             << (s2->free_bytes >> 10) << " KiB)\n";

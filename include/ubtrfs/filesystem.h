@@ -73,13 +73,13 @@ struct SkippedEntry {
   std::string reason;  // e.g. "name contains '/'", "duplicate of the entry at index 5"
 };
 
-struct FsStat {
-  uint32_t block_size = 0;  // sectorsize
+struct FsStat {  // what the kernel's statfs(2) reports for a mount (read-only for a read-only view)
+  uint32_t block_size = 0;   // sectorsize
   uint32_t node_size = 0;
-  uint64_t total_bytes = 0;
-  uint64_t used_bytes = 0;
-  uint64_t free_bytes = 0;   // an estimate, as statfs(2) reports (f_bfree)
-  uint64_t avail_bytes = 0;  // what file data can still take (f_bavail): free data space, never metadata
+  uint64_t total_bytes = 0;  // f_blocks: the devices' size / the copies the data profile keeps
+  uint64_t used_bytes = 0;   // bytes of extents, each counted once (the superblock's bytes_used)
+  uint64_t free_bytes = 0;   // f_bfree: total less device bytes in use (/ data copies) less the kernel's global reserve
+  uint64_t avail_bytes = 0;  // f_bavail: what file data can still take (free data space, unallocated), never metadata
   uint64_t name_max = 255;
 };
 

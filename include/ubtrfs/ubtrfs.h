@@ -80,7 +80,7 @@ typedef struct ubtrfs_statfs_t {
   uint32_t node_size;
   uint64_t total_bytes;
   uint64_t used_bytes;
-  uint64_t free_bytes; /* an estimate, as statfs(2) reports */
+  uint64_t free_bytes; /* f_bfree, as the kernel's statfs(2) reports it */
   uint64_t name_max;
   uint64_t avail_bytes; /* what file data can still take (f_bavail): free data space, never metadata */
 } ubtrfs_statfs_t;

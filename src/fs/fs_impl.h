@@ -25,6 +25,7 @@
 
 #include "format/checksum.h"
 #include "fs/dir_names.h"
+#include "fs/statfs.h"
 #include "format/superblock.h"
 #include "fs/compress.h"
 #include "fs/compress_write.h"
@@ -579,23 +580,15 @@ class FilesystemImpl final : public Filesystem {
 
   Result<FsStat> StatFs() override {
     auto guard = Guard();
-    const SuperBlock& sb = vol_->super();
-    FsStat s;
-    s.block_size = sb.sectorsize.get();
-    s.node_size = sb.nodesize.get();
-    s.total_bytes = sb.total_bytes.get();
+    // The figures a kernel mount reports (fs/statfs.h): a running
+    // transaction's block groups as they are now, else the committed ones.
+    StatFsInput in;
     if (txn_) {
-      // The running transaction's figures, as the kernel computes them.
-      const txn::SpaceFigures f = txn::ComputeSpace(*txn_, s.total_bytes);
-      s.used_bytes = f.used_bytes;
-      s.free_bytes = f.free_bytes;
-      s.avail_bytes = f.avail_bytes;
-      return s;
+      UB_ASSIGN_OR_RETURN(in, StatFsInputFromTxn(*txn_));
+    } else {
+      UB_ASSIGN_OR_RETURN(in, StatFsInputFromVolume(*vol_));
     }
-    s.used_bytes = std::min(sb.bytes_used.get(), s.total_bytes);
-    s.free_bytes = s.total_bytes - s.used_bytes;
-    s.avail_bytes = s.free_bytes;
-    return s;
+    return ToFsStat(in, KernelStatFs(in));
   }
 
  private:

@@ -206,6 +206,13 @@ std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::FreeDeviceRanges() co
   return FreeDeviceRangesLocked();
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::DeviceUsage() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [devid, d] : devs_) out.push_back({d.item.total_bytes.get(), d.bytes_used});
+  return out;
+}
+
 std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::FreeDeviceRangesLocked() const {
   std::vector<std::pair<uint64_t, uint64_t>> out;
   for (const auto& [devid, d] : devs_) {

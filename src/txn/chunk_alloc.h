@@ -156,6 +156,9 @@ class ChunkAllocator {
   // Free device ranges as NewChunk sees them (every present device's, one
   // after the other).
   std::vector<std::pair<uint64_t, uint64_t>> FreeDeviceRanges() const;
+  // Each present device's DEV_ITEM total_bytes and the bytes its dev
+  // extents take now (new chunks included): what statfs counts from.
+  std::vector<std::pair<uint64_t, uint64_t>> DeviceUsage() const;
   uint64_t device_bytes() const { return device_end_; }
   const ChunkAllocStats& stats() const { return stats_; }
 

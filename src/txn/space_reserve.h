@@ -15,13 +15,9 @@
 //    full device is an ENOSPC before anything changed. Nothing else
 //    allocates data while an exclusive operation runs, so free space found
 //    here is still there when the operation takes it.
-//  - statfs figures from the running transaction, computed as the kernel's
-//    btrfs_statfs does: free = device bytes not used by any chunk's extents
-//    less the global reserve; available = free bytes in data chunks (space
-//    freed by the running transaction included: a commit releases it) plus
-//    unallocated device space; metadata space never counts as available,
-//    and available is 0 once metadata can grow no more and its free space
-//    has come down to the global reserve.
+//
+// statfs (fs/statfs.h) counts the kernel's global reserve size, not this
+// one: that is what a kernel mount of the image reports.
 #ifndef UBTRFS_TXN_SPACE_RESERVE_H_
 #define UBTRFS_TXN_SPACE_RESERVE_H_
 
@@ -46,15 +42,6 @@ uint64_t GlobalReserveBytes(uint64_t metadata_total, uint32_t nodesize);
 // Makes the data block groups hold `bytes` allocatable now (new data chunks
 // when needed); ENOSPC, with the figures, when the device has no room.
 Status ReserveData(TxnManager& txn, uint64_t bytes);
-
-struct SpaceFigures {
-  uint64_t total_bytes = 0;     // the device
-  uint64_t used_bytes = 0;      // device bytes holding extents (DUP counted twice)
-  uint64_t free_bytes = 0;      // total - used - global reserve
-  uint64_t avail_bytes = 0;     // what new file data can still take
-  uint64_t global_reserve = 0;
-};
-SpaceFigures ComputeSpace(TxnManager& txn, uint64_t device_total);
 
 }  // namespace ubtrfs::txn
 

@@ -195,6 +195,9 @@ class TxnManager final : public tree::BlockAllocator {
   alloc::SpaceManager& space() { return *space_; }
   // New chunks when space runs out, ENOSPC, the metadata reserve (chunk_alloc.h).
   ChunkAllocator& chunk_alloc() { return *chunk_alloc_; }
+  // Superblock-stripe bytes of the block group at group_start that the
+  // space manager counts as used (its block group item leaves them out).
+  uint64_t ExcludedIn(uint64_t group_start) const;
 
  private:
   explicit TxnManager(Volume* vol) : vol_(vol) {}
@@ -289,7 +292,6 @@ class TxnManager final : public tree::BlockAllocator {
   Status UpdateRootItems(bool* changed);
   Status DeleteCsums(uint64_t start, uint64_t len);
   Status WriteDirtyBlocks(std::vector<uint64_t>* written);
-  uint64_t ExcludedIn(uint64_t group_start) const;
   std::vector<std::pair<uint64_t, uint64_t>> TreeFreeExtents(const alloc::BlockGroup& g) const;
   void MarkGroupDirty(uint64_t logical);
 
