@@ -1,7 +1,7 @@
 // ubtrfs's own tree log (Filesystem::Fsync): the same fsync patterns as
 // log_replay_test.cc's kernel log, made through the library (a new file in a
 // new directory, fsync of an unlinked file's directory, appends, an
-// overwrite inside a committed file, renames of committed and fsynced files,
+// overwrite inside a committed file, writes in 150 places of one, renames of committed and fsynced files,
 // an xattr, a hard link, a second subvolume, an inline file, a truncate that
 // leaves a hole), and the image copied after the last fsync, as after a
 // power cut: the copy has a log (superblock log_root != 0) and every fsynced
@@ -130,6 +130,7 @@ class TreeLog : public ::testing::Test {
     op.Write("/old/gone", "to be removed");
     op.Write("/old/keep", "kept as it was");
     op.Write("/old/trunc", SeededBytes(40000, 10));
+    op.Write("/old/scatter", SeededBytes(2 << 20, 12));
     auto sv = fs.CreateSubvolume(op.Path("/"), "sv", ubtrfs::NewInode{.mode = 040755});
     if (!sv.ok()) return "subvolume: " + sv.status().ToString();
     op.Write("/sv/committed", "in a subvolume");
@@ -166,6 +167,19 @@ class TreeLog : public ::testing::Test {
     op.Write("/old/c", patch, 8192);
     op.Fsync("/old/c");
     x.files["/old/c"] = SeededBytes(65536, 3).replace(8192, 4096, patch);
+    // A committed file written in 150 places apart from each other (random
+    // writes: each a range of its own to log), then fsynced once.
+    {
+      std::string want = SeededBytes(2 << 20, 12);
+      for (int i = 0; i < 150; ++i) {
+        const uint64_t at = uint64_t(i) * 37 % 200 * 8192 + 1000;  // no two in adjacent blocks
+        const std::string piece = SeededBytes(100, 200 + i);
+        op.Write("/old/scatter", piece, static_cast<int64_t>(at));
+        want.replace(at, piece.size(), piece);
+      }
+      op.Fsync("/old/scatter");
+      x.files["/old/scatter"] = want;
+    }
     // A committed file truncated and written past a hole.
     {
       InodeId t = op.Path("/old/trunc");

@@ -806,7 +806,9 @@ class FilesystemImpl final : public Filesystem {
   std::mutex log_mu_;  // guards logged_ and log_ranges_ (changes note into them from many threads)
   std::atomic<bool> log_active_{false};  // something was logged in this transaction
   std::map<std::pair<uint64_t, uint64_t>, LoggedInode> logged_;
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>> log_ranges_;
+  // start -> end, disjoint: a file written in many places (random writes)
+  // notes a range per write, so each note must cost O(log n), not a sort.
+  std::map<std::pair<uint64_t, uint64_t>, std::map<uint64_t, uint64_t>> log_ranges_;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>> removed_names_;  // (dir, index)
   void NoteFailure(const Status& st);
   // The operation lock of a writable view: shared for the operations that

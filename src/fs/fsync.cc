@@ -89,20 +89,16 @@ void FilesystemImpl::NoteExtentRange(InodeId id, uint64_t start, uint64_t end, b
   // are needed.
   if (new_inode && !logged_.count(key)) return;
   auto& ranges = log_ranges_[key];
-  ranges.push_back({start, end});
-  if (ranges.size() > 64) {
-    // Merge, keeping the list short for a file written in many places.
-    std::sort(ranges.begin(), ranges.end());
-    std::vector<std::pair<uint64_t, uint64_t>> merged;
-    for (const auto& r : ranges) {
-      if (!merged.empty() && r.first <= merged.back().second) {
-        merged.back().second = std::max(merged.back().second, r.second);
-      } else {
-        merged.push_back(r);
-      }
-    }
-    ranges = std::move(merged);
+  auto it = ranges.upper_bound(start);
+  if (it != ranges.begin() && std::prev(it)->second >= start) {
+    it = std::prev(it);
+    start = it->first;
   }
+  while (it != ranges.end() && it->first <= end) {
+    end = std::max(end, it->second);
+    it = ranges.erase(it);
+  }
+  ranges.emplace_hint(it, start, end);
 }
 
 void FilesystemImpl::NoteInodeChanged(uint64_t root, uint64_t ino) {
@@ -357,7 +353,7 @@ Status FilesystemImpl::LogOneInode(InodeId id, LogMode mode, std::vector<std::pa
     l.committed = !is_new;
     auto r = log_ranges_.find(key);
     if (r != log_ranges_.end()) {
-      ranges = std::move(r->second);
+      ranges.assign(r->second.begin(), r->second.end());
       log_ranges_.erase(r);
     }
   }
