@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 namespace ubtrfs::io {
 
@@ -14,10 +15,16 @@ bool WriteCombiner::Overlaps(uint64_t offset, uint64_t n) const {
 }
 
 void WriteCombiner::Add(uint64_t offset, std::span<const uint8_t> data) {
-  // Never reallocated while gathering: Full() is checked after each Add.
-  if (bytes_.capacity() == 0) bytes_.reserve(capacity_ + largest_);
-  pieces_.push_back(Piece{offset, bytes_.size(), data.size()});
-  bytes_.insert(bytes_.end(), data.begin(), data.end());
+  if (!bytes_) {
+    const size_t size = (capacity_ + largest_ + 2 * kAlign - 1) / kAlign * kAlign;
+    bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, size)));
+    if (!bytes_) throw std::bad_alloc();
+  }
+  size_t pos = used_;
+  if (offset % kAlign == 0 && data.size() % kAlign == 0) pos = (pos + kAlign - 1) / kAlign * kAlign;
+  std::memcpy(bytes_.get() + pos, data.data(), data.size());
+  pieces_.push_back(Piece{offset, pos, data.size()});
+  used_ = pos + data.size();
   lo_ = std::min(lo_, offset);
   hi_ = std::max(hi_, offset + data.size());
 }
@@ -36,12 +43,12 @@ Status WriteCombiner::Drain(const WriteRun& write) {
       flush_run();
       run_start = p.offset;
     }
-    run.push_back(iovec{bytes_.data() + p.pos, p.len});
+    run.push_back(iovec{bytes_.get() + p.pos, p.len});
     run_end = p.offset + p.len;
   }
   flush_run();
   pieces_.clear();
-  bytes_.clear();
+  used_ = 0;
   lo_ = UINT64_MAX;
   hi_ = 0;
   return result;

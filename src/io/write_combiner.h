@@ -14,7 +14,9 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -29,6 +31,8 @@ class WriteCombiner {
 
   explicit WriteCombiner(size_t capacity = size_t{1} << 20, size_t largest = size_t{64} << 10)
       : capacity_(capacity), largest_(largest) {}
+  WriteCombiner(const WriteCombiner&) = delete;
+  WriteCombiner& operator=(const WriteCombiner&) = delete;
 
   // Whether a write of n bytes is gathered; larger ones go straight down.
   bool Takes(size_t n) const { return n > 0 && n <= largest_; }
@@ -36,9 +40,16 @@ class WriteCombiner {
   // Whether [offset, offset + n) meets a gathered write: a read of it, or a
   // write over it, must drain first.
   bool Overlaps(uint64_t offset, uint64_t n) const;
-  // Copies the bytes in. The caller drains first if they overlap.
+  // Copies the bytes in. The caller drains first if they overlap. A write
+  // whose offset and length are multiples of kAlign is kept at a multiple
+  // of kAlign in memory too, so a run of such writes can go to the device
+  // around the page cache (O_DIRECT wants its buffers aligned).
   void Add(uint64_t offset, std::span<const uint8_t> data);
-  bool Full() const { return bytes_.size() >= capacity_; }
+  bool Full() const { return used_ >= capacity_; }
+  // Bounds of everything gathered: [lo, hi).
+  uint64_t lo() const { return lo_; }
+  uint64_t hi() const { return hi_; }
+  static constexpr size_t kAlign = 4096;
   // Writes everything gathered, in offset order, one call per run of
   // adjacent writes; empty afterwards, whether or not a write failed.
   Status Drain(const WriteRun& write);
@@ -49,8 +60,14 @@ class WriteCombiner {
     size_t pos;  // in bytes_
     size_t len;
   };
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
   size_t capacity_, largest_;
-  std::vector<uint8_t> bytes_;
+  // capacity_ + largest_ + kAlign bytes from the first Add on, aligned to
+  // kAlign; never reallocated, as Full() is checked after each Add.
+  std::unique_ptr<uint8_t[], Free> bytes_;
+  size_t used_ = 0;
   std::vector<Piece> pieces_;
   uint64_t lo_ = UINT64_MAX, hi_ = 0;  // bounds of all pieces: most reads miss them
 };
