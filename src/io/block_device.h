@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -56,6 +57,11 @@ CloneCounts& GlobalCloneCounts();
 
 struct OpenFlags {
   bool writable = false;
+  // Data writes of an image file around the host's page cache (O_DIRECT,
+  // file_device.cc). Unset: only with UBTRFS_DIRECT_IO=1 in the
+  // environment, as one direct write at a time is slower than the page
+  // cache's writeback on a quiet machine (docs/BENCHMARKS.md, session 21).
+  std::optional<bool> direct_writes;
 };
 
 // An image file or a block device, through pread/pwrite.

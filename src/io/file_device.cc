@@ -231,8 +231,11 @@ class FileDevice final : public BlockDevice {
   // back rarely gains nothing from the page cache, and on small VMs the
   // copy into it (and the writeback of it later) was most of the system
   // time of an import (issue 24: 1 GiB by dd, 1.76 s of system time
-  // buffered against 0.17 s direct). A buffer that is not aligned goes
-  // through an aligned one, a MiB at a time. false: not written here.
+  // buffered against 0.17 s direct). But each write waits for the disk, one
+  // at a time, where the page cache's writeback keeps several in flight
+  // while the caller copies on: so it is asked for, not the default. A
+  // buffer that is not aligned goes through an aligned one, a MiB at a
+  // time. false: not written here.
   Result<bool> WriteDirect(uint64_t offset, std::span<const uint8_t> buf) {
     if (!direct_.load(std::memory_order_relaxed) || offset % dio_align_ || buf.size() % dio_align_) return false;
     if (reinterpret_cast<uintptr_t>(buf.data()) % dio_align_ == 0) {
@@ -331,8 +334,8 @@ class FileDevice final : public BlockDevice {
 
   int fd_;
   // The same file opened O_DIRECT for data writes (WriteDirect), or -1:
-  // read-only, a host file system without direct I/O (tmpfs), or
-  // UBTRFS_BUFFERED_IO=1. Reads and the commit's metadata go through fd_,
+  // not asked for (OpenFlags::direct_writes), read-only, or a host file
+  // system without direct I/O (tmpfs). Reads and the commit's metadata go through fd_,
   // whose page cache the kernel keeps coherent with direct writes.
   int dfd_;
   size_t dio_align_;
@@ -396,8 +399,12 @@ namespace {
 // A second descriptor of the file for direct writes, and their alignment,
 // when the host file system reports one (statx STATX_DIOALIGN) no larger
 // than a sector of ours, so that every aligned data write qualifies.
-std::pair<int, size_t> OpenDirect(const std::string& path, int fd) {
-  if (const char* v = std::getenv("UBTRFS_BUFFERED_IO"); v && *v && std::strcmp(v, "0") != 0) return {-1, 0};
+std::pair<int, size_t> OpenDirect(const std::string& path, int fd, std::optional<bool> want) {
+  if (!want) {
+    const char* v = std::getenv("UBTRFS_DIRECT_IO");
+    want = v && *v && std::strcmp(v, "0") != 0;
+  }
+  if (!*want) return {-1, 0};
   struct statx sx {};
   if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) != 0 || !(sx.stx_mask & STATX_DIOALIGN)) return {-1, 0};
   const size_t align = std::max(sx.stx_dio_mem_align, sx.stx_dio_offset_align);
@@ -440,7 +447,7 @@ Result<std::unique_ptr<BlockDevice>> OpenFileDevice(const std::string& path, Ope
     ::close(fd);
     return Status::Invalid(path + ": not a regular file or block device");
   }
-  auto [dfd, align] = flags.writable ? OpenDirect(path, fd) : std::pair(-1, size_t{0});
+  auto [dfd, align] = flags.writable ? OpenDirect(path, fd, flags.direct_writes) : std::pair(-1, size_t{0});
   return std::unique_ptr<BlockDevice>(new FileDevice(fd, dfd, align, path, size));
 }
 

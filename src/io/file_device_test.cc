@@ -108,9 +108,13 @@ TEST(FileDevice, SmallWritesReadBackAndReachTheFileByFlush) {
 // block ends up with its writer's last bytes, in the device and in the file,
 // whichever batch (gathering, in flight) the first ones were in. ./test runs
 // this under ThreadSanitizer.
-TEST(FileDevice, SmallWritesFromTwoThreadsKeepTheirOwnBlocks) {
+class FileDeviceBothWays : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(FileDevice, FileDeviceBothWays, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Direct" : "PageCache"; });
+
+TEST_P(FileDeviceBothWays, SmallWritesFromTwoThreadsKeepTheirOwnBlocks) {
   const std::string path = TempFile();
-  auto dev = OpenFileDevice(path, OpenFlags{.writable = true});
+  auto dev = OpenFileDevice(path, OpenFlags{.writable = true, .direct_writes = GetParam()});
   ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   constexpr int kBlocks = 600;
   auto value = [](int block, int pass) { return static_cast<uint8_t>(pass == 0 ? block : block ^ 0x55); };
@@ -144,9 +148,9 @@ TEST(FileDevice, SmallWritesFromTwoThreadsKeepTheirOwnBlocks) {
 // buffer, or through an aligned copy when the buffer is not aligned), others
 // through it; each reads back at once, through the device and through
 // another descriptor, also where a buffered write and a direct one meet.
-TEST(FileDevice, LargeWritesReadBackWhicheverWayTheyWent) {
+TEST_P(FileDeviceBothWays, LargeWritesReadBackWhicheverWayTheyWent) {
   const std::string path = TempFile();
-  auto dev = OpenFileDevice(path, OpenFlags{.writable = true});
+  auto dev = OpenFileDevice(path, OpenFlags{.writable = true, .direct_writes = GetParam()});
   ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   std::string want(8 << 20, '\0');
   auto put = [&](uint64_t off, const std::string& bytes, size_t misalign) {
