@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config ccache clang libclang-rt-dev python3
       libisal-dev libxxhash-dev libsodium-dev zlib1g-dev liblzo2-dev libzstd-dev uuid-dev
       libcli11-dev libfmt-dev libgtest-dev nlohmann-json3-dev libfuse3-dev fuse3 libedit-dev libblkid-dev libarchive-dev fdisk
-      btrfs-progs e2fsprogs util-linux attr xfsprogs hyperfine fsmark dbench fio gnuplot-nox time
+      btrfs-progs e2fsprogs util-linux attr xfsprogs hyperfine fsmark dbench fio gnuplot-nox time tree
       git rsync tar zstd make gcc man-db groff-base bash-completion
       python3-pytest python3-setuptools python3-venv python3-pip
       ceph-mon ceph-osd ceph-common librbd-dev librados-dev uuid-runtime)

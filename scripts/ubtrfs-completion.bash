@@ -58,7 +58,7 @@ _ubtrfs_options() {
     find) echo "$common -name -type -maxdepth -mindepth" ;;
     du) echo "$common -s --summarize -a --all -b --bytes -h --human-readable --json" ;;
     df) echo "$common --json -h --human-readable" ;;
-    tree) echo "$common -L --level" ;;
+    tree) echo "$common -a --all -L --level" ;;
     mkdir) echo "$common -p --parents -m --mode" ;;
     rm) echo "$common -r -R --recursive -f --force" ;;
     edit) echo "$common -f --file" ;;

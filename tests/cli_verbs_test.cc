@@ -304,9 +304,49 @@ TEST_F(CliVerbsTest, ReadingVerbsPrintWhatTheHostToolsPrint) {
   // tree and df print.
   auto vt = Ubtrfs({"tree", I("/")});
   EXPECT_NE(vt.out.find("└── "), std::string::npos) << vt.out;
-  EXPECT_NE(vt.out.find("1 directory, 6 files"), std::string::npos) << vt.out;
+  EXPECT_NE(vt.out.find("2 directories, 6 files"), std::string::npos) << vt.out;  // tree(1) 2.x counts the top
   auto vdf = Ubtrfs({"df", "--json", img_});
   EXPECT_NE(vdf.out.find("\"total_bytes\": 134217728"), std::string::npos) << vdf.out;
+}
+
+// `ubtrfs tree` prints what tree(1) prints for the same directory (all but
+// the first line, which names the directory): hidden names only with -a,
+// symlinks to directories counted as directories, dangling ones as files,
+// -L, names with spaces, byte order (tree in a C.UTF-8 locale).
+TEST_F(CliVerbsTest, TreeAsTreeOneShowsIt) {
+  if (FindProgram("tree").empty()) GTEST_SKIP() << "tree not installed (scripts/deps.sh installs it)";
+  for (const char* d : {"/D", "/D/sub", "/D/sub/deeper", "/empty", "/with space", "/.hdir"}) {
+    ASSERT_EQ(::mkdir((host_ + d).c_str(), 0755), 0) << d;
+  }
+  for (const char* f : {"D/B", "D/a", "D/sub/deeper/x", "with space/f g", ".hidden", ".hdir/in", "_u", "Zed"}) {
+    ASSERT_TRUE(WriteFile(f, "x"));
+  }
+  ASSERT_EQ(::symlink("D", (host_ + "/ldir").c_str()), 0);
+  ASSERT_EQ(::symlink("../D/sub", (host_ + "/D/up").c_str()), 0);
+  ASSERT_EQ(::symlink("nowhere", (host_ + "/dangling").c_str()), 0);
+  ASSERT_EQ(::symlink("loop", (host_ + "/loop").c_str()), 0);
+  ASSERT_EQ(::mkfifo((host_ + "/fifo").c_str(), 0644), 0);
+  ASSERT_EQ(::unlink(img_.c_str()), 0);
+  auto mk = RunCommand({kCli, "mkfs", "-q", "--size", "128M", "--rootdir", host_, img_});
+  ASSERT_TRUE(mk.ok()) << mk.Describe();
+  auto body = [](const std::string& out) { return out.substr(std::min(out.size(), out.find('\n') + 1)); };
+  for (const std::vector<std::string>& opts :
+       std::vector<std::vector<std::string>>{{}, {"-a"}, {"-L", "2"}, {"-a", "-L", "1"}}) {
+    std::vector<std::string> h = {"env", "LC_ALL=C.UTF-8", "sh", "-c", "cd \"$0\" && exec tree \"$@\" .", host_};
+    h.insert(h.end(), opts.begin(), opts.end());
+    auto hr = RunCommand(h);
+    ASSERT_TRUE(hr.ok()) << hr.Describe();
+    std::vector<std::string> v = {"tree"};
+    v.insert(v.end(), opts.begin(), opts.end());
+    v.push_back(I("/"));
+    auto vr = Ubtrfs(v);
+    ASSERT_TRUE(vr.ok()) << vr.Describe();
+    EXPECT_EQ(body(vr.out), body(hr.out)) << ShellJoin(opts);
+  }
+  auto hr = RunCommand({"env", "LC_ALL=C.UTF-8", "sh", "-c", "cd \"$0\" && exec tree .", host_ + "/D"});
+  auto vr = Ubtrfs({"tree", I("/D")});
+  ASSERT_TRUE(vr.ok()) << vr.Describe();
+  EXPECT_EQ(body(vr.out), body(hr.out));
 }
 
 TEST_F(CliVerbsTest, ErrorsAreTheCoreutilsOnes) {

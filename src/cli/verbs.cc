@@ -567,25 +567,78 @@ Result<uint64_t> DuWalk(Filesystem& fs, InodeId id, const std::string& path, int
   return total;
 }
 
-Status TreeWalk(Filesystem& fs, InodeId id, const std::string& prefix, int depth, int max_depth, uint64_t* dirs,
-                uint64_t* files, std::set<std::pair<uint64_t, uint64_t>>& seen) {
+// Where a path inside the image leads, following symlinks on the way and
+// at the end (at most 40, as the kernel), "." and ".." as the kernel does.
+Result<InodeId> ResolveFollowing(Filesystem& fs, const std::string& path) {
+  std::vector<InodeId> stack{fs.Root()};  // the directories walked down
+  std::vector<std::string> todo;          // components left, last first
+  auto push = [&todo](const std::string& p) {
+    std::vector<std::string> parts;
+    for (size_t at = 0; at <= p.size();) {
+      const size_t slash = std::min(p.find('/', at), p.size());
+      if (slash > at) parts.push_back(p.substr(at, slash - at));
+      at = slash + 1;
+    }
+    todo.insert(todo.end(), parts.rbegin(), parts.rend());
+  };
+  push(path);
+  for (int links = 0; !todo.empty();) {
+    const std::string name = std::move(todo.back());
+    todo.pop_back();
+    if (name == ".") continue;
+    if (name == "..") {
+      if (stack.size() > 1) stack.pop_back();
+      continue;
+    }
+    UB_ASSIGN_OR_RETURN(InodeId next, fs.LookupChild(stack.back(), name));
+    UB_ASSIGN_OR_RETURN(Stat st, fs.GetStat(next));
+    if (!S_ISLNK(st.mode)) {
+      stack.push_back(next);
+      continue;
+    }
+    if (++links > 40) return Status::Error(ELOOP, path + ": too many levels of symbolic links");
+    UB_ASSIGN_OR_RETURN(std::string target, fs.ReadLink(next));
+    if (!target.empty() && target[0] == '/') stack.resize(1);
+    push(target);
+  }
+  return stack.back();
+}
+
+// As tree(1) 2.x: names starting with '.' only with -a; a symlink that
+// leads to a directory counts as one; the top directory counts too; the
+// line under a directory that goes on is "│", two no-break spaces, a space.
+Status TreeWalk(Filesystem& fs, InodeId id, const std::string& path, const std::string& prefix, int depth,
+                int max_depth, bool all, uint64_t* dirs, uint64_t* files,
+                std::set<std::pair<uint64_t, uint64_t>>& seen) {
   if (max_depth >= 0 && depth >= max_depth) return Status::Ok();
   if (!seen.insert({id.root, id.ino}).second) return Status::Ok();
   UB_ASSIGN_OR_RETURN(auto entries, fs.ReadDir(id));
+  if (!all) std::erase_if(entries, [](const DirEntry& e) { return !e.name.empty() && e.name[0] == '.'; });
   std::sort(entries.begin(), entries.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
   for (size_t i = 0; i < entries.size(); ++i) {
     const bool last = i + 1 == entries.size();
     const auto& e = entries[i];
     UB_ASSIGN_OR_RETURN(Stat s, fs.GetStat(e.id));
     std::string line = prefix + (last ? "└── " : "├── ") + Printable(e.name);
+    bool dir = S_ISDIR(s.mode);
     if (S_ISLNK(s.mode)) {
       auto t = fs.ReadLink(e.id);
       line += " -> " + (t.ok() ? Printable(*t) : std::string("?"));
+      if (t.ok()) {
+        auto to = ResolveFollowing(fs, !t->empty() && (*t)[0] == '/' ? *t : path + "/" + *t);
+        if (to.ok()) {
+          auto ts = fs.GetStat(*to);
+          dir = ts.ok() && S_ISDIR(ts->mode);
+        }
+      }
     }
     fmt::print("{}\n", line);
-    if (S_ISDIR(s.mode)) {
+    if (dir) {
       ++*dirs;
-      UB_RETURN_IF_ERROR(TreeWalk(fs, e.id, prefix + (last ? "    " : "│   "), depth + 1, max_depth, dirs, files, seen));
+      if (S_ISDIR(s.mode)) {
+        UB_RETURN_IF_ERROR(TreeWalk(fs, e.id, Join(path, e.name), prefix + (last ? "    " : "│\u00a0\u00a0 "), depth + 1,
+                                    max_depth, all, dirs, files, seen));
+      }
     } else {
       ++*files;
     }
@@ -995,19 +1048,22 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
   {
     struct O {
       int level = -1;
+      bool all = false;
       Paths files;
     };
     auto o = std::make_shared<O>();
     auto* tree = app.add_subcommand("tree", "Show a directory tree (" + P + ")");
+    tree->add_flag("-a,--all", o->all, "Also list names that start with '.'");
     tree->add_option("-L,--level", o->level, "Descend at most this many levels");
     tree->add_option("files", o->files, P)->required()->expected(1);
     tree->callback([=] {
       Run(session, "tree", false, o->files, [=](Filesystem& fs, const Paths& p) -> Status {
         UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, p[0], "cannot access"));
         fmt::print("{}\n", Printable(p[0]));
-        uint64_t dirs = 0, files = 0;
+        UB_ASSIGN_OR_RETURN(Stat top, fs.GetStat(id));
+        uint64_t dirs = S_ISDIR(top.mode) ? 1 : 0, files = 0;
         std::set<std::pair<uint64_t, uint64_t>> seen;
-        UB_RETURN_IF_ERROR(TreeWalk(fs, id, "", 0, o->level, &dirs, &files, seen));
+        UB_RETURN_IF_ERROR(TreeWalk(fs, id, p[0], "", 0, o->level, o->all, &dirs, &files, seen));
         fmt::print("\n{} director{}, {} file{}\n", dirs, dirs == 1 ? "y" : "ies", files, files == 1 ? "" : "s");
         return Status::Ok();
       });
