@@ -765,6 +765,8 @@ TEST_F(CliVerbsTest, EditAtATerminalIsAPromptWithHistory) {
   type("\x1b[A\x1b[A");  // two lines back: "touch /t1"
   type("\x7f" "2\r");    // made "touch /t2"
   ASSERT_TRUE(await_prompts(4)) << screen;
+  type("rm /t1 /nope\r");  // fails after removing /t1: the whole line is undone
+  ASSERT_TRUE(await_prompts(5)) << screen;
   type("\x04");  // end of input: commit
   int status = 0;
   pid_t done = 0;
@@ -790,6 +792,8 @@ TEST_F(CliVerbsTest, EditAtATerminalIsAPromptWithHistory) {
   auto ls = Ubtrfs({"ls", img_, "/"});
   EXPECT_NE(ls.out.find("t1\n"), std::string::npos) << ls.out;
   EXPECT_NE(ls.out.find("t2\n"), std::string::npos) << ls.out << "\n(the recalled line was not edited)\n" << screen;
+  EXPECT_NE(screen.find("'/nope'"), std::string::npos) << screen;
+  EXPECT_NE(ls.out.find("t1\n"), std::string::npos) << ls.out << "\n(the failed rm line kept its removal of /t1)\n" << screen;
   EXPECT_EQ(BtrfsCheck(img_), "");
 }
 

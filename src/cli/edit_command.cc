@@ -3,8 +3,9 @@
 // the first failing line stops it with its line number and the image is put
 // back byte for byte (OpenOptions::undo_uncommitted, Filesystem::Discard).
 // At a terminal it is a prompt with history; there a failing line is
-// reported and the session goes on, `commit` commits, `abort` gives up
-// everything since the last commit, and the end of input commits.
+// reported, changes nothing (undone as described at undo_line) and the
+// session goes on, `commit` commits, `abort` gives up everything since the
+// last commit, and the end of input commits.
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +19,7 @@
 
 #include <editline/readline.h>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
@@ -75,9 +77,17 @@ bool SplitWords(const std::string& line, std::vector<std::string>* words, std::s
   return true;
 }
 
-// Runs one line; "" on success, else what failed.
-std::string RunLine(Filesystem& fs, const std::vector<std::string>& words) {
+// Runs one line; "" on success, else what failed. *writes: whether its verb
+// changes the image.
+std::string RunLine(Filesystem& fs, const std::vector<std::string>& words, bool* writes = nullptr) {
   VerbSession session;
+  struct Report {
+    VerbSession& s;
+    bool* out;
+    ~Report() {
+      if (out) *out = s.writes;
+    }
+  } report{session, writes};
   session.fs = &fs;
   CLI::App app{"edit"};
   app.require_subcommand(1);
@@ -154,18 +164,47 @@ void CmdEdit(const std::string& image, const std::string& script) {
     fmt::print(stderr, "ubtrfs: edit: {}: {}\n", image, fs.status().ToString());
     return SetExitCode(1);
   }
+  // At a terminal a failing line changes nothing either: what it did is
+  // undone by discarding everything since the last commit, reopening, and
+  // doing again the lines that went well since (kept here).
+  std::vector<std::vector<std::string>> since_commit;
+  auto undo_line = [&]() -> bool {
+    for (;;) {
+      if (Status st = (*fs)->Discard(); !st.ok()) fmt::print(stderr, "ubtrfs: edit: {}\n", st.ToString());
+      fs->reset();
+      fs = Filesystem::Open(image, o);
+      if (!fs.ok()) {
+        fmt::print(stderr, "ubtrfs: edit: reopening {}: {}\n", image, fs.status().ToString());
+        return false;
+      }
+      size_t i = 0;
+      std::string e;
+      while (i < since_commit.size() && (e = RunLine(**fs, since_commit[i])).empty()) ++i;
+      if (i == since_commit.size()) return true;
+      // The world changed under it (a host file of a copy-in): that line
+      // and the ones after it are given up, the ones before it redone.
+      fmt::print(stderr, "ubtrfs: edit: doing '{}' again failed ({}); it and the {} lines after it are undone\n",
+                 fmt::join(since_commit[i], " "), e, since_commit.size() - i - 1);
+      since_commit.resize(i);
+    }
+  };
+
   for (const auto& w : (*fs)->Warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", image, w);
   const std::string where = script.empty() || script == "-" ? "stdin" : script;
   std::string line, error;
   std::vector<std::string> words;
   for (int n = 1; reader->Next(&line); ++n) {
+    bool writes = false;
     if (!SplitWords(line, &words, &error)) {
       error = where + ":" + std::to_string(n) + ": " + error;
     } else if (words.empty()) {
       continue;
     } else if (words[0] == "commit" && words.size() == 1) {
       Status st = (*fs)->Commit();
-      if (st.ok()) continue;
+      if (st.ok()) {
+        since_commit.clear();
+        continue;
+      }
       error = where + ":" + std::to_string(n) + ": commit: " + st.ToString();
     } else if (words[0] == "abort" && words.size() == 1) {
       Status st = (*fs)->Discard();
@@ -174,13 +213,16 @@ void CmdEdit(const std::string& image, const std::string& script) {
       return SetExitCode(interactive ? 0 : 1);
     } else if (words[0] == "quit" || words[0] == "exit") {
       break;
-    } else if (std::string e = RunLine(**fs, words); !e.empty()) {
+    } else if (std::string e = RunLine(**fs, words, &writes); !e.empty()) {
       error = where + ":" + std::to_string(n) + ": " + e;
+    } else if (interactive && writes) {
+      since_commit.push_back(words);
     }
     if (error.empty()) continue;
     fmt::print(stderr, "ubtrfs: edit: {}\n", error);
     if (interactive) {
       error.clear();
+      if (writes && !undo_line()) return SetExitCode(1);
       continue;
     }
     Status st = (*fs)->Discard();

@@ -61,6 +61,7 @@ NewInode Attrs(uint32_t mode) {
 // changing verb.
 void Run(VerbSession* session, const std::string& verb, bool write, const Paths& args, const Body& body) {
   if (session != nullptr) {
+    session->writes = write;
     Status st = body(*session->fs, args);
     if (!st.ok()) session->status = Status::Error(st.code(), verb + ": " + st.message());
     return;

@@ -20,6 +20,7 @@ namespace ubtrfs::cli {
 struct VerbSession {
   Filesystem* fs = nullptr;  // the edit session's image (null: each verb opens its IMAGE:PATH)
   Status status;             // an edit session: the failure of the verb that ran
+  bool writes = false;       // the verb that ran is one that changes the image
 };
 
 // Registers the verbs on `app`. With a session, paths are inside its image
