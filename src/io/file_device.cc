@@ -48,10 +48,11 @@ class FileDevice final : public BlockDevice {
 
   Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override {
     UB_RETURN_IF_ERROR(DrainIfOverlaps(offset, buf.size()));
-    if (offset > size_ || buf.size() > size_ - offset) {
+    const uint64_t size = size_.load(std::memory_order_relaxed);
+    if (offset > size || buf.size() > size - offset) {
       return Status::IoError(path_ + ": read of " + std::to_string(buf.size()) + " bytes at offset " +
                              std::to_string(offset) + " is past the end of the device (" +
-                             std::to_string(size_) + " bytes; truncated image?)");
+                             std::to_string(size) + " bytes; truncated image?)");
     }
     size_t done = 0;
     while (done < buf.size()) {
@@ -82,7 +83,7 @@ class FileDevice final : public BlockDevice {
       if (active_->Overlaps(offset, buf.size())) UB_RETURN_IF_ERROR(DrainLocked());
       active_->Add(offset, buf);
       gathered_.store(true);
-      if (offset + buf.size() > size_) size_ = offset + buf.size();
+      Grow(offset + buf.size());
       if (!active_->Full()) return Status::Ok();
       // The full batch is written outside the lock, so the other threads
       // go on gathering into the second one meanwhile.
@@ -105,7 +106,7 @@ class FileDevice final : public BlockDevice {
     }
     UB_RETURN_IF_ERROR(DrainIfOverlaps(offset, buf.size()));
     if (auto direct = WriteDirect(offset, buf); !direct.ok() || *direct) {
-      if (direct.ok() && offset + buf.size() > size_) size_ = offset + buf.size();
+      if (direct.ok()) Grow(offset + buf.size());
       return direct.status();
     }
     size_t done = 0;
@@ -118,7 +119,7 @@ class FileDevice final : public BlockDevice {
       }
       done += static_cast<size_t>(n);
     }
-    if (offset + buf.size() > size_) size_ = offset + buf.size();
+    Grow(offset + buf.size());
     return Status::Ok();
   }
 
@@ -132,7 +133,7 @@ class FileDevice final : public BlockDevice {
     }
     UB_RETURN_IF_ERROR(DrainIfOverlaps(offset, total));
     UB_RETURN_IF_ERROR(WriteVector(offset, std::move(iov)));
-    if (offset + total > size_) size_ = offset + total;
+    Grow(offset + total);
     return Status::Ok();
   }
 
@@ -167,7 +168,7 @@ class FileDevice final : public BlockDevice {
     (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
   }
 
-  uint64_t Size() const override { return size_; }
+  uint64_t Size() const override { return size_.load(std::memory_order_relaxed); }
   std::string Name() const override { return path_; }
 
  private:
@@ -295,7 +296,7 @@ class FileDevice final : public BlockDevice {
   }
 
   Result<bool> CloneOrCopy(int src_fd, uint64_t src_off, uint64_t offset, uint64_t len) {
-    if (offset + len > size_) return false;
+    if (offset + len > Size()) return false;
     if (clone_ok_) {
       file_clone_range r{};
       r.src_fd = src_fd;
@@ -341,7 +342,13 @@ class FileDevice final : public BlockDevice {
   size_t dio_align_;
   std::atomic<bool> direct_{false};
   std::string path_;
-  uint64_t size_;
+  // Grows with writes past the end, from any thread.
+  std::atomic<uint64_t> size_;
+  void Grow(uint64_t end) {
+    uint64_t cur = size_.load(std::memory_order_relaxed);
+    while (end > cur && !size_.compare_exchange_weak(cur, end, std::memory_order_relaxed)) {
+    }
+  }
   bool clone_ok_ = true;  // until the host file system says it cannot
   bool copy_ok_ = true;
   // Small writes gather in *active_; a full batch moves to *inflight_ and is
