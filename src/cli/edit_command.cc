@@ -81,13 +81,6 @@ bool SplitWords(const std::string& line, std::vector<std::string>* words, std::s
 // changes the image.
 std::string RunLine(Filesystem& fs, const std::vector<std::string>& words, bool* writes = nullptr) {
   VerbSession session;
-  struct Report {
-    VerbSession& s;
-    bool* out;
-    ~Report() {
-      if (out) *out = s.writes;
-    }
-  } report{session, writes};
   session.fs = &fs;
   CLI::App app{"edit"};
   app.require_subcommand(1);
@@ -112,6 +105,7 @@ std::string RunLine(Filesystem& fs, const std::vector<std::string>& words, bool*
   } catch (const CLI::ParseError& e) {
     return e.what();
   }
+  if (writes) *writes = session.writes;  // the other returns ran no verb
   return session.status.ok() ? "" : session.status.message();
 }
 

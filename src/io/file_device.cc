@@ -109,16 +109,7 @@ class FileDevice final : public BlockDevice {
       if (direct.ok()) Grow(offset + buf.size());
       return direct.status();
     }
-    size_t done = 0;
-    while (done < buf.size()) {
-      ssize_t n = ::pwrite(fd_, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        int e = errno;
-        return Status::Error(e, path_ + ": write at offset " + std::to_string(offset + done) + ": " + Errno(e));
-      }
-      done += static_cast<size_t>(n);
-    }
+    UB_RETURN_IF_ERROR(WriteVector(fd_, offset, {iovec{const_cast<uint8_t*>(buf.data()), buf.size()}}));
     Grow(offset + buf.size());
     return Status::Ok();
   }
@@ -132,7 +123,7 @@ class FileDevice final : public BlockDevice {
       total += p.size();
     }
     UB_RETURN_IF_ERROR(DrainIfOverlaps(offset, total));
-    UB_RETURN_IF_ERROR(WriteVector(offset, std::move(iov)));
+    UB_RETURN_IF_ERROR(WriteVector(fd_, offset, std::move(iov)));
     Grow(offset + total);
     return Status::Ok();
   }
@@ -267,7 +258,6 @@ class FileDevice final : public BlockDevice {
 
   // pwritev may write less than asked (and takes at most IOV_MAX pieces):
   // advance past what was written and go on.
-  Status WriteVector(uint64_t offset, std::vector<iovec> iov) { return WriteVector(fd_, offset, std::move(iov)); }
   Status WriteVector(int fd, uint64_t offset, std::vector<iovec> iov) {
     size_t first = 0;
     uint64_t done = 0;
