@@ -47,6 +47,37 @@ TEST(FileDevice, GatheredWriteEqualsPieceByPieceWrites) {
   ::unlink(path.c_str());
 }
 
+// A gathered write of pieces that straddle the 64 KiB a buffered write call
+// takes (file_device.cc: buffered_chunk_) lands whole: a piece cut at a
+// call's end goes on in the next call.
+TEST(FileDevice, GatheredWriteLongerThanOneCallLandsWhole) {
+  const std::string path = TempFile();
+  auto dev = OpenFileDevice(path, OpenFlags{.writable = true, .direct_writes = false});
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<std::span<const uint8_t>> pieces;
+  std::string want;
+  for (int i = 0; i < 90; ++i) {
+    bufs.emplace_back(3001 + i * 7, static_cast<uint8_t>('a' + i % 26));
+    want.append(bufs.back().begin(), bufs.back().end());
+  }
+  for (const auto& b : bufs) pieces.emplace_back(b);
+  ASSERT_TRUE((*dev)->WriteGather(4096, pieces).ok());
+  const std::string big(300 << 10, 'Q');  // one large write, five calls
+  ASSERT_TRUE((*dev)->WriteAt(1 << 20, std::span(reinterpret_cast<const uint8_t*>(big.data()), big.size())).ok());
+  ASSERT_TRUE((*dev)->Flush().ok());
+  std::string got(want.size(), '\0');
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pread(fd, got.data(), got.size(), 4096), static_cast<ssize_t>(got.size()));
+  EXPECT_TRUE(got == want);
+  std::string got_big(big.size(), '\0');
+  ASSERT_EQ(::pread(fd, got_big.data(), got_big.size(), 1 << 20), static_cast<ssize_t>(big.size()));
+  EXPECT_TRUE(got_big == big);
+  ::close(fd);
+  ::unlink(path.c_str());
+}
+
 // Devices that count or fail single writes see a gathered write as one write
 // per piece, so crash points stay one block apart.
 TEST(FileDevice, GatheredWriteThroughAFaultDeviceIsOneWritePerPiece) {
