@@ -82,7 +82,9 @@ std::string Human(uint64_t bytes) {
 void ProgressLine::Update(const ImportStats& s) {
   if (!on_) return;
   const auto now = Clock::now();
-  if (now - last_ < std::chrono::milliseconds(200)) return;
+  // The first line at once (so a short build shows one too), then five a
+  // second at most.
+  if (shown_ && now - last_ < std::chrono::milliseconds(200)) return;
   last_ = now;
   const double secs = std::chrono::duration<double>(now - start_).count();
   const uint64_t entries = s.files + s.dirs + s.symlinks + s.hardlinks + s.specials;
