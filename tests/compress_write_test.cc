@@ -4,6 +4,7 @@
 // (btrfs inspect-internal dump-tree) really are compressed where the data
 // is text and plain where it is random, and a text tree takes about the data
 // space the kernel's compress=zstd gives it.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -272,6 +273,51 @@ TEST_P(CompressWriteTest, MkfsRootdir) {
   ExpectCompressedCensus(img, Type());
   ExpectEqualViaUbtrfs(img, "");
   ExpectEqualViaKernel(img, t.Sub("mnt"), "");
+}
+
+// The bulk import reads and compresses file data ahead of its writes
+// (fs/compress_ahead.h): the extents must be those of the plain write path
+// (ubtrfs cp), byte for byte in size, a sparse file's holes included.
+TEST_P(CompressWriteTest, MkfsRootdirCompressesAsTheWritePath) {
+  TempDir t("ubtrfs-compress");
+  MakeTree(t.Sub("src"));
+  const std::string holey = t.Sub("src") + "/holey.txt";
+  const std::string a = Text(300000, 11), b = Text(300000, 12);
+  {
+    const int fd = ::open(holey.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, a.data(), a.size(), 0), static_cast<ssize_t>(a.size()));
+    ASSERT_EQ(::pwrite(fd, b.data(), b.size(), 5 << 19), static_cast<ssize_t>(b.size()));
+    ASSERT_EQ(::ftruncate(fd, 4 << 20), 0);
+    ::close(fd);
+  }
+  const std::string bulk = MakeUbtrfsImage(t, {"--rootdir", t.Sub("src"), "--compress", GetParam()});
+  TempDir t2("ubtrfs-compress");
+  const std::string plain = MakeUbtrfsImage(t2);
+  auto r = RunCommand({kCli, "cp", "--compress", GetParam(), t.Sub("src"), plain + ":/in"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(BtrfsCheck(bulk), "");
+  const ExtentCensus x = Census(bulk, Type()), y = Census(plain, Type());
+  EXPECT_GT(x.regular_compressed, 20);
+  EXPECT_EQ(x.regular_compressed, y.regular_compressed);
+  EXPECT_EQ(x.regular_plain, y.regular_plain);
+  EXPECT_EQ(x.disk_bytes, y.disk_bytes);
+  EXPECT_EQ(x.ram_bytes, y.ram_bytes);
+  auto fs = Filesystem::Open(bulk);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto id = (*fs)->Lookup("/holey.txt");
+  ASSERT_TRUE(id.ok());
+  std::string want(4 << 20, '\0');
+  want.replace(0, a.size(), a);
+  want.replace(5 << 19, b.size(), b);
+  std::string got(want.size() + 1, 'x');
+  auto n = (*fs)->Read(*id, 0, std::span(reinterpret_cast<uint8_t*>(got.data()), got.size()));
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  got.resize(*n);
+  EXPECT_TRUE(got == want);
+  auto rnd = (*fs)->Lookup("/random.bin");
+  ASSERT_TRUE(rnd.ok());
+  EXPECT_FALSE((*fs)->GetStat(*rnd)->flags & format::kInodeNocompress);
 }
 
 // ubtrfs cp --compress ALG:LEVEL into an existing image.

@@ -190,11 +190,13 @@ Result<std::vector<uint8_t>> CompressZstd(std::span<const uint8_t> in, int level
       ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_windowLog, kZstdBtrfsWindowLog))) {
     return Status::IoError("zstd: cannot set compression parameters");
   }
-  std::vector<uint8_t> out(ZSTD_compressBound(in.size()));
-  const size_t n = ZSTD_compress2(cctx.get(), out.data(), out.size(), in.data(), in.size());
+  // Into a buffer kept with the context: a fresh one of the bound's size
+  // was zeroed (and faulted in) for every range, most of it never used.
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < ZSTD_compressBound(in.size())) scratch.resize(ZSTD_compressBound(in.size()));
+  const size_t n = ZSTD_compress2(cctx.get(), scratch.data(), scratch.size(), in.data(), in.size());
   if (ZSTD_isError(n)) return Status::IoError(std::string("zstd: compression failed: ") + ZSTD_getErrorName(n));
-  out.resize(n);
-  return out;
+  return std::vector<uint8_t>(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(n));
 }
 
 // ---------------------------------------------------------------- lzo

@@ -14,12 +14,14 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "format/checksum.h"
+#include "fs/compress_ahead.h"
 #include "fs/fs_impl.h"
 #include "io/block_device.h"
 #include "txn/clock.h"
@@ -216,26 +218,26 @@ class Importer {
         break;
       }
       off += static_cast<uint64_t>(n);
-      stats_->bytes += static_cast<uint64_t>(n);
-      if (options_.progress && stats_->bytes - progress_bytes_ >= (16u << 20)) {
-        progress_bytes_ = stats_->bytes;
-        options_.progress(*stats_);
-      }
-      since_commit_ += static_cast<uint64_t>(n);
-      if (since_commit_ >= options_.commit_every_bytes) {
-        since_commit_ = 0;
-        result = fs_.Commit();
-        if (!result.ok()) break;
-      }
+      result = Wrote(static_cast<uint64_t>(n));
+      if (!result.ok()) break;
     }
     ::close(fd);
     UB_RETURN_IF_ERROR(result);
-    if (off < static_cast<uint64_t>(st.st_size) || st.st_size == 0) {
-      AttrChange c;
-      c.size = static_cast<uint64_t>(st.st_size);  // a trailing hole
-      UB_RETURN_IF_ERROR(fs_.SetAttr(id, c));
+    return EndData(id, off, st);
+  }
+
+  // CopyData of a file that `ahead` read and compressed (its k-th).
+  Status CopyAhead(fsimpl::FilesystemImpl& impl, CompressAhead& ahead, size_t k, InodeId id, const struct stat& st) {
+    uint64_t off = 0;
+    for (;;) {
+      UB_ASSIGN_OR_RETURN(std::optional<CompressAhead::Chunk> chunk, ahead.Next(k));
+      if (!chunk) break;
+      UB_RETURN_IF_ERROR(impl.WritePrecompressed(id, chunk->off, chunk->data(), chunk->pre).status());
+      off = chunk->off + chunk->len;
+      ahead.Recycle(std::move(chunk->bytes));
+      UB_RETURN_IF_ERROR(Wrote(chunk->len));
     }
-    return Status::Ok();
+    return EndData(id, off, st);
   }
 
  private:
@@ -258,6 +260,30 @@ class Importer {
       ++stats_->xattrs;
     }
     return !xattrs.empty();
+  }
+
+  // After n more bytes of a file's data: the totals, progress now and
+  // then, and a commit every options_.commit_every_bytes.
+  Status Wrote(uint64_t n) {
+    stats_->bytes += n;
+    if (options_.progress && stats_->bytes - progress_bytes_ >= (16u << 20)) {
+      progress_bytes_ = stats_->bytes;
+      options_.progress(*stats_);
+    }
+    since_commit_ += n;
+    if (since_commit_ < options_.commit_every_bytes) return Status::Ok();
+    since_commit_ = 0;
+    return fs_.Commit();
+  }
+
+  // The data read ended at `off`: a hole up to the size is the size's.
+  Status EndData(InodeId id, uint64_t off, const struct stat& st) {
+    if (off < static_cast<uint64_t>(st.st_size) || st.st_size == 0) {
+      AttrChange c;
+      c.size = static_cast<uint64_t>(st.st_size);  // a trailing hole
+      UB_RETURN_IF_ERROR(fs_.SetAttr(id, c));
+    }
+    return Status::Ok();
   }
 
   Filesystem& fs_;
@@ -361,11 +387,26 @@ class BulkImporter {
     if (nodes_.size() > UINT32_MAX - 1) return Status::Error(EOVERFLOW, src + ": too many entries");
     UB_RETURN_IF_ERROR(Emit());
     UB_RETURN_IF_ERROR(fs_.BulkEnd(dest, t_, next_ino_ - t_.first_ino, top_.size(), top_size_));
-    // File data too large to be inline, through the write path.
+    // File data too large to be inline, through the write path; with
+    // compression, read and compressed ahead of the writes on all cores.
     Importer data(fs_, options_, stats_);
+    std::vector<uint32_t> deferred;
     for (uint32_t i = 0; i < nodes_.size(); ++i) {
       const HostNode& n = nodes_[i];
-      if (n.extra == kNone || !extras_[n.extra].deferred_data) continue;
+      if (n.extra != kNone && extras_[n.extra].deferred_data) deferred.push_back(i);
+    }
+    auto gets_ahead = [&](uint32_t i) { return zc_.on() && !options_.reflink && nodes_[i].iflags == 0; };
+    std::optional<CompressAhead> ahead;
+    if (std::any_of(deferred.begin(), deferred.end(), gets_ahead)) {
+      std::vector<CompressAhead::File> files;
+      for (uint32_t i : deferred) {
+        if (gets_ahead(i)) files.push_back(CompressAhead::File{PathOf(src, i), nodes_[i].size});
+      }
+      ahead.emplace(zc_, t_.sectorsize, std::move(files));
+    }
+    size_t ahead_k = 0;
+    for (uint32_t i : deferred) {
+      const HostNode& n = nodes_[i];
       const std::string path = PathOf(src, i);
       struct stat st {};
       st.st_mode = n.mode;
@@ -376,7 +417,11 @@ class BulkImporter {
       st.st_mtim = n.mtime;
       st.st_ctim = n.ctime;
       const InodeId id{dest_.root, n.ino};
-      UB_RETURN_IF_ERROR(data.CopyData(path, id, st).WithContext(path));
+      if (gets_ahead(i)) {
+        UB_RETURN_IF_ERROR(data.CopyAhead(fs_, *ahead, ahead_k++, id, st).WithContext(path));
+      } else {
+        UB_RETURN_IF_ERROR(data.CopyData(path, id, st).WithContext(path));
+      }
       UB_RETURN_IF_ERROR(data.SetAttrs(id, st).WithContext(path));
     }
     return true;
