@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -54,7 +53,7 @@ class Pool {
       pid_ = pid;
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
       try {
-        for (unsigned i = (getenv("UB_POOL_EXTRA") ? 0u : 1u); i < std::min(cores, 16u); ++i) threads_.emplace_back([this] { Loop(); });
+        for (unsigned i = 1; i < std::min(cores, 16u); ++i) threads_.emplace_back([this] { Loop(); });
       } catch (const std::system_error&) {
         // fewer threads (or none): the caller does the rest
       }
