@@ -8,7 +8,9 @@
 #           cp -r + sync (the floor), mkfs.btrfs
 #   zstd    a compressible text tree: ubtrfs mkfs --compress zstd against a
 #           kernel loop mount with compress=zstd + cp -a + umount (mkfs.btrfs
-#           6.2 has no --compress); the image's data bytes of both
+#           6.2 has no --compress), and against a newer mkfs.btrfs
+#           --compress zstd given as MKFS_BTRFS_NEW=PATH (one built from
+#           btrfs-progs 6.13 or later); the image's data bytes of each
 #   empty   200,000 empty files in 16 directories: ubtrfs against mkfs.btrfs
 # Wall time (s) and peak RSS (MB, /usr/bin/time) per run; medians at the end.
 #   bench/image_build.sh [ROUNDS] [CASES...]     (default 3, all cases)
@@ -21,6 +23,7 @@ cases=("$@")
 [ ${#cases[@]} -eq 0 ] && cases=(share large zstd empty)
 bin="${UBTRFS_BIN:-$here/build/ubtrfs}"
 share="${SHARE:-/usr/share}"
+new_mkfs="${MKFS_BTRFS_NEW:-}"
 [ -x "$bin" ] || { echo "build first: ninja -C build ubtrfs" >&2; exit 1; }
 work="$(mktemp -d /tmp/ubtrfs-imgbench.XXXXXX)"
 cleanup() { mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"; rm -rf "$work"; }
@@ -103,7 +106,13 @@ PY
         truncate -s 2G "$work/k.img"
         mkfs.btrfs -q -f "$work/k.img" >/dev/null 2>&1
         run zstd kernel sh -c "mount -o loop,compress=zstd '$work/k.img' '$work/mnt' && cp -a '$work/text/.' '$work/mnt/' && umount '$work/mnt'"
+        if [ -n "$new_mkfs" ]; then
+          truncate -s 2G "$work/n.img"
+          run zstd mkfs.btrfs-new "$new_mkfs" -q -f --compress zstd --rootdir "$work/text" "$work/n.img"
+        fi
       done
+      [ -n "$new_mkfs" ] && echo "zstd: mkfs.btrfs-new is $new_mkfs ($("$new_mkfs" --version | head -1)); data bytes used" \
+           "$(btrfs inspect-internal dump-super "$work/n.img" | awk '/^bytes_used/{print $2}')" >> "$work/notes"
       echo "zstd data bytes used: ubtrfs $(btrfs inspect-internal dump-super "$work/u.img" | awk '/^bytes_used/{print $2}')," \
            "kernel $(btrfs inspect-internal dump-super "$work/k.img" | awk '/^bytes_used/{print $2}') (all trees + data)" >> "$work/notes"
       rm -rf "$work/text" "$work"/*.img
@@ -142,6 +151,12 @@ for (c, t), v in rows.items():
     ref = floor.get(c)
     rel = f"{med / ref:5.2f}x" if ref and t not in ("floor", "kernel") else ""
     print(f"{c:6} {t:14} {len(v):4d} {med:9.2f} {min(walls):7.2f} {max(r for _, r in v)/1024:8.1f}  {rel}")
+for c in sorted({c for c, _ in rows}):
+    for other in ("mkfs.btrfs", "mkfs.btrfs-new"):
+        if (c, other) in rows and (c, "ubtrfs") in rows:
+            u = statistics.median(w for w, _ in rows[(c, "ubtrfs")])
+            o = statistics.median(w for w, _ in rows[(c, other)])
+            print(f"{c}: ubtrfs {o / u:.2f}x as fast as {other} (medians)")
 PY
 [ -f "$work/notes" ] && sort -u "$work/notes"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
