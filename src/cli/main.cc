@@ -25,8 +25,10 @@ namespace {
 // text 1.09 s instead of 1.33 s (docs/BENCHMARKS.md, session 22). Tunables
 // are read when a process starts, so the command starts itself once more
 // with the tunable set, then puts the environment back as it was, so that
-// nothing it runs inherits it. Not done where the caller set the tunable
-// either way, with UBTRFS_HUGE_PAGES=0, or where the kernel has THP off.
+// nothing it runs inherits it. Only for the commands that build large
+// heaps (the second start costs a few milliseconds, which `ls` or `stat`
+// would feel); not where the caller set the tunable either way, with
+// UBTRFS_HUGE_PAGES=0, or where the kernel has THP off.
 constexpr char kMark[] = "UBTRFS_HEAP_TUNED";
 
 void RestoreTunables(const char* mark) {
@@ -58,15 +60,22 @@ void UseHugePagesForTheHeap(char** argv) {
   RestoreTunables(mark.c_str());  // no exec: go on as we are
 }
 
+bool BuildsLargeHeaps(const char* subcommand) {
+  for (const char* c : {"mkfs", "cp", "copy-in", "mount", "receive", "check"}) {
+    if (std::strcmp(subcommand, c) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  UseHugePagesForTheHeap(argv);
   CLI::App app{"ubtrfs: read and write btrfs images from user space"};
   app.require_subcommand(1);
   ubtrfs::cli::RegisterCommands(app);
   try {
     std::vector<char*> args = ubtrfs::cli::MountHelperArgv(app, argc, argv);  // fstab: fuse.ubtrfs
+    if (args.size() > 1 && BuildsLargeHeaps(args[1])) UseHugePagesForTheHeap(argv);
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
