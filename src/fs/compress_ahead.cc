@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -40,7 +41,14 @@ Result<std::optional<CompressAhead::Chunk>> CompressAhead::Next(size_t i) {
   std::unique_lock l(mu_);
   for (;;) {
     if (taking_.empty()) {
-      cv_.wait(l, [this] { return !ready_.empty() || done_; });
+      // Waiting for the batch being compressed: compress some of it
+      // (between batches, while the thread ahead reads, look again soon).
+      while (ready_.empty() && !done_) {
+        l.unlock();
+        const bool helped = HelpParallelFor();
+        l.lock();
+        if (!helped && ready_.empty() && !done_) cv_.wait_for(l, std::chrono::milliseconds(1));
+      }
       if (ready_.empty()) return std::optional<Chunk>();
       for (Item& it : ready_.front()) taking_.push_back(std::move(it));
       ready_.pop_front();

@@ -37,6 +37,19 @@ class Pool {
     fn_ = nullptr;
   }
 
+  bool Help() {
+    std::unique_lock l(mu_);
+    if (!open_ || next_.load(std::memory_order_relaxed) >= n_) return false;
+    ++inside_;
+    const std::function<void(size_t)>& fn = *fn_;
+    const size_t n = n_;
+    l.unlock();
+    Work(fn, n);
+    l.lock();
+    if (--inside_ == 0) done_cv_.notify_all();
+    return true;
+  }
+
  private:
   void Work(const std::function<void(size_t)>& fn, size_t n) {
     for (size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
@@ -100,5 +113,7 @@ Pool& ThePool() {
 }  // namespace
 
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn) { ThePool().Run(n, fn); }
+
+bool HelpParallelFor() { return ThePool().Help(); }
 
 }  // namespace ubtrfs::fs
