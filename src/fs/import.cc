@@ -105,7 +105,7 @@ Result<std::vector<std::pair<std::string, std::string>>> HostXattrs(const std::s
 class Importer {
  public:
   Importer(Filesystem& fs, const ImportOptions& options, ImportStats* stats)
-      : fs_(fs), options_(options), stats_(stats ? stats : &own_stats_), buf_(1 << 20) {}
+      : fs_(fs), options_(options), stats_(stats ? stats : &own_stats_) {}
 
   Status Copy(const std::string& src, InodeId dir, const std::string& name) {
     if (options_.progress && (++progress_tick_ % 4096 == 0)) options_.progress(*stats_);
@@ -187,6 +187,7 @@ class Importer {
   }
 
   Status CopyData(const std::string& src, InodeId id, const struct stat& st) {
+    if (buf_.empty()) buf_.resize(1 << 20);  // not before the first file that needs it
     int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Errno("open", src);
     Status result;
