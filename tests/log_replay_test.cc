@@ -101,7 +101,6 @@ class LogReplay : public ::testing::Test {
     const std::string base = tmp_->Sub("base.img"), mnt = tmp_->Sub("mnt");
     if (mkdir(mnt.c_str(), 0755) != 0) return "mkdir " + mnt + ": " + strerror(errno);
     if (std::string e = RunMkfs(base, "", 0, "", 256ull << 20); !e.empty()) return e;
-    Expected& x = expected_;
     {
       LoopMount m;
       if (std::string e = m.Mount(base, mnt); !e.empty()) return e;
@@ -115,6 +114,44 @@ class LogReplay : public ::testing::Test {
       WriteHostFile(mnt + "/sv/committed", "in a subvolume");
       if (std::string e = m.Unmount(); !e.empty()) return e;
     }
+    // The kernel decides what an fsync logs and may commit in full instead
+    // (under memory pressure, as with a full ./test beside it): then the
+    // log lacks some kind of item the tests below are about, and the log
+    // is made again.
+    for (int attempt = 1;; ++attempt) {
+      expected_ = Expected{};
+      std::filesystem::remove(log_img_);
+      if (std::string e = MakeLog(base, mnt); !e.empty()) return e;
+      if (MissingLogKinds().empty() || attempt == 3) return "";
+    }
+  }
+
+  // What `dump-tree` of every log tree of log_img_ prints.
+  static std::string DumpLogTrees() {
+    CommandResult roots = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "18446744073709551610", log_img_});
+    if (!roots.ok()) return "";
+    std::string out;
+    for (size_t at = roots.out.find("bytenr "); at != std::string::npos; at = roots.out.find("bytenr ", at + 1)) {
+      const std::string bytenr = std::to_string(std::stoull(roots.out.substr(at + 7)));
+      out += RunCommand({"btrfs", "inspect-internal", "dump-tree", "-b", bytenr, "--follow", log_img_}).out;
+    }
+    return out;
+  }
+
+  static constexpr const char* kLogKinds[] = {"INODE_ITEM",  "INODE_REF",    "DIR_INDEX", "DIR_LOG_INDEX",
+                                             "EXTENT_DATA", "EXTENT_CSUM", "XATTR_ITEM"};
+
+  static std::vector<std::string> MissingLogKinds() {
+    const std::string dump = DumpLogTrees();
+    std::vector<std::string> missing;
+    for (const char* kind : kLogKinds) {
+      if (dump.find(kind) == std::string::npos) missing.push_back(kind);
+    }
+    return missing;
+  }
+
+  static std::string MakeLog(const std::string& base, const std::string& mnt) {
+    Expected& x = expected_;
     std::filesystem::copy_file(base, log_img_);
     LoopMount m;
     if (std::string e = m.Mount(log_img_, mnt, "commit=3600"); !e.empty()) return e;
@@ -415,16 +452,9 @@ TEST_F(LogReplay, TheLogHoldsEveryKindOfItemAndTheReplayUsesThem) {
   ASSERT_TRUE(roots.ok()) << roots.Describe();
   EXPECT_NE(roots.out.find("(TREE_LOG ROOT_ITEM 5)"), std::string::npos) << roots.out;
   EXPECT_NE(roots.out.find("(TREE_LOG ROOT_ITEM 256)"), std::string::npos) << roots.out;
-  CommandResult dump;
-  for (size_t at = roots.out.find("bytenr "); at != std::string::npos; at = roots.out.find("bytenr ", at + 1)) {
-    const std::string bytenr = std::to_string(std::stoull(roots.out.substr(at + 7)));
-    CommandResult one = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-b", bytenr, "--follow", log_img_});
-    ASSERT_TRUE(one.ok()) << one.Describe();
-    dump.out += one.out;
-  }
-  for (const char* kind : {"INODE_ITEM", "INODE_REF", "DIR_INDEX", "DIR_LOG_INDEX", "EXTENT_DATA", "EXTENT_CSUM",
-                           "XATTR_ITEM"}) {
-    EXPECT_NE(dump.out.find(kind), std::string::npos) << "no " << kind << " in the log:\n" << dump.out;
+  const std::string dump = DumpLogTrees();
+  for (const char* kind : kLogKinds) {
+    EXPECT_NE(dump.find(kind), std::string::npos) << "no " << kind << " in the log (3 tries):\n" << dump;
   }
   const std::string img = CopyOf("stats.img");
   auto dev = ubtrfs::io::OpenFileDevice(img, ubtrfs::io::OpenFlags{true});
