@@ -40,6 +40,14 @@ class Pool {
   bool Help() {
     std::unique_lock l(mu_);
     if (!open_ || next_.load(std::memory_order_relaxed) >= n_) return false;
+    JoinOpenJob(l);
+    return true;
+  }
+
+ private:
+  // Runs items of the open job with mu_ released; its caller waits for
+  // every thread inside before the job's function goes away.
+  void JoinOpenJob(std::unique_lock<std::mutex>& l) {
     ++inside_;
     const std::function<void(size_t)>& fn = *fn_;
     const size_t n = n_;
@@ -47,10 +55,8 @@ class Pool {
     Work(fn, n);
     l.lock();
     if (--inside_ == 0) done_cv_.notify_all();
-    return true;
   }
 
- private:
   void Work(const std::function<void(size_t)>& fn, size_t n) {
     for (size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
   }
@@ -80,14 +86,7 @@ class Pool {
     for (;;) {
       work_cv_.wait(l, [&] { return generation_ != seen; });
       seen = generation_;
-      if (!open_) continue;
-      ++inside_;
-      const std::function<void(size_t)>& fn = *fn_;
-      const size_t n = n_;
-      l.unlock();
-      Work(fn, n);
-      l.lock();
-      if (--inside_ == 0) done_cv_.notify_all();
+      if (open_) JoinOpenJob(l);
     }
   }
 
