@@ -162,9 +162,7 @@ void CompressAhead::Compress(std::vector<Item>& batch) const {
     const std::span<const uint8_t> aligned(it.chunk.bytes.data(), Padded(it.chunk.len));
     const uint64_t file_len = std::max(files_[it.file].size, it.chunk.off + it.chunk.len) - it.chunk.off;
     for (const Range& r : PlanRanges(aligned, ss_)) {
-      const uint64_t fb = r.pos >= file_len ? 0 : std::min<uint64_t>(r.len, file_len - r.pos);
-      if (fb == 0 || (fb <= ss_ && (it.chunk.off + r.pos > 0 || file_len > r.pos + r.len))) continue;
-      jobs.push_back(Job{&it, r, fb, {}});
+      if (const uint64_t fb = BytesToTry(r, it.chunk.off, file_len, ss_); fb > 0) jobs.push_back(Job{&it, r, fb, {}});
     }
   }
   ParallelFor(jobs.size(), [&](size_t k) {

@@ -142,6 +142,12 @@ std::optional<std::vector<uint8_t>> CompressInline(const WriteCompression& c, st
   return std::move(*z);
 }
 
+uint64_t BytesToTry(const Range& r, uint64_t start, uint64_t file_len, uint32_t sectorsize) {
+  const uint64_t file_bytes = r.pos >= file_len ? 0 : std::min<uint64_t>(r.len, file_len - r.pos);
+  if (file_bytes <= sectorsize && (start + r.pos > 0 || file_len > r.pos + r.len)) return 0;
+  return file_bytes;
+}
+
 std::vector<Range> PlanRanges(std::span<const uint8_t> aligned, uint32_t sectorsize) {
   std::vector<Range> out;
   size_t pos = 0;
@@ -185,19 +191,11 @@ Result<std::vector<FilesystemImpl::DataPiece>> FilesystemImpl::AllocCompressedPi
     std::span<const fs::Precompressed> pre, bool* mark_nocompress) {
   const uint32_t ss = vol_->sectorsize();
   const std::vector<fs::Range> ranges = fs::PlanRanges(aligned, ss);
-  auto file_bytes_of = [&](const fs::Range& r) -> uint64_t {
-    return r.pos >= file_len ? 0 : std::min<uint64_t>(r.len, file_len - r.pos);
-  };
-  // As compress_file_range: one sector past the start of the file saves
-  // nothing (and past the first incompressible range the rest goes plain).
-  auto worth_trying = [&](const fs::Range& r) {
-    const uint64_t file_bytes = file_bytes_of(r);
-    return file_bytes > 0 && !(file_bytes <= ss && (start + r.pos > 0 || file_len > r.pos + r.len));
-  };
+  auto to_try = [&](const fs::Range& r) { return fs::BytesToTry(r, start, file_len, ss); };
   auto given = [&](const fs::Range& r) {
     return std::find_if(pre.begin(), pre.end(), [&](const fs::Precompressed& p) {
-      return p.file_off == start + r.pos && p.file_len == file_bytes_of(r) && p.type == c.type &&
-             p.level == c.level && p.force == c.force;
+      return p.file_off == start + r.pos && p.file_len == to_try(r) && p.type == c.type && p.level == c.level &&
+             p.force == c.force;
     });
   };
   // The ranges are compressed on all cores first, each as it would be in
@@ -205,13 +203,13 @@ Result<std::vector<FilesystemImpl::DataPiece>> FilesystemImpl::AllocCompressedPi
   // after an incompressible one is compressed for nothing, and dropped).
   std::vector<size_t> todo;
   for (size_t i = 0; i < ranges.size(); ++i) {
-    if (worth_trying(ranges[i]) && given(ranges[i]) == pre.end()) todo.push_back(i);
+    if (to_try(ranges[i]) > 0 && given(ranges[i]) == pre.end()) todo.push_back(i);
   }
   std::vector<fs::RangeResult> early(todo.size() >= 2 ? ranges.size() : 0);
   if (!early.empty()) {
     fs::ParallelFor(todo.size(), [&](size_t k) {
       const fs::Range& r = ranges[todo[k]];
-      early[todo[k]] = fs::CompressRange(c, aligned.subspan(r.pos, file_bytes_of(r)), aligned.subspan(r.pos, r.len), ss);
+      early[todo[k]] = fs::CompressRange(c, aligned.subspan(r.pos, to_try(r)), aligned.subspan(r.pos, r.len), ss);
     });
   }
   std::vector<DataPiece> pieces;
@@ -219,13 +217,14 @@ Result<std::vector<FilesystemImpl::DataPiece>> FilesystemImpl::AllocCompressedPi
   for (size_t i = 0; i < ranges.size(); ++i) {
     const fs::Range& r = ranges[i];
     fs::RangeResult res;
-    if (trying && worth_trying(r)) {
+    // Past the first incompressible range the rest goes plain.
+    if (trying && to_try(r) > 0) {
       if (auto hit = given(r); hit != pre.end()) {
         res = hit->result;
       } else if (!early.empty()) {
         res = std::move(early[i]);
       } else {
-        res = fs::CompressRange(c, aligned.subspan(r.pos, file_bytes_of(r)), aligned.subspan(r.pos, r.len), ss);
+        res = fs::CompressRange(c, aligned.subspan(r.pos, to_try(r)), aligned.subspan(r.pos, r.len), ss);
       }
       if (res.kind == fs::RangeResult::kIncompressible && !c.force && !c.by_property) {
         *mark_nocompress = true;

@@ -84,6 +84,13 @@ struct Range {
 };
 std::vector<Range> PlanRanges(std::span<const uint8_t> aligned, uint32_t sectorsize);
 
+// The file bytes of range `r` that a write from `start` (the buffer's first
+// byte, sector-aligned) into a file of `file_len` bytes past `start` tries
+// to compress; 0 where it does not try, as compress_file_range: nothing of
+// the file in it, or one sector only that is not the whole file. The write
+// path and the import's read-ahead both ask here, so their ranges match.
+uint64_t BytesToTry(const Range& r, uint64_t start, uint64_t file_len, uint32_t sectorsize);
+
 // A range compressed ahead of the write (by the import's workers), used by
 // the write path when offset, length, algorithm and level match.
 struct Precompressed {
