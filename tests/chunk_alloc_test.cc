@@ -345,6 +345,41 @@ TEST(ChunkAlloc, DataChunksUntilTwoMoreThenKernelReadsThem) {
   EXPECT_EQ(VerifyWithUbtrfs(img, "/big", f.size, f.seed), "");
 }
 
+// An extent grows only inside its own group: two data groups can be
+// neighbours in logical space, and an extent running from one into the next
+// is an error to btrfs check and the kernel (found with mixed groups, whose
+// chunks are added before the last one is full).
+TEST(ChunkAlloc, GrowingAnExtentStopsAtTheEndOfItsGroup) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("ubtrfs-chunk");
+  const std::string img = dir.Sub("img");
+  ASSERT_EQ(MakeImage(dir, img, 1024 * kMiB, 16384, {"big"}), "");
+  auto o = OpenForWrite(img);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  txn::TxnManager& t = *o->txn;
+  ASSERT_TRUE(t.chunk_alloc().NewChunk(kBlockGroupData, 4096).ok());
+  ASSERT_TRUE(t.chunk_alloc().NewChunk(kBlockGroupData, 4096).ok());
+  const auto& chunks = o->vol->chunks().chunks();
+  ASSERT_GE(chunks.size(), 2u);
+  const alloc::ChunkInfo& second = std::prev(chunks.end())->second;
+  const alloc::ChunkInfo& first = std::prev(chunks.end(), 2)->second;
+  ASSERT_EQ(first.logical + first.length, second.logical) << "the two new chunks are neighbours";
+  ASSERT_TRUE(first.type & kBlockGroupData);
+  ASSERT_TRUE(second.type & kBlockGroupData);
+  auto at_start = t.AllocDataAt(second.logical, 4096);
+  ASSERT_TRUE(at_start.ok()) << at_start.status().ToString();
+  EXPECT_FALSE(*at_start) << "an extent ending at the first group's end would grow into the second";
+  auto inside = t.AllocDataAt(second.logical + 4096, 4096);
+  ASSERT_TRUE(inside.ok()) << inside.status().ToString();
+  EXPECT_TRUE(*inside);
+  auto across = t.AllocDataAt(first.logical + first.length - 4096, 8192);
+  ASSERT_TRUE(across.ok()) << across.status().ToString();
+  EXPECT_FALSE(*across);
+  ASSERT_TRUE(t.Commit().ok());
+  o = Opened{};
+  EXPECT_EQ(BtrfsCheck(img), "");
+}
+
 // ---- METADATA ---------------------------------------------------------------------------------
 
 class ChunkAllocMeta : public ::testing::TestWithParam<uint32_t> {};
@@ -845,6 +880,80 @@ TEST(ChunkAllocEnospc, FilesystemCommitAfterEnospcIsClean) {
   for (size_t i = 0; i < fill.written.size(); ++i) {
     EXPECT_EQ(VerifyWithUbtrfs(img, "/" + fill.written[i].first, fill.written[i].second, 100 + i), "");
   }
+}
+
+// ---- MIXED GROUPS ------------------------------------------------------------------------------
+
+// mkfs.btrfs -M: data and metadata share DATA|METADATA chunks. Filled to
+// ENOSPC through the file system: new chunks are mixed ones too (never a
+// pure data or metadata chunk, which the kernel would count apart), the
+// commit after the failed write still has the metadata it needs, and the
+// full image opens for writing again so that deleting makes room.
+TEST(ChunkAllocMixed, FilledToEnospcThenDeletesMakeRoomAndTheKernelAgrees) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("ubtrfs-chunk");
+  const std::string img = dir.Sub("img");
+  ASSERT_EQ(MakeImage(dir, img, 256 * kMiB, 4096, {}, {"-M"}), "");
+  const auto before = ChunkTypes(img);
+  ASSERT_EQ(before.count(kBlockGroupData | kBlockGroupMetadata), 1u) << Describe(before);
+  FsFill fill;
+  {
+    OpenOptions oo;
+    oo.writable = true;
+    auto fs = Filesystem::Open(img, oo);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    FillThroughFilesystem(**fs, &fill);
+    ASSERT_EQ(fill.failure.code(), ENOSPC) << fill.failure.ToString();
+    Status c = (*fs)->Commit();
+    ASSERT_TRUE(c.ok()) << c.ToString();
+  }
+  ASSERT_GT(fill.written.size(), 15u);
+  ASSERT_EQ(BtrfsCheck(img), "");
+  const auto after = ChunkTypes(img);
+  EXPECT_GT(CountKind(after, kBlockGroupData), 1) << Describe(after);
+  for (auto [type, n] : after) {
+    if (type & (kBlockGroupData | kBlockGroupMetadata)) {
+      EXPECT_EQ(type & (kBlockGroupData | kBlockGroupMetadata), kBlockGroupData | kBlockGroupMetadata)
+          << Describe(after);
+    }
+  }
+  for (size_t i = 0; i < fill.written.size(); ++i) {
+    EXPECT_EQ(VerifyWithUbtrfs(img, "/" + fill.written[i].first, fill.written[i].second, 100 + i), "");
+  }
+  {
+    OpenOptions oo;
+    oo.writable = true;
+    auto fs = Filesystem::Open(img, oo);
+    ASSERT_TRUE(fs.ok()) << "a full image must open for writing: " << fs.status().ToString();
+    for (size_t i = 0; i < 3; ++i) {
+      Status u = (*fs)->Unlink((*fs)->Root(), fill.written[i].first);
+      ASSERT_TRUE(u.ok()) << u.ToString();
+    }
+    ASSERT_TRUE((*fs)->Commit().ok());
+    auto id = (*fs)->Create((*fs)->Root(), "again", NewInode{0644});
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    std::vector<uint8_t> buf(8 * kMiB);
+    Pattern(buf, 0, 7);
+    auto n = (*fs)->Write(*id, 0, buf);
+    ASSERT_TRUE(n.ok()) << "room made by the deletes: " << n.status().ToString();
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  ASSERT_EQ(BtrfsCheck(img), "");
+  EXPECT_EQ(VerifyWithUbtrfs(img, "/again", 8 * kMiB, 7), "");
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
+    return;
+  }
+  const std::string mnt = dir.Sub("mnt");
+  mkdir(mnt.c_str(), 0755);
+  ubtrfs_test::LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+  EXPECT_EQ(VerifyHostFile(mnt + "/again", 8 * kMiB, 7), "");
+  const auto& last = fill.written.back();
+  EXPECT_EQ(VerifyHostFile(mnt + "/" + last.first, last.second, 100 + fill.written.size() - 1), "");
+  ASSERT_EQ(m.Unmount(), "");
 }
 
 }  // namespace

@@ -85,6 +85,32 @@ void ExpectContent(Filesystem& fs, InodeId f, const std::vector<uint8_t>& want) 
 
 bool HaveTools() { return !ubtrfs_test::FindProgram("mkfs.btrfs").empty(); }
 
+// One large write's checksums go into items no larger than the kernel
+// allows ("csum too large" to btrfs check otherwise): the limit is a leaf
+// less two item headers and one checksum, which a 4 KiB node or a 32-byte
+// checksum reaches before the 1024 sums an item holds at most here.
+TEST(ExtentGrowth, ChecksumItemsOfALargeWriteFitTheKernelsLimit) {
+  if (!HaveTools()) GTEST_SKIP() << "mkfs.btrfs not installed";
+  TempDir dir("ubtrfs-growth");
+  for (const auto& [nodesize, csum] : std::vector<std::pair<uint32_t, std::string>>{{4096, "crc32c"},
+                                                                                      {16384, "sha256"}}) {
+    SCOPED_TRACE(std::to_string(nodesize) + " " + csum);
+    const std::string img = dir.Sub("img-" + csum);
+    ASSERT_EQ(ubtrfs_test::RunMkfs(img, "", nodesize, csum, 1ull << 30), "");
+    {
+      OpenOptions o;
+      o.writable = true;
+      auto fs = Filesystem::Open(img, o);
+      ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+      auto f = (*fs)->Create((*fs)->Root(), "f", NewInode{0644});
+      ASSERT_TRUE(f.ok()) << f.status().ToString();
+      WriteSeq(**fs, *f, 0, 8 * kMiB, 8 * kMiB, 3);
+      ASSERT_TRUE((*fs)->Commit().ok());
+    }
+    EXPECT_EQ(BtrfsCheck(img), "");
+  }
+}
+
 TEST(ExtentGrowth, SequentialWritesInOneTransactionMakeOneExtent) {
   if (!HaveTools()) GTEST_SKIP() << "btrfs-progs not installed";
   TempDir dir("ubtrfs-extgrow");

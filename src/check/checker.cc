@@ -553,7 +553,7 @@ void Checker::CsumItem(const TreeBlock& b, int slot, const Key& k, std::span<con
   }
   const uint64_t entries = d.size() / csum_size_;
   const uint64_t len = entries * ss_;
-  const uint64_t max_entries = (nodesize_ - sizeof(Header) - 2 * sizeof(format::Item)) / csum_size_ - 1;
+  const uint64_t max_entries = MaxCsumsPerItem(nodesize_, csum_size_);
   if (entries > max_entries) {
     Error("csum tree: " + KeyToString(k) + ": " + N(entries) + " checksums, at most " + N(max_entries) + " fit");
   }

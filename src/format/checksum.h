@@ -23,6 +23,13 @@ size_t CsumSize(uint16_t type);
 std::string CsumTypeName(uint16_t type);
 std::optional<uint16_t> CsumTypeFromName(std::string_view name);
 
+// The most checksums one EXTENT_CSUM item may hold: a leaf less two item
+// headers, one checksum to spare (the kernel's MAX_CSUM_ITEMS; btrfs check
+// reports "csum too large" past it). csize must not be 0.
+inline size_t MaxCsumsPerItem(uint32_t nodesize, size_t csize) {
+  return (nodesize - sizeof(Header) - 2 * sizeof(Item)) / csize - 1;
+}
+
 // Computes the digest of `data` into a zero-filled 32-byte buffer. `type` must
 // be known (CsumSize(type) != 0).
 CsumBytes ComputeCsum(uint16_t type, std::span<const uint8_t> data);

@@ -308,8 +308,13 @@ Status FilesystemImpl::DropDeadTree(uint64_t id) {
   }
 }
 
+// Runs at open, alone. Only when something is dead is anything reserved,
+// and as for a deletion: on a device whose metadata is full the open must
+// still succeed, or nothing could be deleted to make room.
 Status FilesystemImpl::FinishDeadTrees() {
-  return Change({}, kItemsPerDeleteSubvol, [&]() -> Status {
+  UB_ASSIGN_OR_RETURN(auto any, txn_->DeadTrees());
+  if (any.empty()) return Status::Ok();
+  return Change({}, txn::ReserveFor::kDelete, kItemsPerDeleteSubvol, [&]() -> Status {
     UB_ASSIGN_OR_RETURN(auto dead, txn_->DeadTrees());
     for (uint64_t id : dead) {
       min_subvol_id_ = std::max(min_subvol_id_, id + 1);

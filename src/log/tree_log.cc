@@ -70,7 +70,7 @@ std::optional<std::pair<Key, const Bytes*>> TreeLog::ItemAtOrBefore(uint64_t roo
 void TreeLog::PutCsums(uint64_t root, uint64_t logical, std::span<const uint8_t> sums) {
   const size_t csize = CsumSize(vol_->csum_type());
   const uint32_t ss = vol_->sectorsize();
-  const size_t max_sums = (vol_->nodesize() - sizeof(Header) - 2 * sizeof(Item)) / csize - 1;
+  const size_t max_sums = MaxCsumsPerItem(vol_->nodesize(), csize);
   const uint64_t end = logical + sums.size() / csize * ss;
   Tree& t = trees_[root];
   auto& items = t.items;

@@ -110,6 +110,7 @@ Result<std::vector<uint64_t>> PlaceStripes(const std::vector<std::pair<uint64_t,
 
 Status ChunkAllocator::Load() {
   Volume* vol = txn_->vol_;
+  mixed_ = (vol->super().incompat_flags.get() & kIncompatMixedGroups) != 0;
 
   const tree::RootPtr chunk_root = vol->chunk_tree();
   UB_ASSIGN_OR_RETURN(tree::BlockRef root_block,
@@ -320,9 +321,15 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
   const size_t max_stripes =
       profile == kBlockGroupDup ? 2 : rule.devs_max != 0 ? rule.devs_max : std::max<size_t>(devs_.size(), 1);
 
+  // A filesystem of mixed groups has only DATA|METADATA chunks besides the
+  // system ones (the kernel makes no others there); their size is a data
+  // chunk's, as the kernel's sizing tests the DATA bit first.
+  const bool mixed = mixed_ && kind != kBlockGroupSystem;
+  const uint64_t kinds = mixed ? (kBlockGroupData | kBlockGroupMetadata) : kind;
+
   // Data must not take the last device space from the metadata its extents
   // need (csums, extent items, file extent items).
-  if (kind == kBlockGroupData && space.TotalsFor(kBlockGroupMetadata).free_bytes < 2 * CommitReserve()) {
+  if (!mixed && kind == kBlockGroupData && space.TotalsFor(kBlockGroupMetadata).free_bytes < 2 * CommitReserve()) {
     if (NewChunkLocked(kBlockGroupMetadata, vol->nodesize()).ok()) ++stats_.early_metadata_chunks;
   }
 
@@ -341,7 +348,7 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
   }
 
   uint64_t need = RoundUp(std::max<uint64_t>(min_len, 1), kStripeLen);
-  uint64_t want = std::max(TargetSize(kind), need);
+  uint64_t want = std::max(TargetSize(kinds), need);
   uint64_t logical = 0;
   {
     const auto& chunks = vol->chunks().chunks();
@@ -356,7 +363,7 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
   std::vector<std::pair<uint64_t, uint64_t>> placed;
   std::vector<std::pair<uint64_t, uint64_t>> excluded;
   std::vector<uint8_t> item;
-  const uint64_t type = kind | profile;
+  const uint64_t type = kinds | profile;
   for (int attempt = 0;; ++attempt) {
     Status st = PlaceChunk(profile, want, need, &placed, &stripe_size);
     if (!st.ok()) {
@@ -423,6 +430,13 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
 
 // ---- Reserve --------------------------------------------------------------------------------
 
+// Mixed chunks hold mostly data: a sixteenth of them would keep back far
+// more than the kernel does (it sizes its reserve by the extent, csum and
+// root trees: 1.4 MiB on a 512 MiB mixed image with 300 MiB of data).
+uint64_t ChunkAllocator::ReserveBase(uint64_t metadata_total) const {
+  return mixed_ ? metadata_total / 16 : metadata_total;
+}
+
 uint64_t ChunkAllocator::CommitReserve() const {
   return uint64_t{txn_->vol_->nodesize()} * (kCommitReserveBlocks + txn_->dirty_->count());
 }
@@ -436,7 +450,8 @@ Status ChunkAllocator::EnsureMetadataFree(uint64_t need, const std::string& why)
     const uint64_t allocs = meta_allocs_.load(std::memory_order_relaxed);
     const alloc::SpaceManager::Totals totals = space.TotalsFor(kBlockGroupMetadata);
     const uint64_t free = totals.free_bytes;
-    global_reserve_.store(GlobalReserveBytes(totals.total_bytes, txn_->vol_->nodesize()), std::memory_order_release);
+    global_reserve_.store(GlobalReserveBytes(ReserveBase(totals.total_bytes), txn_->vol_->nodesize()),
+                          std::memory_order_release);
     if (free >= need) {
       checked_free_.store(free, std::memory_order_release);
       checked_allocs_.store(allocs, std::memory_order_release);
@@ -461,6 +476,9 @@ Status ChunkAllocator::BeforeMetadataBlock() {
 }
 
 bool ChunkAllocator::MetadataSurelyFree(uint64_t items) const {
+  // Only metadata blocks are counted since the last check; with mixed
+  // groups data takes from the same free space.
+  if (mixed_) return false;
   const uint64_t node = txn_->vol_->nodesize();
   const uint64_t since = checked_allocs_.load(std::memory_order_acquire);
   const uint64_t free = checked_free_.load(std::memory_order_acquire);
@@ -481,7 +499,7 @@ Status ChunkAllocator::ReserveMetadata(uint64_t items, ReserveFor who) {
   // The global reserve as it will be once a chunk more is there: asking
   // twice keeps the figure current when EnsureMetadataFree adds chunks.
   for (;;) {
-    const uint64_t global = GlobalReserveBytes(txn_->space_->TotalsFor(kBlockGroupMetadata).total_bytes, node);
+    const uint64_t global = GlobalReserveBytes(ReserveBase(txn_->space_->TotalsFor(kBlockGroupMetadata).total_bytes), node);
     UB_RETURN_IF_ERROR(EnsureMetadataFree(CommitReserve() + global + own,
                                           "reserving metadata for " + std::to_string(items) + " items (" +
                                               std::to_string(global) + " bytes of global reserve kept back)"));

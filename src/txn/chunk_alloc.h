@@ -133,6 +133,14 @@ class ChunkAllocator {
   // The global reserve as of the last full check (GlobalReserveBytes of the
   // metadata chunks then).
   uint64_t GlobalReserve() const { return global_reserve_.load(std::memory_order_acquire); }
+  // Mixed groups (incompat MIXED_GROUPS): data and metadata share every
+  // chunk, so data must leave free what metadata keeps back (the commit
+  // reserve and the global reserve); 0 on other filesystems.
+  bool mixed() const { return mixed_; }
+  // What the global reserve is sized by (GlobalReserveBytes) for metadata
+  // chunks of `metadata_total` bytes.
+  uint64_t ReserveBase(uint64_t metadata_total) const;
+  uint64_t MixedKeepBack() const { return mixed_ ? CommitReserve() + GlobalReserve() : 0; }
   // TxnManager::AllocTreeBlock counts each metadata block it hands out.
   void NoteMetadataAlloc() { meta_allocs_.fetch_add(1, std::memory_order_relaxed); }
   // TxnManager::AllocTreeBlock asks this before taking a metadata block.
@@ -210,6 +218,7 @@ class ChunkAllocator {
   alignas(64) std::atomic<uint64_t> checked_free_{0};
   std::atomic<uint64_t> checked_allocs_{0};
   std::atomic<uint64_t> global_reserve_{0};
+  bool mixed_ = false;  // set by Load
 };
 
 }  // namespace ubtrfs::txn

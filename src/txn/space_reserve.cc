@@ -22,7 +22,7 @@ Status ReserveData(TxnManager& txn, uint64_t bytes) {
   alloc::SpaceManager& space = txn.space();
   for (int round = 0;; ++round) {
     const uint64_t free = space.TotalsFor(kBlockGroupData).free_bytes;
-    if (free >= bytes) return Status::Ok();
+    if (free >= bytes + txn.chunk_alloc().MixedKeepBack()) return Status::Ok();
     // Any hole of a stripe's size helps: the data goes in pieces anyway.
     Status s = round < 64 ? txn.chunk_alloc().NewChunk(kBlockGroupData, ChunkAllocator::kStripeLen)
                           : Status::Error(ENOSPC, "64 new data chunks were not enough");

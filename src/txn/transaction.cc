@@ -52,9 +52,9 @@ Status TxnManager::Load(bool allow_log) {
         "kernel converts the old extent items as it rewrites them)");
   }
   // raid1c34 only says RAID1C3/RAID1C4 chunks exist, which are written.
-  if (incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatSimpleQuota)) {
+  if (incompat & (kIncompatRaid56 | kIncompatSimpleQuota)) {
     return Status::Unsupported("writing to an image with features " +
-                               IncompatNames(incompat & (kIncompatMixedGroups | kIncompatRaid56 | kIncompatSimpleQuota)));
+                               IncompatNames(incompat & (kIncompatRaid56 | kIncompatSimpleQuota)));
   }
   const bool fst_valid = (ro & kCompatRoFreeSpaceTree) && (ro & kCompatRoFreeSpaceTreeValid);
   if (ro & kCompatRoBlockGroupTree) {
@@ -160,16 +160,39 @@ bool TxnManager::HasChanges() {
 
 Result<uint64_t> TxnManager::AllocData(uint64_t len) {
   auto lock = AllocLock();
+  if (chunk_alloc_->mixed()) UB_RETURN_IF_ERROR(KeepMixedMetadataRoom(len));
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize()));
   MarkGroupDirty(bytenr);
   new_data_[bytenr] = len;
   return bytenr;
 }
 
+// With mixed groups a data extent takes from the space the commit and the
+// global reserve keep back for metadata: data gets ENOSPC first (or a new
+// chunk), never the commit.
+Status TxnManager::KeepMixedMetadataRoom(uint64_t len) {
+  for (int round = 0;; ++round) {
+    const uint64_t free = space_->TotalsFor(kBlockGroupData).free_bytes;
+    const uint64_t keep = chunk_alloc_->MixedKeepBack();
+    if (free >= len + keep) return Status::Ok();
+    Status s = round < 16 ? chunk_alloc_->NewChunk(kBlockGroupData, ChunkAllocator::kStripeLen)
+                          : Status::Error(ENOSPC, "16 new chunks were not enough");
+    if (!s.ok()) {
+      return Status::Error(s.code(), "no room for " + std::to_string(len) + " bytes of data: " +
+                                         std::to_string(free) + " bytes free in the mixed chunks, " +
+                                         std::to_string(keep) + " of them kept for metadata; " + s.message());
+    }
+  }
+}
+
 Result<bool> TxnManager::AllocDataAt(uint64_t logical, uint64_t len) {
   auto lock = AllocLock();
+  if (chunk_alloc_->mixed() && !KeepMixedMetadataRoom(len).ok()) return false;
   const auto g = space_->FindGroup(logical);
-  if (!g || !(g->flags & kBlockGroupData) || logical + len > g->start + g->length) return false;
+  // At a group's start the extent being grown ends in the group before:
+  // one extent must not span two groups (btrfs check, the kernel's tree
+  // checker), however adjacent the two are in logical space.
+  if (!g || !(g->flags & kBlockGroupData) || logical == g->start || logical + len > g->start + g->length) return false;
   if (!space_->MarkUsed(logical, len).ok()) return false;  // in use or pinned
   MarkGroupDirty(logical);
   new_data_[logical] = len;
@@ -251,7 +274,7 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
   if (!csum) return Status::Ok();
   const size_t csize = CsumSize(vol_->csum_type());
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));
-  const size_t per_item = std::min<size_t>(w->MaxItemSize() / csize, 1024);
+  const size_t per_item = std::min<size_t>(MaxCsumsPerItem(vol_->nodesize(), csize), 1024);
   const size_t sectors = data.size() / ss;
   for (size_t first = 0; first < sectors; first += per_item) {
     const size_t n = std::min(per_item, sectors - first);
@@ -345,7 +368,7 @@ Status TxnManager::ReplaceCsums(uint64_t logical, std::span<const uint8_t> sums)
   const size_t sectors = sums.size() / csize;
   UB_RETURN_IF_ERROR(DeleteCsums(logical, uint64_t{sectors} * ss));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));
-  const size_t per_item = std::min<size_t>(w->MaxItemSize() / csize, 1024);
+  const size_t per_item = std::min<size_t>(MaxCsumsPerItem(vol_->nodesize(), csize), 1024);
   for (size_t first = 0; first < sectors; first += per_item) {
     const size_t n = std::min(per_item, sectors - first);
     UB_RETURN_IF_ERROR(w->Insert(Key{kExtentCsumObjectid, kExtentCsumKey, logical + first * ss},

@@ -97,7 +97,8 @@ class TxnManager final : public tree::BlockAllocator {
   // Growing a data extent of this transaction instead of starting another
   // (sequential writes of a file as one extent of up to 128 MiB, as the
   // kernel's delayed allocation gives): AllocDataAt takes exactly
-  // [logical, +len) if it is free (not pinned) within one block group, as a
+  // [logical, +len) if it is free (not pinned) within the block group the
+  // extent ending at `logical` is in (false at a group's start), as a
   // data extent of its own (so that nothing is lost if it is never merged:
   // unreferenced, it is freed at the commit); MergeData then folds that
   // extent into the one that ends at `logical`, if that one is still of this
@@ -213,6 +214,10 @@ class TxnManager final : public tree::BlockAllocator {
   // space_cache=v2 does; the open commits it at once.
   Status RebuildFreeSpaceTree();
   Status DropStaleFreeSpaceItems();
+  // Mixed groups: room for len bytes of data beyond what metadata keeps
+  // back, adding chunks as needed; ENOSPC when the device is full. Under the
+  // allocation lock.
+  Status KeepMixedMetadataRoom(uint64_t len);
   std::vector<format::Key> stale_fst_keys_;  // items of block groups that do not exist
   Result<int> DropSpaceCacheV1();
   // ---- Delayed references (delayed_refs.cc) ----
