@@ -841,8 +841,9 @@ void Checker::CheckFreeSpaceTree() {
     at = it->key.objectid + it->key.offset;
   }
   if (!stale.empty()) {
-    Warning("free space tree: FREE_SPACE_INFO of block groups that no longer exist (mkfs.btrfs leaves them; btrfs "
-            "check accepts them): " + stale);
+    Warning("free space tree: FREE_SPACE_INFO of block groups that no longer exist (mkfs.btrfs 6.2 leaves them, "
+            "the kernel ignores them, btrfs check 6.19 reports them; ubtrfs removes them at its first commit): " +
+            stale);
   }
 
   const Ranges& used = used_runs_;
