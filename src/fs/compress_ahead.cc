@@ -16,9 +16,9 @@ namespace {
 
 // Read ahead of the writes by at most this much, in batches compressed
 // together: enough ranges a batch to keep every core busy, little memory.
-constexpr size_t kBatchBytes = size_t{2} << 20;
+constexpr size_t kBatchBytes = size_t{1} << 20;
 constexpr size_t kBatchesAhead = 1;
-constexpr size_t kSpares = 4;
+constexpr size_t kSpares = 2;
 
 }  // namespace
 
