@@ -687,4 +687,84 @@ TEST(MkfsCliTest, RootdirImportsTheTree) {
   EXPECT_NE(access(dir.Sub("other.img").c_str(), F_OK), 0);
 }
 
+// mkfs -M: a SYSTEM and one DATA|METADATA chunk, 4 KiB nodes, the
+// MIXED_GROUPS flag; a tree imported into it and more written after, with
+// btrfs check and the kernel as judges; and the options that cannot go
+// with it refused by name.
+TEST(MkfsCliTest, MixedBlockGroups) {
+  if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
+  TempDir dir("ubtrfs-mkfs-mixed");
+  const std::string src = dir.Sub("src"), img = dir.Sub("img.img");
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  ubtrfs_test::GenerateTree(src, 12, ubtrfs_test::ScaledTreeOptions(300));
+  auto r = Cli({"mkfs", img, "-M", "--size", "200M", "--rootdir", src});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("Data+Metadata:"), std::string::npos) << r.out;
+  ASSERT_EQ(BtrfsCheck(img), "");
+  {
+    auto dev = io::OpenFileDevice(img);
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    auto vol = txn::Volume::Open(std::move(*dev), txn::VolumeOptions{});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    EXPECT_TRUE((*vol)->super().incompat_flags.get() & kIncompatMixedGroups);
+    EXPECT_EQ((*vol)->super().nodesize.get(), 4096u);
+    std::map<uint64_t, int> types;
+    for (const auto& [logical, c] : (*vol)->chunks().chunks()) ++types[c.type];
+    EXPECT_EQ(types, (std::map<uint64_t, int>{{kBlockGroupSystem, 1}, {kBlockGroupData | kBlockGroupMetadata, 1}}));
+  }
+  // More than the first chunk holds, so new chunks are made (mixed ones).
+  {
+    std::ofstream f(src + "/mixed-big", std::ios::binary);
+    std::string block(1 << 20, '\0');
+    for (int i = 0; i < 120; ++i) {
+      for (size_t j = 0; j < block.size(); j += 8) block[j] = static_cast<char>(i * 29 + j / 8);
+      f.write(block.data(), static_cast<std::streamsize>(block.size()));
+    }
+    ASSERT_TRUE(f.good());
+  }
+  r = Cli({"cp", src + "/mixed-big", img + ":/mixed-big"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ASSERT_EQ(BtrfsCheck(img), "");
+  // The top directory changed after the import on both sides, at other times.
+  ubtrfs_test::CompareOptions co;
+  co.skip_times = [](const std::string& rel) { return rel.empty() || rel == "."; };
+  {
+    auto fs = Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto mism = ubtrfs_test::CompareTreeToImage(src, **fs, co);
+    EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
+  }
+  {
+    auto dev = io::OpenFileDevice(img);
+    ASSERT_TRUE(dev.ok());
+    auto vol = txn::Volume::Open(std::move(*dev), txn::VolumeOptions{});
+    ASSERT_TRUE(vol.ok());
+    int mixed = 0;
+    for (const auto& [logical, c] : (*vol)->chunks().chunks()) {
+      if (c.type & kBlockGroupSystem) continue;
+      EXPECT_EQ(c.type & (kBlockGroupData | kBlockGroupMetadata), kBlockGroupData | kBlockGroupMetadata);
+      ++mixed;
+    }
+    EXPECT_GT(mixed, 1);
+  }
+
+  EXPECT_NE(Cli({"mkfs", dir.Sub("n.img"), "-M", "-n", "16384", "--size", "200M"}).exit_code, 0);
+  r = Cli({"mkfs", dir.Sub("p.img"), "-M", "-d", "dup", "-m", "single", "--size", "200M"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("must be the same"), std::string::npos) << r.err;
+  r = Cli({"mkfs", dir.Sub("s.img"), "-M", "--shrink", "--rootdir", src});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--shrink"), std::string::npos) << r.err;
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  const std::string mnt = dir.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+  auto mism = ubtrfs_test::CompareHostTrees(src, mnt, co);
+  EXPECT_TRUE(mism.empty()) << ubtrfs_test::FormatMismatches(mism);
+  ASSERT_EQ(m.Unmount(), "");
+}
+
 }  // namespace

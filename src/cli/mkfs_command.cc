@@ -47,6 +47,7 @@ struct MkfsArgs {
   std::string metadata_profile;
   std::string size;
   std::string nodesize = "16384";
+  bool nodesize_given = false;  // --mixed takes the sector size unless -n is given
   std::string sectorsize = "4096";
   std::string csum = "crc32c";
   std::string label;
@@ -58,6 +59,7 @@ struct MkfsArgs {
   std::vector<std::string> inode_flags;  // nodatacow|nodatasum[,...]:PATH
   std::string owner;                     // UID:GID
   bool deterministic = false;
+  bool mixed = false;
   bool shrink = false;
   bool reflink = false;
   bool force = false;
@@ -118,11 +120,13 @@ Status ApplyFeatures(const std::vector<std::string>& lists, txn::MkfsOptions* op
       if (off) f.erase(0, 1);
       if (f == "block-group-tree" || f == "block_group_tree") {
         opts->block_group_tree = !off;
+      } else if (f == "mixed-bg" || f == "mixed-groups") {
+        opts->mixed = !off;
       } else if (std::find(kAlways.begin(), kAlways.end(), f) != kAlways.end()) {
         if (off) return Status::Invalid("feature " + f + " cannot be turned off: ubtrfs always writes it");
       } else {
         return Status::Invalid("unknown or unsupported feature '" + f +
-                               "' (supported: block-group-tree, and ^block-group-tree to turn it off)");
+                               "' (supported: block-group-tree, mixed-bg, and ^ before either to turn it off)");
       }
     }
   }
@@ -138,6 +142,8 @@ std::string JoinImages(const std::vector<std::string>& images) {
 void CmdMkfs(const MkfsArgs& a) {
   txn::MkfsOptions opts;
   const std::string& image = a.images.front();
+  if (Status st = ApplyFeatures(a.features, &opts); !st.ok()) return Fail("invalid -O: " + st.message());
+  if (a.mixed) opts.mixed = true;
   for (auto [flag, text, field] : {std::tuple{"-d", &a.data_profile, &opts.data_profile},
                                    std::tuple{"-m", &a.metadata_profile, &opts.metadata_profile}}) {
     if (text->empty()) continue;
@@ -162,7 +168,7 @@ void CmdMkfs(const MkfsArgs& a) {
   if (!csum) return Fail("invalid --csum '" + a.csum + "': choose crc32c, xxhash, sha256 or blake2");
   opts.csum_type = *csum;
   opts.label = a.label;
-  if (Status st = ApplyFeatures(a.features, &opts); !st.ok()) return Fail("invalid -O: " + st.message());
+  if (opts.mixed && !a.nodesize_given) opts.nodesize = opts.sectorsize;  // as mkfs.btrfs -M
   if (!a.uuid.empty()) {
     opts.fsid = txn::ParseUuid(a.uuid);
     if (!opts.fsid) return Fail("invalid --uuid '" + a.uuid + "': expected the form 01234567-89ab-cdef-0123-456789abcdef");
@@ -216,6 +222,7 @@ void CmdMkfs(const MkfsArgs& a) {
   }
   if (a.shrink) {
     if (a.rootdir.empty()) return Fail("--shrink needs --rootdir (it makes the image as small as what is imported)");
+    if (opts.mixed) return Fail("--shrink does not go with mixed block groups (its layout keeps data and metadata apart)");
     if (Placement().offset != 0 || Placement().partition != 0) {
       return Fail("--shrink makes an image file; it cannot go with --offset or --partition");
     }
@@ -539,11 +546,15 @@ void CmdMkfs(const MkfsArgs& a) {
                  n > 1 ? fmt::format(" ({} chunks)", n) : "");
     }
   };
-  profile_line("Data:", format::kBlockGroupData);
-  profile_line("Metadata:", format::kBlockGroupMetadata);
+  if (opts.mixed) {
+    profile_line("Data+Metadata:", format::kBlockGroupData | format::kBlockGroupMetadata);
+  } else {
+    profile_line("Data:", format::kBlockGroupData);
+    profile_line("Metadata:", format::kBlockGroupMetadata);
+  }
   profile_line("System:", format::kBlockGroupSystem);
-  fmt::print("Features:           mixed-backref, extended-iref, skinny-metadata, no-holes, free-space-tree{}\n",
-             opts.block_group_tree ? ", block-group-tree" : "");
+  fmt::print("Features:           mixed-backref, extended-iref, skinny-metadata, no-holes, free-space-tree{}{}\n",
+             opts.mixed ? ", mixed-bg" : "", opts.block_group_tree ? ", block-group-tree" : "");
   fmt::print("Checksum:           {}\n", format::CsumTypeName(opts.csum_type));
   fmt::print("Superblock copies:  {}\n", sum.superblock_copies);
   if (targets.size() > 1) {
@@ -585,8 +596,11 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_option("-b,--size", args.size,
                   "Filesystem size (bytes, or with a K/M/G/T suffix); a smaller image file is extended to it "
                   "(with several images: each one's size)");
-  cmd->add_option("-n,--nodesize", args.nodesize, "Tree block size: 4096..65536, a power of two")
-      ->capture_default_str();
+  cmd->add_option("-n,--nodesize", args.nodesize, "Tree block size: 4096..65536, a power of two (--mixed: 4096)")
+      ->capture_default_str()
+      ->each([](const std::string&) { args.nodesize_given = true; });
+  cmd->add_flag("-M,--mixed", args.mixed,
+                "Mixed block groups: data and metadata share chunks (small filesystems; node size 4096)");
   cmd->add_option("-s,--sectorsize", args.sectorsize, "Sector size (only 4096)")->capture_default_str();
   cmd->add_option("--csum,--checksum", args.csum, "Checksum: crc32c, xxhash, sha256 or blake2")
       ->capture_default_str();

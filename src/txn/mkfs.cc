@@ -201,8 +201,10 @@ Result<std::vector<PlannedChunk>> PlanProfileChunks(const std::vector<uint64_t>&
     size_t ndev = rule.devs_max == 0 ? order.size() : std::min<size_t>(rule.devs_max, order.size());
     ndev -= ndev % rule.increment;
     if (profile == kBlockGroupDup) ndev = 1;
-    const std::string what = std::string(kind == kBlockGroupData ? "data" : kind == kBlockGroupSystem ? "system"
-                                                                                                      : "metadata") +
+    const std::string what = std::string(kind == (kBlockGroupData | kBlockGroupMetadata) ? "mixed data and metadata"
+                                         : kind == kBlockGroupData                           ? "data"
+                                         : kind == kBlockGroupSystem                         ? "system"
+                                                                                             : "metadata") +
                              " profile " + alloc::ProfileName(profile);
     if (ndev < rule.devs_min) {
       return Status::Invalid("the " + what + " needs at least " + std::to_string(rule.devs_min) + " devices; " +
@@ -242,14 +244,20 @@ Result<std::vector<PlannedChunk>> PlanProfileChunks(const std::vector<uint64_t>&
   }
   const uint64_t sys = SystemChunkBytes(smallest);
   UB_RETURN_IF_ERROR(add(kBlockGroupSystem, meta_profile, sys));
-  UB_RETURN_IF_ERROR(add(kBlockGroupMetadata, meta_profile, meta));
+  if (!o.mixed) UB_RETURN_IF_ERROR(add(kBlockGroupMetadata, meta_profile, meta));
   // Data: 64 MiB a stripe, less where the devices the profile takes have
   // less than twice that left (room for the kernel's next metadata chunk).
+  // Mixed: one chunk with room for both.
   uint64_t left = UINT64_MAX;
   for (size_t d = 0; d < sizes.size(); ++d) left = std::min(left, sizes[d] - next[d]);
   uint64_t data = std::min(64 * kMiB, RoundDown(left / (data_profile == kBlockGroupDup ? 4 : 2), kMiB));
   if (data == 0) return Status::Invalid("no room left for a data chunk");
-  UB_RETURN_IF_ERROR(add(kBlockGroupData, data_profile, data));
+  if (o.mixed) {
+    const uint64_t both = std::min(data + meta, RoundDown(left / (data_profile == kBlockGroupDup ? 2 : 1), kMiB));
+    UB_RETURN_IF_ERROR(add(kBlockGroupData | kBlockGroupMetadata, data_profile, both));
+  } else {
+    UB_RETURN_IF_ERROR(add(kBlockGroupData, data_profile, data));
+  }
   return chunks;
 }
 
@@ -644,6 +652,11 @@ Status ValidateMkfsOptions(const MkfsOptions& o) {
     return Status::Invalid("nodesize " + std::to_string(o.nodesize) +
                            " is invalid: it must be a power of two from 4096 (the sector size) to 65536");
   }
+  if (o.mixed && o.nodesize != o.sectorsize) {
+    return Status::Invalid("nodesize " + std::to_string(o.nodesize) +
+                           " is invalid with mixed block groups: it must equal the sector size (" +
+                           std::to_string(o.sectorsize) + ")");
+  }
   if (CsumSize(o.csum_type) == 0) return Status::Invalid("unknown checksum type " + std::to_string(o.csum_type));
   if (o.label.size() >= kLabelSize) {
     return Status::Invalid("label is " + std::to_string(o.label.size()) + " bytes long; at most " +
@@ -714,9 +727,21 @@ std::optional<uint64_t> ParseProfile(const std::string& name) {
   return std::nullopt;
 }
 
+std::pair<uint64_t, uint64_t> MkfsProfiles(const MkfsOptions& opts, size_t devices) {
+  if (opts.mixed) {
+    // One profile for both (mkfs.btrfs: SINGLE unless one is given).
+    const uint64_t p = opts.metadata_profile.value_or(opts.data_profile.value_or(0));
+    return {p, p};
+  }
+  return {opts.metadata_profile.value_or(devices > 1 ? kBlockGroupRaid1 : kBlockGroupDup),
+          opts.data_profile.value_or(0)};
+}
+
 Status ValidateMkfsProfiles(const MkfsOptions& opts, size_t devices) {
-  const uint64_t meta_profile = opts.metadata_profile.value_or(devices > 1 ? kBlockGroupRaid1 : kBlockGroupDup);
-  const uint64_t data_profile = opts.data_profile.value_or(0);
+  if (opts.mixed && opts.metadata_profile && opts.data_profile && *opts.metadata_profile != *opts.data_profile) {
+    return Status::Invalid("with mixed block groups the data and metadata profiles must be the same");
+  }
+  const auto [meta_profile, data_profile] = MkfsProfiles(opts, devices);
   for (auto [what, p] : {std::pair{"data", data_profile}, std::pair{"metadata", meta_profile}}) {
     if (p & ~kBlockGroupProfileMask || (p && (p & (p - 1)))) {
       return Status::Invalid(std::string("invalid ") + what + " profile bits " + std::to_string(p));
@@ -765,12 +790,11 @@ Status MakeFilesystem(const std::vector<io::BlockDevice*>& devs, const MkfsOptio
   }
   UB_RETURN_IF_ERROR(ValidateMkfsProfiles(opts, devs.size()));
   const bool several = devs.size() > 1;
-  const uint64_t meta_profile = opts.metadata_profile.value_or(several ? kBlockGroupRaid1 : kBlockGroupDup);
-  const uint64_t data_profile = opts.data_profile.value_or(0);
-  const bool default_layout = !several && meta_profile == kBlockGroupDup && data_profile == 0;
+  const auto [meta_profile, data_profile] = MkfsProfiles(opts, devs.size());
+  const bool default_layout = !several && !opts.mixed && meta_profile == kBlockGroupDup && data_profile == 0;
   if (!default_layout && (opts.metadata_at_end || opts.data_bytes != 0)) {
     return Status::Invalid("the data size and metadata-at-end layouts (--shrink) are for one device with the "
-                           "default profiles");
+                           "default profiles and separate data and metadata chunks");
   }
   ctx.dev_uuids.resize(devs.size());
   for (size_t i = 0; i < devs.size(); ++i) {
@@ -876,7 +900,7 @@ Status MakeFilesystem(const std::vector<io::BlockDevice*>& devs, const MkfsOptio
   sb.stripesize = ctx.sectorsize;
   sb.compat_flags = 0;
   sb.compat_ro_flags = kCompatRo | (ctx.block_group_tree ? kCompatRoBlockGroupTree : 0);
-  sb.incompat_flags = kIncompat;
+  sb.incompat_flags = kIncompat | (opts.mixed ? kIncompatMixedGroups : 0);
   sb.csum_type = ctx.csum_type;
   std::memcpy(sb.label, opts.label.data(), opts.label.size());
   sb.cache_generation = 0;       // mkfs.btrfs: 0 with the free space tree

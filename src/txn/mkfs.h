@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/ondisk.h"
@@ -89,6 +90,11 @@ struct MkfsOptions {
   // profile. RAID5/RAID6 are refused (ubtrfs does not write parity).
   std::optional<uint64_t> data_profile;
   std::optional<uint64_t> metadata_profile;
+  // Mixed block groups (mkfs.btrfs -M; incompat MIXED_GROUPS): data and
+  // metadata share DATA|METADATA chunks, which small filesystems waste less
+  // of. The node size must equal the sector size; the two profiles, if
+  // given, must be the same (default SINGLE, as mkfs.btrfs).
+  bool mixed = false;
   // Uuids of the devices after the first (dev_uuid is the first one's);
   // random where not given.
   std::vector<Uuid> more_dev_uuids;
@@ -138,6 +144,9 @@ Status ValidateMkfsOptions(const MkfsOptions& opts);
 // Checks the profiles against the number of devices (EINVAL: too few for
 // a profile; EOPNOTSUPP: RAID5/RAID6); MakeFilesystem does this first.
 Status ValidateMkfsProfiles(const MkfsOptions& opts, size_t devices);
+// The metadata and data profiles the options give on `devices` devices,
+// defaults filled in (mkfs.btrfs's): {metadata, data}.
+std::pair<uint64_t, uint64_t> MkfsProfiles(const MkfsOptions& opts, size_t devices);
 
 // Whether any superblock copy that fits on the device carries the btrfs
 // magic (the test mkfs.btrfs makes before it refuses to overwrite without -f).
