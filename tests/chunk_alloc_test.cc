@@ -833,6 +833,18 @@ void FillThroughFilesystem(Filesystem& fs, FsFill* out) {
   }
 }
 
+// Opens img for writing, fills it to ENOSPC and commits what is there.
+void FillToEnospcAndCommit(const std::string& img, FsFill* fill) {
+  OpenOptions oo;
+  oo.writable = true;
+  auto fs = Filesystem::Open(img, oo);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  FillThroughFilesystem(**fs, fill);
+  ASSERT_EQ(fill->failure.code(), ENOSPC) << fill->failure.ToString();
+  Status c = (*fs)->Commit();
+  ASSERT_TRUE(c.ok()) << c.ToString();
+}
+
 TEST(ChunkAllocEnospc, FilesystemWritesUntilFull) {
   if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir("ubtrfs-chunk");
@@ -866,16 +878,8 @@ TEST(ChunkAllocEnospc, FilesystemCommitAfterEnospcIsClean) {
   const std::string img = dir.Sub("img");
   ASSERT_EQ(MakeImage(dir, img, 256 * kMiB, 16384, {}), "");
   FsFill fill;
-  {
-    OpenOptions oo;
-    oo.writable = true;
-    auto fs = Filesystem::Open(img, oo);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    FillThroughFilesystem(**fs, &fill);
-    ASSERT_EQ(fill.failure.code(), ENOSPC) << fill.failure.ToString();
-    Status c = (*fs)->Commit();
-    ASSERT_TRUE(c.ok()) << c.ToString();
-  }
+  FillToEnospcAndCommit(img, &fill);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(BtrfsCheck(img), "");
   for (size_t i = 0; i < fill.written.size(); ++i) {
     EXPECT_EQ(VerifyWithUbtrfs(img, "/" + fill.written[i].first, fill.written[i].second, 100 + i), "");
@@ -897,16 +901,8 @@ TEST(ChunkAllocMixed, FilledToEnospcThenDeletesMakeRoomAndTheKernelAgrees) {
   const auto before = ChunkTypes(img);
   ASSERT_EQ(before.count(kBlockGroupData | kBlockGroupMetadata), 1u) << Describe(before);
   FsFill fill;
-  {
-    OpenOptions oo;
-    oo.writable = true;
-    auto fs = Filesystem::Open(img, oo);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    FillThroughFilesystem(**fs, &fill);
-    ASSERT_EQ(fill.failure.code(), ENOSPC) << fill.failure.ToString();
-    Status c = (*fs)->Commit();
-    ASSERT_TRUE(c.ok()) << c.ToString();
-  }
+  FillToEnospcAndCommit(img, &fill);
+  if (HasFatalFailure()) return;
   ASSERT_GT(fill.written.size(), 15u);
   ASSERT_EQ(BtrfsCheck(img), "");
   const auto after = ChunkTypes(img);

@@ -644,21 +644,24 @@ TEST(MkfsCliTest, ClearErrors) {
 
 // --rootdir: a generated host tree (every kind of inode, xattrs, hard
 // links, odd names) plus more data than the first data chunk holds.
+// A file of `mib` MiB, each MiB's pattern from `mult`; whether it was written.
+bool WritePatternFile(const std::string& path, int mib, int mult) {
+  std::ofstream f(path, std::ios::binary);
+  std::string block(1 << 20, '\0');
+  for (int i = 0; i < mib; ++i) {
+    for (size_t j = 0; j < block.size(); j += 8) block[j] = static_cast<char>(i * mult + j / 8);
+    f.write(block.data(), static_cast<std::streamsize>(block.size()));
+  }
+  return f.good();
+}
+
 TEST(MkfsCliTest, RootdirImportsTheTree) {
   if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
   TempDir dir("ubtrfs-mkfs-rootdir");
   const std::string src = dir.Sub("src"), img = dir.Sub("img.img");
   ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
   ubtrfs_test::GenerateTree(src, 11, ubtrfs_test::ScaledTreeOptions(500));
-  {
-    std::ofstream f(src + "/large", std::ios::binary);
-    std::string block(1 << 20, '\0');
-    for (int i = 0; i < 100; ++i) {
-      for (size_t j = 0; j < block.size(); j += 8) block[j] = static_cast<char>(i * 31 + j / 8);
-      f.write(block.data(), static_cast<std::streamsize>(block.size()));
-    }
-    ASSERT_TRUE(f.good());
-  }
+  ASSERT_TRUE(WritePatternFile(src + "/large", 100, 31));
   auto r = Cli({"mkfs", img, "--size", "768M", "--rootdir", src, "--nodesize", "4096"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   EXPECT_NE(r.out.find("Rootdir:"), std::string::npos) << r.out;
@@ -713,15 +716,7 @@ TEST(MkfsCliTest, MixedBlockGroups) {
     EXPECT_EQ(types, (std::map<uint64_t, int>{{kBlockGroupSystem, 1}, {kBlockGroupData | kBlockGroupMetadata, 1}}));
   }
   // More than the first chunk holds, so new chunks are made (mixed ones).
-  {
-    std::ofstream f(src + "/mixed-big", std::ios::binary);
-    std::string block(1 << 20, '\0');
-    for (int i = 0; i < 120; ++i) {
-      for (size_t j = 0; j < block.size(); j += 8) block[j] = static_cast<char>(i * 29 + j / 8);
-      f.write(block.data(), static_cast<std::streamsize>(block.size()));
-    }
-    ASSERT_TRUE(f.good());
-  }
+  ASSERT_TRUE(WritePatternFile(src + "/mixed-big", 120, 29));
   r = Cli({"cp", src + "/mixed-big", img + ":/mixed-big"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   ASSERT_EQ(BtrfsCheck(img), "");
