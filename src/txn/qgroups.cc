@@ -411,6 +411,7 @@ Status TxnManager::AccountQuotas() {
 
 Status TxnManager::WriteQgroupItems() {
   QuotaState& q = *quotas_;
+  if (q.simple) UB_RETURN_IF_ERROR(RemoveDroppedQgroups());
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kQuotaTreeObjectid));
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot * root, vol_->MutableRoot(kQuotaTreeObjectid));
   bool any = false;

@@ -99,6 +99,31 @@ Status TxnManager::SquotaExtentDeleted(uint64_t bytenr, bool tree, int level, ui
   return SquotaDelta(refs.front().offset, num_bytes, generation, false);
 }
 
+Status TxnManager::RemoveDroppedQgroups() {
+  if (quotas_->dropped.empty()) return Status::Ok();
+  auto dropped = std::move(quotas_->dropped);
+  quotas_->dropped.clear();
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kQuotaTreeObjectid));
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * root, vol_->MutableRoot(kQuotaTreeObjectid));
+  for (uint64_t id : dropped) {
+    auto it = quotas_->groups.find(id);
+    // Extents it owns outlive it in snapshots and reflinks: their deletion
+    // must still find the qgroup to credit.
+    if (it == quotas_->groups.end() || it->second.rfer != 0 || it->second.excl != 0) continue;
+    std::vector<Key> keys = {Key{0, kQgroupInfoKey, id}, Key{0, kQgroupLimitKey, id}};
+    for (uint64_t p : it->second.parents) {
+      keys.push_back(Key{id, kQgroupRelationKey, p});
+      keys.push_back(Key{p, kQgroupRelationKey, id});
+    }
+    for (const Key& k : keys) {
+      UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(dirty_.get(), root->ref, k));
+      if (have) UB_RETURN_IF_ERROR(w->Delete(k));
+    }
+    quotas_->groups.erase(it);
+  }
+  return Status::Ok();
+}
+
 Status TxnManager::NewSimpleQgroup(uint64_t root, uint64_t dir_root) {
   std::vector<uint64_t> parents;
   {

@@ -286,6 +286,7 @@ class TxnManager final : public tree::BlockAllocator {
     };
     std::vector<Inherit> inherits;
     std::vector<Touched> touched;         // this commit's extents
+    std::vector<uint64_t> dropped;        // simple: subvolumes whose drop finished this transaction
   };
   Status LoadQuotas();
   std::set<uint64_t> QgroupsOf(const std::set<uint64_t>& roots) const;
@@ -302,6 +303,9 @@ class TxnManager final : public tree::BlockAllocator {
   // The owner ref a new data extent's item starts with, and its charge.
   Result<uint64_t> NewDataOwner(const PendingExtent& p);
   Status SquotaTreeBlockCreated(uint64_t bytenr, int level);
+  // The qgroups of fully dropped subvolumes that own nothing any more go,
+  // as the kernel's btrfs_qgroup_cleanup_dropped_subvolume removes them.
+  Status RemoveDroppedQgroups();
   // A committed extent's item goes: the owner gets its bytes back.
   Status SquotaExtentDeleted(uint64_t bytenr, bool tree, int level, uint64_t num_bytes,
                              const std::vector<uint8_t>* item);
