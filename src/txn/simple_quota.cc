@@ -109,7 +109,9 @@ Status TxnManager::RemoveDroppedQgroups() {
     auto it = quotas_->groups.find(id);
     // Extents it owns outlive it in snapshots and reflinks: their deletion
     // must still find the qgroup to credit.
-    if (it == quotas_->groups.end() || it->second.rfer != 0 || it->second.excl != 0) continue;
+    if (it == quotas_->groups.end()) continue;
+    const Qgroup& g = it->second;
+    if (g.rfer != 0 || g.excl != 0 || g.rfer_cmpr != 0 || g.excl_cmpr != 0) continue;
     std::vector<Key> keys = {Key{0, kQgroupInfoKey, id}, Key{0, kQgroupLimitKey, id}};
     for (uint64_t p : it->second.parents) {
       keys.push_back(Key{id, kQgroupRelationKey, p});
