@@ -23,6 +23,7 @@ std::string QgroupName(uint64_t id) {
 void SimpleQuotaCount::Load(tree::BlockReader* reader, const tree::RootPtr& quota_root, bool incompat_simple,
                             Report* report) {
   if (!incompat_simple || quota_root.bytenr == 0) return;
+  reader_ = reader;
   tree::Cursor c(reader, quota_root);
   Status s = c.SeekFirst();
   bool have_status = false;
@@ -65,7 +66,11 @@ void SimpleQuotaCount::Load(tree::BlockReader* reader, const tree::RootPtr& quot
 
 void SimpleQuotaCount::Extent(const ExtentRec& e, uint64_t block_owner) {
   if (!active_ || e.generation < enable_gen_) return;
-  const uint64_t owner = e.tree_block ? block_owner : e.owner_ref;
+  uint64_t owner = e.tree_block ? block_owner : e.owner_ref;
+  if (e.tree_block && owner == 0) {
+    // Unreadable blocks were reported by the walk; they count for nobody.
+    if (auto b = reader_->Read(tree::BlockCheck{e.start, e.level, 0, {}}); b.ok()) owner = (*b)->header().owner.get();
+  }
   if (!IsFsTree(owner) || !groups_.count(owner)) return;
   std::set<uint64_t> seen;
   std::vector<uint64_t> todo = {owner};

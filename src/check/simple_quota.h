@@ -26,7 +26,8 @@ class SimpleQuotaCount {
   void Load(tree::BlockReader* reader, const tree::RootPtr& quota_root, bool incompat_simple, Report* report);
   bool active() const { return active_; }
   // One extent item; block_owner is the header owner of the tree block
-  // there (0: unread).
+  // there (0: the walk did not read it, say in a tree being dropped: it is
+  // read here).
   void Extent(const ExtentRec& e, uint64_t block_owner);
   // Every qgroup whose stored numbers differ from the recount.
   void Finish(Report* report) const;
@@ -37,6 +38,7 @@ class SimpleQuotaCount {
     uint64_t count = 0;                   // recounted
     std::vector<uint64_t> parents;
   };
+  tree::BlockReader* reader_ = nullptr;
   bool active_ = false;
   uint64_t enable_gen_ = 0;
   std::map<uint64_t, Group> groups_;
