@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -252,6 +253,65 @@ TEST(SimpleQuotas, KeptAsTheKernelKeepsThem) {
   EXPECT_EQ(ReadHostFile(mnt + "/snap2/more"), SeededBytes(700u << 10, 9));
   ASSERT_EQ(m.Unmount(), "");
   EXPECT_EQ(RecountProblems(img), "") << "after the kernel wrote on";
+}
+
+// A kernel tree log on an image with simple quotas (fsyncs, then the power
+// cut): ubtrfs's replay inserts the logged extents as the kernel's
+// btrfs_alloc_logged_file_extent does, owner ref and charge included, and
+// the kernel later credits them to that owner.
+TEST(SimpleQuotas, ReplayOfAKernelLogChargesTheLoggedExtents) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel writes the log: " << why;
+  TempDir tmp("ubtrfs-squota-log");
+  const std::string img = tmp.Sub("img"), copy = tmp.Sub("copy"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 1ull << 30), "");
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "commit=3600"), "");
+    if (std::string e = EnableSimpleQuotas(mnt); !e.empty()) {
+      ASSERT_EQ(m.Unmount(), "");
+      GTEST_SKIP() << "this kernel has no simple quotas (6.7+): " << e;
+    }
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
+    WriteHostFile(mnt + "/sv/committed", SeededBytes(3u << 20, 1));
+    ASSERT_EQ(MustRun({"sync"}), "");
+    for (const char* name : {"b", "c"}) {
+      const int fd = open((mnt + "/sv/" + name).c_str(), O_CREAT | O_WRONLY, 0644);
+      ASSERT_GE(fd, 0);
+      const std::string bytes = SeededBytes(2u << 20, name[0]);
+      ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+      ASSERT_EQ(fsync(fd), 0);
+      close(fd);
+    }
+    std::filesystem::copy_file(img, copy);  // the power cut, before any commit
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  CommandResult super = RunCommand({"btrfs", "inspect-internal", "dump-super", copy});
+  ASSERT_NE(super.out.find("\nlog_root\t\t"), std::string::npos);
+  if (super.out.find("\nlog_root\t\t0\n") != std::string::npos) GTEST_SKIP() << "the kernel committed before the copy";
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(copy, o);  // replays and commits
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    PutFile(**fs, "/sv", "after", SeededBytes(1u << 20, 2));
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  EXPECT_EQ(RecountProblems(copy), "");
+  LoopMount m;
+  ASSERT_EQ(m.Mount(copy, mnt), "");
+  EXPECT_EQ(ReadHostFile(mnt + "/sv/c"), SeededBytes(2u << 20, 'c'));
+  const uint64_t before = KernelQgroups(mnt)["0/256"];
+  EXPECT_GE(before, (3u << 20) + (4u << 20) + (1u << 20)) << "the logged extents were charged to sv";
+  ASSERT_EQ(unlink((mnt + "/sv/b").c_str()), 0);
+  ASSERT_EQ(unlink((mnt + "/sv/c").c_str()), 0);
+  ASSERT_EQ(MustRun({"sync"}), "");
+  // One leaf holds sv: copied on write, it is charged as much as it frees.
+  EXPECT_EQ(KernelQgroups(mnt)["0/256"], before - (4u << 20)) << "the kernel credited sv with the logged extents";
+  ASSERT_EQ(m.Unmount(), "");
+  EXPECT_EQ(RecountProblems(copy), "") << "after the kernel wrote on";
 }
 
 }  // namespace
