@@ -184,6 +184,7 @@ TEST(SimpleQuotas, KeptAsTheKernelKeepsThem) {
     ASSERT_EQ(MustRun({"btrfs", "subvolume", "snapshot", mnt + "/sv", mnt + "/ksnap"}), "");
     ASSERT_EQ(MustRun({"btrfs", "qgroup", "create", "1/100", mnt}), "");
     ASSERT_EQ(MustRun({"btrfs", "qgroup", "assign", "0/256", "1/100", mnt}), "");
+    ASSERT_EQ(MustRun({"btrfs", "qgroup", "limit", "40M", mnt + "/sv"}), "");
     ASSERT_EQ(m.Unmount(), "");
   }
   ASSERT_EQ(RecountProblems(img), "") << "the recount disagrees with the kernel's own numbers";
@@ -227,6 +228,17 @@ TEST(SimpleQuotas, KeptAsTheKernelKeepsThem) {
     auto dst = f.Create(MustLookup(f, "/sv"), "rx", ubtrfs::NewInode{0644});
     ASSERT_TRUE(dst.ok());
     ASSERT_TRUE(f.Clone(MustLookup(f, "/sv3/x"), 0, *dst, 0, 0).ok());
+  });
+  step("a limit gives EDQUOT", [&](ubtrfs::Filesystem& f) {
+    auto big = f.Create(MustLookup(f, "/sv"), "too-big", ubtrfs::NewInode{0644});
+    ASSERT_TRUE(big.ok());
+    auto w = f.Write(*big, 0, SpanOf(SeededBytes(48u << 20, 12)));
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), EDQUOT) << w.status().ToString();
+    PutFile(f, "/sv", "fits", SeededBytes(1u << 20, 13));  // the failed write took nothing
+    // Snapshots of simple quotas do not inherit limits (the kernel copies
+    // them only for full qgroups).
+    PutFile(f, "/snap2", "big-in-snapshot", SeededBytes(48u << 20, 14));
   });
   step("a subvolume deletion", [&](ubtrfs::Filesystem& f) {
     ASSERT_TRUE(f.DeleteSubvolume(f.Root(), "ksnap").ok());

@@ -29,6 +29,15 @@ std::vector<uint8_t> Bytes(const void* p, size_t n) {
   return std::vector<uint8_t>(b, b + n);
 }
 
+// Checksums per EXTENT_CSUM item: at most the kernel's BTRFS_MAX_CSUM_ITEMS
+// (room for two item headers, less one), which btrfs check and ubtrfs check
+// hold items to; a whole leaf's worth is more than that with 4 KiB nodes.
+// Capped at 1024 as before.
+size_t CsumsPerItem(uint32_t nodesize, size_t csize) {
+  const size_t max = (nodesize - sizeof(Header) - 2 * sizeof(Item)) / csize - 1;
+  return std::min<size_t>(max, 1024);
+}
+
 }  // namespace
 
 TxnManager::~TxnManager() {
@@ -251,7 +260,7 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
   if (!csum) return Status::Ok();
   const size_t csize = CsumSize(vol_->csum_type());
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));
-  const size_t per_item = std::min<size_t>(w->MaxItemSize() / csize, 1024);
+  const size_t per_item = CsumsPerItem(vol_->nodesize(), csize);
   const size_t sectors = data.size() / ss;
   for (size_t first = 0; first < sectors; first += per_item) {
     const size_t n = std::min(per_item, sectors - first);
@@ -345,7 +354,7 @@ Status TxnManager::ReplaceCsums(uint64_t logical, std::span<const uint8_t> sums)
   const size_t sectors = sums.size() / csize;
   UB_RETURN_IF_ERROR(DeleteCsums(logical, uint64_t{sectors} * ss));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));
-  const size_t per_item = std::min<size_t>(w->MaxItemSize() / csize, 1024);
+  const size_t per_item = CsumsPerItem(vol_->nodesize(), csize);
   for (size_t first = 0; first < sectors; first += per_item) {
     const size_t n = std::min(per_item, sectors - first);
     UB_RETURN_IF_ERROR(w->Insert(Key{kExtentCsumObjectid, kExtentCsumKey, logical + first * ss},
