@@ -42,8 +42,9 @@ bool IsFsTree(uint64_t id) { return id == kFsTreeObjectid || (id >= kFirstFreeOb
 
 Status TxnManager::SquotaDelta(uint64_t root, uint64_t num_bytes, uint64_t generation, bool add) {
   if (!IsFsTree(root) || generation < quotas_->enable_gen) return Status::Ok();
-  // A subvolume without a qgroup (removed by hand) is charged nowhere; the
-  // kernel's ENOENT here ends in the same place.
+  // A subvolume without a qgroup (its qgroup destroyed by hand) is charged
+  // nowhere, as kernels since "btrfs: swallow btrfs_record_squota_delta()
+  // ENOENT" (2026) do; older ones abort the transaction on a data extent.
   if (!quotas_->groups.count(root)) return Status::Ok();
   for (uint64_t id : QgroupsOf({root})) {
     Qgroup& g = quotas_->groups[id];
@@ -107,10 +108,10 @@ Status TxnManager::RemoveDroppedQgroups() {
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot * root, vol_->MutableRoot(kQuotaTreeObjectid));
   for (uint64_t id : dropped) {
     auto it = quotas_->groups.find(id);
-    // Extents it owns outlive it in snapshots and reflinks: their deletion
-    // must still find the qgroup to credit.
     if (it == quotas_->groups.end()) continue;
     const Qgroup& g = it->second;
+    // Extents it owns outlive it in snapshots and reflinks: their deletion
+    // must still find the qgroup to credit.
     if (g.rfer != 0 || g.excl != 0 || g.rfer_cmpr != 0 || g.excl_cmpr != 0) continue;
     std::vector<Key> keys = {Key{0, kQgroupInfoKey, id}, Key{0, kQgroupLimitKey, id}};
     for (uint64_t p : it->second.parents) {
