@@ -18,6 +18,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -324,6 +325,61 @@ TEST(SimpleQuotas, ReplayOfAKernelLogChargesTheLoggedExtents) {
   EXPECT_EQ(KernelQgroups(mnt)["0/256"], before - (4u << 20)) << "the kernel credited sv with the logged extents";
   ASSERT_EQ(m.Unmount(), "");
   EXPECT_EQ(RecountProblems(copy), "") << "after the kernel wrote on";
+}
+
+// A subvolume the kernel deleted but had not dropped yet when unmounted
+// (many blocks, no time for its cleaner): ubtrfs finishes the drop, credits
+// every block to the dead subvolume, and removes its qgroup once it owns
+// nothing, as the kernel's cleaner would.
+TEST(SimpleQuotas, DropOfTheKernelsDeadSubvolumeCreditsItsOwner) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel deletes the subvolume: " << why;
+  TempDir tmp("ubtrfs-squota-drop");
+  const std::string img = tmp.Sub("img"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 4096, "crc32c", 1ull << 30), "");
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    if (std::string e = EnableSimpleQuotas(mnt); !e.empty()) {
+      ASSERT_EQ(m.Unmount(), "");
+      GTEST_SKIP() << "this kernel has no simple quotas (6.7+): " << e;
+    }
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/z"}), "");
+    for (int i = 0; i < 40000; ++i) WriteHostFile(mnt + "/z/f" + std::to_string(i), SeededBytes(100, i));
+    WriteHostFile(mnt + "/z/data", SeededBytes(1u << 20, 1));
+    ASSERT_EQ(MustRun({"sync"}), "");
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "delete", mnt + "/z"}), "");
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  EXPECT_EQ(RecountProblems(img), "") << "the dead subvolume's blocks, as the kernel left them";
+  {
+    auto dev = ubtrfs::io::OpenFileDevice(img);
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), ubtrfs::txn::VolumeOptions{});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    // The kernel's cleaner may win the race on a fast machine: then only the
+    // recounts below are tested.
+    if (!(*vol)->MutableRoot(256, /*even_deleted=*/true).ok()) {
+      std::printf("note: the kernel dropped the subvolume before the unmount\n");
+    }
+  }
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    PutFile(**fs, "/", "t", SeededBytes(4096, 2));
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  EXPECT_EQ(RecountProblems(img), "");
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt), "");
+  ASSERT_EQ(MustRun({"btrfs", "subvolume", "sync", mnt}), "");
+  EXPECT_EQ(KernelQgroups(mnt).count("0/256"), 0u) << "the qgroup of the dropped subvolume is gone";
+  ASSERT_EQ(m.Unmount(), "");
+  EXPECT_EQ(RecountProblems(img), "");
 }
 
 }  // namespace

@@ -145,8 +145,9 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
     if (p.tree) tree_ref_items_[bytenr].push_back(at);
   }
   if (!simple_quotas()) return Status::Ok();
-  if (p.tree) return SquotaTreeBlockCreated(bytenr, p.level);
-  return SquotaDelta(owner, p.num_bytes, transid(), true);
+  if (!p.tree) return SquotaDelta(owner, p.num_bytes, transid(), true);
+  quotas_->new_blocks[bytenr] = p.owner;
+  return SquotaDelta(p.owner, vol_->nodesize(), transid(), true);
 }
 
 Status TxnManager::ApplyExtent(uint64_t bytenr, const PendingExtent& p) {

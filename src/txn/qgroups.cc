@@ -453,6 +453,7 @@ bool TxnManager::QgroupsDirty() const {
 
 void TxnManager::QuotasCommitted() {
   if (!quotas_) return;
+  quotas_->new_blocks.clear();
   for (auto& [id, g] : quotas_->groups) g.reserved = 0;
   if (auto ext = vol_->FindRoot(kExtentTreeObjectid); ext.ok()) {
     quotas_->committed_extent = ext->ref;

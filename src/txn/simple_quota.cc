@@ -70,11 +70,6 @@ Result<uint64_t> TxnManager::NewDataOwner(const PendingExtent& p) {
   return uint64_t{0};
 }
 
-Status TxnManager::SquotaTreeBlockCreated(uint64_t bytenr, int level) {
-  UB_ASSIGN_OR_RETURN(tree::BlockRef b, dirty_->Read(tree::BlockCheck{bytenr, level, 0, {}}));
-  return SquotaDelta(b->header().owner.get(), vol_->nodesize(), transid(), true);
-}
-
 Status TxnManager::SquotaExtentDeleted(uint64_t bytenr, bool tree, int level, uint64_t num_bytes,
                                        const std::vector<uint8_t>* item) {
   std::optional<std::vector<uint8_t>> looked_up;
@@ -89,7 +84,13 @@ Status TxnManager::SquotaExtentDeleted(uint64_t bytenr, bool tree, int level, ui
   const uint64_t generation = reinterpret_cast<const ExtentItem*>(item->data())->generation.get();
   if (generation < quotas_->enable_gen) return Status::Ok();  // before quotas: read nothing more
   if (tree) {
-    // Still on disk: freed space is reused only after the commit.
+    if (auto it = quotas_->new_blocks.find(bytenr); it != quotas_->new_blocks.end()) {
+      const uint64_t owner = it->second;
+      quotas_->new_blocks.erase(it);
+      return SquotaDelta(owner, vol_->nodesize(), generation, false);
+    }
+    // A committed block: still on disk, freed space is reused only after
+    // the commit.
     UB_ASSIGN_OR_RETURN(tree::BlockRef b, dirty_->Read(tree::BlockCheck{bytenr, level, 0, {}}));
     return SquotaDelta(b->header().owner.get(), vol_->nodesize(), generation, false);
   }

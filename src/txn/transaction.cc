@@ -139,6 +139,7 @@ Result<uint64_t> TxnManager::AllocTreeBlock(uint64_t owner, int level) {
   MarkGroupDirty(bytenr);
   PendingExtent& p = pending_[bytenr];
   p.fresh = true;
+  p.owner = owner;  // its header's owner too
   QueueRef(bytenr, true, static_cast<uint64_t>(level), RefId{kTreeBlockRefKey, owner}, +1);
   return bytenr;
 }

@@ -225,7 +225,9 @@ class TxnManager final : public tree::BlockAllocator {
     uint64_t num_bytes = 0;   // data: the EXTENT_ITEM's length
     int level = 0;            // tree: the METADATA_ITEM's level
     uint64_t set_flags = 0;
-    uint64_t owner = 0;       // data: the tree of the first reference added (simple quotas charge it)
+    // Simple quotas charge it: data, the tree of the first reference added;
+    // a new tree block, the tree that allocated it (its header owner).
+    uint64_t owner = 0;
     std::map<RefId, int64_t> refs;
   };
   void QueueRef(uint64_t bytenr, bool tree, uint64_t size_or_level, const RefId& r, int64_t delta);
@@ -287,6 +289,10 @@ class TxnManager final : public tree::BlockAllocator {
     std::vector<Inherit> inherits;
     std::vector<Touched> touched;         // this commit's extents
     std::vector<uint64_t> dropped;        // simple: subvolumes whose drop finished this transaction
+    // Simple: owners of the tree blocks whose items this transaction
+    // inserted. A later commit round may free one again (a global tree's
+    // block emptied), and by then it is in no tree and not on disk to read.
+    std::map<uint64_t, uint64_t> new_blocks;
   };
   Status LoadQuotas();
   std::set<uint64_t> QgroupsOf(const std::set<uint64_t>& roots) const;
@@ -302,7 +308,6 @@ class TxnManager final : public tree::BlockAllocator {
   Status SquotaDelta(uint64_t root, uint64_t num_bytes, uint64_t generation, bool add);
   // The owner ref a new data extent's item starts with, and its charge.
   Result<uint64_t> NewDataOwner(const PendingExtent& p);
-  Status SquotaTreeBlockCreated(uint64_t bytenr, int level);
   // The qgroups of fully dropped subvolumes that own nothing any more go,
   // as the kernel's btrfs_qgroup_cleanup_dropped_subvolume removes them.
   Status RemoveDroppedQgroups();
