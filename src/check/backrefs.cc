@@ -157,6 +157,7 @@ bool RefTally::ParseExtentItem(const Key& k, std::span<const uint8_t> d, ExtentR
       return false;
     }
   }
+  const size_t refs_start = p;
   while (p < d.size()) {
     const uint8_t type = d[p];
     auto need = [&](size_t n) {
@@ -185,6 +186,8 @@ bool RefTally::ParseExtentItem(const Key& k, std::span<const uint8_t> d, ExtentR
       p += sizeof(ExtentInlineRef) + sizeof(SharedDataRef);
     } else if (type == kExtentOwnerRefKey) {  // simple quotas: not a backref
       if (!need(sizeof(ExtentInlineRef))) break;
+      // Only where the kernel puts it counts (btrfs check reads no other).
+      if (p == refs_start) e->owner_ref = LoadLe<uint64_t>(d.data() + p + 1);
       p += sizeof(ExtentInlineRef);
       continue;
     } else {

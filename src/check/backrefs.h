@@ -67,6 +67,7 @@ struct ExtentRec {
   uint64_t refs = 0, generation = 0, flags = 0;
   int level = -1;
   bool tree_block = false;
+  uint64_t owner_ref = 0;  // simple quotas: the EXTENT_OWNER_REF when it is the first inline ref
   std::vector<DeclRef> decl;
 };
 

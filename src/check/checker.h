@@ -25,7 +25,9 @@
 //     gaps, subvolume ROOT_REF/ROOT_BACKREF;
 //  6. data checksums: every checksummed file extent has csums for all its
 //     sectors, no csum item covers space without a data extent;
-//  7. optionally (check_data_csum) the data itself against its checksums.
+//  7. optionally (check_data_csum) the data itself against its checksums;
+//  8. simple quotas: each qgroup is the sum of the extents it owns
+//     (check/simple_quota.cc).
 #ifndef UBTRFS_CHECK_CHECKER_H_
 #define UBTRFS_CHECK_CHECKER_H_
 

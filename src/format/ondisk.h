@@ -482,7 +482,14 @@ struct QgroupStatusItem {
   Le64 flags;
   Le64 rescan;  // objectid the rescan goes on from
 };
-inline constexpr uint64_t kQgroupStatusOn = 1, kQgroupStatusRescan = 2, kQgroupStatusInconsistent = 4;
+// Simple quotas: the status item goes on with the generation from which
+// extents are counted (only present with kQgroupStatusSimpleMode).
+struct QgroupStatusItemSimple {
+  QgroupStatusItem base;
+  Le64 enable_gen;
+};
+inline constexpr uint64_t kQgroupStatusOn = 1, kQgroupStatusRescan = 2, kQgroupStatusInconsistent = 4,
+                          kQgroupStatusSimpleMode = 8;
 struct QgroupInfoItem {
   Le64 generation;
   Le64 rfer;
@@ -554,6 +561,7 @@ static_assert(sizeof(ExtentInlineRef) == 9);
 static_assert(sizeof(ExtentDataRef) == 28);
 static_assert(sizeof(BlockGroupItem) == 24);
 static_assert(sizeof(QgroupStatusItem) == 32);
+static_assert(sizeof(QgroupStatusItemSimple) == 40);
 static_assert(sizeof(QgroupInfoItem) == 40);
 static_assert(sizeof(QgroupLimitItem) == 40);
 static_assert(sizeof(FreeSpaceInfo) == 8);

@@ -26,7 +26,7 @@ Result<InodeId> FilesystemImpl::CreateSnapshot(InodeId subvol, InodeId dir, std:
     uint8_t uuid[kUuidSize];
     UB_RETURN_IF_ERROR(txn::NewUuid(uuid));
     UB_RETURN_IF_ERROR(txn_->SnapshotTree(subvol.root, id, read_only, uuid));
-    UB_RETURN_IF_ERROR(txn_->NewQgroup(id, subvol.root));
+    UB_RETURN_IF_ERROR(txn_->NewQgroup(id, subvol.root, dir.root));
     UB_RETURN_IF_ERROR(LinkSubvolume(dir, name, id, uuid));
     if (!hold_commits_) UB_RETURN_IF_ERROR(CommitImpl());
     return InodeId{id, src.item.root_dirid.get()};

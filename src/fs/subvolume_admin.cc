@@ -120,7 +120,7 @@ Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view na
     SetNow(item.ctime);
     item.otime = item.ctime;
     UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->CreateTree(id, item, 0));
-    UB_RETURN_IF_ERROR(txn_->NewQgroup(id, 0));
+    UB_RETURN_IF_ERROR(txn_->NewQgroup(id, 0, dir.root));
     // Its top directory, with the ".." back reference to itself.
     InodeItem ii{};
     ii.generation = transid;

@@ -82,6 +82,7 @@ void TxnManager::QueueRef(uint64_t bytenr, bool tree, uint64_t size_or_level, co
   } else {
     p.num_bytes = size_or_level;
   }
+  if (!tree && delta > 0 && p.owner == 0 && r.type == kExtentDataRefKey) p.owner = r.a;
   int64_t& d = p.refs[r];
   d += delta;
   if (d == 0) p.refs.erase(r);
@@ -104,6 +105,16 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
                          : Key{bytenr, kExtentItemKey, p.num_bytes};
   const std::string where = (p.tree ? "adding tree block " : "adding data extent ") + std::to_string(bytenr);
   std::vector<uint8_t> item(sizeof(ExtentItem));
+  uint64_t owner = 0;
+  if (!p.tree && simple_quotas()) {
+    UB_ASSIGN_OR_RETURN(owner, NewDataOwner(p));
+    if (owner != 0) {  // first, before every backref (its type sorts first)
+      InlineRef o;
+      o.type = kExtentOwnerRefKey;
+      o.offset = owner;
+      InsertInlineRef(item, {}, sizeof(ExtentItem), o);
+    }
+  }
   uint64_t refs = 0;
   const size_t max_item = (vol_->nodesize() - sizeof(Header)) / 16 - sizeof(Item);
   std::vector<std::pair<Key, std::vector<uint8_t>>> keyed;
@@ -133,7 +144,10 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
     }
     if (p.tree) tree_ref_items_[bytenr].push_back(at);
   }
-  return Status::Ok();
+  if (!simple_quotas()) return Status::Ok();
+  if (!p.tree) return SquotaDelta(owner, p.num_bytes, transid(), true);
+  quotas_->new_blocks[bytenr] = p.owner;
+  return SquotaDelta(p.owner, vol_->nodesize(), transid(), true);
 }
 
 Status TxnManager::ApplyExtent(uint64_t bytenr, const PendingExtent& p) {
@@ -237,6 +251,7 @@ Status TxnManager::ApplyExtent(uint64_t bytenr, const PendingExtent& p) {
   if (refs < 0) return Status::Corrupt(where + ": reference count below zero");
   if (refs == 0) {
     // Nothing refers to it any more: the item and every ref item go.
+    if (simple_quotas()) UB_RETURN_IF_ERROR(SquotaExtentDeleted(bytenr, p.tree, p.level, p.num_bytes, &item));
     UB_RETURN_IF_ERROR(ext->Delete(key).WithContext(where));
     for (const auto& kv : keyed) {
       if (kv.first.type == 0) continue;
@@ -303,6 +318,7 @@ Status TxnManager::RunDelayedRefs(bool* changed) {
         for (const auto& [r, d] : p.refs) sum += d;
         if (sum == 0) {
           // The common case: a committed block with one reference, copied.
+          if (simple_quotas()) UB_RETURN_IF_ERROR(SquotaExtentDeleted(bytenr, true, p.level, 0, nullptr));
           UB_RETURN_IF_ERROR(DeleteTreeBlockItems(bytenr, p.level));
           continue;
         }

@@ -221,6 +221,7 @@ Result<bool> TxnManager::DropTreeStep(uint64_t root, uint64_t max_blocks, uint64
   UB_RETURN_IF_ERROR(rootw->Delete(r->item_key).WithContext("root item of tree " + std::to_string(root)));
   UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(dirty_.get(), rootw->LiveRef(), OrphanKey(root)));
   if (have) UB_RETURN_IF_ERROR(rootw->Delete(OrphanKey(root)));
+  if (simple_quotas()) quotas_->dropped.push_back(root);
   return true;
 }
 

@@ -21,6 +21,7 @@ size_t RefSize(uint8_t type) {
   switch (type) {
     case kTreeBlockRefKey:
     case kSharedBlockRefKey:
+    case kExtentOwnerRefKey:  // simple quotas: the owning tree, in the offset
       return sizeof(ExtentInlineRef);
     case kExtentDataRefKey:
       return 1 + sizeof(ExtentDataRef);

@@ -101,5 +101,27 @@ TEST(ExtentRefs, DataRefHashMixesBothHalves) {
   EXPECT_EQ(ExtentDataRefHash(5, 313, 0), 1007496931787850508ull);
 }
 
+// Simple quotas: the owner ref the kernel writes first in a data extent's
+// item stays first (the kernel and btrfs check read only that slot), and
+// backrefs come and go around it.
+TEST(ExtentRefs, TheSimpleQuotaOwnerRefStaysFirst) {
+  auto item = EmptyExtentItem(2, kExtentFlagData);
+  Insert(item, Shared(kExtentOwnerRefKey, 256));
+  ASSERT_EQ(item.size(), sizeof(ExtentItem) + sizeof(ExtentInlineRef));
+  Insert(item, Shared(kSharedDataRefKey, 65536));
+  Insert(item, DataRef(257, 260, 0, 1));
+  auto refs = ParseInlineRefs(item, sizeof(ExtentItem), Key{1, kExtentItemKey, 4096});
+  ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+  ASSERT_EQ(refs->size(), 3u);
+  EXPECT_EQ((*refs)[0].type, kExtentOwnerRefKey);
+  EXPECT_EQ((*refs)[0].offset, 256u);
+  EraseInlineRef(item, (*refs)[1]);
+  refs = ParseInlineRefs(item, sizeof(ExtentItem), Key{1, kExtentItemKey, 4096});
+  ASSERT_TRUE(refs.ok());
+  ASSERT_EQ(refs->size(), 2u);
+  EXPECT_EQ((*refs)[0].type, kExtentOwnerRefKey);
+  EXPECT_FALSE(FindInlineRef(*refs, Shared(kSharedDataRefKey, 256)).has_value()) << "the owner is no backref";
+}
+
 }  // namespace
 }  // namespace ubtrfs::txn

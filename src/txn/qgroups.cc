@@ -190,12 +190,22 @@ Status TxnManager::LoadQuotas() {
       if (st->flags.get() & kQgroupStatusRescan) {
         return Status::Unsupported("writing to an image during a quota rescan (the kernel finishes it at mount)");
       }
+      state->simple = st->flags.get() & kQgroupStatusSimpleMode;
+      if (state->simple != bool(vol_->super().incompat_flags.get() & kIncompatSimpleQuota)) {
+        return Status::Unsupported("writing to an image whose quota status and SIMPLE_QUOTA flag disagree");
+      }
+      if (state->simple) {
+        if (d.size() < sizeof(QgroupStatusItemSimple)) return Status::Corrupt("quota tree: short simple status item");
+        state->enable_gen = reinterpret_cast<const QgroupStatusItemSimple*>(d.data())->enable_gen.get();
+      }
     } else if (k.type == kQgroupInfoKey) {
       if (d.size() < sizeof(QgroupInfoItem)) return Status::Corrupt("quota tree: short item " + KeyToString(k));
       const auto* in = reinterpret_cast<const QgroupInfoItem*>(d.data());
       Qgroup& g = state->groups[k.offset];
       g.rfer = in->rfer.get();
       g.excl = in->excl.get();
+      g.rfer_cmpr = in->rfer_cmpr.get();
+      g.excl_cmpr = in->excl_cmpr.get();
     } else if (k.type == kQgroupLimitKey) {
       if (d.size() < sizeof(QgroupLimitItem)) return Status::Corrupt("quota tree: short item " + KeyToString(k));
       Qgroup& g = state->groups[k.offset];
@@ -208,6 +218,9 @@ Status TxnManager::LoadQuotas() {
     UB_RETURN_IF_ERROR(c.Next());
   }
   if (!have_status) return Status::Corrupt("quota tree has no status item");
+  if (!state->simple && (vol_->super().incompat_flags.get() & kIncompatSimpleQuota)) {
+    return Status::Unsupported("writing to an image whose quota status and SIMPLE_QUOTA flag disagree");
+  }
   UB_ASSIGN_OR_RETURN(auto ext, vol_->FindRoot(kExtentTreeObjectid));
   state->committed_extent = ext.ref;
   state->committed_extent.live = nullptr;
@@ -251,8 +264,9 @@ Status TxnManager::CheckQuota(uint64_t root, uint64_t bytes) {
   return Status::Ok();
 }
 
-Status TxnManager::NewQgroup(uint64_t root, uint64_t inherit_from) {
+Status TxnManager::NewQgroup(uint64_t root, uint64_t inherit_from, uint64_t dir_root) {
   if (!quotas_) return Status::Ok();
+  if (quotas_->simple) return NewSimpleQgroup(root, dir_root);
   auto lock = AllocLock();
   Qgroup& g = quotas_->groups[root];
   g = Qgroup{};
@@ -277,7 +291,7 @@ Status TxnManager::NewQgroup(uint64_t root, uint64_t inherit_from) {
 // extent loses the dropped tree from its subvolumes, with no reference of
 // its own changing.
 Status TxnManager::TraceDroppedSubtree(uint64_t bytenr, int level, uint64_t generation) {
-  if (!quotas_) return Status::Ok();
+  if (!quotas_ || quotas_->simple) return Status::Ok();  // simple quotas follow extent items alone
   std::vector<tree::BlockCheck> todo = {tree::BlockCheck{bytenr, level, generation, {}}};
   while (!todo.empty()) {
     const tree::BlockCheck at = todo.back();
@@ -301,6 +315,7 @@ Status TxnManager::TraceDroppedSubtree(uint64_t bytenr, int level, uint64_t gene
 // reached them in the committed state.
 Status TxnManager::PrepareQuotaAccounting() {
   QuotaState& q = *quotas_;
+  if (q.simple) return Status::Ok();  // counted as extent items come and go (simple_quota.cc)
   q.touched.clear();
   for (const auto& [bytenr, p] : pending_) q.touched.push_back({bytenr, p.tree ? vol_->nodesize() : p.num_bytes, {}});
   for (auto [bytenr, len] : q.extra) q.touched.push_back({bytenr, len, {}});
@@ -334,6 +349,7 @@ Status TxnManager::PrepareQuotaAccounting() {
 // numbers; the snapshots' inherited numbers; the items.
 Status TxnManager::AccountQuotas() {
   QuotaState& q = *quotas_;
+  if (q.simple) return WriteQgroupItems();
   for (const auto& in : q.inherits) {
     Qgroup& s = q.groups[in.src];
     Qgroup& d = q.groups[in.dst];
@@ -395,6 +411,7 @@ Status TxnManager::AccountQuotas() {
 
 Status TxnManager::WriteQgroupItems() {
   QuotaState& q = *quotas_;
+  if (q.simple) UB_RETURN_IF_ERROR(RemoveDroppedQgroups());
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kQuotaTreeObjectid));
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot * root, vol_->MutableRoot(kQuotaTreeObjectid));
   bool any = false;
@@ -405,9 +422,9 @@ Status TxnManager::WriteQgroupItems() {
     QgroupInfoItem info{};
     info.generation = transid();
     info.rfer = g.rfer;
-    info.rfer_cmpr = g.rfer;
+    info.rfer_cmpr = q.simple ? g.rfer_cmpr : g.rfer;
     info.excl = g.excl;
-    info.excl_cmpr = g.excl;
+    info.excl_cmpr = q.simple ? g.excl_cmpr : g.excl;
     const Key ik{0, kQgroupInfoKey, id}, lk{0, kQgroupLimitKey, id};
     UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(dirty_.get(), root->ref, ik));
     if (have) {
@@ -427,8 +444,16 @@ Status TxnManager::WriteQgroupItems() {
   return w->Update(sk, *st);
 }
 
+bool TxnManager::QgroupsDirty() const {
+  for (const auto& [id, g] : quotas_->groups) {
+    if (g.dirty) return true;
+  }
+  return false;
+}
+
 void TxnManager::QuotasCommitted() {
   if (!quotas_) return;
+  quotas_->new_blocks.clear();
   for (auto& [id, g] : quotas_->groups) g.reserved = 0;
   if (auto ext = vol_->FindRoot(kExtentTreeObjectid); ext.ok()) {
     quotas_->committed_extent = ext->ref;

@@ -52,9 +52,8 @@ Status TxnManager::Load(bool allow_log) {
         "kernel converts the old extent items as it rewrites them)");
   }
   // raid1c34 only says RAID1C3/RAID1C4 chunks exist, which are written.
-  if (incompat & (kIncompatRaid56 | kIncompatSimpleQuota)) {
-    return Status::Unsupported("writing to an image with features " +
-                               IncompatNames(incompat & (kIncompatRaid56 | kIncompatSimpleQuota)));
+  if (incompat & kIncompatRaid56) {
+    return Status::Unsupported("writing to an image with features " + IncompatNames(incompat & kIncompatRaid56));
   }
   const bool fst_valid = (ro & kCompatRoFreeSpaceTree) && (ro & kCompatRoFreeSpaceTreeValid);
   if (ro & kCompatRoBlockGroupTree) {
@@ -130,6 +129,7 @@ Result<uint64_t> TxnManager::AllocTreeBlock(uint64_t owner, int level) {
   MarkGroupDirty(bytenr);
   PendingExtent& p = pending_[bytenr];
   p.fresh = true;
+  p.owner = owner;  // its header's owner too
   QueueRef(bytenr, true, static_cast<uint64_t>(level), RefId{kTreeBlockRefKey, owner}, +1);
   return bytenr;
 }
@@ -579,7 +579,8 @@ Status TxnManager::Commit() {
     UB_RETURN_IF_ERROR(RunDelayedRefs(&changed));
     // Every reference of a subvolume's extents is applied after the first
     // round (later rounds change only the global trees' own blocks).
-    if (quotas_ && loops == 0) {
+    // Simple quotas change with every extent item, in whichever round.
+    if (quotas_ && (loops == 0 || (quotas_->simple && QgroupsDirty()))) {
       UB_RETURN_IF_ERROR(AccountQuotas());
       changed = true;
     }

@@ -178,8 +178,9 @@ class TxnManager final : public tree::BlockAllocator {
   Status CheckQuota(uint64_t root, uint64_t bytes);
   // The qgroup of a new subvolume; of a snapshot (just made by
   // SnapshotTree) when inherit_from is its source: the source's numbers are
-  // inherited at the next commit.
-  Status NewQgroup(uint64_t root, uint64_t inherit_from);
+  // inherited at the next commit. dir_root is the subvolume whose directory
+  // gets the new entry (simple quotas: its higher-level qgroups are joined).
+  Status NewQgroup(uint64_t root, uint64_t inherit_from, uint64_t dir_root);
 
   const TxnStats& stats() const { return stats_; }
   // Whether the running transaction holds anything a commit would write or
@@ -229,6 +230,9 @@ class TxnManager final : public tree::BlockAllocator {
     uint64_t num_bytes = 0;   // data: the EXTENT_ITEM's length
     int level = 0;            // tree: the METADATA_ITEM's level
     uint64_t set_flags = 0;
+    // Simple quotas charge it: data, the tree of the first reference added;
+    // a new tree block, the tree that allocated it (its header owner).
+    uint64_t owner = 0;
     std::map<RefId, int64_t> refs;
   };
   void QueueRef(uint64_t bytenr, bool tree, uint64_t size_or_level, const RefId& r, int64_t delta);
@@ -267,6 +271,7 @@ class TxnManager final : public tree::BlockAllocator {
   // ---- Quotas (qgroups.cc) ----
   struct Qgroup {
     uint64_t rfer = 0, excl = 0;
+    uint64_t rfer_cmpr = 0, excl_cmpr = 0;  // as loaded (simple quotas never change them)
     uint64_t reserved = 0;  // data written this transaction (for limits)
     format::QgroupLimitItem limit{};
     bool dirty = false;
@@ -277,6 +282,8 @@ class TxnManager final : public tree::BlockAllocator {
     std::set<uint64_t> old_roots;
   };
   struct QuotaState {
+    bool simple = false;                  // simple quotas (simple_quota.cc)
+    uint64_t enable_gen = 0;              // simple: extents older than this are nobody's
     std::map<uint64_t, Qgroup> groups;    // by qgroup id
     tree::RootPtr committed_extent;       // the extent tree as last committed
     std::map<uint64_t, uint64_t> extra;   // extents to account beyond the refs changed (drops)
@@ -286,6 +293,11 @@ class TxnManager final : public tree::BlockAllocator {
     };
     std::vector<Inherit> inherits;
     std::vector<Touched> touched;         // this commit's extents
+    std::vector<uint64_t> dropped;        // simple: subvolumes whose drop finished this transaction
+    // Simple: owners of the tree blocks whose items this transaction
+    // inserted. A later commit round may free one again (a global tree's
+    // block emptied), and by then it is in no tree and not on disk to read.
+    std::map<uint64_t, uint64_t> new_blocks;
   };
   Status LoadQuotas();
   std::set<uint64_t> QgroupsOf(const std::set<uint64_t>& roots) const;
@@ -293,7 +305,20 @@ class TxnManager final : public tree::BlockAllocator {
   Status PrepareQuotaAccounting();
   Status AccountQuotas();
   Status WriteQgroupItems();
+  bool QgroupsDirty() const;
   void QuotasCommitted();
+  // ---- Simple quotas (simple_quota.cc) ----
+  bool simple_quotas() const { return quotas_ && quotas_->simple; }
+  Status NewSimpleQgroup(uint64_t root, uint64_t dir_root);
+  Status SquotaDelta(uint64_t root, uint64_t num_bytes, uint64_t generation, bool add);
+  // The owner ref a new data extent's item starts with, and its charge.
+  Result<uint64_t> NewDataOwner(const PendingExtent& p);
+  // The qgroups of fully dropped subvolumes that own nothing any more go,
+  // as the kernel's btrfs_qgroup_cleanup_dropped_subvolume removes them.
+  Status RemoveDroppedQgroups();
+  // A committed extent's item goes: the owner gets its bytes back.
+  Status SquotaExtentDeleted(uint64_t bytenr, bool tree, int level, uint64_t num_bytes,
+                             const std::vector<uint8_t>* item);
   Status UpdateRootItems(bool* changed);
   Status DeleteCsums(uint64_t start, uint64_t len);
   Status WriteDirtyBlocks(std::vector<uint64_t>* written);
