@@ -31,19 +31,6 @@ std::string QgroupTable(const std::string& mnt) {
   return r.out;
 }
 
-ubtrfs::InodeId MustLookup(ubtrfs::Filesystem& f, const std::string& path) {
-  auto id = f.Lookup(path);
-  EXPECT_TRUE(id.ok()) << path << ": " << id.status().ToString();
-  return id.ok() ? *id : ubtrfs::InodeId{};
-}
-
-void PutFile(ubtrfs::Filesystem& f, const std::string& dir, const std::string& name, const std::string& bytes) {
-  auto file = f.Create(MustLookup(f, dir), name, ubtrfs::NewInode{0644});
-  ASSERT_TRUE(file.ok()) << dir << "/" << name << ": " << file.status().ToString();
-  auto w = f.Write(*file, 0, SpanOf(bytes));
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
-}
-
 TEST(Quotas, KeptExactThroughWritesSnapshotsReflinksAndDrops) {
   if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
   std::string why;

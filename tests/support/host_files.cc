@@ -34,6 +34,19 @@ std::string SeededBytes(size_t n, uint64_t seed) {
   return s;
 }
 
+ubtrfs::InodeId MustLookup(ubtrfs::Filesystem& f, const std::string& path) {
+  auto id = f.Lookup(path);
+  EXPECT_TRUE(id.ok()) << path << ": " << id.status().ToString();
+  return id.ok() ? *id : ubtrfs::InodeId{};
+}
+
+void PutFile(ubtrfs::Filesystem& f, const std::string& dir, const std::string& name, const std::string& bytes) {
+  auto file = f.Create(MustLookup(f, dir), name, ubtrfs::NewInode{0644});
+  ASSERT_TRUE(file.ok()) << dir << "/" << name << ": " << file.status().ToString();
+  auto w = f.Write(*file, 0, SpanOf(bytes));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+}
+
 std::string ReadImageFile(ubtrfs::Filesystem& fs, const std::string& path) {
   auto id = fs.Lookup(path);
   if (!id.ok()) return path + ": " + id.status().ToString();

@@ -23,6 +23,10 @@ inline std::span<const uint8_t> SpanOf(const std::string& s) {
 }
 // A file's bytes read through ubtrfs, or the error as text.
 std::string ReadImageFile(ubtrfs::Filesystem& fs, const std::string& path);
+// The inode at `path` in the image (a failed expectation and a null id if none).
+ubtrfs::InodeId MustLookup(ubtrfs::Filesystem& f, const std::string& path);
+// Creates dir/name (mode 0644) in the image holding `bytes` (fatal failures).
+void PutFile(ubtrfs::Filesystem& f, const std::string& dir, const std::string& name, const std::string& bytes);
 // "" when the command exits 0, else the command line and what it printed.
 std::string MustRun(const std::vector<std::string>& argv);
 // The ubtrfs command line tool of this build, run with `args`.
