@@ -3,8 +3,6 @@
 // content), and every entry goes in through the same public write calls as
 // the directory importer's item-by-item path, with the owners, modes,
 // times, xattrs and ACLs the archive records, not the importer's.
-#include <archive.h>
-#include <archive_entry.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -19,18 +17,22 @@
 #include <tuple>
 #include <vector>
 
+#include "fs/archive_library.h"
 #include "ubtrfs/import.h"
 
 namespace ubtrfs {
 namespace {
 
+using fs::ArchiveLibrary;
+
 struct ArchiveCloser {
-  void operator()(archive* a) const { archive_read_free(a); }
+  const ArchiveLibrary* ar;
+  void operator()(archive* a) const { ar->archive_read_free(a); }
 };
 
-Status ArchiveError(archive* a, const std::string& what) {
-  const int e = archive_errno(a);
-  const char* msg = archive_error_string(a);
+Status ArchiveError(const ArchiveLibrary& ar, archive* a, const std::string& what) {
+  const int e = ar.archive_errno(a);
+  const char* msg = ar.archive_error_string(a);
   if (e == EILSEQ) {  // libarchive's ARCHIVE_ERRNO_FILE_FORMAT: no format recognised
     return Status::Error(EINVAL, what + ": not a tar archive (plain or compressed): " +
                                      (msg ? msg : "unrecognized format"));
@@ -57,15 +59,15 @@ std::optional<std::string> CleanPath(std::string_view p) {
 // xattr value the kernel stores: version 2, then (tag, perm, id) entries in
 // tag and id order. The owner, group and other entries come from `mode` when
 // the archive left them out. Empty when there is nothing beyond the mode.
-std::string AclXattr(archive_entry* e, int type, uint32_t mode) {
+std::string AclXattr(const ArchiveLibrary& ar, archive_entry* e, int type, uint32_t mode) {
   constexpr uint16_t kUserObj = 0x01, kUser = 0x02, kGroupObj = 0x04, kGroup = 0x08, kMask = 0x10, kOther = 0x20;
   constexpr uint32_t kUndefinedId = 0xffffffffu;
   std::vector<std::tuple<uint16_t, uint32_t, uint16_t>> entries;  // tag, id, perm
-  if (archive_entry_acl_reset(e, type) <= 0) return {};
+  if (ar.archive_entry_acl_reset(e, type) <= 0) return {};
   int etype, permset, tag, qual;
   const char* name;
   bool extended = false;
-  while (archive_entry_acl_next(e, type, &etype, &permset, &tag, &qual, &name) == ARCHIVE_OK) {
+  while (ar.archive_entry_acl_next(e, type, &etype, &permset, &tag, &qual, &name) == ARCHIVE_OK) {
     uint16_t t = 0;
     uint32_t id = kUndefinedId;
     switch (tag) {
@@ -105,11 +107,11 @@ std::string AclXattr(archive_entry* e, int type, uint32_t mode) {
 // The permissions of the access ACL's mask entry, if it has one: the
 // group bits of the mode, as the kernel keeps them (libarchive hands the
 // mode with the owning group's entry in those bits instead).
-std::optional<uint32_t> AccessAclMask(archive_entry* e) {
-  if (archive_entry_acl_reset(e, ARCHIVE_ENTRY_ACL_TYPE_ACCESS) <= 0) return std::nullopt;
+std::optional<uint32_t> AccessAclMask(const ArchiveLibrary& ar, archive_entry* e) {
+  if (ar.archive_entry_acl_reset(e, ARCHIVE_ENTRY_ACL_TYPE_ACCESS) <= 0) return std::nullopt;
   int etype, permset, tag, qual;
   const char* name;
-  while (archive_entry_acl_next(e, ARCHIVE_ENTRY_ACL_TYPE_ACCESS, &etype, &permset, &tag, &qual, &name) ==
+  while (ar.archive_entry_acl_next(e, ARCHIVE_ENTRY_ACL_TYPE_ACCESS, &etype, &permset, &tag, &qual, &name) ==
          ARCHIVE_OK) {
     if (tag == ARCHIVE_ENTRY_ACL_MASK) return static_cast<uint32_t>(permset & 7);
   }
@@ -118,28 +120,28 @@ std::optional<uint32_t> AccessAclMask(archive_entry* e) {
 
 class ArchiveImporter {
  public:
-  ArchiveImporter(Filesystem& fs, const ImportOptions& options, ImportStats* stats)
-      : fs_(fs), options_(options), stats_(stats) {}
+  ArchiveImporter(const ArchiveLibrary& ar, Filesystem& fs, const ImportOptions& options, ImportStats* stats)
+      : ar_(ar), fs_(fs), options_(options), stats_(stats) {}
 
   Status Run(const std::string& source, InodeId dest) {
-    std::unique_ptr<archive, ArchiveCloser> a(archive_read_new());
+    std::unique_ptr<archive, ArchiveCloser> a(ar_.archive_read_new(), ArchiveCloser{&ar_});
     if (!a) return Status::Error(ENOMEM, "libarchive: out of memory");
-    archive_read_support_filter_all(a.get());
-    archive_read_support_format_tar(a.get());
-    archive_read_support_format_gnutar(a.get());
+    ar_.archive_read_support_filter_all(a.get());
+    ar_.archive_read_support_format_tar(a.get());
+    ar_.archive_read_support_format_gnutar(a.get());
     const std::string name = source == "-" ? std::string("standard input") : source;
-    const int r = source == "-" ? archive_read_open_fd(a.get(), 0, 1 << 16)
-                                : archive_read_open_filename(a.get(), source.c_str(), 1 << 16);
-    if (r != ARCHIVE_OK) return ArchiveError(a.get(), name);
+    const int r = source == "-" ? ar_.archive_read_open_fd(a.get(), 0, 1 << 16)
+                                : ar_.archive_read_open_filename(a.get(), source.c_str(), 1 << 16);
+    if (r != ARCHIVE_OK) return ArchiveError(ar_, a.get(), name);
     dirs_[""] = dest;
     for (;;) {
       archive_entry* e = nullptr;
-      const int h = archive_read_next_header(a.get(), &e);
+      const int h = ar_.archive_read_next_header(a.get(), &e);
       if (h == ARCHIVE_EOF) break;
       if (h == ARCHIVE_FATAL || (h != ARCHIVE_OK && h != ARCHIVE_WARN)) {
-        return ArchiveError(a.get(), name);
+        return ArchiveError(ar_, a.get(), name);
       }
-      const char* p = archive_entry_pathname(e);
+      const char* p = ar_.archive_entry_pathname(e);
       UB_RETURN_IF_ERROR(Entry(a.get(), e).WithContext(name + ": " + (p ? p : "?")));
     }
     // Directory times last: entries made in a directory changed them.
@@ -156,27 +158,27 @@ class ArchiveImporter {
   }
 
   Status Entry(archive* a, archive_entry* e) {
-    const char* raw = archive_entry_pathname(e);
+    const char* raw = ar_.archive_entry_pathname(e);
     if (!raw) return Status::Error(EINVAL, "entry without a name");
     auto path = CleanPath(raw);
     if (!path) return Status::Error(EINVAL, "a path with '..' is refused");
     if (options_.progress && (++progress_tick_ % 4096 == 0)) options_.progress(*stats_);
-    uint32_t mode = archive_entry_mode(e);
+    uint32_t mode = ar_.archive_entry_mode(e);
     const uint32_t mode_as_read = mode;  // for the ACL's owner/group/other entries
-    if (auto mask = AccessAclMask(e)) mode = (mode & ~uint32_t{070}) | (*mask << 3);
-    uint32_t uid = static_cast<uint32_t>(archive_entry_uid(e)), gid = static_cast<uint32_t>(archive_entry_gid(e));
+    if (auto mask = AccessAclMask(ar_, e)) mode = (mode & ~uint32_t{070}) | (*mask << 3);
+    uint32_t uid = static_cast<uint32_t>(ar_.archive_entry_uid(e)), gid = static_cast<uint32_t>(ar_.archive_entry_gid(e));
     if (options_.owner) uid = options_.owner->first, gid = options_.owner->second;
     AttrChange c;
     c.mode = mode & 07777;
     c.uid = uid;
     c.gid = gid;
-    const Time mtime = Clamped({archive_entry_mtime(e), static_cast<uint32_t>(archive_entry_mtime_nsec(e))});
+    const Time mtime = Clamped({ar_.archive_entry_mtime(e), static_cast<uint32_t>(ar_.archive_entry_mtime_nsec(e))});
     c.mtime = mtime;
-    c.atime = archive_entry_atime_is_set(e)
-                  ? Clamped({archive_entry_atime(e), static_cast<uint32_t>(archive_entry_atime_nsec(e))})
+    c.atime = ar_.archive_entry_atime_is_set(e)
+                  ? Clamped({ar_.archive_entry_atime(e), static_cast<uint32_t>(ar_.archive_entry_atime_nsec(e))})
                   : mtime;
-    c.ctime = archive_entry_ctime_is_set(e)
-                  ? Clamped({archive_entry_ctime(e), static_cast<uint32_t>(archive_entry_ctime_nsec(e))})
+    c.ctime = ar_.archive_entry_ctime_is_set(e)
+                  ? Clamped({ar_.archive_entry_ctime(e), static_cast<uint32_t>(ar_.archive_entry_ctime_nsec(e))})
                   : mtime;
 
     if (path->empty()) {  // "./": the destination directory itself
@@ -191,7 +193,7 @@ class ArchiveImporter {
     if (base.size() > 255) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
     UB_ASSIGN_OR_RETURN(InodeId dir, Dir(parent));
 
-    if (const char* target = archive_entry_hardlink(e)) {
+    if (const char* target = ar_.archive_entry_hardlink(e)) {
       auto t = CleanPath(target);
       if (!t) return Status::Error(EINVAL, "a hard link target with '..' is refused");
       auto it = files_.find(*t);
@@ -233,7 +235,7 @@ class ArchiveImporter {
         break;
       }
       case S_IFLNK: {
-        const char* target = archive_entry_symlink(e);
+        const char* target = ar_.archive_entry_symlink(e);
         if (!target || !*target) return Status::Error(EINVAL, "symlink without a target");
         UB_RETURN_IF_ERROR(Replace(dir, base, *path));
         UB_ASSIGN_OR_RETURN(id, fs_.Symlink(dir, base, target, attrs));
@@ -245,7 +247,7 @@ class ArchiveImporter {
       case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK: {
         attrs.mode = mode & (S_IFMT | 07777);
         if (S_ISCHR(mode) || S_ISBLK(mode)) {
-          attrs.rdev = makedev(archive_entry_rdevmajor(e), archive_entry_rdevminor(e));
+          attrs.rdev = makedev(ar_.archive_entry_rdevmajor(e), ar_.archive_entry_rdevminor(e));
         }
         UB_RETURN_IF_ERROR(Replace(dir, base, *path));
         UB_ASSIGN_OR_RETURN(id, fs_.Mknod(dir, base, attrs));
@@ -295,9 +297,9 @@ class ArchiveImporter {
       const void* block = nullptr;
       size_t len = 0;
       la_int64_t offset = 0;
-      const int r = archive_read_data_block(a, &block, &len, &offset);
+      const int r = ar_.archive_read_data_block(a, &block, &len, &offset);
       if (r == ARCHIVE_EOF) break;
-      if (r != ARCHIVE_OK && r != ARCHIVE_WARN) return ArchiveError(a, "reading the data");
+      if (r != ARCHIVE_OK && r != ARCHIVE_WARN) return ArchiveError(ar_, a, "reading the data");
       if (len == 0) continue;
       // Sparse entries come as blocks at their offsets: the gaps stay holes.
       UB_RETURN_IF_ERROR(
@@ -314,7 +316,7 @@ class ArchiveImporter {
         UB_RETURN_IF_ERROR(fs_.Commit());
       }
     }
-    const uint64_t size = archive_entry_size_is_set(e) ? static_cast<uint64_t>(archive_entry_size(e)) : end;
+    const uint64_t size = ar_.archive_entry_size_is_set(e) ? static_cast<uint64_t>(ar_.archive_entry_size(e)) : end;
     if (size > end) {
       AttrChange c;
       c.size = size;  // a trailing hole
@@ -325,11 +327,11 @@ class ArchiveImporter {
 
   Status Xattrs(archive_entry* e, InodeId id, uint32_t mode) {
     bool have_access = false, have_default = false;
-    archive_entry_xattr_reset(e);
+    ar_.archive_entry_xattr_reset(e);
     const char* name;
     const void* value;
     size_t size;
-    while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK) {
+    while (ar_.archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK) {
       if (!name || !*name) continue;
       const std::string n = name;
       have_access |= n == "system.posix_acl_access";
@@ -341,13 +343,13 @@ class ArchiveImporter {
     // ACLs the archive records as ACLs (tar --acls: SCHILY.acl.*), stored
     // as the kernel stores them.
     if (!have_access) {
-      if (std::string v = AclXattr(e, ARCHIVE_ENTRY_ACL_TYPE_ACCESS, mode); !v.empty()) {
+      if (std::string v = AclXattr(ar_, e, ARCHIVE_ENTRY_ACL_TYPE_ACCESS, mode); !v.empty()) {
         UB_RETURN_IF_ERROR(fs_.SetXattr(id, "system.posix_acl_access", v, 0));
         ++stats_->xattrs;
       }
     }
     if (!have_default && S_ISDIR(mode)) {
-      if (std::string v = AclXattr(e, ARCHIVE_ENTRY_ACL_TYPE_DEFAULT, mode); !v.empty()) {
+      if (std::string v = AclXattr(ar_, e, ARCHIVE_ENTRY_ACL_TYPE_DEFAULT, mode); !v.empty()) {
         UB_RETURN_IF_ERROR(fs_.SetXattr(id, "system.posix_acl_default", v, 0));
         ++stats_->xattrs;
       }
@@ -355,6 +357,7 @@ class ArchiveImporter {
     return Status::Ok();
   }
 
+  const ArchiveLibrary& ar_;
   Filesystem& fs_;
   const ImportOptions& options_;
   ImportStats* stats_;
@@ -373,8 +376,10 @@ Status ImportArchive(Filesystem& fs, const std::string& archive, InodeId dest_di
   if (!options.skip.empty() || !options.inode_flags.empty()) {
     return Status::Error(EINVAL, "skipped entries and inode flags apply to a directory import, not an archive");
   }
+  auto lib = fs::LoadArchiveLibrary();
+  if (!lib.ok()) return lib.status();
   ImportStats own;
-  ArchiveImporter imp(fs, options, stats ? stats : &own);
+  ArchiveImporter imp(**lib, fs, options, stats ? stats : &own);
   return imp.Run(archive, dest_dir);
 }
 
