@@ -25,6 +25,7 @@
 #include "io/fault_device.h"
 #include "io/recording_device.h"
 #include "stats/stats.h"
+#include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "txn/mkfs.h"
@@ -527,3 +528,26 @@ TEST(FullDevice, FillDeleteRefillLoopEndsCleanWithEveryFileIntact) {
 }
 
 }  // namespace
+
+// A --shrink image leaves the metadata free that the kernel's global
+// reserve needs, and little more. Deleting a subvolume is a deletion, as
+// deleting files is: it may use the global reserve (the kernel's falls back
+// on its own for it), or nothing could make room there.
+TEST(FullDevice, SubvolumesCanBeDeletedOnAShrunkImage) {
+  TempDir dir("ubtrfs-full");
+  const std::string src = dir.Sub("src"), img = dir.Sub("img");
+  ASSERT_EQ(ubtrfs_test::MustRun({"mkdir", "-p", src + "/sv/d"}), "");
+  for (int i = 0; i < 50; ++i) ubtrfs_test::WriteRandomFile(src + "/sv/d/f" + std::to_string(i), 20000, i);
+  ubtrfs_test::WriteRandomFile(src + "/top", 300000, 99);
+  auto r = ubtrfs_test::RunUbtrfs({"mkfs", "-q", "--shrink", "--subvol", "sv", "--rootdir", src, img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  for (const std::vector<std::string>& cmd :
+       std::vector<std::vector<std::string>>{{"subvolume", "create", img + ":/new"},
+                                             {"subvolume", "delete", img + ":/new"},
+                                             {"subvolume", "delete", img + ":/sv"},
+                                             {"check", img}}) {
+    r = ubtrfs_test::RunUbtrfs(cmd);
+    ASSERT_TRUE(r.ok()) << ubtrfs_test::ShellJoin(cmd) << ": " << r.Describe();
+  }
+  EXPECT_EQ(BtrfsCheck(img), "");
+}

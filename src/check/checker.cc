@@ -27,6 +27,7 @@
 #include "alloc/chunk_map.h"
 #include "check/backrefs.h"
 #include "check/simple_quota.h"
+#include "check/uuid_tree.h"
 #include "check/fs_tree_check.h"
 #include "check/log_check.h"
 #include "check/report.h"
@@ -233,6 +234,7 @@ class Checker {
   std::unordered_set<uint64_t> unreadable_;
   RefTally tally_;
   SimpleQuotaCount squota_;
+  UuidTreeCheck uuids_;
   // What the checks after the walk keep of the extents streamed past them.
   Ranges used_runs_, data_runs_;
   bool have_prev_extent_ = false;
@@ -403,6 +405,7 @@ void Checker::LeafItems(const TreeCtx& t, const TreeBlock& b, bool full) {
       case kBlockGroupTreeObjectid:
         if (k.type == kBlockGroupItemKey) BlockGroupItem(k, d);
         break;
+      case kUuidTreeObjectid: uuids_.Item(k, d, &report_); break;
       case kChunkTreeObjectid: ChunkTreeItem(k, d); break;
       case kDevTreeObjectid: DevTreeItem(k, d); break;
       case kCsumTreeObjectid: CsumItem(b, slot, k, d); break;
@@ -442,6 +445,7 @@ void Checker::RootTreeItem(const Key& k, std::span<const uint8_t> d) {
       Error("root tree: ROOT_ITEM " + KeyToString(k) + ": level " + N(ri.level));
       return;
     }
+    if (IsFsTree(t.id) && t.id != kTreeRelocObjectid && t.refs > 0) uuids_.Subvolume(t.id, d);
     roots_.push_back(t);
   } else if (k.type == kRootRefKey || k.type == kRootBackrefKey) {
     if (d.size() < sizeof(RootRef)) {
@@ -1204,6 +1208,9 @@ void Checker::Run() {
     squota_.Extent(e, owner);
   });
   squota_.Finish(&report_);
+  uuids_.Finish(vol_.super().uuid_tree_generation.get() == super_gen_,
+                std::any_of(roots_.begin(), roots_.end(), [](const TreeCtx& t) { return t.id == kUuidTreeObjectid; }),
+                &report_);
   CheckBlockGroupUsage();
   CheckChunks();
   CheckFreeSpaceTree();

@@ -222,7 +222,6 @@ void CmdMkfs(const MkfsArgs& a) {
   }
   if (a.shrink) {
     if (a.rootdir.empty()) return Fail("--shrink needs --rootdir (it makes the image as small as what is imported)");
-    if (opts.mixed) return Fail("--shrink does not go with mixed block groups (its layout keeps data and metadata apart)");
     if (Placement().offset != 0 || Placement().partition != 0) {
       return Fail("--shrink makes an image file; it cannot go with --offset or --partition");
     }
@@ -237,8 +236,12 @@ void CmdMkfs(const MkfsArgs& a) {
       size = kShrinkBuildBytes;
       opts.total_bytes = *size;
     }
-    opts.metadata_at_end = true;
-    if (*size >= (64ull << 30)) opts.metadata_chunk_bytes = 1ull << 30;
+    // Mixed chunks hold both kinds: no layout to choose, the trim and
+    // compaction below cut them to what they hold.
+    if (!opts.mixed) {
+      opts.metadata_at_end = true;
+      if (*size >= (64ull << 30)) opts.metadata_chunk_bytes = 1ull << 30;
+    }
   }
   if (Status st = txn::ValidateMkfsOptions(opts); !st.ok()) {
     std::string msg = st.message();

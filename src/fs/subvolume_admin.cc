@@ -206,8 +206,10 @@ Result<uint64_t> FilesystemImpl::SetReceivedSubvol(InodeId subvol, const uint8_t
   });
 }
 
+// A deletion, as the kernel's (which falls back on its global reserve for
+// it): on a full device -- a --shrink image is one -- it is how room is made.
 Status FilesystemImpl::DeleteSubvolume(InodeId dir, std::string_view name) {
-  return Change({dir}, kItemsPerDeleteSubvol, [&]() -> Status {
+  return Change({dir}, txn::ReserveFor::kDelete, kItemsPerDeleteSubvol, [&]() -> Status {
     UB_RETURN_IF_ERROR(CheckName(name));
     UB_ASSIGN_OR_RETURN(InodeId target, LookupChild(dir, name));
     auto top = SubvolTop(*vol_, target);

@@ -904,7 +904,10 @@ Status MakeFilesystem(const std::vector<io::BlockDevice*>& devs, const MkfsOptio
   sb.csum_type = ctx.csum_type;
   std::memcpy(sb.label, opts.label.data(), opts.label.size());
   sb.cache_generation = 0;       // mkfs.btrfs: 0 with the free space tree
-  sb.uuid_tree_generation = 0;   // mkfs.btrfs leaves it 0 (the kernel rescans once)
+  // mkfs.btrfs leaves it 0, and the kernel's first mount rescans every
+  // subvolume and commits, or on a --shrink image logs that the scan failed
+  // for want of space. This UUID tree is complete (the one subvolume's uuid).
+  sb.uuid_tree_generation = kGeneration;
   size_t array = 0;
   for (const auto& c : ctx.chunks) {
     if (!(c.type & kBlockGroupSystem)) continue;

@@ -92,6 +92,7 @@ Status TxnManager::Load(bool allow_log) {
     return w->LiveRef();
   });
   if (!fst_valid) UB_RETURN_IF_ERROR(RebuildFreeSpaceTree());
+  uuid_tree_current_ = sb.uuid_tree_generation.get() == sb.generation.get() && vol_->FindRoot(kUuidTreeObjectid).ok();
   return LoadQuotas();
 }
 
@@ -616,6 +617,7 @@ Status TxnManager::Commit() {
   uint64_t used = 0;
   space_->ForEachGroup([&](const alloc::BlockGroup& g) { used += g.used_bytes() - ExcludedIn(g.start()); });
   sb.generation = transid();
+  if (uuid_tree_current_) sb.uuid_tree_generation = transid();
   sb.bytes_used = used;
   // Rotate the backup roots as the kernel does, newest in slot transid % 4.
   RootBackup& b = sb.super_roots[transid() % kNumBackupRoots];

@@ -352,6 +352,12 @@ class TxnManager final : public tree::BlockAllocator {
   std::map<uint64_t, std::vector<format::Key>> tree_ref_items_;
   TxnStats stats_;
   bool force_super_ = false;
+  // The superblock said the UUID tree was up to date (uuid_tree_generation
+  // equal to the generation): every commit keeps saying so, since every
+  // subvolume ubtrfs adds, receives into or deletes updates that tree.
+  // Stale or 0 (mkfs.btrfs, or a kernel that had not finished its scan),
+  // it stays stale and the kernel's next mount rescans.
+  bool uuid_tree_current_ = false;
   friend class ChunkAllocator;
   friend class DeviceLayout;  // relocate.cc: offline layout changes
   std::unique_ptr<ChunkAllocator> chunk_alloc_;
