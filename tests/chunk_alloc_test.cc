@@ -16,6 +16,7 @@
 #include "io/block_device.h"
 #include "support/items.h"
 #include "support/mkfs_util.h"
+#include "support/open_txn.h"
 #include "support/test_util.h"
 #include "tree/cursor.h"
 #include "txn/chunk_alloc.h"
@@ -85,30 +86,8 @@ TEST(PlaceStripes, DupPrefersOneHoleThenTwoThenShrinks) {
 
 using ubtrfs_test::BtrfsCheck;
 
-// The TxnManager goes before the Volume it points into, also on `o = {}`.
-struct Opened {
-  std::unique_ptr<txn::Volume> vol;
-  std::unique_ptr<txn::TxnManager> txn;
-  Opened() = default;
-  Opened(Opened&&) = default;
-  Opened& operator=(Opened&& other) {
-    txn.reset();
-    vol = std::move(other.vol);
-    txn = std::move(other.txn);
-    return *this;
-  }
-  ~Opened() { txn.reset(); }
-};
-
-Result<Opened> OpenForWrite(const std::string& img) {
-  Opened o;
-  UB_ASSIGN_OR_RETURN(auto dev, io::OpenFileDevice(img, io::OpenFlags{true}));
-  txn::VolumeOptions vo;
-  vo.writable = true;
-  UB_ASSIGN_OR_RETURN(o.vol, txn::Volume::Open(std::move(dev), vo));
-  UB_ASSIGN_OR_RETURN(o.txn, txn::TxnManager::Open(o.vol.get()));
-  return o;
-}
+using ubtrfs_test::Opened;
+using ubtrfs_test::OpenForWrite;
 
 // Chunks of the committed image by type (DATA/METADATA/SYSTEM | profile).
 std::map<uint64_t, int> ChunkTypes(const std::string& img) {

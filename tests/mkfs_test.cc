@@ -21,6 +21,7 @@
 #include "support/host_files.h"
 #include "support/items.h"
 #include "support/mkfs_util.h"
+#include "support/open_txn.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
 #include "support/tree_gen.h"
@@ -100,22 +101,17 @@ void ExpectEmptyAndSane(const std::string& img, const txn::MkfsOptions& opts, ui
 // directory, commits, and requires btrfs check to stay clean.
 void CommitXattrs(const std::string& img, int n) {
   {
-    auto dev = io::OpenFileDevice(img, io::OpenFlags{true});
-    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
-    txn::VolumeOptions vo;
-    vo.writable = true;
-    auto vol = txn::Volume::Open(std::move(*dev), vo);
-    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
-    auto t = txn::TxnManager::Open(vol->get());
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    auto w = (*t)->Writer(kFsTreeObjectid);
+    auto o = ubtrfs_test::OpenForWrite(img);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    auto& t = o->txn;
+    auto w = t->Writer(kFsTreeObjectid);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     for (int i = 0; i < n; ++i) {
       const std::string name = "user.mkfs" + std::to_string(i), value(i * 7 % 300, 'v');
-      Status st = (*w)->Insert(Key{256, kXattrItemKey, NameHash(name)}, XattrItem(name, value, (*t)->transid()));
+      Status st = (*w)->Insert(Key{256, kXattrItemKey, NameHash(name)}, XattrItem(name, value, t->transid()));
       ASSERT_TRUE(st.ok()) << st.ToString();
     }
-    Status st = (*t)->Commit();
+    Status st = t->Commit();
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   ASSERT_EQ(BtrfsCheck(img), "") << "after a ubtrfs commit";

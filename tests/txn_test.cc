@@ -13,6 +13,7 @@
 #include "io/block_device.h"
 #include "support/items.h"
 #include "support/mkfs_util.h"
+#include "support/open_txn.h"
 #include "support/test_util.h"
 #include "txn/transaction.h"
 #include "ubtrfs/filesystem.h"
@@ -28,28 +29,7 @@ using ubtrfs_test::XattrItem;
 
 using ubtrfs_test::BtrfsCheck;
 
-struct Opened {
-  std::unique_ptr<txn::Volume> vol;
-  std::unique_ptr<txn::TxnManager> txn;
-  Opened() = default;
-  Opened(Opened&&) = default;
-  ~Opened() { txn.reset(); }  // the manager points into the volume
-};
-
-Opened OpenForWrite(const std::string& img) {
-  Opened o;
-  auto dev = io::OpenFileDevice(img, io::OpenFlags{true});
-  EXPECT_TRUE(dev.ok()) << dev.status().ToString();
-  txn::VolumeOptions vo;
-  vo.writable = true;
-  auto vol = txn::Volume::Open(std::move(*dev), vo);
-  EXPECT_TRUE(vol.ok()) << vol.status().ToString();
-  o.vol = std::move(*vol);
-  auto t = txn::TxnManager::Open(o.vol.get());
-  EXPECT_TRUE(t.ok()) << t.status().ToString() << " (" << t.status().message() << ")";
-  if (t.ok()) o.txn = std::move(*t);
-  return o;
-}
+using ubtrfs_test::Opened;
 
 class TxnTest : public ::testing::TestWithParam<uint32_t> {};
 
@@ -63,8 +43,9 @@ TEST_P(TxnTest, XattrChurnOverCommitsStaysCheckClean) {
 
   std::map<std::string, std::string> model;
   for (int round = 0; round < 3; ++round) {
-    Opened o = OpenForWrite(img);
-    ASSERT_TRUE(o.txn);
+    auto opened = ubtrfs_test::OpenForWrite(img);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    Opened o = std::move(*opened);
     auto w = o.txn->Writer(kFsTreeObjectid);
     ASSERT_TRUE(w.ok());
     // Round 0 adds 600 xattrs to the root directory (many leaves), round 1

@@ -11,10 +11,9 @@
 #include "io/block_device.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
+#include "support/open_txn.h"
 #include "support/test_util.h"
 #include "txn/devices.h"
-#include "txn/transaction.h"
-#include "txn/volume.h"
 
 namespace {
 
@@ -120,21 +119,15 @@ TEST(UuidTree, CheckReportsAMissingEntryOnlyWhereTheTreeIsCurrent) {
   ASSERT_EQ(UuidClean(img), "");
   {
     // Take the subvolume's entry out, as a writer that forgot it would.
-    auto dev = io::OpenFileDevice(img, io::OpenFlags{true});
-    ASSERT_TRUE(dev.ok());
-    txn::VolumeOptions vo;
-    vo.writable = true;
-    auto vol = txn::Volume::Open(std::move(*dev), vo);
-    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
-    auto t = txn::TxnManager::Open(vol->get());
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    auto root = (*vol)->FindRoot(256);
+    auto o = ubtrfs_test::OpenForWrite(img);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    auto root = o->vol->FindRoot(256);
     ASSERT_TRUE(root.ok());
     const uint8_t* u = root->item.uuid;
-    auto w = (*t)->Writer(kUuidTreeObjectid);
+    auto w = o->txn->Writer(kUuidTreeObjectid);
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE((*w)->Delete(Key{LoadLe<uint64_t>(u), kUuidKeySubvol, LoadLe<uint64_t>(u + 8)}).ok());
-    ASSERT_TRUE((*t)->Commit().ok());
+    ASSERT_TRUE(o->txn->Commit().ok());
   }
   r = RunUbtrfs({"check", img});
   EXPECT_FALSE(r.ok());
