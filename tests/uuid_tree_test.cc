@@ -110,6 +110,41 @@ TEST(UuidTree, AStaleTreeStaysStaleAndTheKernelRebuildsIt) {
   EXPECT_EQ(UuidClean(img), "");
 }
 
+// Received subvolumes are found by their received uuid (receive -p); a
+// read-only snapshot of one keeps it, and the kernel files the snapshot
+// under it too.
+TEST(UuidTree, ReceivedUuidsAndTheirReadOnlySnapshots) {
+  TempDir dir("ubtrfs-uuid");
+  const std::string a = dir.Sub("a"), b = dir.Sub("b"), stream = dir.Sub("stream"), mnt = dir.Sub("mnt");
+  MustRun({"mkdir", mnt});
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"mkfs", "-q", "--size", "256M", a},
+           {"mkfs", "-q", "--size", "256M", b},
+           {"subvolume", "create", a + ":/sv"},
+           {"subvolume", "snapshot", "-r", a + ":/sv", a + ":/sv.ro"},
+           {"send", "-f", stream, a + ":/sv.ro"},
+           {"receive", "-f", stream, b + ":/"},
+           {"subvolume", "snapshot", "-r", b + ":/sv.ro", b + ":/again"},
+           {"subvolume", "snapshot", b + ":/sv.ro", b + ":/writable"}}) {
+    auto r = RunUbtrfs(cmd);
+    ASSERT_TRUE(r.ok()) << ubtrfs_test::ShellJoin(cmd) << ": " << r.Describe();
+  }
+  const Gens g = ReadGens(b);
+  EXPECT_EQ(g.uuid_tree, g.generation);
+  EXPECT_EQ(UuidClean(b), "");
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel part needs loop mounts: " << why;
+  // A forced kernel rescan (it adds what is missing, drops what is stale)
+  // leaves an image both checkers pass, and the tree current.
+  ubtrfs_test::LoopMount m;
+  ASSERT_EQ(m.Mount(b, mnt, "rescan_uuid_tree"), "");
+  ASSERT_EQ(m.Unmount(), "");
+  const Gens k = ReadGens(b);
+  EXPECT_EQ(k.uuid_tree, k.generation);
+  EXPECT_EQ(UuidClean(b), "");
+  EXPECT_EQ(ubtrfs_test::BtrfsCheck(b), "");
+}
+
 TEST(UuidTree, CheckReportsAMissingEntryOnlyWhereTheTreeIsCurrent) {
   TempDir dir("ubtrfs-uuid");
   const std::string img = dir.Sub("img");

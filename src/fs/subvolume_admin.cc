@@ -41,6 +41,20 @@ bool IsZeroUuid(const uint8_t* u) {
   return true;
 }
 
+// Adds subvolume `id` to the UUID tree's (uuid, type) item, once.
+Status AddUuidEntry(tree::BlockSource* source, tree::TreeWriter* uw, const uint8_t* uuid, uint8_t type, uint64_t id) {
+  const Key ukey = UuidKey(uuid, type);
+  std::vector<uint8_t> ids(8);
+  StoreLe<uint64_t>(ids.data(), id);
+  UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(source, uw->LiveRef(), ukey));
+  if (!have) return uw->Insert(ukey, ids);
+  for (size_t i = 0; i + 8 <= have->size(); i += 8) {
+    if (LoadLe<uint64_t>(have->data() + i) == id) return Status::Ok();
+  }
+  have->insert(have->end(), ids.begin(), ids.end());
+  return uw->Update(ukey, *have);
+}
+
 void SetNow(Timespec& ts) {
   const timespec now = txn::WallClock();
   ts.sec = static_cast<uint64_t>(now.tv_sec);
@@ -90,13 +104,12 @@ Status FilesystemImpl::LinkSubvolume(InodeId dir, std::string_view name, uint64_
   // without one gets it from the kernel's next mount, which rescans.
   if (!vol_->FindRoot(kUuidTreeObjectid).ok()) return Status::Ok();
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
-  const Key ukey = UuidKey(uuid, kUuidKeySubvol);
-  std::vector<uint8_t> ids(8);
-  StoreLe<uint64_t>(ids.data(), id);
-  UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(vol_->source(), uw->LiveRef(), ukey));
-  if (!have) return uw->Insert(ukey, ids);
-  have->insert(have->end(), ids.begin(), ids.end());
-  return uw->Update(ukey, *have);
+  UB_RETURN_IF_ERROR(AddUuidEntry(vol_->source(), uw, uuid, kUuidKeySubvol, id));
+  // A read-only snapshot of a received subvolume keeps its received uuid
+  // (txn/snapshot.cc), and the kernel files it under that one too.
+  UB_ASSIGN_OR_RETURN(auto root, vol_->FindRoot(id));
+  if (root.item_size < sizeof(RootItem) || IsZeroUuid(root.item.received_uuid)) return Status::Ok();
+  return AddUuidEntry(vol_->source(), uw, root.item.received_uuid, kUuidKeyReceivedSubvol, id);
 }
 
 Result<InodeId> FilesystemImpl::CreateSubvolume(InodeId dir, std::string_view name, const NewInode& attrs) {
@@ -176,8 +189,6 @@ Result<uint64_t> FilesystemImpl::SetReceivedSubvol(InodeId subvol, const uint8_t
     subvols_->Forget();
     if (!vol_->FindRoot(kUuidTreeObjectid).ok()) return rtransid;
     UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
-    std::vector<uint8_t> id(8);
-    StoreLe<uint64_t>(id.data(), subvol.root);
     if (!IsZeroUuid(old_uuid)) {
       // The kernel drops the old received uuid's entry for this subvolume.
       const Key okey = UuidKey(old_uuid, kUuidKeyReceivedSubvol);
@@ -191,17 +202,7 @@ Result<uint64_t> FilesystemImpl::SetReceivedSubvol(InodeId subvol, const uint8_t
       }
     }
     if (IsZeroUuid(received_uuid)) return rtransid;
-    const Key ukey = UuidKey(received_uuid, kUuidKeyReceivedSubvol);
-    UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(vol_->source(), uw->LiveRef(), ukey));
-    if (!have) {
-      UB_RETURN_IF_ERROR(uw->Insert(ukey, id));
-    } else {
-      for (size_t i = 0; i + 8 <= have->size(); i += 8) {
-        if (LoadLe<uint64_t>(have->data() + i) == subvol.root) return rtransid;
-      }
-      have->insert(have->end(), id.begin(), id.end());
-      UB_RETURN_IF_ERROR(uw->Update(ukey, *have));
-    }
+    UB_RETURN_IF_ERROR(AddUuidEntry(vol_->source(), uw, received_uuid, kUuidKeyReceivedSubvol, subvol.root));
     return rtransid;
   });
 }
