@@ -445,7 +445,7 @@ void Checker::RootTreeItem(const Key& k, std::span<const uint8_t> d) {
       Error("root tree: ROOT_ITEM " + KeyToString(k) + ": level " + N(ri.level));
       return;
     }
-    if (IsFsTree(t.id) && t.id != kTreeRelocObjectid && t.refs > 0) uuids_.Subvolume(t.id, d);
+    if (IsSubvolumeTree(t.id) && t.refs > 0) uuids_.Subvolume(t.id, d);
     roots_.push_back(t);
   } else if (k.type == kRootRefKey || k.type == kRootBackrefKey) {
     if (d.size() < sizeof(RootRef)) {

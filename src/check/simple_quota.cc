@@ -12,8 +12,6 @@ using namespace ubtrfs::format;
 
 namespace {
 
-bool IsFsTree(uint64_t id) { return id == kFsTreeObjectid || (id >= kFirstFreeObjectid && id <= kLastFreeObjectid); }
-
 std::string QgroupName(uint64_t id) {
   return std::to_string(id >> 48) + "/" + std::to_string(id & ((uint64_t{1} << 48) - 1));
 }
@@ -71,7 +69,7 @@ void SimpleQuotaCount::Extent(const ExtentRec& e, uint64_t block_owner) {
     // Unreadable blocks were reported by the walk; they count for nobody.
     if (auto b = reader_->Read(tree::BlockCheck{e.start, e.level, 0, {}}); b.ok()) owner = (*b)->header().owner.get();
   }
-  if (!IsFsTree(owner) || !groups_.count(owner)) return;
+  if (!IsSubvolumeTree(owner) || !groups_.count(owner)) return;
   std::set<uint64_t> seen;
   std::vector<uint64_t> todo = {owner};
   while (!todo.empty()) {

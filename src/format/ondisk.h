@@ -91,6 +91,11 @@ inline constexpr uint64_t kFreeInoObjectid = static_cast<uint64_t>(-12);
 inline constexpr uint64_t kMultipleObjectids = static_cast<uint64_t>(-255);
 inline constexpr uint64_t kFirstFreeObjectid = 256;
 inline constexpr uint64_t kLastFreeObjectid = static_cast<uint64_t>(-256);
+// The fs tree and the trees of subvolumes and snapshots: what a qgroup, a
+// UUID tree entry or a ROOT_REF can name.
+inline constexpr bool IsSubvolumeTree(uint64_t id) {
+  return id == kFsTreeObjectid || (id >= kFirstFreeObjectid && id <= kLastFreeObjectid);
+}
 inline constexpr uint64_t kFirstChunkTreeObjectid = 256;
 inline constexpr uint64_t kDevItemsObjectid = 1;
 

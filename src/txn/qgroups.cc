@@ -36,8 +36,6 @@ namespace {
 
 constexpr int kMaxBackrefDepth = 2 * kMaxLevel;
 
-bool IsFsTree(uint64_t id) { return id == kFsTreeObjectid || (id >= kFirstFreeObjectid && id <= kLastFreeObjectid); }
-
 template <typename T>
 std::vector<uint8_t> Bytes(const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
@@ -234,7 +232,7 @@ std::set<uint64_t> TxnManager::QgroupsOf(const std::set<uint64_t>& roots) const 
   std::set<uint64_t> out;
   std::vector<uint64_t> todo;
   for (uint64_t r : roots) {
-    if (IsFsTree(r) && quotas_->groups.count(r)) todo.push_back(r);
+    if (IsSubvolumeTree(r) && quotas_->groups.count(r)) todo.push_back(r);
   }
   while (!todo.empty()) {
     const uint64_t g = todo.back();
@@ -390,7 +388,7 @@ Status TxnManager::AccountQuotas() {
     auto only_under = [&](const std::set<uint64_t>& roots, uint64_t g) {
       bool any = false;
       for (uint64_t r : roots) {
-        if (!IsFsTree(r)) continue;
+        if (!IsSubvolumeTree(r)) continue;
         if (!groups_of(r).count(g)) return false;
         any = true;
       }

@@ -34,14 +34,8 @@ namespace ubtrfs::txn {
 
 using namespace ubtrfs::format;
 
-namespace {
-
-bool IsFsTree(uint64_t id) { return id == kFsTreeObjectid || (id >= kFirstFreeObjectid && id <= kLastFreeObjectid); }
-
-}  // namespace
-
 Status TxnManager::SquotaDelta(uint64_t root, uint64_t num_bytes, uint64_t generation, bool add) {
-  if (!IsFsTree(root) || generation < quotas_->enable_gen) return Status::Ok();
+  if (!IsSubvolumeTree(root) || generation < quotas_->enable_gen) return Status::Ok();
   // A subvolume without a qgroup (its qgroup destroyed by hand) is charged
   // nowhere, as kernels since "btrfs: swallow btrfs_record_squota_delta()
   // ENOENT" (2026) do; older ones abort the transaction on a data extent.
