@@ -5,7 +5,7 @@
 #     mount, the do-nothing FUSE file system (bench/nullfs.c), a host file and
 #     kernel btrfs on a loop mount;
 #   - reading it back with dd, cold (page cache dropped, the mount restarted)
-#     and warm, against kernel btrfs on a loop mount;
+#     and warm, against kernel btrfs on a loop mount, the two alternating;
 #   - fio 4 KiB random reads and writes (psync, 2 jobs) on a 1 GiB file on the
 #     same three file systems.
 # Needs root (loop mounts, drop_caches) and /dev/fuse.
@@ -65,13 +65,6 @@ start_ubtrfs() {
   for _ in $(seq 200); do mountpoint -q "$mnt" && return 0; sleep 0.05; done
   echo "ubtrfs mount failed: $(cat "$work/mount.err")" >&2; exit 1
 }
-remount_ubtrfs() {
-  fusermount3 -u "$mnt"; wait "$daemon"; daemon=""
-  drop
-  "$bin" mount "$work/u.img" "$mnt" -f 2>"$work/mount.err" & daemon=$!
-  for _ in $(seq 200); do mountpoint -q "$mnt" && return 0; sleep 0.05; done
-  echo "ubtrfs remount failed: $(cat "$work/mount.err")" >&2; exit 1
-}
 stop_fuse() { fusermount3 -u "$mnt"; wait "$daemon"; daemon=""; }
 start_nullfs() {
   "$nullfs" "$mnt" -f -o default_permissions 2>/dev/null & daemon=$!
@@ -79,7 +72,6 @@ start_nullfs() {
   echo "nullfs mount failed" >&2; exit 1
 }
 start_kernel() { truncate -s 3G "$work/k.img"; mkfs.btrfs -q -f "$work/k.img" >/dev/null; mount -o loop "$work/k.img" "$mnt"; }
-remount_kernel() { umount "$mnt"; drop; mount -o loop "$work/k.img" "$mnt"; }
 stop_kernel() { umount "$mnt"; }
 start_host() { mkdir -p "$work/host"; }
 stop_host() { rm -rf "$work/host"; }
@@ -128,22 +120,35 @@ echo
 echo "| target | cold s | cold MiB/s | warm s | warm MiB/s |"
 echo "|---|---:|---:|---:|---:|"
 declare -A cold_s warm_s
-for t in ubtrfs kernel; do
-  if [ $t = ubtrfs ]; then start_ubtrfs; else start_kernel; fi
-  dd if="$src" of="$mnt/f" bs=1M conv=fsync status=none
-  cold=(); warm=()
-  for _ in $(seq "$reps"); do
-    if [ $t = ubtrfs ]; then remount_ubtrfs; else remount_kernel; fi
-    cold+=("$(dd_read "$mnt/f")")
-    warm+=("$(dd_read "$mnt/f")")
+# The file goes in once per file system; then the rounds alternate between
+# the two, so that both see the same state of the disk (it moves cold reads
+# by 2x from minute to minute on the VMs measured).
+start_ubtrfs; dd if="$src" of="$mnt/f" bs=1M conv=fsync status=none; stop_fuse
+start_kernel; dd if="$src" of="$mnt/f" bs=1M conv=fsync status=none; stop_kernel
+declare -A cold warm
+for _ in $(seq "$reps"); do
+  for t in ubtrfs kernel; do
+    drop
+    if [ $t = ubtrfs ]; then
+      "$bin" mount "$work/u.img" "$mnt" -f 2>"$work/mount.err" & daemon=$!
+      for i in $(seq 200); do mountpoint -q "$mnt" && break; sleep 0.05; done
+    else
+      mount -o loop "$work/k.img" "$mnt"
+    fi
+    cold[$t]+="$(dd_read "$mnt/f") "
+    warm[$t]+="$(dd_read "$mnt/f") "
+    got=$(sha256sum < "$mnt/f" | cut -d' ' -f1)
+    [ "$got" = "$sum" ] || { echo "$t: the file read back differs" >&2; exit 1; }
+    if [ $t = ubtrfs ]; then stop_fuse; else stop_kernel; fi
   done
-  got=$(sha256sum < "$mnt/f" | cut -d' ' -f1)
-  [ "$got" = "$sum" ] || { echo "$t: the file read back differs" >&2; exit 1; }
-  if [ $t = ubtrfs ]; then stop_fuse; else stop_kernel; fi
-  cold_s[$t]=$(printf '%s\n' "${cold[@]}" | median)
-  warm_s[$t]=$(printf '%s\n' "${warm[@]}" | median)
+done
+for t in ubtrfs kernel; do
+  cold_s[$t]=$(printf '%s\n' ${cold[$t]} | median)
+  warm_s[$t]=$(printf '%s\n' ${warm[$t]} | median)
   echo "| $t | ${cold_s[$t]} | $(mibs "${cold_s[$t]}") | ${warm_s[$t]} | $(mibs "${warm_s[$t]}") |"
 done
+echo
+echo "runs, alternating: ubtrfs cold ${cold[ubtrfs]}/ warm ${warm[ubtrfs]}; kernel cold ${cold[kernel]}/ warm ${warm[kernel]}"
 echo
 echo "- ubtrfs / kernel btrfs time: cold **$(awk -v a="${cold_s[ubtrfs]}" -v k="${cold_s[kernel]}" 'BEGIN {printf "%.2f", a / k}')x**," \
   "warm **$(awk -v a="${warm_s[ubtrfs]}" -v k="${warm_s[kernel]}" 'BEGIN {printf "%.2f", a / k}')x** (target <= 1.0)"

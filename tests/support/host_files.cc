@@ -1,20 +1,48 @@
 #include "support/host_files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "io/block_device.h"
 #include "support/test_util.h"
+#include "txn/devices.h"
 
 namespace ubtrfs_test {
 
 void WriteHostFile(const std::string& path, const std::string& data) {
   std::ofstream f(path, std::ios::binary);
   f << data;
+}
+
+std::string WriteAndFsync(const std::string& path, const std::string& data) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  if (fd < 0) return path + ": " + std::strerror(errno);
+  std::string err;
+  if (::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) {
+    err = path + ": short write: " + std::strerror(errno);
+  } else if (::fsync(fd) != 0) {
+    err = path + ": fsync: " + std::strerror(errno);
+  }
+  ::close(fd);
+  return err;
+}
+
+uint64_t LogRootOf(const std::string& image) {
+  auto dev = ubtrfs::io::OpenFileDevice(image);
+  EXPECT_TRUE(dev.ok()) << dev.status().ToString();
+  if (!dev.ok()) return 0;
+  auto sc = ubtrfs::txn::ReadSuperblock(**dev);
+  EXPECT_TRUE(sc.ok()) << sc.status().ToString();
+  return sc.ok() ? sc->sb.log_root.get() : 0;
 }
 
 std::string ReadHostFile(const std::string& path) {

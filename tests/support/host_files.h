@@ -16,6 +16,12 @@ namespace ubtrfs_test {
 
 void WriteHostFile(const std::string& path, const std::string& data);
 std::string ReadHostFile(const std::string& path);
+// Writes `data` to a new host file and fsyncs it (on a kernel mount: into
+// the tree log, not a commit). "" or what failed.
+std::string WriteAndFsync(const std::string& path, const std::string& data);
+// The superblock's log_root of an image (0: no tree log to replay); a test
+// failure and 0 when the superblock cannot be read.
+uint64_t LogRootOf(const std::string& image);
 // n bytes from a xorshift generator seeded with `seed`.
 std::string SeededBytes(size_t n, uint64_t seed);
 inline std::span<const uint8_t> SpanOf(const std::string& s) {
