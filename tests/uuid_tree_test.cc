@@ -56,7 +56,7 @@ std::string MountUnmount(const std::string& img, const std::string& mnt) {
 TEST(UuidTree, KeptCurrentSoTheKernelMountsWithoutARescan) {
   TempDir dir("ubtrfs-uuid");
   const std::string img = dir.Sub("img"), mnt = dir.Sub("mnt"), src = dir.Sub("src");
-  MustRun({"mkdir", mnt, src});
+  ASSERT_EQ(MustRun({"mkdir", mnt, src}), "");
   ubtrfs_test::WriteRandomFile(src + "/a", 300000, 1);
   ASSERT_TRUE(RunUbtrfs({"mkfs", "-q", "--shrink", "--rootdir", src, img}).ok());
   Gens g = ReadGens(img);
@@ -87,7 +87,7 @@ TEST(UuidTree, AStaleTreeStaysStaleAndTheKernelRebuildsIt) {
   if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir("ubtrfs-uuid");
   const std::string img = dir.Sub("img"), mnt = dir.Sub("mnt");
-  MustRun({"mkdir", mnt});
+  ASSERT_EQ(MustRun({"mkdir", mnt}), "");
   ASSERT_EQ(ubtrfs_test::RunMkfs(img, "", 16384, "crc32c", 256ull << 20), "");
   ASSERT_EQ(ReadGens(img).uuid_tree, 0u);  // mkfs.btrfs leaves the scan to the kernel
   auto r = RunUbtrfs({"subvolume", "create", img + ":/sv"});
@@ -116,7 +116,7 @@ TEST(UuidTree, AStaleTreeStaysStaleAndTheKernelRebuildsIt) {
 TEST(UuidTree, ReceivedUuidsAndTheirReadOnlySnapshots) {
   TempDir dir("ubtrfs-uuid");
   const std::string a = dir.Sub("a"), b = dir.Sub("b"), stream = dir.Sub("stream"), mnt = dir.Sub("mnt");
-  MustRun({"mkdir", mnt});
+  ASSERT_EQ(MustRun({"mkdir", mnt}), "");
   for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
            {"mkfs", "-q", "--size", "256M", a},
            {"mkfs", "-q", "--size", "256M", b},
