@@ -54,8 +54,7 @@ constexpr uint64_t kBtrfsStripeLen = 64 * 1024;
 // Trees whose blocks can be shared between roots (snapshots, relocation) and
 // that hold inodes.
 bool IsFsTree(uint64_t id) {
-  return id == kFsTreeObjectid || (id >= kFirstFreeObjectid && id <= kLastFreeObjectid) ||
-         id == kTreeRelocObjectid || id == kDataRelocTreeObjectid;
+  return IsSubvolumeTree(id) || id == kTreeRelocObjectid || id == kDataRelocTreeObjectid;
 }
 
 std::string N(uint64_t v) { return std::to_string(v); }

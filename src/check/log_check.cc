@@ -42,7 +42,7 @@ class LogChecker {
       RootItem ri{};
       std::memcpy(&ri, d.data(), std::min(d.size(), sizeof ri));
       const uint64_t id = k.offset;
-      if (id != kFsTreeObjectid && (id < kFirstFreeObjectid || id > kLastFreeObjectid)) {
+      if (!IsSubvolumeTree(id)) {
         error_(where + ": a log for tree " + std::to_string(id) + ", which is no subvolume");
         continue;
       }

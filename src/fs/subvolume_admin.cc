@@ -55,6 +55,20 @@ Status AddUuidEntry(tree::BlockSource* source, tree::TreeWriter* uw, const uint8
   return uw->Update(ukey, *have);
 }
 
+// Takes subvolume `id` out of the UUID tree's (uuid, type) item; the item
+// goes when no other subvolume is left in it.
+Status RemoveUuidEntry(tree::BlockSource* source, tree::TreeWriter* uw, const uint8_t* uuid, uint8_t type,
+                       uint64_t id) {
+  const Key ukey = UuidKey(uuid, type);
+  UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(source, uw->LiveRef(), ukey));
+  if (!have) return Status::Ok();
+  std::vector<uint8_t> rest;
+  for (size_t i = 0; i + 8 <= have->size(); i += 8) {
+    if (LoadLe<uint64_t>(have->data() + i) != id) rest.insert(rest.end(), have->begin() + i, have->begin() + i + 8);
+  }
+  return rest.empty() ? uw->Delete(ukey) : uw->Update(ukey, rest);
+}
+
 void SetNow(Timespec& ts) {
   const timespec now = txn::WallClock();
   ts.sec = static_cast<uint64_t>(now.tv_sec);
@@ -191,15 +205,7 @@ Result<uint64_t> FilesystemImpl::SetReceivedSubvol(InodeId subvol, const uint8_t
     UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
     if (!IsZeroUuid(old_uuid)) {
       // The kernel drops the old received uuid's entry for this subvolume.
-      const Key okey = UuidKey(old_uuid, kUuidKeyReceivedSubvol);
-      UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(vol_->source(), uw->LiveRef(), okey));
-      if (have) {
-        std::vector<uint8_t> rest;
-        for (size_t i = 0; i + 8 <= have->size(); i += 8) {
-          if (LoadLe<uint64_t>(have->data() + i) != subvol.root) rest.insert(rest.end(), have->begin() + i, have->begin() + i + 8);
-        }
-        UB_RETURN_IF_ERROR(rest.empty() ? uw->Delete(okey) : uw->Update(okey, rest));
-      }
+      UB_RETURN_IF_ERROR(RemoveUuidEntry(vol_->source(), uw, old_uuid, kUuidKeyReceivedSubvol, subvol.root));
     }
     if (IsZeroUuid(received_uuid)) return rtransid;
     UB_RETURN_IF_ERROR(AddUuidEntry(vol_->source(), uw, received_uuid, kUuidKeyReceivedSubvol, subvol.root));
@@ -246,15 +252,7 @@ Status FilesystemImpl::DeleteSubvolume(InodeId dir, std::string_view name) {
     if (vol_->FindRoot(kUuidTreeObjectid).ok()) {
       UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
       for (auto [uuid, type] : {std::pair{top->item.uuid, kUuidKeySubvol}, std::pair{top->item.received_uuid, kUuidKeyReceivedSubvol}}) {
-        if (IsZeroUuid(uuid)) continue;
-        const Key ukey = UuidKey(uuid, type);
-        UB_ASSIGN_OR_RETURN(auto have, tree::LookupItem(vol_->source(), uw->LiveRef(), ukey));
-        if (!have) continue;
-        std::vector<uint8_t> rest;
-        for (size_t i = 0; i + 8 <= have->size(); i += 8) {
-          if (LoadLe<uint64_t>(have->data() + i) != id) rest.insert(rest.end(), have->begin() + i, have->begin() + i + 8);
-        }
-        UB_RETURN_IF_ERROR(rest.empty() ? uw->Delete(ukey) : uw->Update(ukey, rest));
+        if (!IsZeroUuid(uuid)) UB_RETURN_IF_ERROR(RemoveUuidEntry(vol_->source(), uw, uuid, type, id));
       }
     }
     UB_RETURN_IF_ERROR(txn_->MarkTreeDead(id));
@@ -269,7 +267,7 @@ Status FilesystemImpl::DeleteSubvolume(InodeId dir, std::string_view name) {
 
 Status FilesystemImpl::SetDefaultSubvolume(uint64_t id) {
   return Change({}, kItemsPerDeleteSubvol, [&]() -> Status {
-    if (id != kFsTreeObjectid && (id < kFirstFreeObjectid || id > kLastFreeObjectid)) {
+    if (!IsSubvolumeTree(id)) {
       return Status::Error(ENOENT, "tree " + std::to_string(id) + " is no subvolume");
     }
     auto root = vol_->FindRoot(id);

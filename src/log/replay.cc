@@ -979,7 +979,7 @@ Status Replayer::Run() {
     RootItem ri{};
     std::memcpy(&ri, r.data.data(), std::min(r.data.size(), sizeof ri));
     const uint64_t id = r.key.offset;
-    if (id != kFsTreeObjectid && (id < kFirstFreeObjectid || id > kLastFreeObjectid)) {
+    if (!IsSubvolumeTree(id)) {
       return Status::Corrupt("tree log: a log for tree " + std::to_string(id) + ", which is no subvolume");
     }
     if (ri.level >= kMaxLevel) return Status::Corrupt("tree log: root item " + KeyToString(r.key) + ": bad level");

@@ -248,7 +248,7 @@ Result<Volume::TreeRoot*> Volume::MutableRoot(uint64_t objectid, bool even_delet
   if (r.ref.level >= kMaxLevel) {
     return Status::Corrupt("ROOT_ITEM of tree " + std::to_string(objectid) + ": level " + std::to_string(r.ref.level));
   }
-  const bool subvol = objectid == kFsTreeObjectid || (objectid >= kFirstFreeObjectid && objectid <= kLastFreeObjectid);
+  const bool subvol = IsSubvolumeTree(objectid);
   r.deleted = subvol && r.item.refs.get() == 0;
   std::lock_guard<std::mutex> lock(roots_mu_);
   TreeRoot* e = &roots_.emplace(objectid, r).first->second;
