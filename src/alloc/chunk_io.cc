@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <array>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -93,6 +94,7 @@ Result<ChunkIo::RowParity> ChunkIo::CheckRowParity(const ChunkInfo& c, uint64_t 
     return Status::Invalid("row " + std::to_string(row) + " of chunk " + std::to_string(c.logical));
   }
   RowParity out;
+  std::lock_guard row_lock(RowLock(c, row));
   auto loc = [&](uint32_t s) -> const StripeLoc& { return c.stripes[(s + row) % n]; };
   for (uint32_t s = 0; s < k + np; ++s) {
     if (!devs_->Has(loc(s).devid)) {
@@ -148,7 +150,8 @@ Status ChunkIo::Read(uint64_t logical, std::span<uint8_t> out, int mirror) {
   return Status::Ok();
 }
 
-Status ChunkIo::ReadParity(const ChunkInfo& c, uint64_t logical, std::span<uint8_t> out, int mirror) {
+Status ChunkIo::ReadParity(const ChunkInfo& c, uint64_t logical, std::span<uint8_t> out, int mirror,
+                           uint64_t locked_row) {
   const uint64_t off = logical - c.logical;
   if (out.size() > c.length - off) {
     return Status::Corrupt("range [" + std::to_string(logical) + ", +" + std::to_string(out.size()) +
@@ -196,6 +199,9 @@ Status ChunkIo::ReadParity(const ChunkInfo& c, uint64_t logical, std::span<uint8
     for (uint32_t s = 0; s < k + c.parity_stripes(); ++s) {
       if (!devs_->Has(loc(s).devid)) bad.insert(s);
     }
+    // A rebuild reads the whole row: not while a writer is changing it.
+    std::unique_lock<std::mutex> row_lock;
+    if (row != locked_row) row_lock = std::unique_lock(RowLock(c, row));
     const std::string where = "rebuilding logical " + std::to_string(logical + done - len) + " (" +
                               ProfileName(c.type) + " row " + std::to_string(row) + ")";
     std::vector<uint32_t> bad_data;
@@ -246,11 +252,116 @@ Status ChunkIo::ReadParity(const ChunkInfo& c, uint64_t logical, std::span<uint8
   return Status::Ok();
 }
 
+bool ChunkIo::IsParityChunk(uint64_t logical) const {
+  const ChunkInfo* c = map_->Find(logical);
+  return c != nullptr && IsParity(c->profile());
+}
+
+Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPiece> pieces) {
+  const uint32_t k = c.data_stripes(), np = c.parity_stripes();
+  const uint32_t n = static_cast<uint32_t>(c.stripes.size());
+  const uint64_t sl = c.stripe_len;
+  const std::string where = "writing " + ProfileName(c.type) + " chunk " + std::to_string(c.logical) + " row " +
+                            std::to_string(row);
+  if (k == 0 || sl == 0 || sl % 32 || n != k + np) return Status::Corrupt(where + ": bad stripe layout");
+  auto loc = [&](uint32_t s) -> const StripeLoc& { return c.stripes[(s + row) % n]; };
+  uint32_t missing = 0;
+  for (uint32_t s = 0; s < n; ++s) missing += devs_->Has(loc(s).devid) ? 0 : 1;
+  if (missing > np) {
+    return Status::IoError(where + ": " + std::to_string(missing) + " of its " + std::to_string(n) +
+                           " stripes are on missing devices");
+  }
+  std::lock_guard row_lock(RowLock(c, row));
+  // The row's data elements, then P and Q.
+  const size_t total = static_cast<size_t>(sl) * (k + np);
+  std::unique_ptr<uint8_t, decltype(&std::free)> mem(static_cast<uint8_t*>(std::aligned_alloc(64, total)), &std::free);
+  if (!mem) return Status::Error(ENOMEM, where + ": " + std::to_string(total) + " bytes");
+  auto elem = [&](uint32_t i) { return std::span<uint8_t>(mem.get() + i * sl, sl); };
+  // Bytes of each element the pieces cover (they do not overlap).
+  std::vector<uint64_t> covered(k, 0);
+  for (const RowPiece& p : pieces) {
+    for (uint64_t at = p.at, end = p.at + p.data.size(); at < end;) {
+      const uint64_t e = at / sl, stop = std::min(end, (e + 1) * sl);
+      covered[e] += stop - at;
+      at = stop;
+    }
+  }
+  const uint64_t row_logical = c.logical + row * k * sl;
+  for (uint32_t s = 0; s < k; ++s) {
+    if (covered[s] >= sl) continue;
+    UB_RETURN_IF_ERROR(ReadParity(c, row_logical + s * sl, elem(s), 0, row).WithContext(where));
+  }
+  for (const RowPiece& p : pieces) std::memcpy(mem.get() + p.at, p.data.data(), p.data.size());
+  std::vector<std::span<const uint8_t>> data;
+  for (uint32_t s = 0; s < k; ++s) data.push_back(elem(s));
+  FastParity(data, elem(k), np == 2 ? elem(k + 1) : std::span<uint8_t>());
+  // The new data where it lies, then the parity: a stripe on a missing
+  // device is left out (the parity written holds it).
+  for (const RowPiece& p : pieces) {
+    for (uint64_t at = p.at, end = p.at + p.data.size(); at < end;) {
+      const uint32_t e = static_cast<uint32_t>(at / sl);
+      const uint64_t stop = std::min(end, (e + 1) * sl);
+      if (devs_->Has(loc(e).devid)) {
+        UB_RETURN_IF_ERROR(devs_->WriteAt(loc(e).devid, loc(e).physical + row * sl + at % sl,
+                                          std::span<const uint8_t>(mem.get() + at, stop - at))
+                               .WithContext(where));
+      }
+      at = stop;
+    }
+  }
+  for (uint32_t s = k; s < k + np; ++s) {
+    if (!devs_->Has(loc(s).devid)) continue;
+    UB_RETURN_IF_ERROR(devs_->WriteAt(loc(s).devid, loc(s).physical + row * sl, elem(s))
+                           .WithContext(where + (s == k ? ": P" : ": Q")));
+  }
+  return Status::Ok();
+}
+
+Status ChunkIo::WriteParityRanges(const ChunkInfo& c, std::span<const Range> ranges) {
+  const uint64_t sl = c.stripe_len, k = c.data_stripes();
+  if (k == 0 || sl == 0) return Status::Corrupt("chunk " + std::to_string(c.logical) + ": bad stripe layout");
+  const uint64_t row_bytes = sl * k;
+  std::map<uint64_t, std::vector<RowPiece>> rows;
+  for (const Range& r : ranges) {
+    const uint64_t off = r.logical - c.logical;
+    if (r.logical < c.logical || r.data.size() > c.length - off) {
+      return Status::Corrupt("range [" + std::to_string(r.logical) + ", +" + std::to_string(r.data.size()) +
+                             ") crosses the end of chunk " + std::to_string(c.logical));
+    }
+    for (uint64_t done = 0; done < r.data.size();) {
+      const uint64_t at = off + done, row = at / row_bytes, in = at % row_bytes;
+      const uint64_t len = std::min<uint64_t>(row_bytes - in, r.data.size() - done);
+      rows[row].push_back({in, r.data.subspan(done, len)});
+      done += len;
+    }
+  }
+  for (const auto& [row, pieces] : rows) UB_RETURN_IF_ERROR(WriteRow(c, row, pieces));
+  return Status::Ok();
+}
+
+Status ChunkIo::WriteBatch(std::span<const Range> ranges) {
+  // Runs of ranges in one parity chunk go row by row; the rest one by one.
+  for (size_t i = 0; i < ranges.size();) {
+    const ChunkInfo* c = map_->Find(ranges[i].logical);
+    if (c == nullptr || !IsParity(c->profile())) {
+      UB_RETURN_IF_ERROR(Write(ranges[i].logical, ranges[i].data));
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < ranges.size() && map_->Find(ranges[j].logical) == c) ++j;
+    UB_RETURN_IF_ERROR(WriteParityRanges(*c, ranges.subspan(i, j - i)));
+    i = j;
+  }
+  return Status::Ok();
+}
+
 Status ChunkIo::Write(uint64_t logical, std::span<const uint8_t> data) {
   const ChunkInfo* c = map_->Find(logical);
   if (c == nullptr) return Status::Corrupt("logical address " + std::to_string(logical) + " is not in any chunk");
   if (IsParity(c->profile())) {
-    return Status::Unsupported("writing to a " + ProfileName(c->type) + " chunk (RAID5/RAID6 are read-only)");
+    const Range r{logical, data};
+    return WriteParityRanges(*c, std::span(&r, 1));
   }
   UB_ASSIGN_OR_RETURN(auto copies, map_->Map(logical, data.size()));
   size_t written = 0;
@@ -275,7 +386,7 @@ Status ChunkIo::WriteMirror(uint64_t logical, std::span<const uint8_t> data, int
   const ChunkInfo* c = map_->Find(logical);
   if (c == nullptr) return Status::Corrupt("logical address " + std::to_string(logical) + " is not in any chunk");
   if (IsParity(c->profile())) {
-    return Status::Unsupported("writing to a " + ProfileName(c->type) + " chunk (RAID5/RAID6 are read-only)");
+    return Status::Invalid("writing one mirror of a " + ProfileName(c->type) + " chunk: its copies are parity");
   }
   UB_ASSIGN_OR_RETURN(auto copies, map_->Map(logical, data.size()));
   if (mirror < 0 || static_cast<size_t>(mirror) >= copies.size()) {

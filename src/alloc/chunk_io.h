@@ -10,10 +10,21 @@
 //   RAID6             0 direct, 1 from P, 2 from Q alone, 3.. from P and Q
 //                     taking one more data stripe for bad as well
 // so a caller that verifies checksums tries 0, 1, ... until one is good.
+//
+// RAID5/6 writes are read-modify-write of whole rows (the kernel's full
+// stripes): the row's other data is read (rebuilt where its device is
+// missing), the new bytes laid over it, P and Q computed again, and the new
+// data and the parity written. A row is written by one caller at a time
+// (a lock per row, hashed): two writers of one row would each compute
+// parity without the other's data. As in the kernel, a crash between the
+// data and the parity writes leaves that row's parity stale (the RAID5/6
+// write hole): it matters only once a device is lost as well.
 #ifndef UBTRFS_ALLOC_CHUNK_IO_H_
 #define UBTRFS_ALLOC_CHUNK_IO_H_
 
+#include <array>
 #include <cstdint>
+#include <mutex>
 #include <span>
 
 #include "alloc/chunk_map.h"
@@ -32,9 +43,20 @@ class ChunkIo {
   // lies in one chunk.
   Status Read(uint64_t logical, std::span<uint8_t> out, int mirror);
   // Every copy. A stripe on a missing device is skipped (a degraded array
-  // keeps the copies it has); any other write error fails. RAID5/6: refused.
+  // keeps the copies it has); any other write error fails. RAID5/6: the
+  // rows it touches are read, changed and written with new parity.
   Status Write(uint64_t logical, std::span<const uint8_t> data);
-  // One copy only (repairing a bad mirror); mirror profiles only.
+  // Several ranges at once (a commit's tree blocks): on RAID5/6 each row is
+  // read and written once for all the ranges in it. Ranges must not overlap.
+  struct Range {
+    uint64_t logical = 0;
+    std::span<const uint8_t> data;
+  };
+  Status WriteBatch(std::span<const Range> ranges);
+  // Whether `logical` lies in a RAID5/6 chunk.
+  bool IsParityChunk(uint64_t logical) const;
+  // One copy only (repairing a bad mirror); mirror profiles only (RAID5/6
+  // repair writes through Write).
   Status WriteMirror(uint64_t logical, std::span<const uint8_t> data, int mirror);
 
   // RAID5/6 (scrub): whether row `row` of `c` holds the P (and Q) its data
@@ -51,10 +73,25 @@ class ChunkIo {
   io::DeviceSet& devices() { return *devs_; }
 
  private:
-  Status ReadParity(const ChunkInfo& c, uint64_t logical, std::span<uint8_t> out, int mirror);
+  // `locked_row`: the row whose lock the caller holds already (a
+  // read-modify-write reading the rest of its row), or UINT64_MAX.
+  Status ReadParity(const ChunkInfo& c, uint64_t logical, std::span<uint8_t> out, int mirror,
+                    uint64_t locked_row = UINT64_MAX);
+  // Pieces of one row: where each starts in the row's data (0 .. k *
+  // stripe_len) and its bytes.
+  struct RowPiece {
+    uint64_t at = 0;
+    std::span<const uint8_t> data;
+  };
+  Status WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPiece> pieces);
+  Status WriteParityRanges(const ChunkInfo& c, std::span<const Range> ranges);
+  std::mutex& RowLock(const ChunkInfo& c, uint64_t row) {
+    return row_locks_[((c.logical >> 16) + row) * 0x9E3779B97F4A7C15ull >> 58];
+  }
 
   const ChunkMap* map_;
   io::DeviceSet* devs_;
+  std::array<std::mutex, 64> row_locks_;
 };
 
 // GF(2^8) arithmetic as the kernel's raid6 library (exposed for tests).

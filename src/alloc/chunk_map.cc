@@ -56,15 +56,18 @@ uint32_t ChunkInfo::mirrors() const {
 
 uint32_t ChunkInfo::parity_stripes() const { return RuleFor(profile()).parity; }
 
-uint32_t ChunkInfo::data_stripes() const {
-  const uint32_t n = static_cast<uint32_t>(stripes.size());
-  switch (profile()) {
+uint32_t DataStripesFor(uint64_t profile, uint32_t n, uint32_t sub_stripes) {
+  switch (profile & kBlockGroupProfileMask) {
     case kBlockGroupRaid0: return n;
-    case kBlockGroupRaid10: return n / sub_stripes;
-    case kBlockGroupRaid5: return n - 1;
-    case kBlockGroupRaid6: return n - 2;
+    case kBlockGroupRaid10: return sub_stripes ? n / sub_stripes : 0;
+    case kBlockGroupRaid5: return n >= 1 ? n - 1 : 0;
+    case kBlockGroupRaid6: return n >= 2 ? n - 2 : 0;
     default: return 1;
   }
+}
+
+uint32_t ChunkInfo::data_stripes() const {
+  return DataStripesFor(profile(), static_cast<uint32_t>(stripes.size()), sub_stripes);
 }
 
 Status ChunkMap::AddChunk(uint64_t logical, std::span<const uint8_t> item, uint32_t sectorsize) {

@@ -66,6 +66,9 @@ struct ProfileRule {
   uint32_t parity = 0;
 };
 ProfileRule RuleFor(uint64_t profile);
+// Stripes of a row that hold data, for a chunk of `profile` with `nstripes`
+// stripes (RAID10: pairs; RAID5/6: less the parity).
+uint32_t DataStripesFor(uint64_t profile, uint32_t nstripes, uint32_t sub_stripes = 2);
 
 class ChunkMap {
  public:

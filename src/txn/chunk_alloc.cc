@@ -276,7 +276,7 @@ Status ChunkAllocator::PlaceChunk(uint64_t profile, uint64_t want, uint64_t need
     return Status::Error(ENOSPC, alloc::ProfileName(profile) + " needs " + std::to_string(rule.devs_min) +
                                      " devices with free space, " + std::to_string(cands.size()) + " have any");
   }
-  const uint64_t data_stripes = profile == kBlockGroupRaid0 ? ndevs : profile == kBlockGroupRaid10 ? ndevs / 2 : 1;
+  const uint64_t data_stripes = alloc::DataStripesFor(profile, ndevs);
   const uint64_t want_stripe = std::max(RoundDown(want / data_stripes, kStripeLen), kStripeLen);
   const uint64_t need_stripe = RoundUp((need + data_stripes - 1) / data_stripes, kStripeLen);
   uint64_t size = std::min(want_stripe, RoundDown(cands[ndevs - 1].max_avail, kStripeLen));
@@ -311,10 +311,6 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
   const std::string kind_name = alloc::SpaceManager::KindName(kind);
   const int bit = std::countr_zero(kind);
   const uint64_t profile = profile_[bit];
-  if (profile & (kBlockGroupRaid5 | kBlockGroupRaid6)) {
-    return Status::Unsupported("new " + kind_name + " chunk: " + alloc::ProfileName(profile) +
-                               " profile (RAID5/RAID6 are read-only)");
-  }
   // The most stripes this chunk can have: what the system chunk array
   // must make room for.
   const alloc::ProfileRule rule = alloc::RuleFor(profile);
@@ -371,8 +367,7 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
       return st.WithContext("no new " + kind_name + " chunk for " + std::to_string(min_len) + " bytes");
     }
     const size_t nstripes = placed.size();
-    const uint64_t data_stripes =
-        profile == kBlockGroupRaid0 ? nstripes : profile == kBlockGroupRaid10 ? nstripes / 2 : 1;
+    const uint64_t data_stripes = alloc::DataStripesFor(profile, static_cast<uint32_t>(nstripes));
     len = stripe_size * data_stripes;
     item.assign(sizeof(Chunk) + nstripes * sizeof(Stripe), 0);
     auto* c = reinterpret_cast<Chunk*>(item.data());

@@ -36,10 +36,9 @@
 // kernel's btrfs_reduce_alloc_profile when fewer devices are present than
 // it needs (a degraded RAID1 with one device left gets single chunks).
 // Devices are ranked by their largest free range; the profile takes as many
-// as it may (RAID1: 2, RAID1C3: 3, RAID0/RAID10: all, RAID10 in pairs), each
-// stripe as long as the smallest of those ranges allows. SINGLE and DUP go
-// on the device with the largest free range. RAID5/6 chunks are not made
-// (ubtrfs does not write parity; such filesystems open read-only).
+// as it may (RAID1: 2, RAID1C3: 3, RAID0/RAID10/RAID5/RAID6: all, RAID10 in
+// pairs), each stripe as long as the smallest of those ranges allows. SINGLE
+// and DUP go on the device with the largest free range.
 //
 // Metadata reserve: a transaction must stay committable after an operation
 // got ENOSPC, and committing needs metadata (extent items for every block

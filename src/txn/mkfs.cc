@@ -15,7 +15,10 @@
 #include "format/checksum.h"
 #include "format/key.h"
 #include "format/superblock.h"
+#include "alloc/chunk_io.h"
 #include "alloc/chunk_map.h"
+#include "io/device_set.h"
+#include "io/recording_device.h"
 #include "tree/tree_block.h"
 #include "tree/writer.h"
 
@@ -224,9 +227,7 @@ Result<std::vector<PlannedChunk>> PlanProfileChunks(const std::vector<uint64_t>&
       c.physical.push_back(next[d]);
       next[d] += stripe;
     }
-    uint64_t data_stripes = 1;
-    if (profile == kBlockGroupRaid0) data_stripes = nstripes;
-    if (profile == kBlockGroupRaid10) data_stripes = nstripes / 2;
+    const uint64_t data_stripes = alloc::DataStripesFor(profile, static_cast<uint32_t>(nstripes));
     c.logical = logical;
     c.length = stripe * data_stripes;
     logical += c.length;
@@ -746,11 +747,6 @@ Status ValidateMkfsProfiles(const MkfsOptions& opts, size_t devices) {
     if (p & ~kBlockGroupProfileMask || (p && (p & (p - 1)))) {
       return Status::Invalid(std::string("invalid ") + what + " profile bits " + std::to_string(p));
     }
-    if (p & (kBlockGroupRaid5 | kBlockGroupRaid6)) {
-      return Status::Unsupported(std::string(what) + " profile " + alloc::ProfileName(p) +
-                                 ": ubtrfs does not write RAID5/RAID6 (parity writes are not implemented; "
-                                 "see docs/FORMAT.md)");
-    }
     const uint32_t min = alloc::RuleFor(p).devs_min;
     if (devices < min) {
       return Status::Invalid(std::string("the ") + what + " profile " + alloc::ProfileName(p) + " needs at least " +
@@ -900,7 +896,12 @@ Status MakeFilesystem(const std::vector<io::BlockDevice*>& devs, const MkfsOptio
   sb.stripesize = ctx.sectorsize;
   sb.compat_flags = 0;
   sb.compat_ro_flags = kCompatRo | (ctx.block_group_tree ? kCompatRoBlockGroupTree : 0);
-  sb.incompat_flags = kIncompat | (opts.mixed ? kIncompatMixedGroups : 0);
+  // As mkfs.btrfs: the profiles older kernels cannot read are named.
+  uint64_t profiles = 0;
+  for (const auto& c : ctx.chunks) profiles |= c.type & kBlockGroupProfileMask;
+  sb.incompat_flags = kIncompat | (opts.mixed ? kIncompatMixedGroups : 0) |
+                      (profiles & (kBlockGroupRaid5 | kBlockGroupRaid6) ? kIncompatRaid56 : 0) |
+                      (profiles & (kBlockGroupRaid1c3 | kBlockGroupRaid1c4) ? kIncompatRaid1c34 : 0);
   sb.csum_type = ctx.csum_type;
   std::memcpy(sb.label, opts.label.data(), opts.label.size());
   sb.cache_generation = 0;       // mkfs.btrfs: 0 with the free space tree
@@ -964,14 +965,16 @@ Status MakeFilesystem(const std::vector<io::BlockDevice*>& devs, const MkfsOptio
     const uint64_t tail = std::max<uint64_t>(stripes_end, dev_size - std::min<uint64_t>(dev_size, kMiB));
     if (tail < dev_size) UB_RETURN_IF_ERROR(dev->WriteAt(tail, std::span(zeros).subspan(0, dev_size - tail)));
   }
-  for (const auto& b : blocks) {
-    UB_ASSIGN_OR_RETURN(auto copies, map.Map(b->bytenr(), ctx.nodesize));
-    for (const auto& copy : copies) {
-      for (const alloc::Piece& piece : copy) {
-        UB_RETURN_IF_ERROR(devs[piece.devid - 1]->WriteAt(
-            piece.physical, b->bytes().subspan(piece.buf_offset, piece.length)));
-      }
-    }
+  {
+    // Through the chunk layer, which writes every copy, or on RAID5/6 the
+    // rows with their parity.
+    io::DeviceSet set;
+    for (size_t i = 0; i < devs.size(); ++i) set.Add(i + 1, io::NewUnownedDevice(devs[i]));
+    alloc::ChunkIo chunk_io(&map, &set);
+    std::vector<alloc::ChunkIo::Range> ranges;
+    for (const auto& b : blocks) ranges.push_back({b->bytenr(), b->bytes()});
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.logical < b.logical; });
+    UB_RETURN_IF_ERROR(chunk_io.WriteBatch(ranges));
   }
   for (io::BlockDevice* dev : devs) UB_RETURN_IF_ERROR(dev->Flush());
   std::vector<uint8_t> buf(kSuperInfoSize);

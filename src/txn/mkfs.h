@@ -87,7 +87,7 @@ struct MkfsOptions {
   // Block group profiles (format::kBlockGroupDup, kBlockGroupRaid1, ...;
   // 0 is SINGLE). Unset: mkfs.btrfs's defaults, data SINGLE and metadata
   // DUP on one device, RAID1 on several. System chunks take the metadata
-  // profile. RAID5/RAID6 are refused (ubtrfs does not write parity).
+  // profile.
   std::optional<uint64_t> data_profile;
   std::optional<uint64_t> metadata_profile;
   // Mixed block groups (mkfs.btrfs -M; incompat MIXED_GROUPS): data and
@@ -142,7 +142,7 @@ Status MakeFilesystem(const std::vector<io::BlockDevice*>& devs, const MkfsOptio
 // against the minimum when it is set); MakeFilesystem does this first.
 Status ValidateMkfsOptions(const MkfsOptions& opts);
 // Checks the profiles against the number of devices (EINVAL: too few for
-// a profile; EOPNOTSUPP: RAID5/RAID6); MakeFilesystem does this first.
+// a profile); MakeFilesystem does this first.
 Status ValidateMkfsProfiles(const MkfsOptions& opts, size_t devices);
 // The metadata and data profiles the options give on `devices` devices,
 // defaults filled in (mkfs.btrfs's): {metadata, data}.

@@ -51,10 +51,6 @@ Status TxnManager::Load(bool allow_log) {
         "writing needs skinny-metadata (the mkfs.btrfs default since 3.18; `btrfstune -x` turns it on, and the "
         "kernel converts the old extent items as it rewrites them)");
   }
-  // raid1c34 only says RAID1C3/RAID1C4 chunks exist, which are written.
-  if (incompat & kIncompatRaid56) {
-    return Status::Unsupported("writing to an image with features " + IncompatNames(incompat & kIncompatRaid56));
-  }
   const bool fst_valid = (ro & kCompatRoFreeSpaceTree) && (ro & kCompatRoFreeSpaceTreeValid);
   if (ro & kCompatRoBlockGroupTree) {
     // The kernel refuses this combination too: its block groups could not be
@@ -232,8 +228,9 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
   const CloneSource& cs = t_clone_source;
   // Only whole sectors the buffer holds as they lie in the host file (not
   // a padded tail, not compressed bytes), from a sector-aligned place in it.
+  // RAID5/6 data is written with its parity, never cloned from the host.
   uint64_t host_len = 0;
-  if (cs.fd >= 0 && data.data() >= cs.base && data.data() < cs.base + cs.len &&
+  if (cs.fd >= 0 && !vol_->chunk_io().IsParityChunk(logical) && data.data() >= cs.base && data.data() < cs.base + cs.len &&
       (cs.offset + static_cast<uint64_t>(data.data() - cs.base)) % ss == 0) {
     host_len = std::min<uint64_t>(data.size(), cs.base + cs.len - data.data()) / ss * ss;
   }
@@ -248,8 +245,7 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
       vol_->devices().StartWriteback();
     }
   } else {
-    // Cloned piece by piece where each copy lies (RAID5/6 never get here:
-    // they are not written).
+    // Cloned piece by piece where each copy lies.
     UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(logical, data.size()));
     for (const auto& pieces : copies) {
       for (const alloc::Piece& p : pieces) {
@@ -449,8 +445,10 @@ Status TxnManager::UpdateRootItems(bool* changed) {
 Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
   const tree::TreeParams& params = vol_->reader()->params();
   const auto blocks = dirty_->All();  // by address
-  // Each block's pieces on the devices, every copy.
+  // Each block's pieces on the devices, every copy; blocks in RAID5/6
+  // chunks go row by row through the chunk layer (their parity) instead.
   std::vector<std::vector<alloc::Piece>> phys(blocks.size());
+  std::vector<char> in_parity_chunk(blocks.size(), 0);
   // Seal and verify blocks [from, to): checksum, and never write a block our
   // own reader would refuse.
   auto seal_range = [&](size_t from, size_t to) -> Status {
@@ -463,10 +461,9 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
       std::memcpy(block->mutable_bytes(), c.data(), kCsumSize);
       UB_RETURN_IF_ERROR(tree::VerifyTreeBlock(bytes, params, tree::BlockCheck{bytenr, -1, transid(), {}})
                              .WithContext("refusing to write"));
-      const alloc::ChunkInfo* chunk = vol_->chunks().Find(bytenr);
-      if (chunk && (chunk->profile() & (kBlockGroupRaid5 | kBlockGroupRaid6))) {
-        return Status::Unsupported("writing tree block " + std::to_string(bytenr) + " into a " +
-                                   alloc::ProfileName(chunk->type) + " chunk");
+      if (vol_->chunk_io().IsParityChunk(bytenr)) {
+        in_parity_chunk[i] = 1;
+        continue;
       }
       UB_ASSIGN_OR_RETURN(auto copies, vol_->chunks().Map(bytenr, bytes.size()));
       for (auto& copy : copies) {
@@ -542,6 +539,11 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
     run_bytes += o.bytes.size();
   }
   UB_RETURN_IF_ERROR(flush_run());
+  std::vector<alloc::ChunkIo::Range> parity_blocks;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (in_parity_chunk[i]) parity_blocks.push_back({blocks[i].first, blocks[i].second->bytes()});
+  }
+  UB_RETURN_IF_ERROR(vol_->chunk_io().WriteBatch(parity_blocks));
   written->reserve(blocks.size());
   for (const auto& [bytenr, block] : blocks) written->push_back(bytenr);
   return Status::Ok();

@@ -185,7 +185,6 @@ Status Volume::CheckDevices() {
   for (const auto& [devid, item] : dev_items_) {
     if (!devs_->Has(devid)) missing_.push_back(devid);
   }
-  bool parity = false;
   for (const auto& [logical, ci] : chunks_->chunks()) {
     for (const alloc::StripeLoc& s : ci.stripes) {
       if (!dev_items_.count(s.devid)) {
@@ -193,7 +192,6 @@ Status Volume::CheckDevices() {
                                std::to_string(s.devid) + ", which the chunk tree does not list");
       }
     }
-    parity = parity || (ci.profile() & (kBlockGroupRaid5 | kBlockGroupRaid6));
   }
   if (!missing_.empty()) {
     std::string list;
@@ -205,10 +203,6 @@ Status Volume::CheckDevices() {
                                           "(-o degraded; OpenOptions::degraded)");
     }
     warnings_.push_back(what + " (degraded): reads use the other copies or parity");
-  }
-  if (options_.writable && parity) {
-    return Status::Unsupported("writing to a filesystem with RAID5/RAID6 chunks (ubtrfs reads them, but does not "
-                               "write parity)");
   }
   return Status::Ok();
 }
