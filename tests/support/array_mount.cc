@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "support/host_files.h"
+#include "support/tree_compare.h"
+#include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
 
@@ -84,6 +87,26 @@ std::string JoinDevices(const std::vector<std::string>& v, const std::string& se
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
   return out;
+}
+
+void ExpectKernelReadsAllWithout(const std::vector<std::string>& images, const std::vector<size_t>& gone,
+                                 const std::string& mnt) {
+  std::vector<std::string> left;
+  std::string what = "the kernel without device";
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (std::find(gone.begin(), gone.end(), i) == gone.end()) {
+      left.push_back(images[i]);
+    } else {
+      what += " " + std::to_string(i + 1);
+    }
+  }
+  SCOPED_TRACE(what);
+  auto fs = ubtrfs::Filesystem::Open(JoinDevices(images));
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  ArrayMount m;
+  ASSERT_EQ(m.Mount(left, mnt, "degraded,ro"), "");
+  auto diffs = CompareTreeToImage(mnt, **fs, KernelMountCompareOptions());
+  EXPECT_TRUE(diffs.empty()) << JoinDevices(diffs, "\n");
 }
 
 }  // namespace ubtrfs_test

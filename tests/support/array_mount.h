@@ -38,6 +38,13 @@ class ArrayMount {
   std::string dir_;
 };
 
+// RAID5/6 and mirrored arrays ubtrfs wrote: the kernel's degraded
+// read-only mount of the images but those at `gone` (indexes) shows what
+// ubtrfs shows over all of them, so the copies or the parity it wrote hold
+// the data. Mounts at `mnt`; fails the test on a difference.
+void ExpectKernelReadsAllWithout(const std::vector<std::string>& images, const std::vector<size_t>& gone,
+                                 const std::string& mnt);
+
 // The content the multi-device suites put on an array: empty to
 // multi-element files (the largest `largest` bytes), a directory tree (one
 // of mode 0700), a symlink, 50 small files. Fails the test if it cannot.
