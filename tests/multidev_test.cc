@@ -194,6 +194,10 @@ TEST_P(MultiDeviceTest, WritesKeepBtrfsCheckAndTheKernelHappy) {
   }
   auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", AllImages()});
   EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  // Every copy good, and on RAID5/6 every row's P and Q as its data gives.
+  auto scrub = ubtrfs_test::RunUbtrfs({"scrub", "--readonly", "--json", AllImages()});
+  EXPECT_EQ(scrub.exit_code, 0) << scrub.Describe();
+  EXPECT_NE(scrub.out.find("\"parity_errors\": 0,"), std::string::npos) << scrub.out;
   auto progs = ArrayMount::CheckOnce(images_);
   EXPECT_TRUE(progs.ok()) << progs.Describe();
   // The kernel sees the same files, and finds every copy good.
