@@ -35,7 +35,7 @@ for spec in "single 1" "raid1 2" "raid5 3" "raid6 4"; do
     t0=$(now); "$UBTRFS" cp "$DIR/$what" "$joined:/$what"; t1=$(now)
     eval "u_$what=$(echo "$t1 - $t0" | bc)"
     devs=$(images "$n")
-    mkfs.btrfs -q -f -d "$prof" -m "$( [ "$prof" = single ] && echo dup || echo "$prof")" $devs
+    mkfs.btrfs -q -f -d "$prof" -m "$( [ "$prof" = single ] && echo dup || echo "$prof")" $devs >/dev/null 2>&1
     opts="" loops=""
     for f in $devs; do l=$(losetup -f --show "$f"); loops="$loops $l"; opts="$opts,device=$l"; done
     mount -o "${opts#,}" $(echo $loops | cut -d' ' -f1) "$DIR/mnt"

@@ -42,6 +42,20 @@ const GfTables& Gf() {
 
 bool IsParity(uint64_t profile) { return profile == kBlockGroupRaid5 || profile == kBlockGroupRaid6; }
 
+// A row's elements (data, then P and Q), 64-byte aligned for ISA-L, kept per
+// thread: a fresh buffer per row write is above malloc's mmap threshold,
+// and with the huge-page heap each one faulted in and zeroed a 2 MiB page
+// (5,000 small files into a RAID6 array took 6 s instead of 0.4 s).
+uint8_t* RowBuffer(size_t bytes) {
+  thread_local std::unique_ptr<uint8_t, decltype(&std::free)> buf(nullptr, &std::free);
+  thread_local size_t cap = 0;
+  if (cap < bytes) {
+    buf.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    cap = buf ? bytes : 0;
+  }
+  return buf.get();
+}
+
 }  // namespace
 
 uint8_t GfMul(uint8_t a, uint8_t b) {
@@ -104,9 +118,9 @@ Result<ChunkIo::RowParity> ChunkIo::CheckRowParity(const ChunkInfo& c, uint64_t 
   }
   // The row as stored (data, P, Q), then P and Q as the data gives them.
   const size_t total = static_cast<size_t>(sl) * (k + 2 * np);
-  std::unique_ptr<uint8_t, decltype(&std::free)> mem(static_cast<uint8_t*>(std::aligned_alloc(64, total)), &std::free);
+  uint8_t* const mem = RowBuffer(total);
   if (!mem) return Status::Error(ENOMEM, "parity check: " + std::to_string(total) + " bytes");
-  auto elem = [&](uint32_t i) { return std::span<uint8_t>(mem.get() + i * sl, sl); };
+  auto elem = [&](uint32_t i) { return std::span<uint8_t>(mem + i * sl, sl); };
   const std::string where = ProfileName(c.type) + " chunk " + std::to_string(c.logical) + " row " + std::to_string(row);
   for (uint32_t s = 0; s < k + np; ++s) {
     UB_RETURN_IF_ERROR(devs_->ReadAt(loc(s).devid, loc(s).physical + row * sl, elem(s)).WithContext(where));
@@ -274,10 +288,27 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
   std::lock_guard row_lock(RowLock(c, row));
   // The row's data elements, then P and Q.
   const size_t total = static_cast<size_t>(sl) * (k + np);
-  std::unique_ptr<uint8_t, decltype(&std::free)> mem(static_cast<uint8_t*>(std::aligned_alloc(64, total)), &std::free);
+  uint8_t* const mem = RowBuffer(total);
   if (!mem) return Status::Error(ENOMEM, where + ": " + std::to_string(total) + " bytes");
-  auto elem = [&](uint32_t i) { return std::span<uint8_t>(mem.get() + i * sl, sl); };
-  // Bytes of each element the pieces cover (they do not overlap).
+  auto elem = [&](uint32_t i) { return std::span<uint8_t>(mem + i * sl, sl); };
+  // P and Q are byte-wise: only the columns the pieces touch (the same
+  // offsets in every element) change. [lo, hi) is their hull, 64-byte
+  // aligned for ISA-L; a 4 KiB block reads 4 KiB of each other element and
+  // writes 4 KiB of P and Q, not whole 64 KiB elements.
+  uint64_t lo = sl, hi = 0;
+  for (const RowPiece& p : pieces) {
+    for (uint64_t at = p.at, end = p.at + p.data.size(); at < end;) {
+      const uint64_t e = at / sl, stop = std::min(end, (e + 1) * sl);
+      lo = std::min(lo, at - e * sl);
+      hi = std::max(hi, stop - e * sl);
+      at = stop;
+    }
+  }
+  if (lo >= hi) return Status::Ok();
+  lo = lo / 64 * 64;
+  hi = std::min<uint64_t>(sl, (hi + 63) / 64 * 64);
+  const uint64_t width = hi - lo;
+  // Bytes of each element's columns the pieces cover (they do not overlap).
   std::vector<uint64_t> covered(k, 0);
   for (const RowPiece& p : pieces) {
     for (uint64_t at = p.at, end = p.at + p.data.size(); at < end;) {
@@ -288,13 +319,14 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
   }
   const uint64_t row_logical = c.logical + row * k * sl;
   for (uint32_t s = 0; s < k; ++s) {
-    if (covered[s] >= sl) continue;
-    UB_RETURN_IF_ERROR(ReadParity(c, row_logical + s * sl, elem(s), 0, row).WithContext(where));
+    if (covered[s] >= width) continue;
+    UB_RETURN_IF_ERROR(
+        ReadParity(c, row_logical + s * sl + lo, elem(s).subspan(lo, width), 0, row).WithContext(where));
   }
-  for (const RowPiece& p : pieces) std::memcpy(mem.get() + p.at, p.data.data(), p.data.size());
+  for (const RowPiece& p : pieces) std::memcpy(mem + p.at, p.data.data(), p.data.size());
   std::vector<std::span<const uint8_t>> data;
-  for (uint32_t s = 0; s < k; ++s) data.push_back(elem(s));
-  FastParity(data, elem(k), np == 2 ? elem(k + 1) : std::span<uint8_t>());
+  for (uint32_t s = 0; s < k; ++s) data.push_back(elem(s).subspan(lo, width));
+  FastParity(data, elem(k).subspan(lo, width), np == 2 ? elem(k + 1).subspan(lo, width) : std::span<uint8_t>());
   // The new data where it lies, then the parity: a stripe on a missing
   // device is left out (the parity written holds it).
   for (const RowPiece& p : pieces) {
@@ -303,7 +335,7 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
       const uint64_t stop = std::min(end, (e + 1) * sl);
       if (devs_->Has(loc(e).devid)) {
         UB_RETURN_IF_ERROR(devs_->WriteAt(loc(e).devid, loc(e).physical + row * sl + at % sl,
-                                          std::span<const uint8_t>(mem.get() + at, stop - at))
+                                          std::span<const uint8_t>(mem + at, stop - at))
                                .WithContext(where));
       }
       at = stop;
@@ -311,7 +343,7 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
   }
   for (uint32_t s = k; s < k + np; ++s) {
     if (!devs_->Has(loc(s).devid)) continue;
-    UB_RETURN_IF_ERROR(devs_->WriteAt(loc(s).devid, loc(s).physical + row * sl, elem(s))
+    UB_RETURN_IF_ERROR(devs_->WriteAt(loc(s).devid, loc(s).physical + row * sl + lo, elem(s).subspan(lo, width))
                            .WithContext(where + (s == k ? ": P" : ": Q")));
   }
   return Status::Ok();
