@@ -245,10 +245,14 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
   // More data after the add, in a new data chunk: copy profiles may put a
   // copy on the new device; RAID0/RAID10 stripe it over every device, so
   // the remove has to restripe it over fewer.
-  const bool striped = p.data == "raid0" || p.data == "raid10";
+  const bool striped = p.data == "raid0" || p.data == "raid10" || p.data == "raid5" || p.data == "raid6";
   const std::string more = src + "/more";
   // (mkfs's data chunk holds 64 MiB per data stripe: more than that)
-  const int data_stripes = p.data == "raid0" ? p.devices : p.data == "raid10" ? p.devices / 2 : 1;
+  const int data_stripes = p.data == "raid0"    ? p.devices
+                           : p.data == "raid10" ? p.devices / 2
+                           : p.data == "raid5"  ? p.devices - 1
+                           : p.data == "raid6"  ? p.devices - 2
+                                                : 1;
   ubtrfs_test::WriteHostFile(more, ubtrfs_test::SeededBytes((64 * data_stripes + 8) * kMiB, 77));
 
   const std::string added = dir.Sub("new.img");
@@ -299,24 +303,31 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
   ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
   ExpectSameAsSource(src, images);
   if (auto why = ExpectCleanEverywhere(dir, images); !why.empty()) GTEST_SKIP() << why;
+  // Moved and restriped RAID5/6 stripes carry their parity along.
+  if (p.data == "raid5" || p.data == "raid6") {
+    for (size_t i = 0; i < images.size(); ++i) ubtrfs_test::ExpectKernelReadsAllWithout(images, {i}, dir.Sub("mnt"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceAddRemoveTest,
                          testing::Values(Layout{"single", "raid1", 2}, Layout{"dup", "dup", 2},
                                          Layout{"raid0", "raid0", 2}, Layout{"raid1", "raid1", 2},
                                          Layout{"raid1c3", "raid1c3", 3}, Layout{"raid10", "raid10", 4},
-                                         Layout{"raid10", "raid10", 3}, Layout{"raid0", "raid1", 3}),
+                                         Layout{"raid10", "raid10", 3}, Layout{"raid0", "raid1", 3},
+                                         Layout{"raid5", "raid5", 3}, Layout{"raid6", "raid6", 4}),
                          PrintLayout);
 
-// Removing a device of a RAID0/RAID10 array whose chunks use every device:
-// each chunk is laid out anew over the devices left.
+// Removing a device of a RAID0/RAID10/RAID5/RAID6 array whose chunks use
+// every device: each chunk is laid out anew over the devices left (RAID5/6
+// with the new rows' parity).
 TEST(MultiDeviceAddRemove, RemoveRestripesChunksOverTheOtherDevices) {
   TempDir dir("ubtrfs-restripe");
   const std::string src = dir.Sub("src");
   MakeSource(src);
   if (HasFatalFailure()) return;
   std::string skipped;
-  for (const Layout& p : {Layout{"raid0", "raid0", 3}, Layout{"raid10", "raid10", 4}}) {
+  for (const Layout& p : {Layout{"raid0", "raid0", 3}, Layout{"raid10", "raid10", 4}, Layout{"raid5", "raid5", 3},
+                          Layout{"raid6", "raid6", 4}}) {
     SCOPED_TRACE(p.data + " over " + std::to_string(p.devices));
     auto images = MakeImages(dir, p.data + "-", p.devices, 256 * kMiB);
     ASSERT_EQ(Mkfs(images, p.data, p.meta, src).exit_code, 0);
@@ -330,6 +341,9 @@ TEST(MultiDeviceAddRemove, RemoveRestripesChunksOverTheOtherDevices) {
     ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
     ExpectSameAsSource(src, images);
     skipped = ExpectCleanEverywhere(dir, images);
+    if (skipped.empty() && (p.data == "raid5" || p.data == "raid6")) {
+      for (size_t i = 0; i < images.size(); ++i) ubtrfs_test::ExpectKernelReadsAllWithout(images, {i}, dir.Sub("mnt"));
+    }
   }
   if (!skipped.empty()) GTEST_SKIP() << skipped;
 }

@@ -8,6 +8,7 @@
 
 #include "format/key.h"
 #include "format/superblock.h"
+#include "alloc/chunk_io.h"
 #include "alloc/chunk_map.h"
 #include "txn/volume.h"
 #include "txn/transaction.h"
@@ -25,6 +26,13 @@ uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 uint64_t RoundDown(uint64_t v, uint64_t a) { return v / a * a; }
 
 bool Overlaps(uint64_t a, uint64_t al, uint64_t b, uint64_t bl) { return a < b + bl && b < a + al; }
+
+// Profiles whose chunks can be laid out anew over fewer devices (the
+// mirrored ones keep a fixed stripe count and move stripe by stripe).
+bool Restripable(uint64_t profile) {
+  return profile == kBlockGroupRaid0 || profile == kBlockGroupRaid10 || profile == kBlockGroupRaid5 ||
+         profile == kBlockGroupRaid6;
+}
 
 }  // namespace
 
@@ -392,19 +400,34 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, 
   io::BlockDevice* dst = vol->devices().Get(devid);
   if (!src || !dst) return Status::IoError(where + ": a device is missing");
   std::vector<uint8_t> buf;
+  auto copy_bytes = [&](uint64_t physical, uint64_t len) -> Status {
+    for (uint64_t off = 0; off < len;) {
+      const uint64_t n = std::min(kCopyBytes, len - off);
+      buf.resize(n);
+      UB_RETURN_IF_ERROR(src->ReadAt(physical + off, buf).WithContext(where));
+      UB_RETURN_IF_ERROR(dst->WriteAt(to + (physical - from.physical) + off, buf).WithContext(where));
+      *copied += n;
+      off += n;
+    }
+    return Status::Ok();
+  };
+  if (ci->parity_stripes() > 0) {
+    // RAID5/6: the stripe holds data of some rows and P or Q of others;
+    // every row with used bytes has its element here copied whole.
+    const uint64_t sl = ci->stripe_len, row_bytes = sl * ci->data_stripes();
+    std::set<uint64_t> rows;
+    for (auto [a, l] : used) {
+      for (uint64_t r = (a - logical) / row_bytes; r <= (a + l - 1 - logical) / row_bytes; ++r) rows.insert(r);
+    }
+    for (uint64_t r : rows) UB_RETURN_IF_ERROR(copy_bytes(from.physical + r * sl, sl));
+    used.clear();
+  }
   for (auto [a, l] : used) {
     UB_ASSIGN_OR_RETURN(auto copies, vol->chunks().Map(a, l));
     for (const auto& copy : copies) {
       for (const alloc::Piece& p : copy) {
         if (p.devid != from.devid || p.physical < from.physical || p.physical >= from.physical + s.length) continue;
-        for (uint64_t off = 0; off < p.length;) {
-          const uint64_t n = std::min(kCopyBytes, p.length - off);
-          buf.resize(n);
-          UB_RETURN_IF_ERROR(src->ReadAt(p.physical + off, buf).WithContext(where));
-          UB_RETURN_IF_ERROR(dst->WriteAt(to + (p.physical - from.physical) + off, buf).WithContext(where));
-          *copied += n;
-          off += n;
-        }
+        UB_RETURN_IF_ERROR(copy_bytes(p.physical, p.length));
       }
     }
   }
@@ -555,8 +578,7 @@ std::vector<uint64_t> DeviceLayout::HomesFor(const Stripe& s, uint64_t leaving) 
 }
 
 bool DeviceLayout::NeedsRestripe(const Stripe& s, uint64_t leaving) const {
-  const uint64_t p = s.type & kBlockGroupProfileMask;
-  return (p == kBlockGroupRaid0 || p == kBlockGroupRaid10) && HomesFor(s, leaving).empty();
+  return Restripable(s.type & kBlockGroupProfileMask) && HomesFor(s, leaving).empty();
 }
 
 Status DeviceLayout::FindNewHome(const Stripe& s, uint64_t leaving, uint64_t* devid, uint64_t* to) const {
@@ -623,17 +645,18 @@ Status DeviceLayout::PlanRestripe(uint64_t logical, uint64_t leaving, RestripePl
   const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
   if (!ci || ci->logical != logical) return Status::Invalid("no chunk at " + std::to_string(logical));
   const uint64_t profile = ci->profile();
-  if (profile != kBlockGroupRaid0 && profile != kBlockGroupRaid10) {
-    return Status::Invalid("chunk " + std::to_string(logical) + ": only RAID0 and RAID10 chunks are restriped");
+  if (!Restripable(profile)) {
+    return Status::Invalid("chunk " + std::to_string(logical) + ": only RAID0, RAID10, RAID5 and RAID6 chunks are restriped");
   }
+  const uint32_t min_devs = alloc::RuleFor(profile).devs_min;
   const std::string what = "the " + alloc::ProfileName(ci->type) + " chunk at logical " + std::to_string(logical) +
                            " (" + std::to_string(ci->length >> 20) + " MiB over " +
                            std::to_string(ci->stripes.size()) + " devices)";
   const auto others = OtherDevices(leaving);
   const size_t step = profile == kBlockGroupRaid10 ? 2 : 1;
   constexpr uint64_t kFar = UINT64_MAX / 4;  // a stripe not placed yet: no superblock in it
-  for (size_t m = others.size() - others.size() % step; m >= step; m -= step) {
-    const uint64_t data = m / step;
+  for (size_t m = others.size() - others.size() % step; m >= step && m >= min_devs; m -= step) {
+    const uint64_t data = alloc::DataStripesFor(profile, static_cast<uint32_t>(m));
     if (ci->length % (ci->stripe_len * data) != 0) continue;
     const uint64_t size = ci->length / data;
     alloc::ChunkInfo layout = *ci;
@@ -702,30 +725,20 @@ Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_ru
   UB_RETURN_IF_ERROR(next.AddChunk(logical, fresh, vol->sectorsize()).WithContext(where));
 
   // The bytes: every used range, read through the old layout (its first
-  // copy) and written through the new one (every copy).
+  // copy; RAID5/6: the stored data) and written through the new one (every
+  // copy; RAID5/6: with the new rows' parity).
   std::vector<std::pair<uint64_t, uint64_t>> used;
   txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
     if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
   });
+  alloc::ChunkIo next_io(&next, &vol->devices());
   std::vector<uint8_t> buf;
   for (auto [a, l] : used) {
     for (uint64_t off = 0; off < l;) {
       const uint64_t n = std::min(kCopyBytes, l - off);
       buf.resize(n);
-      UB_ASSIGN_OR_RETURN(auto from, vol->chunks().Map(a + off, n));
-      for (const alloc::Piece& p : from.at(0)) {
-        UB_RETURN_IF_ERROR(vol->devices()
-                               .ReadAt(p.devid, p.physical, std::span(buf).subspan(p.buf_offset, p.length))
-                               .WithContext(where));
-      }
-      UB_ASSIGN_OR_RETURN(auto to, next.Map(a + off, n));
-      for (const auto& copy : to) {
-        for (const alloc::Piece& p : copy) {
-          UB_RETURN_IF_ERROR(vol->devices()
-                                 .WriteAt(p.devid, p.physical, std::span(buf).subspan(p.buf_offset, p.length))
-                                 .WithContext(where));
-        }
-      }
+      UB_RETURN_IF_ERROR(vol->chunk_io().Read(a + off, buf, 0).WithContext(where));
+      UB_RETURN_IF_ERROR(next_io.Write(a + off, buf).WithContext(where));
       *copied += n;
       off += n;
     }
