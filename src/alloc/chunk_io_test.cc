@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -289,26 +290,60 @@ TEST(ChunkIo, DegradedParityWritesReadBack) {
   EXPECT_EQ(io.Write(0, buf).code(), EIO);
 }
 
-// Two threads writing different blocks of the same rows: each row's
-// read-modify-write must see the other's data, or the parity goes stale.
+// Two threads writing the same columns of the same rows at the same time
+// (one the blocks of the row's first data element, the other those of its
+// second, in step): the later read-modify-write of each column must see the
+// other's data, or that column's P and Q go stale.
+// Reads that take a while, so that two read-modify-writes of one row
+// overlap unless something keeps them apart.
+class SlowReads final : public io::BlockDevice {
+ public:
+  explicit SlowReads(std::unique_ptr<io::BlockDevice> d) : d_(std::move(d)) {}
+  Status ReadAt(uint64_t off, std::span<uint8_t> buf) override {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return d_->ReadAt(off, buf);
+  }
+  Status WriteAt(uint64_t off, std::span<const uint8_t> buf) override { return d_->WriteAt(off, buf); }
+  Status Flush() override { return d_->Flush(); }
+  uint64_t Size() const override { return d_->Size(); }
+  std::string Name() const override { return d_->Name(); }
+
+ private:
+  std::unique_ptr<io::BlockDevice> d_;
+};
+
 TEST(ChunkIo, ConcurrentWritersOfOneRowKeepItsParity) {
-  ParityArray a(kBlockGroupRaid6, 4, 4);
-  std::vector<uint8_t> model = a.logical;
+  constexpr uint32_t kRows = 8;
+  ParityArray arr(kBlockGroupRaid6, 4, kRows);  // 2 data elements a row
+  io::DeviceSet slow;
+  for (auto& [id, d] : arr.devs.Release()) slow.Add(id, std::make_unique<SlowReads>(std::move(d)));
+  ChunkIo slow_io(arr.map.get(), &slow);
+  std::vector<uint8_t> model = arr.logical;
   constexpr uint64_t kBlock = 4096;
-  const uint64_t blocks = model.size() / kBlock;
-  for (uint64_t b = 0; b < blocks; ++b) std::fill_n(model.begin() + b * kBlock, kBlock, static_cast<uint8_t>(b * 7));
+  const uint64_t per_elem = kSl / kBlock;
+  std::atomic<int> failures{0}, ready{0};
   std::vector<std::thread> threads;
-  std::atomic<int> failures{0};
   for (uint64_t t = 0; t < 2; ++t) {
     threads.emplace_back([&, t] {
-      for (uint64_t b = t; b < blocks; b += 2) {
-        if (!a.chunk_io->Write(b * kBlock, std::span(model).subspan(b * kBlock, kBlock)).ok()) ++failures;
+      std::vector<uint8_t> buf(kBlock);
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      for (uint64_t r = 0; r < kRows; ++r) {
+        for (uint64_t c = 0; c < per_elem; ++c) {
+          const uint64_t at = (r * 2 + t) * kSl + c * kBlock;
+          std::fill(buf.begin(), buf.end(), static_cast<uint8_t>(at / kBlock * 7 + 1));
+          if (!slow_io.Write(at, buf).ok()) ++failures;
+        }
       }
     });
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
-  ExpectWhole(*a.chunk_io, *a.map, model);
+  for (uint64_t b = 0; b < model.size() / kBlock; ++b) {
+    std::fill_n(model.begin() + b * kBlock, kBlock, static_cast<uint8_t>(b * 7 + 1));
+  }
+  ExpectWhole(slow_io, *arr.map, model);
 }
 
 }  // namespace
