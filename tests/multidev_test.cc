@@ -220,7 +220,9 @@ TEST_P(MultiDeviceTest, WritesKeepBtrfsCheckAndTheKernelHappy) {
   }
   // What ubtrfs wrote survives the loss of as many devices as the profile
   // tolerates: its copies, or on RAID5/6 its P and Q, are right.
-  for (size_t i = 0; i < images_.size() && p.tolerates > 0; ++i) ubtrfs_test::ExpectKernelReadsAllWithout(images_, {i}, mnt_);
+  for (size_t i = 0; i < images_.size() && p.tolerates > 0; ++i) {
+    ubtrfs_test::ExpectKernelReadsAllWithout(images_, {i}, mnt_);
+  }
   if (p.tolerates >= 2) ubtrfs_test::ExpectKernelReadsAllWithout(images_, {0, images_.size() - 1}, mnt_);
 }
 

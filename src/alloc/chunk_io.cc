@@ -294,13 +294,16 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
   // P and Q are byte-wise: only the columns the pieces touch (the same
   // offsets in every element) change. [lo, hi) is their hull, 64-byte
   // aligned for ISA-L; a 4 KiB block reads 4 KiB of each other element and
-  // writes 4 KiB of P and Q, not whole 64 KiB elements.
+  // writes 4 KiB of P and Q, not whole 64 KiB elements. `covered`: bytes of
+  // each element the pieces hold (they do not overlap).
   uint64_t lo = sl, hi = 0;
+  std::vector<uint64_t> covered(k, 0);
   for (const RowPiece& p : pieces) {
     for (uint64_t at = p.at, end = p.at + p.data.size(); at < end;) {
       const uint64_t e = at / sl, stop = std::min(end, (e + 1) * sl);
       lo = std::min(lo, at - e * sl);
       hi = std::max(hi, stop - e * sl);
+      covered[e] += stop - at;
       at = stop;
     }
   }
@@ -308,15 +311,6 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
   lo = lo / 64 * 64;
   hi = std::min<uint64_t>(sl, (hi + 63) / 64 * 64);
   const uint64_t width = hi - lo;
-  // Bytes of each element's columns the pieces cover (they do not overlap).
-  std::vector<uint64_t> covered(k, 0);
-  for (const RowPiece& p : pieces) {
-    for (uint64_t at = p.at, end = p.at + p.data.size(); at < end;) {
-      const uint64_t e = at / sl, stop = std::min(end, (e + 1) * sl);
-      covered[e] += stop - at;
-      at = stop;
-    }
-  }
   const uint64_t row_logical = c.logical + row * k * sl;
   for (uint32_t s = 0; s < k; ++s) {
     if (covered[s] >= width) continue;

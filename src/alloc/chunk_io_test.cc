@@ -290,10 +290,6 @@ TEST(ChunkIo, DegradedParityWritesReadBack) {
   EXPECT_EQ(io.Write(0, buf).code(), EIO);
 }
 
-// Two threads writing the same columns of the same rows at the same time
-// (one the blocks of the row's first data element, the other those of its
-// second, in step): the later read-modify-write of each column must see the
-// other's data, or that column's P and Q go stale.
 // Reads that take a while, so that two read-modify-writes of one row
 // overlap unless something keeps them apart.
 class SlowReads final : public io::BlockDevice {
@@ -312,6 +308,10 @@ class SlowReads final : public io::BlockDevice {
   std::unique_ptr<io::BlockDevice> d_;
 };
 
+// Two threads writing the same columns of the same rows at the same time
+// (one the blocks of the row's first data element, the other those of its
+// second, in step): the later read-modify-write of each column must see the
+// other's data, or that column's P and Q go stale.
 TEST(ChunkIo, ConcurrentWritersOfOneRowKeepItsParity) {
   constexpr uint32_t kRows = 8;
   ParityArray arr(kBlockGroupRaid6, 4, kRows);  // 2 data elements a row

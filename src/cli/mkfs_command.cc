@@ -594,8 +594,8 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_option("-d,--data", args.data_profile,
                   "Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5 or raid6 (default single)");
   cmd->add_option("-m,--metadata", args.metadata_profile,
-                  "Metadata (and system) profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5 or raid6 (default "
-                  "dup on one device, raid1 on several)");
+                  "Metadata (and system) profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5 or "
+                  "raid6 (default dup on one device, raid1 on several)");
   cmd->add_option("-b,--size", args.size,
                   "Filesystem size (bytes, or with a K/M/G/T suffix); a smaller image file is extended to it "
                   "(with several images: each one's size)");

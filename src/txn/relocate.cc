@@ -646,7 +646,8 @@ Status DeviceLayout::PlanRestripe(uint64_t logical, uint64_t leaving, RestripePl
   if (!ci || ci->logical != logical) return Status::Invalid("no chunk at " + std::to_string(logical));
   const uint64_t profile = ci->profile();
   if (!Restripable(profile)) {
-    return Status::Invalid("chunk " + std::to_string(logical) + ": only RAID0, RAID10, RAID5 and RAID6 chunks are restriped");
+    return Status::Invalid("chunk " + std::to_string(logical) +
+                           ": only RAID0, RAID10, RAID5 and RAID6 chunks are restriped");
   }
   const uint32_t min_devs = alloc::RuleFor(profile).devs_min;
   const std::string what = "the " + alloc::ProfileName(ci->type) + " chunk at logical " + std::to_string(logical) +

@@ -230,7 +230,8 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
   // a padded tail, not compressed bytes), from a sector-aligned place in it.
   // RAID5/6 data is written with its parity, never cloned from the host.
   uint64_t host_len = 0;
-  if (cs.fd >= 0 && !vol_->chunk_io().IsParityChunk(logical) && data.data() >= cs.base && data.data() < cs.base + cs.len &&
+  if (cs.fd >= 0 && !vol_->chunk_io().IsParityChunk(logical) && data.data() >= cs.base &&
+      data.data() < cs.base + cs.len &&
       (cs.offset + static_cast<uint64_t>(data.data() - cs.base)) % ss == 0) {
     host_len = std::min<uint64_t>(data.size(), cs.base + cs.len - data.data()) / ss * ss;
   }
