@@ -67,6 +67,21 @@ bool BuildsLargeHeaps(const char* subcommand) {
   return false;
 }
 
+// Installed (or linked) under the name of btrfs-progs' mkfs, ubtrfs is the
+// mkfs verb: tools that run `mkfs.btrfs` by name (systemd-repart, mkosi
+// through it, `mkfs -t btrfs`) then build their images with ubtrfs when it
+// comes first in PATH. The verb takes mkfs.btrfs's options.
+std::vector<char*> VerbFromProgramName(int argc, char** argv) {
+  std::vector<char*> out(argv, argv + argc);
+  const char* slash = std::strrchr(argv[0], '/');
+  const char* name = slash ? slash + 1 : argv[0];
+  static char mkfs_word[] = "mkfs";
+  if (std::strcmp(name, "mkfs.btrfs") == 0 || std::strcmp(name, "mkfs.ubtrfs") == 0) {
+    out.insert(out.begin() + 1, mkfs_word);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,7 +89,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ubtrfs::cli::RegisterCommands(app);
   try {
-    std::vector<char*> args = ubtrfs::cli::MountHelperArgv(app, argc, argv);  // fstab: fuse.ubtrfs
+    std::vector<char*> args = VerbFromProgramName(argc, argv);
+    if (args.size() == static_cast<size_t>(argc)) {
+      args = ubtrfs::cli::MountHelperArgv(app, argc, argv);  // fstab: fuse.ubtrfs
+    }
     if (args.size() > 1 && BuildsLargeHeaps(args[1])) UseHugePagesForTheHeap(argv);
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {

@@ -63,6 +63,7 @@ struct MkfsArgs {
   bool shrink = false;
   bool reflink = false;
   bool force = false;
+  bool nodiscard = false;  // accepted only: ubtrfs mkfs never discards
   bool quiet = false;
 };
 
@@ -635,6 +636,10 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_flag("--shrink", args.shrink,
                 "With --rootdir: the smallest image that holds the tree (chunks cut to what they hold, the image "
                 "file cut at the end of the last one); the size is reported");
+  // mkfs.btrfs trims the device first; ubtrfs never discards, so there is
+  // nothing to turn off. Accepted because callers of mkfs.btrfs pass it
+  // (systemd-repart does when discarding is off).
+  cmd->add_flag("-K,--nodiscard", args.nodiscard, "Accepted as mkfs.btrfs's; ubtrfs mkfs never discards");
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });
