@@ -285,12 +285,6 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
     return Status::IoError(where + ": " + std::to_string(missing) + " of its " + std::to_string(n) +
                            " stripes are on missing devices");
   }
-  std::lock_guard row_lock(RowLock(c, row));
-  // The row's data elements, then P and Q.
-  const size_t total = static_cast<size_t>(sl) * (k + np);
-  uint8_t* const mem = RowBuffer(total);
-  if (!mem) return Status::Error(ENOMEM, where + ": " + std::to_string(total) + " bytes");
-  auto elem = [&](uint32_t i) { return std::span<uint8_t>(mem + i * sl, sl); };
   // P and Q are byte-wise: only the columns the pieces touch (the same
   // offsets in every element) change. [lo, hi) is their hull, 64-byte
   // aligned for ISA-L; a 4 KiB block reads 4 KiB of each other element and
@@ -312,11 +306,20 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
   hi = std::min<uint64_t>(sl, (hi + 63) / 64 * 64);
   const uint64_t width = hi - lo;
   const uint64_t row_logical = c.logical + row * k * sl;
+  std::vector<RowSums> sums;
+  UB_RETURN_IF_ERROR(LookupRowSums(c, row, lo, hi, covered, &sums).WithContext(where));
+  // The row's data elements, then P and Q.
+  const size_t total = static_cast<size_t>(sl) * (k + np);
+  uint8_t* const mem = RowBuffer(total);
+  if (!mem) return Status::Error(ENOMEM, where + ": " + std::to_string(total) + " bytes");
+  auto elem = [&](uint32_t i) { return std::span<uint8_t>(mem + i * sl, sl); };
+  std::lock_guard row_lock(RowLock(c, row));
   for (uint32_t s = 0; s < k; ++s) {
     if (covered[s] >= width) continue;
     UB_RETURN_IF_ERROR(
         ReadParity(c, row_logical + s * sl + lo, elem(s).subspan(lo, width), 0, row).WithContext(where));
   }
+  UB_RETURN_IF_ERROR(VerifyRow(c, row, lo, sums, mem).WithContext(where));
   for (const RowPiece& p : pieces) std::memcpy(mem + p.at, p.data.data(), p.data.size());
   std::vector<std::span<const uint8_t>> data;
   for (uint32_t s = 0; s < k; ++s) data.push_back(elem(s).subspan(lo, width));
@@ -339,6 +342,60 @@ Status ChunkIo::WriteRow(const ChunkInfo& c, uint64_t row, std::span<const RowPi
     if (!devs_->Has(loc(s).devid)) continue;
     UB_RETURN_IF_ERROR(devs_->WriteAt(loc(s).devid, loc(s).physical + row * sl + lo, elem(s).subspan(lo, width))
                            .WithContext(where + (s == k ? ": P" : ": Q")));
+  }
+  return Status::Ok();
+}
+
+Status ChunkIo::LookupRowSums(const ChunkInfo& c, uint64_t row, uint64_t lo, uint64_t hi,
+                              std::span<const uint64_t> covered, std::vector<RowSums>* out) {
+  out->clear();
+  // Data chunks only: tree blocks carry their own checksums, which a
+  // column of a block cannot be checked against (the kernel checks data only).
+  if (!sums_.lookup || sums_.sectorsize == 0 || !(c.type & kBlockGroupData) || (c.type & kBlockGroupMetadata)) {
+    return Status::Ok();
+  }
+  const uint64_t ss = sums_.sectorsize, sl = c.stripe_len, k = c.data_stripes();
+  const uint64_t first = (lo + ss - 1) / ss * ss, end = hi / ss * ss;
+  if (first >= end) return Status::Ok();
+  out->resize(k);
+  for (uint32_t s = 0; s < k; ++s) {
+    if (covered[s] >= hi - lo) continue;  // not read: the write holds all of it
+    RowSums& r = (*out)[s];
+    UB_RETURN_IF_ERROR(sums_.lookup(c.logical + (row * k + s) * sl + first, (end - first) / ss, &r.sums, &r.present)
+                           .WithContext("data checksums of the rest of the row"));
+  }
+  return Status::Ok();
+}
+
+Status ChunkIo::VerifyRow(const ChunkInfo& c, uint64_t row, uint64_t lo, std::span<const RowSums> sums,
+                          uint8_t* mem) {
+  if (sums.empty()) return Status::Ok();
+  const uint64_t ss = sums_.sectorsize, sl = c.stripe_len, k = c.data_stripes();
+  const uint64_t first = (lo + ss - 1) / ss * ss;
+  const uint32_t n = static_cast<uint32_t>(c.stripes.size());
+  std::vector<uint8_t> rebuilt(ss);
+  for (uint32_t s = 0; s < k; ++s) {
+    const RowSums& r = sums[s];
+    for (size_t i = 0; i < r.present.size(); ++i) {
+      if (!r.present[i]) continue;
+      const uint64_t in = first + i * ss;  // offset in the element
+      std::span<uint8_t> sector(mem + s * sl + in, ss);
+      const uint8_t* sum = r.sums.data() + i * sums_.sum_size;
+      if (sums_.matches(sector, sum)) continue;
+      const uint64_t logical = c.logical + (row * k + s) * sl + in;
+      bool fixed = false;
+      for (int m = 1; m < NumMirrors(logical) && !fixed; ++m) {
+        if (!ReadParity(c, logical, rebuilt, m, row).ok() || !sums_.matches(rebuilt, sum)) continue;
+        std::memcpy(sector.data(), rebuilt.data(), ss);
+        const StripeLoc& at = c.stripes[(s + row) % n];
+        if (devs_->Has(at.devid)) {
+          UB_RETURN_IF_ERROR(devs_->WriteAt(at.devid, at.physical + row * sl + in, sector)
+                                 .WithContext("rewriting the damaged sector at logical " + std::to_string(logical)));
+        }
+        fixed = true;
+      }
+      (fixed ? rmw_repaired_ : rmw_unrepaired_).fetch_add(1, std::memory_order_relaxed);
+    }
   }
   return Status::Ok();
 }

@@ -23,9 +23,12 @@
 #define UBTRFS_ALLOC_CHUNK_IO_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
+#include <vector>
 
 #include "alloc/chunk_map.h"
 #include "io/device_set.h"
@@ -69,6 +72,28 @@ class ChunkIo {
   };
   Result<RowParity> CheckRowParity(const ChunkInfo& c, uint64_t row, bool repair);
 
+  // What read-modify-writes of RAID5/6 data check the rest of their row
+  // against: the data checksums, from the layer that keeps them. Before new
+  // parity is computed, every sector of the row's other data that the write
+  // reads and that has a checksum is verified; one that fails is rebuilt
+  // from parity and, where a rebuild matches, used and written back. A
+  // silently damaged sector made part of new parity could never be rebuilt
+  // again (the kernel checks the same since 6.2). Where no rebuild matches,
+  // the sector stays as it is: nothing better is known. `lookup` runs
+  // before the row is locked, as it reads tree blocks through this ChunkIo.
+  struct DataSums {
+    uint32_t sectorsize = 0;
+    size_t sum_size = 0;
+    std::function<Status(uint64_t logical, size_t nsectors, std::vector<uint8_t>* sums, std::vector<bool>* present)>
+        lookup;
+    std::function<bool(std::span<const uint8_t> sector, const uint8_t* sum)> matches;
+  };
+  // Set before the first write.
+  void SetDataSums(DataSums sums) { sums_ = std::move(sums); }
+  // Sectors those checks found bad: rebuilt, and left because no rebuild matched.
+  uint64_t rmw_sectors_repaired() const { return rmw_repaired_.load(std::memory_order_relaxed); }
+  uint64_t rmw_sectors_unrepaired() const { return rmw_unrepaired_.load(std::memory_order_relaxed); }
+
   const ChunkMap& map() const { return *map_; }
   io::DeviceSet& devices() { return *devs_; }
 
@@ -89,9 +114,22 @@ class ChunkIo {
     return row_locks_[((c.logical >> 16) + row) * 0x9E3779B97F4A7C15ull >> 58];
   }
 
+  // The checksums of the sectors of the row's other data a write reads
+  // (its columns [lo, hi)), one entry per data element (empty: none asked).
+  struct RowSums {
+    std::vector<uint8_t> sums;
+    std::vector<bool> present;
+  };
+  Status LookupRowSums(const ChunkInfo& c, uint64_t row, uint64_t lo, uint64_t hi,
+                       std::span<const uint64_t> covered, std::vector<RowSums>* out);
+  // After the read (row locked), before the new bytes go over it.
+  Status VerifyRow(const ChunkInfo& c, uint64_t row, uint64_t lo, std::span<const RowSums> sums, uint8_t* mem);
+
   const ChunkMap* map_;
   io::DeviceSet* devs_;
   std::array<std::mutex, 64> row_locks_;
+  DataSums sums_;
+  std::atomic<uint64_t> rmw_repaired_{0}, rmw_unrepaired_{0};
 };
 
 // GF(2^8) arithmetic as the kernel's raid6 library (exposed for tests).

@@ -138,6 +138,18 @@ Status Volume::CheckFeatures() {
 Status Volume::LoadChunks() {
   chunks_ = std::make_unique<alloc::ChunkMap>(devs_->Sizes());
   io_ = std::make_unique<alloc::ChunkIo>(chunks_.get(), devs_.get());
+  if (options_.writable && options_.verify_data_csums && CsumSize(csum_type()) != 0) {
+    alloc::ChunkIo::DataSums sums;
+    sums.sectorsize = sectorsize();
+    sums.sum_size = CsumSize(csum_type());
+    sums.lookup = [this](uint64_t logical, size_t n, std::vector<uint8_t>* out, std::vector<bool>* present) {
+      return LookupCsums(logical, n, out, present);
+    };
+    sums.matches = [type = csum_type()](std::span<const uint8_t> sector, const uint8_t* sum) {
+      return VerifyCsum(type, sector, sum);
+    };
+    io_->SetDataSums(std::move(sums));
+  }
   UB_ASSIGN_OR_RETURN(auto sys, ParseSysChunkArray(super_));
   for (const auto& c : sys) {
     UB_RETURN_IF_ERROR(chunks_->AddChunk(c.key.offset, c.chunk, sectorsize())
