@@ -650,6 +650,10 @@ TEST_F(FusePosix, XattrsAndAcls) {
                                     {kGroupObj, 5, kUndefinedId},
                                     {kMask, 7, kUndefinedId},
                                     {kOther, 1, kUndefinedId}});
+  // A create first, so the mount has seen d without a default ACL (it
+  // remembers that) before one is set.
+  ASSERT_EQ(CreateFile(P("d/before"), 0640), 0);
+  EXPECT_EQ(Errno(getxattr(P("d/before").c_str(), "system.posix_acl_access", nullptr, 0)), ENODATA);
   ASSERT_EQ(Errno(setxattr(P("d").c_str(), "system.posix_acl_default", def.data(), def.size(), 0)), 0);
   EXPECT_EQ(Errno(setxattr(P("f").c_str(), "system.posix_acl_default", def.data(), def.size(), 0)), EACCES)
       << "default ACLs are for directories";

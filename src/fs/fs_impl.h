@@ -981,7 +981,11 @@ class FilesystemImpl final : public Filesystem {
   // it is pinned (an open file), keeps it with nlink 0 and an orphan item.
   Status DropOrOrphan(InodeId id, InodeItem ii);
   std::mutex pins_mu_;
-  std::map<std::pair<uint64_t, uint64_t>, uint32_t> pins_;  // (root, ino) -> open count
+  struct Pin {
+    uint32_t opens = 0;
+    bool orphaned = false;  // DropOrOrphan kept it: the last unpin must drop it
+  };
+  std::map<std::pair<uint64_t, uint64_t>, Pin> pins_;  // (root, ino)
   Status TouchDir(InodeId dir, int64_t size_delta, inode::InodeRecord* rec = nullptr);
   Status InsertDirItem(tree::TreeWriter* w, InodeId dir, uint32_t hash, std::span<const uint8_t> entry);
   // One directory's queued DIR_ITEMs (ascending hashes) into its tree.

@@ -594,9 +594,11 @@ Status FilesystemImpl::DropOrOrphan(InodeId id, InodeItem ii) {
   bool pinned;
   {
     std::lock_guard lock(pins_mu_);
-    pinned = pins_.count({id.root, id.ino}) != 0;
+    auto it = pins_.find({id.root, id.ino});
+    pinned = it != pins_.end() && !S_ISDIR(ii.mode.get());
+    if (pinned) it->second.orphaned = true;  // for UnpinInode
   }
-  if (!pinned || S_ISDIR(ii.mode.get())) return DropInode(id);
+  if (!pinned) return DropInode(id);
   NoteInodeChanged(id.root, id.ino);  // a copy in a tree log must go
   ii.nlink = 0;
   SetTime(ii.ctime, Now());

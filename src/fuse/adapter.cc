@@ -263,7 +263,12 @@ Result<Adapter::NewSpec> Adapter::NewAttrs(fuse_req_t req, InodeId dir, uint32_t
   }
   bool inherited = false;
   if (acls) {
-    auto def = fs_.GetXattr(dir, acl::kDefaultName);
+    uint64_t changes = 0;
+    Result<std::string> def = Status::Error(ENODATA, "no default ACL");
+    if (!KnownWithoutDefaultAcl(dir, &changes)) {
+      def = fs_.GetXattr(dir, acl::kDefaultName);
+      if (!def.ok() && def.status().code() == ENODATA) NoteWithoutDefaultAcl(dir, changes);
+    }
     if (def.ok()) {
       if (auto parsed = acl::Parse(*def)) {
         inherited = true;
@@ -280,6 +285,23 @@ Result<Adapter::NewSpec> Adapter::NewAttrs(fuse_req_t req, InodeId dir, uint32_t
     if (!inherited) a.mode &= ~(static_cast<uint32_t>(ctx->umask) & 0777);
   }
   return spec;
+}
+
+bool Adapter::KnownWithoutDefaultAcl(InodeId dir, uint64_t* changes) {
+  std::lock_guard lock(acl_mu_);
+  *changes = default_acl_sets_;
+  return without_default_acl_.count({dir.root, dir.ino}) != 0;
+}
+
+void Adapter::NoteWithoutDefaultAcl(InodeId dir, uint64_t changes_seen) {
+  std::lock_guard lock(acl_mu_);
+  if (default_acl_sets_ == changes_seen) without_default_acl_.insert({dir.root, dir.ino});
+}
+
+void Adapter::NoteDefaultAclSet(InodeId dir) {
+  std::lock_guard lock(acl_mu_);
+  ++default_acl_sets_;
+  without_default_acl_.erase({dir.root, dir.ino});
 }
 
 Status Adapter::ApplyInherited(InodeId id, const NewSpec& spec) {
@@ -313,7 +335,9 @@ Status Adapter::SetAcl(fuse_req_t req, fuse_ino_t ino, InodeId id, std::string_v
   if (!parsed) return Status::Invalid("malformed POSIX ACL");
   if (name == acl::kDefaultName) {
     if (!S_ISDIR(st.mode)) return Status::Error(EACCES, "default ACLs are for directories");
-    return fs_.SetXattr(id, name, acl::Serialize(*parsed));
+    Status s = fs_.SetXattr(id, name, acl::Serialize(*parsed));
+    NoteDefaultAclSet(id);
+    return s;
   }
   // posix_acl_update_mode: the ACL sets the permission bits, and one the
   // bits say in full is not kept.
