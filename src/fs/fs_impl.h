@@ -566,6 +566,9 @@ class FilesystemImpl final : public Filesystem {
 
   Result<std::string> GetXattr(InodeId id, std::string_view name) override {
     auto guard = Guard();
+    if (inode::InodeRef r = icache_.Lookup(id.root, id.ino); r && r->without_xattrs.load(std::memory_order_acquire)) {
+      return Status::Error(ENODATA, std::string(name) + ": no such xattr on " + InodeName(id));
+    }
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
     const Key k{id.ino, kXattrItemKey, NameHash(name)};
     UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, k));

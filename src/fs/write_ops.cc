@@ -639,7 +639,11 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   // anything else changed.
   UB_RETURN_IF_ERROR(AddLink(dir, name, id, FileTypeOfMode(mode), &ii, dir_rec.get()));
   CacheInode(id, ii);
-  if (parent.flags.get() & kInodeCompress) UB_RETURN_IF_ERROR(InheritCompressionProperty(dir, id));
+  if (parent.flags.get() & kInodeCompress) {
+    UB_RETURN_IF_ERROR(InheritCompressionProperty(dir, id));
+  } else if (inode::InodeRef r = icache_.Lookup(id.root, id.ino)) {
+    r->without_xattrs.store(true, std::memory_order_release);
+  }
   if (S_ISLNK(mode)) {
     UB_RETURN_IF_ERROR(WriteInline(id, std::span(reinterpret_cast<const uint8_t*>(symlink_target.data()), symlink_target.size())));
     UB_ASSIGN_OR_RETURN(InodeItem li, LoadInode(id));
@@ -1204,6 +1208,9 @@ Status FilesystemImpl::SetAttrImpl(InodeId id, const AttrChange& change) {
 // ---- Xattrs ----------------------------------------------------------------------------------------
 
 Status FilesystemImpl::PutXattrItem(InodeId id, const Key& key, std::vector<uint8_t> item) {
+  if (!item.empty()) {
+    if (inode::InodeRef r = icache_.Lookup(id.root, id.ino)) r->without_xattrs.store(false, std::memory_order_release);
+  }
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
   UB_ASSIGN_OR_RETURN(auto existing, tree::LookupItem(vol_->source(), tree, key));

@@ -66,6 +66,11 @@ class InodeRecord {
   format::InodeItem item;                // the on-disk inode item, 160 bytes
   std::atomic<bool> dirty{false};        // changed since written back: never evicted
   std::atomic<uint32_t> open_count{0};   // open handles (e.g. FUSE opens): never evicted while > 0
+  // Made by this process with no xattr, and none set since: a look-up of
+  // one needs no tree search (the kernel asks a FUSE mount for
+  // security.capability before every write). The file system layer sets
+  // it at create and clears it before it adds an xattr item.
+  std::atomic<bool> without_xattrs{false};
 
  private:
   friend class InodeCache;
