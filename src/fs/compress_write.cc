@@ -1,5 +1,6 @@
 // Compression on write: the decisions (which ranges, whether worth it) and
 // the write path's part (FilesystemImpl::*Compress*). See compress_write.h.
+#include "fs/all_zero.h"
 #include "fs/compress_write.h"
 
 #include <algorithm>
@@ -16,9 +17,7 @@ namespace {
 
 constexpr std::string_view kPropertyName = "btrfs.compression";
 
-bool AllZero(std::span<const uint8_t> d) {
-  return std::all_of(d.begin(), d.end(), [](uint8_t b) { return b == 0; });
-}
+using fs::AllZero;
 
 // The kernel's sampling constants (compression.c): 16 bytes every 256.
 constexpr size_t kSampleRead = 16;

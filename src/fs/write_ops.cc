@@ -10,6 +10,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "fs/all_zero.h"
 #include "fs/fs_impl.h"
 #include "stats/stats.h"
 #include "txn/clock.h"
@@ -54,12 +55,7 @@ uint64_t ExtrefHash(uint64_t parent, std::string_view name) {
 
 constexpr size_t kMaxNameLen = 255;  // bytes of a directory entry's name, as Linux's NAME_MAX
 
-bool AllZero(std::span<const uint8_t> d) {
-  for (uint8_t b : d) {
-    if (b) return false;
-  }
-  return true;
-}
+using fs::AllZero;
 
 // Removes `name` (under directory `parent`) from an INODE_REF or
 // INODE_EXTREF item body and returns its dir index; nullopt if absent.
