@@ -90,6 +90,25 @@ ubtrfs_test::CommandResult Mkfs(const std::vector<std::string>& images, const st
   return RunUbtrfs(args);
 }
 
+// Images of `size` for layout `p` (named after its data profile), made an
+// array by ubtrfs mkfs; none when mkfs failed (the test has failed then).
+std::vector<std::string> MkfsArray(const TempDir& dir, const Layout& p, uint64_t size) {
+  auto images = MakeImages(dir, p.data + "-", p.devices, size);
+  auto r = Mkfs(images, p.data, p.meta);
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  return r.ok() ? images : std::vector<std::string>{};
+}
+
+// The volume over the images of an array, read-only.
+Result<std::unique_ptr<txn::Volume>> OpenArray(const std::vector<std::string>& images) {
+  std::vector<std::unique_ptr<io::BlockDevice>> devs;
+  for (const auto& img : images) {
+    UB_ASSIGN_OR_RETURN(auto dev, io::OpenFileDevice(img));
+    devs.push_back(std::move(dev));
+  }
+  return txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+}
+
 // Every file of `src` reads back byte for byte through ubtrfs over `devices`.
 void ExpectSameAsSource(const std::string& src, const std::vector<std::string>& devices) {
   auto fs = Filesystem::Open(JoinDevices(devices));
@@ -106,9 +125,7 @@ void ExpectSameAsSource(const std::string& src, const std::vector<std::string>& 
 // superblock naming itself, every chunk with the profile asked for its kind
 // and a stripe per device as the profile wants.
 void ExpectExactDevices(const std::vector<std::string>& images, uint64_t data, uint64_t meta) {
-  std::vector<std::unique_ptr<io::BlockDevice>> devs;
-  for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
-  auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+  auto vol = OpenArray(images);
   ASSERT_TRUE(vol.ok()) << vol.status().ToString();
   const txn::Volume& v = **vol;
   EXPECT_EQ(v.super().num_devices.get(), images.size());
@@ -273,9 +290,7 @@ TEST_P(MultiDeviceAddRemoveTest, AddThenRemoveKeepsEveryFile) {
   bool everywhere = false;  // a chunk on every device: the remove restripes it
   if (striped) {
     // The new data chunk lies on the added device too.
-    std::vector<std::unique_ptr<io::BlockDevice>> devs;
-    for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
-    auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+    auto vol = OpenArray(images);
     ASSERT_TRUE(vol.ok()) << vol.status().ToString();
     size_t widest = 0;
     for (const auto& [logical, c] : (*vol)->chunks().chunks()) widest = std::max(widest, c.stripes.size());
@@ -357,8 +372,8 @@ TEST(MultiDeviceFull, ParityArrayFillsUpWithEnospcAndStaysClean) {
   TempDir dir("ubtrfs-parity-full");
   for (const Layout& p : {Layout{"raid5", "raid5", 3}, Layout{"raid6", "raid6", 4}}) {
     SCOPED_TRACE(p.data);
-    const auto images = MakeImages(dir, p.data + "-", p.devices, 160 * kMiB);
-    ASSERT_EQ(Mkfs(images, p.data, p.meta).exit_code, 0);
+    const auto images = MkfsArray(dir, p, 160 * kMiB);
+    ASSERT_FALSE(images.empty());
     const std::string big = dir.Sub(p.data + "-big");
     ubtrfs_test::WriteHostFile(big, ubtrfs_test::SeededBytes(600 * kMiB, 5));
     auto cp = RunUbtrfs({"cp", big, JoinDevices(images) + ":/big"});
@@ -408,8 +423,8 @@ TEST(MultiDeviceParity, AWriteBesideADamagedSectorRebuildsItFirst) {
   TempDir dir("ubtrfs-parity-rmw");
   for (const Layout& p : {Layout{"raid5", "raid1", 3}, Layout{"raid6", "raid1", 4}}) {
     SCOPED_TRACE(p.data);
-    const auto images = MakeImages(dir, p.data + "-", p.devices, 256 * kMiB);
-    ASSERT_EQ(Mkfs(images, p.data, p.meta).exit_code, 0);
+    const auto images = MkfsArray(dir, p, 256 * kMiB);
+    ASSERT_FALSE(images.empty());
     // 328 KiB: more than two whole rows, ending inside a row's second element.
     const std::string a = dir.Sub(p.data + "-a"), b = dir.Sub(p.data + "-b");
     const std::string a_bytes = ubtrfs_test::SeededBytes(328 * 1024, 3);
@@ -418,9 +433,7 @@ TEST(MultiDeviceParity, AWriteBesideADamagedSectorRebuildsItFirst) {
     ASSERT_EQ(RunUbtrfs({"cp", a, JoinDevices(images) + ":/a"}).exit_code, 0);
     uint64_t next = 0, damaged_dev = 0, damaged_phys = 0;
     {
-      std::vector<std::unique_ptr<io::BlockDevice>> devs;
-      for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
-      auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+      auto vol = OpenArray(images);
       ASSERT_TRUE(vol.ok()) << vol.status().ToString();
       const auto [start, len] = LargestDataExtent(**vol);
       ASSERT_EQ(len, 328u * 1024);
@@ -443,9 +456,7 @@ TEST(MultiDeviceParity, AWriteBesideADamagedSectorRebuildsItFirst) {
     ASSERT_EQ(RunUbtrfs({"cp", b, JoinDevices(images) + ":/b"}).exit_code, 0);
     {
       // b went where the test meant it to go.
-      std::vector<std::unique_ptr<io::BlockDevice>> devs;
-      for (const auto& img : images) devs.push_back(std::move(io::OpenFileDevice(img)).value());
-      auto vol = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+      auto vol = OpenArray(images);
       ASSERT_TRUE(vol.ok()) << vol.status().ToString();
       auto ext = (*vol)->FindRoot(format::kExtentTreeObjectid);
       ASSERT_TRUE(ext.ok());
