@@ -43,7 +43,7 @@ _ubtrfs_options() {
     ls) echo "$common -l --json" ;;
     cp) echo "$common --strict --no-devices --no-xattrs --compress --reflink" ;;
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
-    mkfs) echo "$common -d --data -m --metadata -b --size -n --nodesize -M --mixed -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -f --force -q --quiet" ;;
+    mkfs) echo "$common -d --data -m --metadata -b --size -n --nodesize -M --mixed -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -K --nodiscard -f --force -q --quiet" ;;
     resize) echo "$common -q --quiet max min" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     scrub) echo "$common -r --readonly --json" ;;
