@@ -506,6 +506,74 @@ std::vector<uint64_t> Digests(const std::vector<std::string>& images) {
   return out;
 }
 
+uint64_t FileBytes(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// resize DEVID:SIZE on an array, as btrfs filesystem resize: one device
+// shrinks (its stripes past the new end move down on it, or to a device
+// without a stripe of their chunk), grows, goes to `min`; its image file is
+// cut or extended; the others keep their size; wrong device ids and sizes
+// nothing fits in are refused. Judged by btrfs check and the kernel.
+TEST(MultiDeviceResize, OneDeviceOfSeveralShrinksGrowsAndGoesToMin) {
+  TempDir dir("ubtrfs-resize-dev");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  for (const Layout& p : {Layout{"raid1", "raid1", 3}, Layout{"raid5", "raid1", 3}}) {
+    SCOPED_TRACE(p.data);
+    const auto images = MakeImages(dir, p.data + "-", p.devices, 400 * kMiB);
+    ASSERT_EQ(Mkfs(images, p.data, p.meta, src).exit_code, 0);
+    const std::string all = JoinDevices(images);
+    if (p.data == "raid1") {
+      // Nothing of device 2 fits below 40 MiB on it: RAID1 stripes move to
+      // the device their chunk does not use yet.
+      auto r = RunUbtrfs({"resize", all, "2:40M"});
+      ASSERT_EQ(r.exit_code, 0) << r.Describe();
+      EXPECT_NE(r.out.find("moved"), std::string::npos) << r.out;
+      EXPECT_EQ(FileBytes(images[1]), 40 * kMiB);
+      auto vol = OpenArray(images);
+      ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+      for (const auto& [logical, c] : (*vol)->chunks().chunks()) {
+        for (const auto& st : c.stripes) {
+          if (st.devid == 2) {
+            EXPECT_LE(st.physical + c.stripe_size, 40 * kMiB) << "chunk " << logical;
+          }
+        }
+      }
+    } else {
+      auto r = RunUbtrfs({"resize", all, "2:min"});
+      ASSERT_EQ(r.exit_code, 0) << r.Describe();
+      EXPECT_LT(FileBytes(images[1]), 400 * kMiB);
+    }
+    auto grow = RunUbtrfs({"resize", "-q", all, "3:+100M"});
+    ASSERT_EQ(grow.exit_code, 0) << grow.Describe();
+    EXPECT_EQ(FileBytes(images[2]), 500 * kMiB);
+    auto shrink = RunUbtrfs({"resize", "-q", all, "1:-100M"});
+    ASSERT_EQ(shrink.exit_code, 0) << shrink.Describe();
+    EXPECT_EQ(FileBytes(images[0]), 300 * kMiB);
+    {
+      auto vol = OpenArray(images);
+      ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+      uint64_t total = 0;
+      for (const auto& [id, item] : (*vol)->dev_items()) total += item.total_bytes.get();
+      EXPECT_EQ((*vol)->super().total_bytes.get(), total);
+      EXPECT_EQ((*vol)->dev_items().at(3).total_bytes.get(), 500 * kMiB);
+    }
+    // Refused, nothing changed.
+    const auto before = Digests(images);
+    auto bad = RunUbtrfs({"resize", all, "9:100M"});
+    EXPECT_NE(bad.exit_code, 0);
+    EXPECT_NE(bad.err.find("no device 9"), std::string::npos) << bad.err;
+    bad = RunUbtrfs({"resize", all, "x:100M"});
+    EXPECT_NE(bad.exit_code, 0);
+    EXPECT_NE(bad.err.find("not a device id"), std::string::npos) << bad.err;
+    EXPECT_EQ(Digests(images), before);
+    ExpectSameAsSource(src, images);
+    if (auto why = ExpectCleanEverywhere(dir, images); !why.empty()) std::printf("%s\n", why.c_str());
+  }
+}
+
 void ExpectFails(const std::vector<std::string>& args, const std::string& message) {
   auto r = RunUbtrfs(args);
   EXPECT_NE(r.exit_code, 0) << ubtrfs_test::ShellJoin(args);

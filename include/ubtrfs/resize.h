@@ -103,6 +103,18 @@ UBTRFS_API Status AddDevice(const std::vector<std::string>& devices, const std::
 UBTRFS_API Status RemoveDevice(const std::vector<std::string>& devices, const std::string& which,
                                const DeviceChangeOptions& options, DeviceChangeResult* result);
 
+// Grows or shrinks one device (`devid`) of the filesystem over `devices`
+// (as AddDevice takes them) to `target`, as `btrfs filesystem resize
+// DEVID:SIZE` does, offline; ResizeResult's sizes are that device's.
+// Growing extends its image file first. Shrinking moves each chunk stripe
+// past the new end below it on the same device, or where it does not fit
+// there, to another device that holds no other stripe of its chunk (one
+// commit per stripe), then cuts the image file. `min`: the device's
+// stripes moved down as far as they go, and the device cut after the last.
+// EINVAL names a stripe that fits nowhere; moves already committed stay.
+UBTRFS_API Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, const ResizeTarget& target,
+                               const DeviceChangeOptions& options, ResizeResult* result);
+
 }  // namespace ubtrfs
 
 #endif  // UBTRFS_RESIZE_H_

@@ -1,4 +1,5 @@
-// resize: grow or shrink the filesystem in an image file offline.
+// resize: grow or shrink the filesystem in an image file, or one device of
+// several, offline.
 #include <fmt/core.h>
 
 #include "cli/commands.h"
@@ -21,20 +22,39 @@ void CmdResize(const ResizeArgs& a) {
     SetExitCode(2);
     return;
   }
+  // DEVID:SIZE names the device of several, as btrfs filesystem resize.
+  std::string size = a.size;
+  uint64_t devid = 0;
+  if (const size_t colon = size.find(':'); colon != std::string::npos) {
+    const std::string id = size.substr(0, colon);
+    if (id.empty() || id.size() > 19 || id.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoull(id) == 0) {
+      fmt::print(stderr, "ubtrfs resize: '{}' is not a device id (DEVID:SIZE)\n", id);
+      SetExitCode(1);
+      return;
+    }
+    devid = std::stoull(id);
+    size = size.substr(colon + 1);
+  }
   ResizeTarget target;
-  if (Status s = ParseResizeTarget(a.size, &target); !s.ok()) {
+  if (Status s = ParseResizeTarget(size, &target); !s.ok()) {
     fmt::print(stderr, "ubtrfs resize: {}\n", s.message());
     SetExitCode(1);
     return;
   }
   ResizeResult r;
-  if (Status s = ResizeImage(a.image, target, &r); !s.ok()) {
+  const bool several = a.image.find(',') != std::string::npos;
+  Status s = several || devid != 0 ? ResizeDevice({a.image}, devid == 0 ? 1 : devid, target, DeviceChangeOptions{}, &r)
+                                   : ResizeImage(a.image, target, &r);
+  if (!s.ok()) {
     fmt::print(stderr, "ubtrfs resize: {}: {}\n", a.image, s.ToString());
     SetExitCode(1);
     return;
   }
   if (a.quiet) return;
-  fmt::print("Resized {} from {} bytes ({}) to {} bytes ({})", a.image, r.old_bytes, Human(r.old_bytes), r.new_bytes,
+  const std::string what = several || devid != 0 ? "device " + std::to_string(devid == 0 ? 1 : devid) + " of " + a.image
+                                                  : a.image;
+  fmt::print("Resized {} from {} bytes ({}) to {} bytes ({})", what, r.old_bytes, Human(r.old_bytes), r.new_bytes,
              Human(r.new_bytes));
   if (r.stripes_moved) fmt::print("; moved {} chunk copies ({} copied)", r.stripes_moved, Human(r.bytes_copied));
   fmt::print("\n");
@@ -46,8 +66,12 @@ void RegisterResize(CLI::App& app) {
   static ResizeArgs args;
   auto* cmd = app.add_subcommand(
       "resize", "Grow or shrink the filesystem in an image file offline (chunks past the new end are moved down)");
-  cmd->add_option("image", args.image, "Image file (or block device); not mounted")->required();
-  cmd->add_option("size", args.size, "New size: SIZE, +N, -N (K/M/G/T suffixes), max (the whole file) or min")
+  cmd->add_option("image", args.image,
+                  "Image file (or block device), not mounted; several devices as IMG1,IMG2,...")
+      ->required();
+  cmd->add_option("size", args.size,
+                  "New size: [DEVID:]SIZE, +N, -N (K/M/G/T suffixes), max (the whole file) or min; DEVID (default 1) "
+                  "names the device of several")
       ->required();
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdResize(args); });

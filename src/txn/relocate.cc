@@ -476,6 +476,49 @@ Status DeviceLayout::SetDeviceSize(uint64_t bytes) {
 
 // ---- Several devices ----
 
+Status DeviceLayout::SetDeviceSize(uint64_t devid, uint64_t bytes) {
+  Volume* vol = txn_->vol_;
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  auto it = ca.devs_.find(devid);
+  io::BlockDevice* dev = vol->devices().Get(devid);
+  if (it == ca.devs_.end() || dev == nullptr) {
+    return Status::Invalid("device " + std::to_string(devid) + " is not a present device of the filesystem");
+  }
+  bytes = RoundDown(bytes, vol->sectorsize());
+  uint64_t end = ChunkAllocator::kDeviceStart;
+  for (const Stripe& st : Stripes()) {
+    if (st.devid == devid) end = std::max(end, st.physical + st.length);
+  }
+  if (bytes < end) {
+    return Status::Invalid("device " + std::to_string(devid) + " size " + std::to_string(bytes) +
+                           " is below the end of its last chunk stripe (" + std::to_string(end) + ")");
+  }
+  if (bytes > dev->Size()) {
+    return Status::Invalid("device " + std::to_string(devid) + " (" + dev->Name() + ") has " +
+                           std::to_string(dev->Size()) + " bytes, fewer than " + std::to_string(bytes));
+  }
+  const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
+  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
+  if (!item || item->size() < sizeof(DevItem)) {
+    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+  }
+  auto* di = reinterpret_cast<DevItem*>(item->data());
+  const uint64_t old_total = di->total_bytes.get();
+  di->total_bytes = bytes;
+  UB_RETURN_IF_ERROR(w->Update(dev_key, *item));
+  if (DevItem* vd = vol->mutable_dev_item(devid)) vd->total_bytes = bytes;
+  it->second.item.total_bytes = bytes;
+  it->second.end = bytes;
+  ca.device_end_ = 0;
+  for (const auto& [id, d] : ca.devs_) ca.device_end_ += d.end;
+  SuperBlock& sb = vol->mutable_super();
+  sb.total_bytes = sb.total_bytes.get() - old_total + bytes;
+  if (sb.dev_item.devid.get() == devid) sb.dev_item.total_bytes = bytes;
+  vol->mutable_chunks()->set_device_size(devid, std::max(bytes, dev->Size()));
+  return Status::Ok();
+}
+
 Status DeviceLayout::AddDevice(std::unique_ptr<io::BlockDevice> dev, const std::array<uint8_t, kUuidSize>& uuid,
                                uint64_t* devid) {
   Volume* vol = txn_->vol_;

@@ -121,6 +121,10 @@ class DeviceLayout {
   // DEV_ITEM.total_bytes and the superblock's sizes. EINVAL below the end
   // of the last stripe. The caller commits.
   Status SetDeviceSize(uint64_t bytes);
+  // The same for device `devid` of several: its DEV_ITEM.total_bytes, and
+  // the superblock's total_bytes by the difference. EINVAL below the end of
+  // its last stripe. The caller commits.
+  Status SetDeviceSize(uint64_t devid, uint64_t bytes);
 
  private:
   uint64_t UsedEnd(uint64_t logical) const;

@@ -142,10 +142,11 @@ struct Resizing {
 
 // Moves the copy that ends last down as far as it goes, as long as one
 // does: the smallest end the current chunks can have. Commits each move.
-Status CompactDown(txn::TxnManager* txn, ResizeResult* r) {
+Status CompactDown(txn::TxnManager* txn, ResizeResult* r, uint64_t only_devid = 0) {
   txn::DeviceLayout layout(txn);
   for (int guard = 0; guard < 100000; ++guard) {
     auto stripes = layout.Stripes();
+    if (only_devid != 0) std::erase_if(stripes, [&](const auto& s) { return s.devid != only_devid; });
     if (stripes.empty()) return Status::Ok();
     auto last = *std::max_element(stripes.begin(), stripes.end(), [](const auto& a, const auto& b) {
       return a.physical + a.length < b.physical + b.length;
@@ -228,8 +229,8 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
   const uint64_t file_size = resizing.file_size;
   const uint32_t ss = o.vol->sectorsize();
   if (o.vol->super().num_devices.get() != 1) {
-    return Status::Unsupported("resize of a filesystem over several devices (" +
-                               std::to_string(o.vol->super().num_devices.get()) + ")");
+    return Status::Invalid("the filesystem has " + std::to_string(o.vol->super().num_devices.get()) +
+                           " devices: name them all (IMG1,IMG2,...) and the one to resize as DEVID:SIZE");
   }
   r.old_bytes = o.vol->super().total_bytes.get();
   txn::DeviceLayout layout(o.txn.get());
@@ -375,6 +376,14 @@ Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceC
   return set;
 }
 
+// Closes the set: the transaction manager before the volume it uses, the
+// locks last.
+void Close(OpenedSet* set) {
+  set->o.txn.reset();
+  set->o.vol.reset();
+  set->locks.clear();
+}
+
 void Summarize(const txn::Volume& vol, DeviceChangeResult* r) {
   r->num_devices = vol.super().num_devices.get();
   r->total_bytes = vol.super().total_bytes.get();
@@ -476,6 +485,98 @@ Status RemoveDevice(const std::vector<std::string>& devices, const std::string& 
   r.bytes_copied = stats.bytes_copied;
   r.devid = devid;
   Summarize(vol, &r);
+  *result = r;
+  return Status::Ok();
+}
+
+Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, const ResizeTarget& target,
+                    const DeviceChangeOptions& options, ResizeResult* result) {
+  ResizeResult r;
+  UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options));
+  auto name = set.names.find(devid);
+  if (name == set.names.end()) {
+    std::string names;
+    for (const auto& [id, n] : set.names) names += (names.empty() ? "" : ", ") + std::to_string(id) + " " + n;
+    return Status::Invalid("no device " + std::to_string(devid) + " in this filesystem (its devices: " + names + ")");
+  }
+  const std::string path = name->second;
+  uint64_t file_size = 0;
+  UB_ASSIGN_OR_RETURN(const bool regular, IsRegular(path, &file_size));
+  const format::DevItem* item = set.o.vol->mutable_dev_item(devid);
+  if (item == nullptr) return Status::Corrupt("no DEV_ITEM for device " + std::to_string(devid));
+  r.old_bytes = item->total_bytes.get();
+  const uint32_t ss = set.o.vol->sectorsize();
+  uint64_t want = 0;
+  switch (target.kind) {
+    case ResizeTarget::kBytes: want = target.bytes; break;
+    case ResizeTarget::kGrowBy:
+      if (target.bytes > UINT64_MAX - r.old_bytes) return Status::Invalid("the new size would overflow");
+      want = r.old_bytes + target.bytes;
+      break;
+    case ResizeTarget::kShrinkBy:
+      if (target.bytes >= r.old_bytes) {
+        return Status::Invalid("cannot shrink a " + std::to_string(r.old_bytes) + "-byte device by " +
+                               std::to_string(target.bytes) + " bytes");
+      }
+      want = r.old_bytes - target.bytes;
+      break;
+    case ResizeTarget::kMax: want = file_size; break;
+    case ResizeTarget::kMin: {
+      UB_RETURN_IF_ERROR(CompactDown(set.o.txn.get(), &r, devid));
+      txn::DeviceLayout layout(set.o.txn.get());
+      want = txn::ChunkAllocator::kDeviceStart;
+      for (const auto& s : layout.Stripes()) {
+        if (s.devid == devid) want = std::max(want, s.physical + s.length);
+      }
+      break;
+    }
+  }
+  want = want / ss * ss;
+  if (want < kMinNewDevice) {
+    return Status::Invalid("a device needs at least " + std::to_string(kMinNewDevice) + " bytes (16 MiB)");
+  }
+  if (want > file_size) {
+    if (!regular) {
+      return Status::Invalid("the device " + path + " has " + std::to_string(file_size) + " bytes; cannot grow to " +
+                             std::to_string(want));
+    }
+    // The file first, opened again, so that the device is there when the
+    // commit writes.
+    Close(&set);
+    UB_RETURN_IF_ERROR(SetFileSize(path, want));
+    UB_ASSIGN_OR_RETURN(set, OpenSet(devices, options));
+  }
+  txn::DeviceLayout layout(set.o.txn.get());
+  // Shrinking: every stripe of the device past the new end moves, largest
+  // first, below it on the same device, else to another device.
+  for (int guard = 0; guard < 100000; ++guard) {
+    std::vector<txn::DeviceLayout::Stripe> past;
+    for (const auto& s : layout.Stripes()) {
+      if (s.devid == devid && s.physical + s.length > want) past.push_back(s);
+    }
+    if (past.empty()) break;
+    std::sort(past.begin(), past.end(), [](const auto& a, const auto& b) { return a.length > b.length; });
+    const auto& s = past.front();
+    if (const uint64_t to = layout.FindPlace(s, want); to != 0) {
+      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to, &r.bytes_copied));
+    } else {
+      uint64_t other = 0, to_other = 0;
+      if (Status st = layout.FindNewHome(s, devid, &other, &to_other); !st.ok()) {
+        return Status::Invalid("cannot shrink device " + std::to_string(devid) + " to " + std::to_string(want) +
+                               " bytes (" + Mib(want) + "): the " + KindText(s.type) + " chunk at logical " +
+                               std::to_string(s.logical) + " fits neither below that on the device nor elsewhere (" +
+                               st.message() + ")");
+      }
+      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, other, to_other, &r.bytes_copied));
+    }
+    UB_RETURN_IF_ERROR(set.o.txn->Commit());
+    ++r.stripes_moved;
+  }
+  UB_RETURN_IF_ERROR(layout.SetDeviceSize(devid, want));
+  UB_RETURN_IF_ERROR(set.o.txn->Commit());
+  Close(&set);
+  if (regular && want < file_size) UB_RETURN_IF_ERROR(SetFileSize(path, want));
+  r.new_bytes = want;
   *result = r;
   return Status::Ok();
 }
