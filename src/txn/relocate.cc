@@ -133,20 +133,26 @@ Status DeviceLayout::UpdateChunkItem(uint64_t logical, uint64_t length, size_t i
 
 auto& DeviceLayout::Dev() const { return txn_->chunk_alloc_->devs_.begin()->second; }
 
+Result<std::vector<uint8_t>> DeviceLayout::DevItemBytes(uint64_t devid) const {
+  const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
+  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), txn_->vol_->chunk_tree(), dev_key));
+  if (!item || item->size() < sizeof(DevItem)) {
+    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
+  }
+  return std::move(*item);
+}
+
 Status DeviceLayout::UpdateDevItem() {
   Volume* vol = txn_->vol_;
   ChunkAllocator& ca = *txn_->chunk_alloc_;
   const uint64_t devid = Dev().item.devid.get();
   const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
-  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
-  if (!item || item->size() < sizeof(DevItem)) {
-    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
-  }
-  auto* di = reinterpret_cast<DevItem*>(item->data());
+  UB_ASSIGN_OR_RETURN(std::vector<uint8_t> item, DevItemBytes(devid));
+  auto* di = reinterpret_cast<DevItem*>(item.data());
   di->bytes_used = Dev().bytes_used;
   di->total_bytes = ca.device_end_;
-  UB_RETURN_IF_ERROR(w->Update(dev_key, *item));
+  UB_RETURN_IF_ERROR(w->Update(dev_key, item));
   SuperBlock& sb = vol->mutable_super();
   sb.dev_item.bytes_used = Dev().bytes_used;
   sb.dev_item.total_bytes = ca.device_end_;
@@ -499,14 +505,11 @@ Status DeviceLayout::SetDeviceSize(uint64_t devid, uint64_t bytes) {
   }
   const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, txn_->Writer(kChunkTreeObjectid));
-  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
-  if (!item || item->size() < sizeof(DevItem)) {
-    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
-  }
-  auto* di = reinterpret_cast<DevItem*>(item->data());
+  UB_ASSIGN_OR_RETURN(std::vector<uint8_t> item, DevItemBytes(devid));
+  auto* di = reinterpret_cast<DevItem*>(item.data());
   const uint64_t old_total = di->total_bytes.get();
   di->total_bytes = bytes;
-  UB_RETURN_IF_ERROR(w->Update(dev_key, *item));
+  UB_RETURN_IF_ERROR(w->Update(dev_key, item));
   if (DevItem* vd = vol->mutable_dev_item(devid)) vd->total_bytes = bytes;
   it->second.item.total_bytes = bytes;
   it->second.end = bytes;

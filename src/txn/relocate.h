@@ -142,6 +142,8 @@ class DeviceLayout {
   // devid 0: the stripe stays on its device.
   Status UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical, uint64_t devid = 0);
   Status UpdateDevItem();
+  // Device `devid`'s DEV_ITEM as the chunk tree holds it now.
+  Result<std::vector<uint8_t>> DevItemBytes(uint64_t devid) const;
   struct RestripePlan {
     std::vector<std::pair<uint64_t, uint64_t>> stripes;  // (devid, physical)
     uint64_t stripe_size = 0;

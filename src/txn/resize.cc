@@ -140,6 +140,26 @@ struct Resizing {
   }
 };
 
+// The size `target` asks for, from the current `old_bytes` and the image
+// file's or device's `file_size`; not for kMin, which the caller measures.
+Result<uint64_t> WantedSize(const ResizeTarget& target, uint64_t old_bytes, uint64_t file_size, const char* what) {
+  switch (target.kind) {
+    case ResizeTarget::kBytes: return target.bytes;
+    case ResizeTarget::kGrowBy:
+      if (target.bytes > UINT64_MAX - old_bytes) return Status::Invalid("the new size would overflow");
+      return old_bytes + target.bytes;
+    case ResizeTarget::kShrinkBy:
+      if (target.bytes >= old_bytes) {
+        return Status::Invalid("cannot shrink a " + std::to_string(old_bytes) + "-byte " + what + " by " +
+                               std::to_string(target.bytes) + " bytes");
+      }
+      return old_bytes - target.bytes;
+    case ResizeTarget::kMax: return file_size;
+    case ResizeTarget::kMin: break;
+  }
+  return Status::Invalid("no size for `min` here");
+}
+
 // Moves the copy that ends last down as far as it goes, as long as one
 // does: the smallest end the current chunks can have. Commits each move.
 Status CompactDown(txn::TxnManager* txn, ResizeResult* r, uint64_t only_devid = 0) {
@@ -236,24 +256,11 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
   txn::DeviceLayout layout(o.txn.get());
 
   uint64_t want = 0;
-  switch (target.kind) {
-    case ResizeTarget::kBytes: want = target.bytes; break;
-    case ResizeTarget::kGrowBy:
-      if (target.bytes > UINT64_MAX - r.old_bytes) return Status::Invalid("the new size would overflow");
-      want = r.old_bytes + target.bytes;
-      break;
-    case ResizeTarget::kShrinkBy:
-      if (target.bytes >= r.old_bytes) {
-        return Status::Invalid("cannot shrink a " + std::to_string(r.old_bytes) + "-byte filesystem by " +
-                               std::to_string(target.bytes) + " bytes");
-      }
-      want = r.old_bytes - target.bytes;
-      break;
-    case ResizeTarget::kMax: want = file_size; break;
-    case ResizeTarget::kMin:
-      UB_RETURN_IF_ERROR(CompactDown(o.txn.get(), &r));
-      want = layout.DeviceExtentEnd();
-      break;
+  if (target.kind == ResizeTarget::kMin) {
+    UB_RETURN_IF_ERROR(CompactDown(o.txn.get(), &r));
+    want = layout.DeviceExtentEnd();
+  } else {
+    UB_ASSIGN_OR_RETURN(want, WantedSize(target, r.old_bytes, file_size, "filesystem"));
   }
   want = want / ss * ss;
   if (!regular && want > file_size) {
@@ -507,29 +514,15 @@ Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, con
   r.old_bytes = item->total_bytes.get();
   const uint32_t ss = set.o.vol->sectorsize();
   uint64_t want = 0;
-  switch (target.kind) {
-    case ResizeTarget::kBytes: want = target.bytes; break;
-    case ResizeTarget::kGrowBy:
-      if (target.bytes > UINT64_MAX - r.old_bytes) return Status::Invalid("the new size would overflow");
-      want = r.old_bytes + target.bytes;
-      break;
-    case ResizeTarget::kShrinkBy:
-      if (target.bytes >= r.old_bytes) {
-        return Status::Invalid("cannot shrink a " + std::to_string(r.old_bytes) + "-byte device by " +
-                               std::to_string(target.bytes) + " bytes");
-      }
-      want = r.old_bytes - target.bytes;
-      break;
-    case ResizeTarget::kMax: want = file_size; break;
-    case ResizeTarget::kMin: {
-      UB_RETURN_IF_ERROR(CompactDown(set.o.txn.get(), &r, devid));
-      txn::DeviceLayout layout(set.o.txn.get());
-      want = txn::ChunkAllocator::kDeviceStart;
-      for (const auto& s : layout.Stripes()) {
-        if (s.devid == devid) want = std::max(want, s.physical + s.length);
-      }
-      break;
+  if (target.kind == ResizeTarget::kMin) {
+    UB_RETURN_IF_ERROR(CompactDown(set.o.txn.get(), &r, devid));
+    txn::DeviceLayout layout(set.o.txn.get());
+    want = txn::ChunkAllocator::kDeviceStart;
+    for (const auto& s : layout.Stripes()) {
+      if (s.devid == devid) want = std::max(want, s.physical + s.length);
     }
+  } else {
+    UB_ASSIGN_OR_RETURN(want, WantedSize(target, r.old_bytes, file_size, "device"));
   }
   want = want / ss * ss;
   if (want < kMinNewDevice) {

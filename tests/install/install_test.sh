@@ -138,6 +138,6 @@ complete_words() {  # complete_words WORD... : what completing the last word off
 }
 got=$(complete_words ubtrfs m | sort | tr '\n' ' ')
 [ "$got" = "mkdir mkfs mount mv " ] || fail "completing 'ubtrfs m' gave '$got'"
-got=$(complete_words ubtrfs mkfs --n | tr '\n' ' ')
-[ "$got" = "--nodesize " ] || fail "completing 'ubtrfs mkfs --n' gave '$got'"
+got=$(complete_words ubtrfs mkfs --no | tr '\n' ' ')
+[ "$got" = "--nodesize --nodiscard " ] || fail "completing 'ubtrfs mkfs --no' gave '$got'"
 echo "install_test: all passed"
