@@ -932,7 +932,8 @@ class FilesystemImpl final : public Filesystem {
   // Whether this thread holds the operation lock (in either mode).
   bool HoldsOpLock() const;
   Status MaybeAutoCommit();
-  void CacheInode(InodeId id, const format::InodeItem& ii);
+  // The record it inserts (or the one a racing insert left).
+  inode::InodeRef CacheInode(InodeId id, const format::InodeItem& ii);
   Status CheckWritable();
   Result<tree::TreeWriter*> FsWriter(uint64_t root);
   // The writer of the last subvolume used, without the map lookups and

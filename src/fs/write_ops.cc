@@ -229,10 +229,10 @@ Result<InodeItem> FilesystemImpl::LoadInode(InodeId id, inode::InodeRef* rec) {
   return ii;
 }
 
-void FilesystemImpl::CacheInode(InodeId id, const InodeItem& ii) {
+inode::InodeRef FilesystemImpl::CacheInode(InodeId id, const InodeItem& ii) {
   // A fresh record is clean; the cache evicts clean idle records (CLOCK)
   // past its capacity.
-  icache_.Insert(id.root, id.ino, ii);
+  return icache_.Insert(id.root, id.ino, ii);
 }
 
 Status FilesystemImpl::StoreInode(InodeId id, const InodeItem& ii_in) {
@@ -634,11 +634,11 @@ Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uin
   // The link (with the inode item) first: it fails cleanly (EEXIST) before
   // anything else changed.
   UB_RETURN_IF_ERROR(AddLink(dir, name, id, FileTypeOfMode(mode), &ii, dir_rec.get()));
-  CacheInode(id, ii);
+  inode::InodeRef rec = CacheInode(id, ii);
   if (parent.flags.get() & kInodeCompress) {
     UB_RETURN_IF_ERROR(InheritCompressionProperty(dir, id));
-  } else if (inode::InodeRef r = icache_.Lookup(id.root, id.ino)) {
-    r->without_xattrs.store(true, std::memory_order_release);
+  } else if (rec) {
+    rec->without_xattrs.store(true, std::memory_order_release);
   }
   if (S_ISLNK(mode)) {
     UB_RETURN_IF_ERROR(WriteInline(id, std::span(reinterpret_cast<const uint8_t*>(symlink_target.data()), symlink_target.size())));
