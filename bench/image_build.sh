@@ -12,9 +12,12 @@
 #           --compress zstd given as MKFS_BTRFS_NEW=PATH (one built from
 #           btrfs-progs 6.13 or later); the image's data bytes of each
 #   empty   200,000 empty files in 16 directories: ubtrfs against mkfs.btrfs
+# ubtrfs is mkfs.ubtrfs, the mkfs program (as mkfs.btrfs is btrfs-progs');
+# the large case also runs `ubtrfs mkfs` (ubtrfs-verb), whose peak memory is
+# that of the whole command.
 # Wall time (s) and peak RSS (MB, /usr/bin/time) per run; medians at the end.
 #   bench/image_build.sh [ROUNDS] [CASES...]     (default 3, all cases)
-#   UBTRFS_BIN=build-x/ubtrfs bench/image_build.sh
+#   UBTRFS_BIN=build-x/ubtrfs MKFS_BIN=build-x/mkfs.ubtrfs bench/image_build.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=${1:-3}
@@ -24,7 +27,8 @@ cases=("$@")
 bin="${UBTRFS_BIN:-$here/build/ubtrfs}"
 share="${SHARE:-/usr/share}"
 new_mkfs="${MKFS_BTRFS_NEW:-}"
-[ -x "$bin" ] || { echo "build first: ninja -C build ubtrfs" >&2; exit 1; }
+mkfs="${MKFS_BIN:-$(dirname "$bin")/mkfs.ubtrfs}"
+[ -x "$bin" ] && [ -x "$mkfs" ] || { echo "build first: ninja -C build ubtrfs mkfs.ubtrfs" >&2; exit 1; }
 work="$(mktemp -d /tmp/ubtrfs-imgbench.XXXXXX)"
 cleanup() { mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"; rm -rf "$work"; }
 trap cleanup EXIT
@@ -52,8 +56,8 @@ for c in "${cases[@]}"; do
         rm -f "$work"/*.img "$work/floor.tar"
         run share floor sh -c "tar -cf '$work/floor.tar' '$src' 2>/dev/null; sync"
         rm -f "$work/floor.tar"
-        run share ubtrfs "$bin" mkfs -q --size 8G --rootdir "$src" "$work/u.img"
-        run share ubtrfs-shrink "$bin" mkfs -q --shrink --rootdir "$src" "$work/s.img"
+        run share ubtrfs "$mkfs" -q --size 8G --rootdir "$src" "$work/u.img"
+        run share ubtrfs-shrink "$mkfs" -q --shrink --rootdir "$src" "$work/s.img"
         truncate -s 8G "$work/m.img"
         run share mkfs.btrfs mkfs.btrfs -q -f --rootdir "$src" "$work/m.img"
         echo "share sizes: ubtrfs --shrink $(stat -c %s "$work/s.img")" >> "$work/notes"
@@ -70,7 +74,9 @@ for c in "${cases[@]}"; do
         rm -rf "$work"/*.img "$work/copy"
         run large floor sh -c "cp -r '$work/large' '$work/copy' && sync"
         rm -rf "$work/copy"
-        run large ubtrfs "$bin" mkfs -q --size 2G --rootdir "$work/large" "$work/u.img"
+        run large ubtrfs "$mkfs" -q --size 2G --rootdir "$work/large" "$work/u.img"
+        rm -f "$work/u.img"
+        run large ubtrfs-verb "$bin" mkfs -q --size 2G --rootdir "$work/large" "$work/u.img"
         rm -f "$work/u.img"
         truncate -s 2G "$work/m.img"
         run large mkfs.btrfs mkfs.btrfs -q -f --rootdir "$work/large" "$work/m.img"
@@ -102,7 +108,7 @@ PY
       mkdir -p "$work/mnt"
       for i in $(seq 1 "$rounds"); do
         rm -f "$work"/*.img
-        run zstd ubtrfs "$bin" mkfs -q --size 2G --compress zstd --rootdir "$work/text" "$work/u.img"
+        run zstd ubtrfs "$mkfs" -q --size 2G --compress zstd --rootdir "$work/text" "$work/u.img"
         truncate -s 2G "$work/k.img"
         mkfs.btrfs -q -f "$work/k.img" >/dev/null 2>&1
         run zstd kernel sh -c "mount -o loop,compress=zstd '$work/k.img' '$work/mnt' && cp -a '$work/text/.' '$work/mnt/' && umount '$work/mnt'"
@@ -128,7 +134,7 @@ for d in range(16):
 PY
       for i in $(seq 1 "$rounds"); do
         rm -f "$work"/*.img
-        run empty ubtrfs "$bin" mkfs -q --size 2G --rootdir "$work/empty" "$work/u.img"
+        run empty ubtrfs "$mkfs" -q --size 2G --rootdir "$work/empty" "$work/u.img"
         truncate -s 2G "$work/m.img"
         run empty mkfs.btrfs mkfs.btrfs -q -f --rootdir "$work/empty" "$work/m.img"
       done

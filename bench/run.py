@@ -70,15 +70,21 @@ def wait_mounted(path, proc, timeout=20.0):
     raise RuntimeError(f"{path} not mounted after {timeout} s")
 
 
+KNOWN_WORKLOADS = ["create", "mkfs", "delete", "dbench"]
+# A workload's part of summary.md.
+SECTION_RE = re.compile(r"<!-- workload: (\w+) -->\n(.*?)<!-- end workload: \1 -->\n", re.S)
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
         self.quick = args.quick
         self.build = os.path.abspath(args.build)
         self.ubtrfs = os.path.join(self.build, "ubtrfs")
+        self.mkfs = os.path.join(self.build, "mkfs.ubtrfs")
         self.lib_bench = os.path.join(self.build, "lib_bench")
         self.nullfs = os.path.join(self.build, "nullfs")
-        for b in (self.ubtrfs, self.lib_bench, self.nullfs):
+        for b in (self.ubtrfs, self.mkfs, self.lib_bench, self.nullfs):
             if not os.access(b, os.X_OK):
                 sys.exit(f"run.py: {b} is missing; bench/run.sh builds it")
         self.out = os.path.abspath(args.out)
@@ -90,7 +96,8 @@ class Bench:
         self.loop_ok, self.loop_note = self.probe_loop()
         self.fuse_ok = os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
         self.have_stats_cmd = run([self.ubtrfs, "stats", "--help"], check=False).returncode == 0
-        self.summary = []
+        self.summary = {}  # workload -> its tables and figures, in order
+        self.current = None  # the workload running now
         self.machine = self.describe_machine()
 
     # ---- environment ----
@@ -398,7 +405,9 @@ class Bench:
         for tname, tree, desc in trees:
             name = f"mkfs-{tname}"
             log(f"== {name}: {desc}, {self.reps} reps")
-            targets = ["ubtrfs mkfs --rootdir", "mkfs.btrfs --rootdir", "mkfs.ext4 -d"]
+            # mkfs.ubtrfs: ubtrfs's mkfs program, as mkfs.btrfs is btrfs-progs'
+            # (`ubtrfs mkfs` makes the same image with more code mapped).
+            targets = ["mkfs.ubtrfs --rootdir", "mkfs.btrfs --rootdir", "mkfs.ext4 -d"]
             raw = {t: [] for t in targets}
             errors = {t: [] for t in targets}
             checks = []
@@ -412,8 +421,8 @@ class Bench:
                         os.unlink(img)
                     run(["sync"])
                     try:
-                        if t == "ubtrfs mkfs --rootdir":
-                            m = self.timed([self.ubtrfs, "mkfs", "-q", "--size", "4G", "--rootdir", tree, img])
+                        if t == "mkfs.ubtrfs --rootdir":
+                            m = self.timed([self.mkfs, "-q", "--size", "4G", "--rootdir", tree, img])
                             ok, msg = self.check_image(img)
                         elif t == "mkfs.btrfs --rootdir":
                             run(["truncate", "-s", "4G", img])
@@ -440,13 +449,13 @@ class Bench:
                 rows[t] = {**summarize([x["seconds"] for x in raw[t]]), "values": raw[t], "errors": errors[t],
                            "peak_rss_kib": summarize([x["peak_rss_kib"] for x in raw[t]]),
                            "cpu_seconds": summarize([x["user"] + x["sys"] for x in raw[t]])}
-            ratios = self.ratios(rows, [("ubtrfs mkfs --rootdir", "mkfs.btrfs --rootdir", 10.0),
-                                        ("ubtrfs mkfs --rootdir", "mkfs.ext4 -d", None)], lower_is_better=True)
-            a, b = rows["ubtrfs mkfs --rootdir"]["peak_rss_kib"]["median"], rows["mkfs.btrfs --rootdir"]["peak_rss_kib"]["median"]
+            ratios = self.ratios(rows, [("mkfs.ubtrfs --rootdir", "mkfs.btrfs --rootdir", 10.0),
+                                        ("mkfs.ubtrfs --rootdir", "mkfs.ext4 -d", None)], lower_is_better=True)
+            a, b = rows["mkfs.ubtrfs --rootdir"]["peak_rss_kib"]["median"], rows["mkfs.btrfs --rootdir"]["peak_rss_kib"]["median"]
             ratios.append({"what": "peak memory: ubtrfs / mkfs.btrfs", "ratio": (a / b) if a and b else None,
                            "target": "<= 1.0", "met": (a <= b) if a and b else None})
             result = {"workload": name, "unit": "s", "higher_is_better": False, "tree": desc,
-                      "command": "ubtrfs mkfs -q --size 4G --rootdir TREE IMG | mkfs.btrfs -q -f --rootdir TREE IMG "
+                      "command": "mkfs.ubtrfs -q --size 4G --rootdir TREE IMG | mkfs.btrfs -q -f --rootdir TREE IMG "
                                  "| mkfs.ext4 -q -F -d TREE IMG (4 GiB sparse image), under /usr/bin/time",
                       "rows": rows, "ratios": ratios, "checks": checks}
             self.emit(name, result, f"image build: {desc}")
@@ -676,7 +685,7 @@ plot '{dat}' using 1:3:xtic(2) with boxes lc rgb "#4477aa" notitle, \\
         snaps = [x for x in result.get("ubtrfs_stats") or [] if x.get("histograms")]
         if not snaps:
             if "ubtrfs_stats" in result:
-                self.summary.append("- ubtrfs latency histograms: none recorded by this build "
+                self.summary.setdefault(self.current, []).append("- ubtrfs latency histograms: none recorded by this build "
                                     "(CollectStats() returned no histograms)\n")
             return
         hs = {k: h for k, h in snaps[-1]["histograms"].items() if h["unit"] == "ns" and h["count"]}
@@ -690,7 +699,7 @@ plot '{dat}' using 1:3:xtic(2) with boxes lc rgb "#4477aa" notitle, \\
             lines.append(f"| {k} | {h['count']:,} | {us(h['mean'])} | {us(h['p50_le'])} | {us(h['p99_le'])} | {us(h['max'])} |")
         lines.append("")
         if not shutil.which("gnuplot"):
-            self.summary.append("\n".join(lines))
+            self.summary.setdefault(self.current, []).append("\n".join(lines))
             return
         top = sorted(hs.items(), key=lambda kv: -kv[1]["count"])[:8]
         plots = []
@@ -719,7 +728,7 @@ plot {', '.join(plots)}
             log(f"  gnuplot (latency) failed: {r.stderr[-400:]}")
         else:
             lines += [f"![ubtrfs latency, {result['title']}](@IMG@{name}-latency.png)", ""]
-        self.summary.append("\n".join(lines))
+        self.summary.setdefault(self.current, []).append("\n".join(lines))
         print("\n".join(lines), flush=True)
 
     def table(self, name, result):
@@ -765,30 +774,42 @@ plot {', '.join(plots)}
         if nchk:
             lines.append(f"- image checks: {nchk - len(bad)} of {nchk} clean")
         lines.append("")
-        self.summary.append("\n".join(lines))
+        self.summary.setdefault(self.current, []).append("\n".join(lines))
         print("\n".join(lines), flush=True)
 
     def finish(self, workloads):
+        """Writes summary.md: one section per workload, each saying which run made it. A run of some
+        workloads replaces their sections and keeps the others as the last run of each wrote them."""
         path = os.path.join(self.out, "summary.md")
-        head = [f"<!-- written by bench/run.py; {self.machine['date']} -->",
-                f"Mode: {'quick' if self.quick else 'full'}, up to {self.reps} repetitions (runs column), workloads: {' '.join(workloads)}; "
-                f"{self.machine['cpu']}, {self.machine['cores']} cores, {self.machine['mem_mib']} MiB, kernel "
-                f"{self.machine['kernel']}, ubtrfs {self.machine['ubtrfs_commit']} ({self.machine['build']}); "
-                f"load average at start {' '.join(self.machine['load_at_start'])}, at end {' '.join(self.note_load())}.",
-                ""]
-        if self.loop_note:
-            head.append(f"Note: {self.loop_note}\n")
-        text = "\n".join(head + self.summary)
+        run_line = (f"Mode: {'quick' if self.quick else 'full'}, up to {self.reps} repetitions (runs column); "
+                    f"{self.machine['cpu']}, {self.machine['cores']} cores, {self.machine['mem_mib']} MiB, kernel "
+                    f"{self.machine['kernel']}, ubtrfs {self.machine['ubtrfs_commit']} ({self.machine['build']}); "
+                    f"{self.machine['date']}; load average at start {' '.join(self.machine['load_at_start'])}, "
+                    f"at end {' '.join(self.note_load())}.")
+        sections = {}
+        if os.path.exists(path):
+            for m in SECTION_RE.finditer(open(path).read()):
+                sections[m.group(1)] = m.group(2)
+        for w in workloads:
+            body = [f"_{w}: {run_line}_", ""]
+            if self.loop_note:
+                body.append(f"Note: {self.loop_note}\n")
+            sections[w] = "\n".join(body + self.summary.get(w, [])).replace("@IMG@", "") + "\n"
+        order = [w for w in KNOWN_WORKLOADS if w in sections] + [w for w in sections if w not in KNOWN_WORKLOADS]
+        head = [f"<!-- written by bench/run.py; each workload's section says which run made it -->", ""]
+        text = "\n".join(head + [f"<!-- workload: {w} -->\n{sections[w]}<!-- end workload: {w} -->\n" for w in order])
         with open(path, "w") as f:
-            f.write(text.replace("@IMG@", ""))
+            f.write(text)
         log(f"results: {self.out}/*.json, *.png, summary.md")
         # A run into docs/bench of every workload also refreshes the generated part of docs/BENCHMARKS.md.
         doc = os.path.join(ROOT, "docs", "BENCHMARKS.md")
         begin, end = "<!-- bench/run.py: begin -->", "<!-- bench/run.py: end -->"
         if self.out == os.path.join(ROOT, "docs", "bench") and os.path.exists(doc):
             old = open(doc).read()
-            if begin in old and end in old and len(workloads) == 4 and not self.quick:
-                new = old[:old.index(begin) + len(begin)] + "\n" + text.replace("@IMG@", "bench/") + "\n" + old[old.index(end):]
+            if begin in old and end in old and len(workloads) == len(KNOWN_WORKLOADS) and not self.quick:
+                # the images sit beside summary.md, in docs/bench/
+                in_doc = re.sub(r"\]\(([^/()]+\.png)\)", r"](bench/\1)", text)
+                new = old[:old.index(begin) + len(begin)] + "\n" + in_doc + "\n" + old[old.index(end):]
                 with open(doc, "w") as f:
                     f.write(new)
                 log(f"updated the generated section of {doc}")
@@ -812,11 +833,10 @@ def main():
     ap.add_argument("--workdir", default="/var/tmp", help="where images and trees are made")
     ap.add_argument("workloads", nargs="*", help="create mkfs delete dbench (default: all)")
     args = ap.parse_args()
-    known = ["create", "mkfs", "delete", "dbench"]
-    workloads = args.workloads or known
+    workloads = args.workloads or KNOWN_WORKLOADS
     for w in workloads:
-        if w not in known:
-            ap.error(f"unknown workload '{w}' (known: {' '.join(known)})")
+        if w not in KNOWN_WORKLOADS:
+            ap.error(f"unknown workload '{w}' (known: {' '.join(KNOWN_WORKLOADS)})")
     if args.threads < 1 or args.threads > 64:
         ap.error("--threads must be 1..64")
     if args.reps < 0:
@@ -827,6 +847,7 @@ def main():
     t0 = time.time()
     try:
         for w in workloads:
+            b.current = w
             if w == "create":
                 b.workload_create(0)
                 b.workload_create(4096)

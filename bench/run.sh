@@ -11,7 +11,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${UBTRFS_BENCH_BUILD:-$here/build-bench}"
 "$here/scripts/deps.sh"
 cmake -B "$build" -S "$here" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-nice ninja -C "$build" -j2 ubtrfs lib_bench >/dev/null
+nice ninja -C "$build" -j2 ubtrfs mkfs.ubtrfs lib_bench >/dev/null
 # nullfs needs libfuse3 and not libubtrfs, so it is not one of the bench/*.cc targets.
 cc -O2 -Wall -Wextra -o "$build/nullfs" "$here/bench/nullfs.c" $(pkg-config --cflags --libs fuse3) -lpthread
 exec python3 "$here/bench/run.py" --build "$build" "$@"

@@ -51,11 +51,6 @@
 namespace ubtrfs_test {
 namespace {
 
-std::string Sha256(const std::string& path) {
-  CommandResult r = RunCommand({"sha256sum", path});
-  return r.ok() ? r.out.substr(0, 64) : "sha256sum failed: " + r.Describe();
-}
-
 std::string WriteFsync(const std::string& path, const std::string& data, int flags = O_WRONLY | O_CREAT | O_TRUNC,
                        off_t at = -1) {
   int fd = open(path.c_str(), flags, 0644);

@@ -1,7 +1,8 @@
 // ubtrfs under the name mkfs.btrfs: image builders that run `mkfs.btrfs` by
 // name (systemd-repart, and mkosi through it) build with ubtrfs when a
-// mkfs.btrfs linked to it comes first in PATH. The arguments are the ones
-// systemd's make_filesystem() passes.
+// mkfs.btrfs linked to mkfs.ubtrfs (or to ubtrfs, which then is its mkfs
+// verb) comes first in PATH. The arguments are the ones systemd's
+// make_filesystem() passes.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,24 +23,32 @@
 #ifndef UBTRFS_CLI_PATH
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
 #endif
+#ifndef UBTRFS_MKFS_PATH
+#error "UBTRFS_MKFS_PATH must name the mkfs.ubtrfs executable"
+#endif
 
 namespace ubtrfs_test {
 namespace {
 
 constexpr char kUuid[] = "3e4807d8-a87a-4125-94b5-25c5eef8b14e";
 
-// A directory holding mkfs.btrfs, a symbolic link to the ubtrfs under test.
-std::string LinkAsMkfsBtrfs(const TempDir& dir) {
+// A directory holding mkfs.btrfs, a symbolic link to `target`.
+std::string LinkAsMkfsBtrfs(const TempDir& dir, const std::string& target = UBTRFS_MKFS_PATH) {
   const std::string bin = dir.Sub("bin");
   if (::mkdir(bin.c_str(), 0755) != 0) return "";
-  if (::symlink(UBTRFS_CLI_PATH, (bin + "/mkfs.btrfs").c_str()) != 0) return "";
+  if (::symlink(target.c_str(), (bin + "/mkfs.btrfs").c_str()) != 0) return "";
   return bin;
 }
 
-TEST(MkfsBtrfsName, TakesTheArgumentsSystemdRepartPasses) {
+// Linked to mkfs.ubtrfs, and to ubtrfs.
+class MkfsBtrfsName : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Programs, MkfsBtrfsName, ::testing::Values(UBTRFS_MKFS_PATH, UBTRFS_CLI_PATH),
+                         [](const auto& info) { return info.index == 0 ? "MkfsUbtrfs" : "Ubtrfs"; });
+
+TEST_P(MkfsBtrfsName, TakesTheArgumentsSystemdRepartPasses) {
   if (!HaveBtrfsProgs()) GTEST_SKIP() << "btrfs-progs (btrfs check) not installed";
   TempDir dir("ubtrfs-as-mkfs-btrfs");
-  const std::string bin = LinkAsMkfsBtrfs(dir);
+  const std::string bin = LinkAsMkfsBtrfs(dir, GetParam());
   ASSERT_FALSE(bin.empty());
   const std::string src = dir.Sub("src"), img = dir.Sub("part.img");
   ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
@@ -75,7 +84,7 @@ TEST(MkfsBtrfsName, TakesTheArgumentsSystemdRepartPasses) {
 // systemd-repart itself, as root: it makes the partition table, runs
 // mkfs.btrfs on a loop device of the partition, then mounts it with the
 // kernel and copies the files in (systemd 252; newer ones pass -r).
-TEST(MkfsBtrfsName, SystemdRepartFormatsWithIt) {
+TEST(MkfsBtrfsRepart, SystemdRepartFormatsWithIt) {
   const std::string repart = FindProgram("systemd-repart");
   if (repart.empty()) GTEST_SKIP() << "systemd-repart not installed";
   std::string why;

@@ -31,6 +31,7 @@ namespace {
 using ubtrfs_test::CommandResult;
 using ubtrfs_test::LoopMount;
 using ubtrfs_test::RunCommand;
+using ubtrfs_test::Sha256;
 using ubtrfs_test::TempDir;
 using ubtrfs_test::HaveBtrfsProgs;
 using ubtrfs_test::RunUbtrfs;
@@ -245,12 +246,6 @@ std::string FsidOf(const std::string& img) {
   auto fs = ubtrfs::Filesystem::Open(img);
   EXPECT_TRUE(fs.ok()) << fs.status().ToString();
   return fs.ok() ? (*fs)->Info().fsid : std::string();
-}
-
-std::string Sha256(const std::string& path) {
-  auto r = RunCommand({"sha256sum", path});
-  EXPECT_TRUE(r.ok()) << r.Describe();
-  return r.out.substr(0, 64);
 }
 
 // The argv that runs `args` as nobody (setpriv), when this process can.

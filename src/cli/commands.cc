@@ -9,7 +9,6 @@
 
 namespace ubtrfs::cli {
 namespace {
-int g_exit_code = 0;
 std::string g_subvol;
 uint64_t g_subvolid = 0;
 }  // namespace
@@ -23,11 +22,6 @@ void SubvolOptionsInto(OpenOptions* o) {
   o->subvol = g_subvol;
   o->subvolid = g_subvolid;
 }
-
-void SetExitCode(int code) {
-  if (code != 0 && g_exit_code == 0) g_exit_code = code;
-}
-int ExitCode() { return g_exit_code; }
 
 void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);

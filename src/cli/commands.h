@@ -18,6 +18,9 @@ int ExitCode();
 void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
+// mkfs's options and action on `cmd`: the mkfs subcommand, or the whole
+// command line of mkfs.ubtrfs (mkfs_main.cc).
+void AddMkfsOptions(CLI::App* cmd);
 void RegisterResize(CLI::App& app);        // resize (offline grow and shrink)
 void RegisterDevice(CLI::App& app);        // device add|remove (offline)
 void RegisterCheck(CLI::App& app);         // check

@@ -585,9 +585,8 @@ void CmdMkfs(const MkfsArgs& a) {
 
 }  // namespace
 
-void RegisterMkfs(CLI::App& app) {
+void AddMkfsOptions(CLI::App* cmd) {
   static MkfsArgs args;
-  auto* cmd = app.add_subcommand("mkfs", "Create an empty btrfs filesystem in an image file or on a block device");
   cmd->add_option("image", args.images,
                   "Image files (created with --size if missing) or block devices: several make one filesystem "
                   "over all of them (devids 1, 2, ... in this order)")
@@ -643,6 +642,10 @@ void RegisterMkfs(CLI::App& app) {
   cmd->add_flag("-f,--force", args.force, "Overwrite an existing btrfs filesystem");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdMkfs(args); });
+}
+
+void RegisterMkfs(CLI::App& app) {
+  AddMkfsOptions(app.add_subcommand("mkfs", "Create an empty btrfs filesystem in an image file or on a block device"));
 }
 
 }  // namespace ubtrfs::cli

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
+#include <bit>
 #include <cstring>
 
 #include "fs/compress.h"
@@ -93,13 +93,16 @@ bool LooksCompressible(std::span<const uint8_t> data) {
   if (core <= kCoreSetLow) return true;
   if (core >= kCoreSetHigh) return false;
 
-  double h = 0;
+  // Shannon entropy in quarter bits, in integers as the kernel computes it
+  // (log2 of n^4, rounded down), so that a range near the line falls on the
+  // kernel's side of it.
+  const auto log2_quarters = [](uint64_t n) { return static_cast<uint64_t>(std::bit_width(n * n * n * n) - 1); };
+  const uint64_t total_quarters = log2_quarters(sample.size());
+  uint64_t entropy = 0;  // (samples of at most 8 KiB: n^4 fits)
   for (uint32_t n : bucket) {
-    if (!n) continue;
-    const double p = static_cast<double>(n) / static_cast<double>(sample.size());
-    h -= p * std::log2(p);
+    if (n) entropy += n * (total_quarters - log2_quarters(n));
   }
-  const int percent = static_cast<int>(h * 100 / 8);
+  const int percent = static_cast<int>(entropy / sample.size() * 100 / (8 * 4));
   // Below 65% the kernel is sure; up to 80% it compresses without a closer look.
   return percent < kEntropyHigh;
 }

@@ -187,7 +187,7 @@ class Importer {
   }
 
   Status CopyData(const std::string& src, InodeId id, const struct stat& st) {
-    if (buf_.empty()) buf_.resize(1 << 20);  // not before the first file that needs it
+    if (buf_.empty()) buf_.resize(256 << 10);  // not before the first file that needs it
     int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Errno("open", src);
     Status result;

@@ -22,7 +22,7 @@ step() { echo "== $*"; }
 
 step "cmake --install into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
-for f in lib/libubtrfs.so lib/libubtrfs.so.0 lib/libubtrfs.a lib/pkgconfig/ubtrfs.pc bin/ubtrfs \
+for f in lib/libubtrfs.so lib/libubtrfs.so.0 lib/libubtrfs.a lib/pkgconfig/ubtrfs.pc bin/ubtrfs bin/mkfs.ubtrfs \
          lib/cmake/ubtrfs/ubtrfsConfig.cmake lib/cmake/ubtrfs/ubtrfsConfigVersion.cmake \
          include/ubtrfs/ubtrfs.h include/ubtrfs/filesystem.h include/ubtrfs/status.h \
          include/ubtrfs/export.h include/ubtrfs/stats.h include/ubtrfs/export_macros.h include/ubtrfs/import.h \
@@ -47,6 +47,17 @@ echo "SONAME $soname, $(basename "$lib")"
 for f in "$lib" "$prefix/bin/ubtrfs"; do
   if readelf -d "$f" | grep -E 'NEEDED.*lib(rbd|rados)\.' >&2; then fail "$(basename "$f") links librbd/librados"; fi
 done
+
+# mkfs.ubtrfs is held to mkfs.btrfs's memory: it maps no C++ runtime, fmt,
+# FUSE or line editor (all linked statically or not at all), except in a
+# sanitizer build, where the runtime wants them shared.
+if ! readelf -d "$prefix/bin/mkfs.ubtrfs" | grep -qE 'NEEDED.*lib(asan|tsan|ubsan)'; then
+  if readelf -d "$prefix/bin/mkfs.ubtrfs" | grep -E 'NEEDED.*lib(stdc\+\+|fmt|fuse3|edit|rbd|rados|archive)\.' >&2; then
+    fail "mkfs.ubtrfs maps a library it should not"
+  fi
+fi
+"$prefix/bin/mkfs.ubtrfs" -q --size 128M "$work/mkfs-program.img" || fail "mkfs.ubtrfs failed"
+"$prefix/bin/ubtrfs" check "$work/mkfs-program.img" >/dev/null || fail "ubtrfs check of mkfs.ubtrfs's image failed"
 
 step "nm -D --defined-only: only the API"
 nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort -u >"$work/symbols.mangled"

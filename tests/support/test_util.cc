@@ -53,6 +53,11 @@ std::string ShellJoin(const std::vector<std::string>& argv) {
   return r;
 }
 
+std::string Sha256(const std::string& path) {
+  CommandResult r = RunCommand({"sha256sum", path});
+  return r.ok() ? r.out.substr(0, 64) : "sha256sum failed: " + r.Describe();
+}
+
 std::string FindProgram(const std::string& name) {
   if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
   std::string path = getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin";

@@ -23,6 +23,9 @@ struct CommandResult {
 CommandResult RunCommand(const std::vector<std::string>& argv);
 // The command line as a shell would accept it (for logs and failure messages).
 std::string ShellJoin(const std::vector<std::string>& argv);
+// sha256sum of a file as 64 hex digits, or a line saying why not (which
+// then differs from every digest).
+std::string Sha256(const std::string& path);
 // Full path of an executable found in PATH (plus /sbin, /usr/sbin), or "".
 std::string FindProgram(const std::string& name);
 

@@ -1,0 +1,118 @@
+// mkfs.ubtrfs, the mkfs verb as a program of its own (src/cli/mkfs_main.cc):
+// it must make the very image `ubtrfs mkfs` makes from the same arguments,
+// and take and refuse what the verb takes and refuses.
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/host_files.h"
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "support/tree_gen.h"
+#include "ubtrfs/filesystem.h"
+
+#ifndef UBTRFS_CLI_PATH
+#error "UBTRFS_CLI_PATH must name the ubtrfs executable"
+#endif
+#ifndef UBTRFS_MKFS_PATH
+#error "UBTRFS_MKFS_PATH must name the mkfs.ubtrfs executable"
+#endif
+
+namespace ubtrfs_test {
+namespace {
+
+const std::string kCli = UBTRFS_CLI_PATH;
+const std::string kMkfs = UBTRFS_MKFS_PATH;
+
+// Runs `ubtrfs mkfs ARGS IMG` or `mkfs.ubtrfs ARGS IMG` with a fixed
+// SOURCE_DATE_EPOCH, so that two runs can be compared byte for byte.
+CommandResult Build(bool program, const std::vector<std::string>& args, const std::string& img) {
+  std::vector<std::string> argv = {"env", "SOURCE_DATE_EPOCH=1700000000"};
+  if (program) {
+    argv.push_back(kMkfs);
+  } else {
+    argv.insert(argv.end(), {kCli, "mkfs"});
+  }
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back(img);
+  return RunCommand(argv);
+}
+
+TEST(MkfsProgram, MakesTheImageTheMkfsVerbMakes) {
+  TempDir dir("ubtrfs-mkfs-program");
+  const std::string src = dir.Sub("src");
+  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+  GenerateTree(src, 23, ScaledTreeOptions(300));
+  // Times in the past, then every file and symbolic link read once: a read
+  // sets the atime where it is not after the mtime (relatime), and the
+  // first build must not change what the second sees.
+  auto r = RunCommand({"find", src, "-exec", "touch", "-h", "-d", "@1600000000", "{}", "+"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = RunCommand({"sh", "-c", "find \"$0\" -type f -exec cat {} + >/dev/null; find \"$0\" -type l -exec readlink {} + >/dev/null", src});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  // Plain data, compressed data (the entropy test decides what is stored
+  // plain), a shrunk image with another checksum and a subvolume.
+  const std::vector<std::vector<std::string>> cases = {
+      {"-q", "--size", "256M", "--rootdir", src},
+      {"-q", "--size", "256M", "--compress", "zstd", "--rootdir", src},
+      {"-q", "--shrink", "--csum", "blake2", "--compress", "lzo", "-L", "x", "--rootdir", src},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(ShellJoin(cases[i]));
+    const std::string a = dir.Sub("verb" + std::to_string(i) + ".img");
+    const std::string b = dir.Sub("program" + std::to_string(i) + ".img");
+    r = Build(false, cases[i], a);
+    ASSERT_TRUE(r.ok()) << r.Describe();
+    r = Build(true, cases[i], b);
+    ASSERT_TRUE(r.ok()) << r.Describe();
+    EXPECT_EQ(r.out, "") << "-q prints nothing";
+    EXPECT_EQ(Sha256(a), Sha256(b));
+    auto fs = ubtrfs::Filesystem::Open(b);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto mism = CompareTreeToImage(src, **fs, CompareOptions{});
+    EXPECT_TRUE(mism.empty()) << FormatMismatches(mism);
+    if (HaveBtrfsProgs()) {
+      EXPECT_EQ(BtrfsCheck(b), "");
+    }
+  }
+}
+
+TEST(MkfsProgram, RefusesWhatTheVerbRefuses) {
+  TempDir dir("ubtrfs-mkfs-program-errors");
+  const std::string img = dir.Sub("x.img");
+  // No image: a usage error naming what is missing.
+  auto r = RunCommand({kMkfs});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("image"), std::string::npos) << r.Describe();
+  // The help is mkfs's options under the program's own name.
+  r = RunCommand({kMkfs, "--help"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("Usage: mkfs.ubtrfs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--rootdir"), std::string::npos) << r.out;
+  // A bad value, a missing rootdir.
+  r = RunCommand({kMkfs, "-q", "--size", "256M", "--csum", "md5", img});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("md5"), std::string::npos) << r.Describe();
+  r = RunCommand({kMkfs, "-q", "--size", "256M", "--rootdir", dir.Sub("missing"), img});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("missing"), std::string::npos) << r.Describe();
+  // An existing filesystem stays unless -f.
+  r = RunCommand({kMkfs, "-q", "--size", "256M", "-L", "first", img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  const std::string before = Sha256(img);
+  r = RunCommand({kMkfs, "-q", "-L", "second", img});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(Sha256(img), before);
+  r = RunCommand({kMkfs, "-q", "-f", "-L", "second", img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  auto fs = ubtrfs::Filesystem::Open(img);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_EQ((*fs)->Info().label, "second");
+}
+
+}  // namespace
+}  // namespace ubtrfs_test
