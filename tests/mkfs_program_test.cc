@@ -1,7 +1,9 @@
 // mkfs.ubtrfs, the mkfs verb as a program of its own (src/cli/mkfs_main.cc):
 // it must make the very image `ubtrfs mkfs` makes from the same arguments,
-// and take and refuse what the verb takes and refuses.
+// and take and refuse what the verb takes and refuses. And the library call
+// both are made of (ubtrfs::Mkfs, include/ubtrfs/mkfs.h).
 #include <sys/stat.h>
+#include <time.h>
 
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "support/tree_compare.h"
 #include "support/tree_gen.h"
 #include "ubtrfs/filesystem.h"
+#include "ubtrfs/mkfs.h"
 
 #ifndef UBTRFS_CLI_PATH
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
@@ -112,6 +115,83 @@ TEST(MkfsProgram, RefusesWhatTheVerbRefuses) {
   auto fs = ubtrfs::Filesystem::Open(img);
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
   EXPECT_EQ((*fs)->Info().label, "second");
+}
+
+// A program that builds images calls the library: the same bytes as the
+// command from the same values, a report of what was made, and afterwards
+// the real clock again for what it writes next.
+TEST(MkfsApi, TheLibraryCallMakesWhatTheProgramMakes) {
+  TempDir dir("ubtrfs-mkfs-api");
+  const std::string src = dir.Sub("src");
+  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+  GenerateTree(src, 29, ScaledTreeOptions(200));
+  ASSERT_EQ(::mkdir((src + "/sv").c_str(), 0755), 0);
+  auto r = RunCommand({"find", src, "-exec", "touch", "-h", "-d", "@1600000000", "{}", "+"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = RunCommand({"sh", "-c", "find \"$0\" -type f -exec cat {} + >/dev/null; find \"$0\" -type l -exec readlink {} + >/dev/null", src});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+
+  ubtrfs::MkfsSpec spec;
+  spec.images = {dir.Sub("api.img")};
+  spec.size = 256ull << 20;
+  spec.label = "built";
+  spec.rootdir = src;
+  spec.compress = "zstd";
+  spec.subvols = {"ro:sv"};
+  spec.source_date_epoch = 1700000000;
+  ubtrfs::MkfsReport report;
+  ubtrfs::Status s = ubtrfs::Mkfs(spec, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  r = Build(true, {"-q", "--size", "256M", "-L", "built", "--rootdir", src, "--compress", "zstd", "--subvol", "ro:sv"},
+            dir.Sub("program.img"));
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(Sha256(dir.Sub("api.img")), Sha256(dir.Sub("program.img")));
+
+  EXPECT_EQ(report.label, "built");
+  EXPECT_EQ(report.nodesize, 16384u);
+  EXPECT_EQ(report.csum, "crc32c");
+  ASSERT_EQ(report.devices.size(), 1u);
+  EXPECT_EQ(report.devices[0].second, 256ull << 20);
+  EXPECT_TRUE(report.imported);
+  EXPECT_GT(report.import.files, 0u);
+  ASSERT_EQ(report.subvols.size(), 1u);
+  EXPECT_EQ(report.subvols[0].path, "sv");
+  EXPECT_TRUE(report.subvols[0].read_only);
+  auto fs = ubtrfs::Filesystem::Open(spec.images[0]);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_EQ((*fs)->Info().fsid, report.fsid);
+  fs->reset();
+
+  // Refused: an existing filesystem without force (EEXIST, nothing
+  // written), and a bad value naming its option.
+  const std::string before = Sha256(spec.images[0]);
+  s = ubtrfs::Mkfs(spec);
+  EXPECT_EQ(s.code(), EEXIST) << s.ToString();
+  EXPECT_EQ(Sha256(spec.images[0]), before);
+  ubtrfs::MkfsSpec bad;
+  bad.images = {dir.Sub("bad.img")};
+  bad.size = 256ull << 20;
+  bad.data_profile = "raid7";
+  s = ubtrfs::Mkfs(bad);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("raid7"), std::string::npos) << s.ToString();
+  struct stat st;
+  EXPECT_NE(::stat(bad.images[0].c_str(), &st), 0) << "nothing created for a refused spec";
+
+  // After the deterministic build the clock is the real one again.
+  ubtrfs::MkfsSpec plain;
+  plain.images = {dir.Sub("plain.img")};
+  plain.size = 256ull << 20;
+  ASSERT_TRUE(ubtrfs::Mkfs(plain).ok());
+  ubtrfs::OpenOptions oo;
+  oo.writable = true;
+  fs = ubtrfs::Filesystem::Open(plain.images[0], oo);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto made = (*fs)->Create((*fs)->Root(), "new", ubtrfs::NewInode{});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto attr = (*fs)->GetStat(*made);
+  ASSERT_TRUE(attr.ok()) << attr.status().ToString();
+  EXPECT_GT(attr->mtime.sec, ::time(nullptr) - 600) << "a file made after the deterministic mkfs has the epoch's time";
 }
 
 }  // namespace

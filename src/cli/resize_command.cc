@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
-#include "cli/mkfs_rootdir.h"
+#include "cli/progress_line.h"
 #include "ubtrfs/resize.h"
 
 namespace ubtrfs::cli {

@@ -28,6 +28,11 @@ void SetDeterministic(int64_t sec, const std::array<uint8_t, 16>& seed) {
   g_fixed = true;
 }
 
+void ClearDeterministic() {
+  std::lock_guard lock(g_seed_mutex);
+  g_fixed = false;
+}
+
 bool Deterministic() { return g_fixed.load(std::memory_order_relaxed); }
 
 timespec WallClock(bool coarse) {

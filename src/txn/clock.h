@@ -19,6 +19,9 @@ namespace ubtrfs::txn {
 // From now on WallClock() returns `sec` and NewUuid() derives uuids from
 // `seed` and a counter (the n-th call gives the same uuid in every run).
 void SetDeterministic(int64_t sec, const std::array<uint8_t, 16>& seed);
+// Back to the real clock and getrandom (the end of a deterministic mkfs
+// in a program that goes on writing).
+void ClearDeterministic();
 bool Deterministic();
 
 // CLOCK_REALTIME (CLOCK_REALTIME_COARSE with `coarse`), or the fixed time.

@@ -1,10 +1,10 @@
-// mkfs --rootdir for image builders: --subvol and --inode-flags parsing,
-// the import of a directory with its subvolumes, and the progress line.
-#ifndef UBTRFS_CLI_MKFS_ROOTDIR_H_
-#define UBTRFS_CLI_MKFS_ROOTDIR_H_
+// mkfs --rootdir of a directory with its subvolumes and inode flags
+// (rootdir_import.cc); Mkfs (fs/mkfs.cc) calls it.
+#ifndef UBTRFS_FS_ROOTDIR_IMPORT_H_
+#define UBTRFS_FS_ROOTDIR_IMPORT_H_
 
-#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,25 +14,7 @@
 #include "ubtrfs/filesystem.h"
 #include "ubtrfs/import.h"
 
-namespace ubtrfs::cli {
-
-// "1.50MiB": bytes in binary units for people.
-std::string Human(uint64_t bytes);
-
-// The import's progress on one updating line of a terminal: entries, data
-// and its rate, at most five times a second; Done() clears the line.
-class ProgressLine {
- public:
-  explicit ProgressLine(bool on) : on_(on), start_(Clock::now()), last_(start_) {}
-  void Update(const ImportStats& s);
-  void Done();
-
- private:
-  using Clock = std::chrono::steady_clock;
-  bool on_;
-  bool shown_ = false;
-  Clock::time_point start_, last_;
-};
+namespace ubtrfs::fs {
 
 // A --subvol: the directory below --rootdir that becomes a subvolume.
 struct SubvolSpec {
@@ -61,8 +43,9 @@ std::optional<std::map<std::string, uint32_t>> ParseInodeFlags(const std::vector
 Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<SubvolSpec>& subvols,
                      const std::map<std::string, uint32_t>& flags,
                      const std::optional<std::pair<uint32_t, uint32_t>>& owner, const std::optional<Time>& max_time,
-                     ProgressLine* progress, ImportStats* stats, bool reflink = false);
+                     const std::function<void(const ImportStats&)>& progress, ImportStats* stats,
+                     bool reflink = false);
 
-}  // namespace ubtrfs::cli
+}  // namespace ubtrfs::fs
 
-#endif  // UBTRFS_CLI_MKFS_ROOTDIR_H_
+#endif  // UBTRFS_FS_ROOTDIR_IMPORT_H_

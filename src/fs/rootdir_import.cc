@@ -1,19 +1,19 @@
-#include "cli/mkfs_rootdir.h"
+// mkfs --rootdir of a directory: its --subvol directories made subvolumes
+// (imported each on its own, then read-only and default flags set) and its
+// --inode-flags paths, checked against the directory.
+#include "fs/rootdir_import.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <fmt/core.h>
-
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string_view>
 
-namespace ubtrfs::cli {
+namespace ubtrfs::fs {
 namespace {
 
 // `path` below the canonical directory `root` as a canonical path relative
@@ -42,10 +42,11 @@ std::optional<std::string> RelBelow(const std::string& root, const std::string& 
 ImportOptions ImportOptionsFor(const std::string& base, const std::vector<SubvolSpec>& subvols,
                                const std::map<std::string, uint32_t>& flags,
                                const std::optional<std::pair<uint32_t, uint32_t>>& owner,
-                               const std::optional<Time>& max_time, ProgressLine* progress, bool reflink) {
+                               const std::optional<Time>& max_time,
+                               const std::function<void(const ImportStats&)>& progress, bool reflink) {
   ImportOptions io;
   io.reflink = reflink;
-  if (progress) io.progress = [progress](const ImportStats& s) { progress->Update(s); };
+  io.progress = progress;
   io.owner = owner;
   io.max_time = max_time;
   io.bulk = true;  // a new image: only the end state counts
@@ -67,37 +68,6 @@ ImportOptions ImportOptionsFor(const std::string& base, const std::vector<Subvol
 }
 
 }  // namespace
-
-std::string Human(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 6) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{}B", bytes) : fmt::format("{:.2f}{}", v, kUnits[u]);
-}
-
-void ProgressLine::Update(const ImportStats& s) {
-  if (!on_) return;
-  const auto now = Clock::now();
-  // The first line at once (so a short build shows one too), then five a
-  // second at most.
-  if (shown_ && now - last_ < std::chrono::milliseconds(200)) return;
-  last_ = now;
-  const double secs = std::chrono::duration<double>(now - start_).count();
-  const uint64_t entries = s.files + s.dirs + s.symlinks + s.hardlinks + s.specials;
-  fmt::print(stderr, "\r\033[K{} files, {} directories, {} entries; {}, {}/s", s.files, s.dirs, entries,
-             Human(s.bytes), Human(secs > 0 ? static_cast<uint64_t>(static_cast<double>(s.bytes) / secs) : 0));
-  std::fflush(stderr);
-  shown_ = true;
-}
-
-void ProgressLine::Done() {
-  if (shown_) fmt::print(stderr, "\r\033[K");
-  shown_ = false;
-}
 
 // --subvol values as mkfs.btrfs: an optional rw:, ro:, default: or
 // default-ro: prefix (anything else before a colon is part of the path; a
@@ -203,8 +173,8 @@ std::optional<std::map<std::string, uint32_t>> ParseInodeFlags(const std::vector
 Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<SubvolSpec>& subvols_in,
                      const std::map<std::string, uint32_t>& flags,
                      const std::optional<std::pair<uint32_t, uint32_t>>& owner,
-                     const std::optional<Time>& max_time, ProgressLine* progress, ImportStats* stats,
-                     bool reflink) {
+                     const std::optional<Time>& max_time,
+                     const std::function<void(const ImportStats&)>& progress, ImportStats* stats, bool reflink) {
   UB_RETURN_IF_ERROR(ImportContents(fs, root, fs.Root(), ImportOptionsFor("", subvols_in, flags, owner, max_time, progress, reflink), stats));
   // Parents before children: a path sorts before the paths below it.
   std::vector<SubvolSpec> subvols = subvols_in;
@@ -257,4 +227,4 @@ Status ImportRootdir(Filesystem& fs, const std::string& root, const std::vector<
   return Status::Ok();
 }
 
-}  // namespace ubtrfs::cli
+}  // namespace ubtrfs::fs
