@@ -520,6 +520,35 @@ TEST(MkfsRootdirTest, ByteIdenticalImages) {
   EXPECT_NE(r.err.find("SOURCE_DATE_EPOCH"), std::string::npos) << r.Describe();
 }
 
+// Reading the source leaves its atimes as they were (O_NOATIME): the image
+// records them, so a build that changed them would make the next build of
+// the same tree differ.
+TEST(MkfsRootdirTest, SourceAtimesStayAsTheyWere) {
+  TempDir dir("ubtrfs-mkfs-atime");
+  const std::string src = dir.Sub("src");
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((src + "/d").c_str(), 0755), 0);
+  WriteRandomFile(src + "/d/small", 100, 1);
+  WriteRandomFile(src + "/big", 3 << 20, 2);
+  // atime before mtime: relatime would update it at the first read.
+  auto r = RunCommand({"touch", "-m", "-d", "@1600000000", src + "/d/small", src + "/big", src + "/d", src});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = RunCommand({"touch", "-a", "-d", "@1500000000", src + "/d/small", src + "/big", src + "/d", src});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  for (const char* compress : {"", "zstd"}) {
+    SCOPED_TRACE(compress);
+    std::vector<std::string> argv = {kCli, "mkfs", "-q", "-f", "--size", "256M", "--rootdir", src, dir.Sub("i.img")};
+    if (*compress) argv.insert(argv.end(), {"--compress", compress});
+    r = RunCommand(argv);
+    ASSERT_TRUE(r.ok()) << r.Describe();
+    for (const std::string& p : {src + "/d/small", src + "/big", src + "/d", src}) {
+      struct stat st;
+      ASSERT_EQ(lstat(p.c_str(), &st), 0) << p;
+      EXPECT_EQ(st.st_atim.tv_sec, 1500000000) << p << ": its atime changed";
+    }
+  }
+}
+
 // Holes in sparse host files stay holes: no extents for them, the kernel
 // finds them with SEEK_HOLE/SEEK_DATA and counts only the data's blocks.
 TEST(MkfsRootdirTest, SparseFilesStaySparse) {

@@ -133,6 +133,40 @@ UBTRFS_C_API int ubtrfs_discard(ubtrfs_fs *fs);
  * grown likewise). ubtrfs_open takes such paths too. */
 UBTRFS_C_API int ubtrfs_mkfs(const char *path, uint64_t size, int force);
 
+/* What `ubtrfs mkfs` takes, for ubtrfs_mkfs_ex. Zero it, set struct_size
+ * to sizeof(ubtrfs_mkfs_opts_t), then the fields wanted: NULL strings and
+ * zeros are the defaults. Fields added later go at the end; the library
+ * reads only those within struct_size. */
+typedef struct ubtrfs_mkfs_opts_t {
+  uint32_t struct_size;
+  uint64_t size;                  /* each image's (created or extended to it; 0: as it is) */
+  int force;                      /* overwrite an existing btrfs filesystem */
+  const char *label;
+  const char *uuid;               /* "01234567-89ab-cdef-0123-456789abcdef"; NULL: random */
+  const char *csum;               /* crc32c (default), xxhash, sha256, blake2 */
+  uint32_t nodesize;              /* 0: 16384 (4096 with mixed) */
+  const char *data_profile;       /* single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6 */
+  const char *metadata_profile;
+  const char *features;           /* -O list: "block-group-tree,^mixed-bg" */
+  int mixed;                      /* data and metadata in the same chunks */
+  const char *rootdir;            /* host directory, tar archive, or "-" (stdin) to import */
+  const char *compress;           /* ALG[:LEVEL] for the imported data */
+  const char *const *subvols;     /* NULL-terminated [rw|ro|default|default-ro:]SUBDIR list */
+  const char *const *inode_flags; /* NULL-terminated nodatacow|nodatasum:PATH list */
+  int owner_set;                  /* nonzero: everything imported gets owner_uid:owner_gid */
+  uint32_t owner_uid, owner_gid;
+  int deterministic;              /* same input, same image bytes */
+  int source_date_epoch_set;      /* nonzero: times clamped to source_date_epoch (implies deterministic) */
+  int64_t source_date_epoch;
+  int shrink;                     /* with rootdir: the smallest image file that holds it */
+  int reflink;                    /* with a directory rootdir: clone the host files' data */
+} ubtrfs_mkfs_opts_t;
+
+/* ubtrfs_mkfs with every option of `ubtrfs mkfs` (ubtrfs::Mkfs in
+ * <ubtrfs/mkfs.h>), over `ndevices` images or block devices (devids 1, 2,
+ * ... in this order). */
+UBTRFS_C_API int ubtrfs_mkfs_ex(const char *const *devices, size_t ndevices, const ubtrfs_mkfs_opts_t *opts);
+
 /* The message of the calling thread's last failed call ("" when none). The
  * pointer stays valid until that thread's next ubtrfs_* call. */
 UBTRFS_C_API const char *ubtrfs_last_error(void);

@@ -237,6 +237,31 @@ def test_file_objects(tmp_path, btrfs_check):
     btrfs_check(img)
 
 
+def test_mkfs_builds_an_image_from_a_tree(tmp_path, btrfs_check):
+    """mkfs with `ubtrfs mkfs`'s options: a read-only subvolume, compression, a fixed epoch."""
+    src = tmp_path / "src"
+    host_tree(src)
+    (src / "sv").mkdir()
+    (src / "sv" / "inner").write_text("x" * 10000)
+    imgs = [tmp_path / "a.img", tmp_path / "b.img"]
+    for img in imgs:
+        ubtrfs.mkfs(img, 256 << 20, label="py", rootdir=src, compress="zstd", subvols=["ro:sv"],
+                    source_date_epoch=1_700_000_000, owner=(0, 0))
+    assert imgs[0].read_bytes() == imgs[1].read_bytes(), "the same input gave different image bytes"
+    btrfs_check(imgs[0])
+    with ubtrfs.open(imgs[0]) as fs:
+        assert fs.open("/blob", "rb").read() == BLOB
+        assert fs.open("/sv/inner", "rb").read() == b"x" * 10000
+        assert [s.path for s in fs.list_subvolumes() if s.read_only] == ["sv"]
+        assert fs.stat("/etc/hostname").st_uid == 0
+    with pytest.raises(FileExistsError):
+        ubtrfs.mkfs(imgs[0], rootdir=src)
+    with pytest.raises(OSError) as e:
+        ubtrfs.mkfs(tmp_path / "c.img", 256 << 20, data="raid7")
+    assert e.value.errno == errno.EINVAL and "raid7" in str(e.value)
+    assert not (tmp_path / "c.img").exists()
+
+
 def test_errors_are_oserrors_with_errno(tmp_path):
     img = tmp_path / "e.img"
     ubtrfs.mkfs(img, 128 << 20)

@@ -101,6 +101,18 @@ class _SetAttr(ctypes.Structure):
                 ("ctime", _Time)]
 
 
+class _MkfsOpts(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("size", ctypes.c_uint64), ("force", ctypes.c_int),
+                ("label", ctypes.c_char_p), ("uuid", ctypes.c_char_p), ("csum", ctypes.c_char_p),
+                ("nodesize", ctypes.c_uint32), ("data_profile", ctypes.c_char_p),
+                ("metadata_profile", ctypes.c_char_p), ("features", ctypes.c_char_p), ("mixed", ctypes.c_int),
+                ("rootdir", ctypes.c_char_p), ("compress", ctypes.c_char_p),
+                ("subvols", ctypes.POINTER(ctypes.c_char_p)), ("inode_flags", ctypes.POINTER(ctypes.c_char_p)),
+                ("owner_set", ctypes.c_int), ("owner_uid", ctypes.c_uint32), ("owner_gid", ctypes.c_uint32),
+                ("deterministic", ctypes.c_int), ("source_date_epoch_set", ctypes.c_int),
+                ("source_date_epoch", ctypes.c_int64), ("shrink", ctypes.c_int), ("reflink", ctypes.c_int)]
+
+
 _READDIR_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, _Ino, ctypes.c_uint,
                                ctypes.c_uint64)
 _FS = ctypes.c_void_p
@@ -117,6 +129,7 @@ _SIGNATURES = {
     "ubtrfs_discard": (_c_int, [_FS]),
     "ubtrfs_open_ex": (_c_int, [_c_str, ctypes.c_uint, _c_u64, _c_int, _P(_FS)]),
     "ubtrfs_mkfs": (_c_int, [_c_str, _c_u64, _c_int]),
+    "ubtrfs_mkfs_ex": (_c_int, [_P(_c_str), _c_size, _P(_MkfsOpts)]),
     "ubtrfs_last_error": (_c_str, []),
     "ubtrfs_version": (_c_str, []),
     "ubtrfs_root": (_c_int, [_FS, _P(_Ino)]),
@@ -233,17 +246,62 @@ def _name(name):
     return n
 
 
-def mkfs(image, size=0, force=False):
-    """Create an empty btrfs filesystem in the image file `image`.
+def mkfs(image, size=0, force=False, *, label=None, uuid=None, csum=None, nodesize=0, data=None, metadata=None,
+         features=None, mixed=False, rootdir=None, compress=None, subvols=(), inode_flags=(), owner=None,
+         deterministic=False, source_date_epoch=None, shrink=False, reflink=False):
+    """Create a btrfs filesystem in the image file `image` (or a list of images or devices).
 
     The file is created (or extended) to `size` bytes; size 0 keeps an
     existing file's size. An image that already holds btrfs is refused
     (FileExistsError) unless `force` is true.
+
+    The keyword arguments are `ubtrfs mkfs`'s options: `rootdir` (a host
+    directory or tar archive to import, with `subvols` such as "ro:usr",
+    `inode_flags` such as "nodatacow:var/lib/db", `owner` (uid, gid) and
+    `compress` such as "zstd:3"), `label`, `uuid`, `csum`, `nodesize`,
+    `data` and `metadata` profiles, `features` ("block-group-tree,^mixed-bg"),
+    `mixed`, `source_date_epoch` (the same input then gives the same image
+    bytes; `deterministic` does that with epoch 0), `shrink` and `reflink`.
     """
     lib = _load()
     if size < 0:
         raise ValueError("size must be >= 0")
-    _check(lib.ubtrfs_mkfs(os.fsencode(image), size, 1 if force else 0), os.fspath(image))
+    images = [image] if isinstance(image, (str, bytes, os.PathLike)) else list(image)
+    plain = (len(images) == 1 and not (label or uuid or csum or nodesize or data or metadata or features or mixed
+                                       or rootdir or compress or subvols or inode_flags or owner or deterministic
+                                       or source_date_epoch is not None or shrink or reflink))
+    if plain:
+        _check(lib.ubtrfs_mkfs(os.fsencode(os.fspath(images[0])), size, 1 if force else 0), os.fspath(images[0]))
+        return
+
+    def text(v):
+        return None if v is None else os.fsencode(v)
+
+    def strings(values):
+        arr = (ctypes.c_char_p * (len(values) + 1))(*[os.fsencode(v) for v in values], None)
+        return ctypes.cast(arr, ctypes.POINTER(ctypes.c_char_p)), arr
+
+    o = _MkfsOpts()
+    o.struct_size = ctypes.sizeof(_MkfsOpts)
+    o.size = size
+    o.force = 1 if force else 0
+    o.label, o.uuid, o.csum = text(label), text(uuid), text(csum)
+    o.nodesize = nodesize
+    o.data_profile, o.metadata_profile, o.features = text(data), text(metadata), text(features)
+    o.mixed = 1 if mixed else 0
+    o.rootdir, o.compress = text(None if rootdir is None else os.fspath(rootdir)), text(compress)
+    o.subvols, keep_subvols = strings(list(subvols))
+    o.inode_flags, keep_flags = strings(list(inode_flags))
+    if owner is not None:
+        o.owner_set, o.owner_uid, o.owner_gid = 1, owner[0], owner[1]
+    o.deterministic = 1 if deterministic else 0
+    if source_date_epoch is not None:
+        o.source_date_epoch_set, o.source_date_epoch = 1, int(source_date_epoch)
+    o.shrink = 1 if shrink else 0
+    o.reflink = 1 if reflink else 0
+    paths = (ctypes.c_char_p * len(images))(*[os.fsencode(os.fspath(i)) for i in images])
+    _check(lib.ubtrfs_mkfs_ex(paths, len(images), ctypes.byref(o)), os.fspath(images[0]))
+    del keep_subvols, keep_flags
 
 
 def open(image, writable=False, verify_checksums=True, offset=0, partition=0, undo=False):  # noqa: A001

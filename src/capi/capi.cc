@@ -9,7 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -23,6 +25,7 @@
 #include "txn/mkfs.h"
 #include "ubtrfs/export.h"
 #include "ubtrfs/filesystem.h"
+#include "ubtrfs/mkfs.h"
 
 struct ubtrfs_fs {
   std::unique_ptr<ubtrfs::Filesystem> fs;
@@ -332,6 +335,53 @@ int ubtrfs_mkfs(const char* path, uint64_t size, int force) {
       if (!exists) ::unlink(path);
       return FailStatus("mkfs", s.WithContext(p));
     }
+    return 0;
+  });
+}
+
+int ubtrfs_mkfs_ex(const char* const* devices, size_t ndevices, const ubtrfs_mkfs_opts_t* opts) {
+  return Call<int>("mkfs", [&]() -> int {
+    if (int e = CheckPtr("mkfs", devices, "devices")) return e;
+    if (int e = CheckPtr("mkfs", opts, "opts")) return e;
+    if (ndevices == 0) return Fail("mkfs", EINVAL, "no device given");
+    // A caller built against an older header passes a shorter struct: the
+    // fields past its end are the defaults.
+    if (opts->struct_size < offsetof(ubtrfs_mkfs_opts_t, size) + sizeof(uint64_t)) {
+      return Fail("mkfs", EINVAL, "opts->struct_size is not set (sizeof(ubtrfs_mkfs_opts_t))");
+    }
+    ubtrfs_mkfs_opts_t o{};
+    std::memcpy(&o, opts, std::min<size_t>(opts->struct_size, sizeof o));
+    ubtrfs::MkfsSpec spec;
+    for (size_t i = 0; i < ndevices; ++i) {
+      if (int e = CheckPtr("mkfs", devices[i], "a device path")) return e;
+      spec.images.emplace_back(devices[i]);
+    }
+    auto text = [](const char* p) { return p ? std::string(p) : std::string(); };
+    auto list = [](const char* const* p) {
+      std::vector<std::string> v;
+      for (; p && *p; ++p) v.emplace_back(*p);
+      return v;
+    };
+    if (o.size) spec.size = o.size;
+    spec.force = o.force != 0;
+    spec.label = text(o.label);
+    spec.uuid = text(o.uuid);
+    if (o.csum) spec.csum = o.csum;
+    if (o.nodesize) spec.nodesize = o.nodesize;
+    spec.data_profile = text(o.data_profile);
+    spec.metadata_profile = text(o.metadata_profile);
+    if (o.features) spec.features = {o.features};
+    spec.mixed = o.mixed != 0;
+    spec.rootdir = text(o.rootdir);
+    spec.compress = text(o.compress);
+    spec.subvols = list(o.subvols);
+    spec.inode_flags = list(o.inode_flags);
+    if (o.owner_set) spec.owner.emplace(o.owner_uid, o.owner_gid);
+    spec.deterministic = o.deterministic != 0;
+    if (o.source_date_epoch_set) spec.source_date_epoch = o.source_date_epoch;
+    spec.shrink = o.shrink != 0;
+    spec.reflink = o.reflink != 0;
+    if (Status s = ubtrfs::Mkfs(spec); !s.ok()) return FailStatus("mkfs", s);
     return 0;
   });
 }

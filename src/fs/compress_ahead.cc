@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "fs/source_open.h"
 #include "fs/work_pool.h"
 
 namespace ubtrfs::fs {
@@ -113,7 +114,7 @@ CompressAhead::Item CompressAhead::ReadOne() {
     return end_of_file();
   };
   if (fd_ < 0) {
-    fd_ = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd_ = OpenSource(AT_FDCWD, f.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) return failed("open");
     pos_ = 0;
   }

@@ -23,6 +23,7 @@
 #include "format/checksum.h"
 #include "fs/compress_ahead.h"
 #include "fs/fs_impl.h"
+#include "fs/source_open.h"
 #include "io/block_device.h"
 #include "txn/clock.h"
 #include "txn/transaction.h"
@@ -156,8 +157,13 @@ class Importer {
   }
 
   Status CopyEntries(const std::string& src, InodeId dir) {
-    DIR* d = ::opendir(src.c_str());
-    if (!d) return Errno("opendir", src);
+    const int dfd = OpenSource(AT_FDCWD, src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR* d = dfd < 0 ? nullptr : ::fdopendir(dfd);
+    if (!d) {
+      const Status st = Errno("opendir", src);
+      if (dfd >= 0) ::close(dfd);
+      return st;
+    }
     std::vector<std::string> names;
     while (dirent* e = ::readdir(d)) {
       std::string n = e->d_name;
@@ -188,7 +194,7 @@ class Importer {
 
   Status CopyData(const std::string& src, InodeId id, const struct stat& st) {
     if (buf_.empty()) buf_.resize(256 << 10);  // not before the first file that needs it
-    int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = OpenSource(AT_FDCWD, src.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Errno("open", src);
     Status result;
     uint64_t off = 0;
@@ -381,7 +387,7 @@ class BulkImporter {
     zc_ = ChooseCompression(fs_.compression(), t_.inode_flags, 0);
     next_ino_ = t_.first_ino;
     {
-      int fd = ::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      int fd = OpenSource(AT_FDCWD, src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (fd < 0) return Errno("open", src);
       UB_RETURN_IF_ERROR(ScanDir(fd, src, kNone, "", static_cast<uint8_t>(t_.inode_flags & kDataFlags)));
     }
@@ -542,7 +548,7 @@ class BulkImporter {
     ::closedir(d);
     for (uint32_t c : subdirs) {
       const std::string sub = path + "/" + nodes_[c].name;
-      int fd = ::open(sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      int fd = OpenSource(AT_FDCWD, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (fd < 0) return Errno("open", sub);
       UB_RETURN_IF_ERROR(ScanDir(fd, sub, c, rel.empty() ? nodes_[c].name : rel + "/" + nodes_[c].name,
                                  static_cast<uint8_t>(nodes_[c].iflags & kDataFlags)));
@@ -580,7 +586,7 @@ class BulkImporter {
       const uint64_t inline_max = zc.on() ? t_.sectorsize : std::min<uint64_t>(kMaxInline, t_.sectorsize - 1);
       if (size > 0 && size <= inline_max) {
         p->data.assign(size, '\0');
-        int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int fd = OpenSource(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
           p->status = Errno("open", path);
           return;

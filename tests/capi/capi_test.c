@@ -186,6 +186,58 @@ static void bad_inputs(const char *image) {
   CHECK_ERR(ubtrfs_mkfs(image, 0, 0), EEXIST, "already holds a btrfs");
 }
 
+/* ubtrfs_mkfs_ex: an image built from a host directory with a read-only
+ * subvolume and compression, as `ubtrfs mkfs --rootdir` builds it. */
+static void mkfs_with_options(const char *work) {
+  char src[1024], img[1024], cmd[6000], buf[64];
+  const char *devices[1];
+  const char *subvols[] = {"ro:sv", NULL};
+  ubtrfs_mkfs_opts_t o;
+  ubtrfs_fs *fs = NULL;
+  ubtrfs_ino got;
+  struct subvols l;
+  int64_t n;
+
+  snprintf(src, sizeof src, "%s/mkfs-src", work);
+  snprintf(img, sizeof img, "%s/mkfs-ex.img", work);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' && mkdir -p '%s/sv' && echo top > '%s/a' && echo inner > '%s/sv/b'",
+           src, img, src, src, src);
+  if (system(cmd) != 0) {
+    CHECK(!"could not make the source tree");
+    return;
+  }
+  devices[0] = img;
+  memset(&o, 0, sizeof o);
+  CHECK_ERR(ubtrfs_mkfs_ex(devices, 1, &o), EINVAL, "struct_size");
+  o.struct_size = sizeof o;
+  o.size = 256u << 20;
+  o.data_profile = "raid7";
+  CHECK_ERR(ubtrfs_mkfs_ex(devices, 1, &o), EINVAL, "raid7");
+  CHECK_ERR(ubtrfs_mkfs_ex(devices, 0, &o), EINVAL, "no device");
+  o.data_profile = NULL;
+  o.label = "from-c";
+  o.rootdir = src;
+  o.compress = "zstd";
+  o.subvols = subvols;
+  o.source_date_epoch_set = 1;
+  o.source_date_epoch = 1700000000;
+  OK(ubtrfs_mkfs_ex(devices, 1, &o));
+  CHECK_ERR(ubtrfs_mkfs_ex(devices, 1, &o), EEXIST, "already contains");
+
+  OK(ubtrfs_open(img, 0, &fs));
+  if (!fs) return;
+  OK(ubtrfs_lookup(fs, "/a", &got));
+  n = ubtrfs_read(fs, got, 0, buf, sizeof buf);
+  CHECK(n == 4 && memcmp(buf, "top\n", 4) == 0);
+  OK(ubtrfs_lookup(fs, "/sv/b", &got));
+  n = ubtrfs_read(fs, got, 0, buf, sizeof buf);
+  CHECK(n == 6 && memcmp(buf, "inner\n", 6) == 0);
+  memset(&l, 0, sizeof l);
+  OK(ubtrfs_subvol_list(fs, collect_subvol, &l));
+  CHECK(l.count == 1 && strcmp(l.paths[0], "sv") == 0 && l.read_only[0]);
+  OK(ubtrfs_close(fs));
+}
+
 int main(int argc, char **argv) {
   char image[4096], out[4096], cmd[8300];
   const char *work = argc > 1 ? argv[1] : "capi_test.work";
@@ -426,6 +478,7 @@ int main(int argc, char **argv) {
   unlink(cmd);
 
   subvolumes(image);
+  mkfs_with_options(work);
 
   /* What btrfs-progs thinks of it. */
   if (system("command -v btrfs >/dev/null 2>&1") == 0) {
