@@ -15,7 +15,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 
@@ -24,6 +23,7 @@
 #include "format/superblock.h"
 #include "fs/rootdir_import.h"
 #include "io/block_device.h"
+#include "io/mounted.h"
 #include "io/offset_device.h"
 #include "io/rbd_device.h"
 #include "txn/clock.h"
@@ -37,27 +37,6 @@ namespace {
 
 // --shrink builds in a sparse file of this size, then cuts it.
 constexpr uint64_t kShrinkBuildBytes = 1ull << 40;
-
-// Whether `path` (an image file or a block device) is mounted: a mount
-// source that names it, or a loop device backed by it.
-bool IsMounted(const std::string& path) {
-  char* real = ::realpath(path.c_str(), nullptr);
-  if (!real) return false;
-  const std::string target = real;
-  std::free(real);
-  std::ifstream mounts("/proc/self/mounts");
-  std::string line;
-  while (std::getline(mounts, line)) {
-    const std::string source = line.substr(0, line.find(' '));
-    if (source == target) return true;
-    if (source.rfind("/dev/loop", 0) == 0) {
-      std::ifstream backing("/sys/block/" + source.substr(5) + "/loop/backing_file");
-      std::string file;
-      if (std::getline(backing, file) && file == target) return true;
-    }
-  }
-  return false;
-}
 
 // -O as mkfs.btrfs: a comma-separated list, ^ turning a feature off. The
 // features every image we make has cannot be turned off; the others we do
@@ -183,7 +162,7 @@ Status CheckTargets(const MkfsSpec& spec, std::optional<uint64_t> size, const tx
       return Status::Invalid(image + " does not exist; give --size to create " +
                              (t.rbd ? "an RBD image" : "an image file") + " of that size");
     }
-    if (t.exists && !t.rbd && IsMounted(image)) return Status::Error(EBUSY, image + " is mounted; unmount it first");
+    if (t.exists && !t.rbd && io::MountedByKernel(image)) return Status::Error(EBUSY, image + " is mounted; unmount it first");
     if (t.exists) {
       auto dev = io::OpenImage(image, io::OpenFlags{}, where);
       if (!dev.ok()) return dev.status();

@@ -11,11 +11,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include "alloc/chunk_map.h"
 #include "format/ondisk.h"
 #include "format/superblock.h"
+#include "io/mounted.h"
 #include "io/offset_device.h"
 #include "io/rbd_device.h"
 #include "txn/clock.h"
@@ -75,21 +75,7 @@ class ImageLock {
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       return Status::Error(EBUSY, path + " is in use (mounted by ubtrfs?); unmount it first");
     }
-    char* real = ::realpath(path.c_str(), nullptr);
-    if (!real) return Status::Ok();
-    const std::string target = real;
-    std::free(real);
-    std::ifstream mounts("/proc/self/mounts");
-    std::string line;
-    while (std::getline(mounts, line)) {
-      const std::string source = line.substr(0, line.find(' '));
-      std::string backing = source;
-      if (source.rfind("/dev/loop", 0) == 0) {
-        std::ifstream f("/sys/block/" + source.substr(5) + "/loop/backing_file");
-        std::getline(f, backing);
-      }
-      if (backing == target) return Status::Error(EBUSY, path + " is mounted; unmount it first");
-    }
+    if (io::MountedByKernel(path)) return Status::Error(EBUSY, path + " is mounted; unmount it first");
     return Status::Ok();
   }
 
