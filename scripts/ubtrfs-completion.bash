@@ -152,3 +152,12 @@ _ubtrfs() {
   return 0
 }
 complete -o default -o bashdefault -F _ubtrfs ubtrfs
+
+# mkfs.ubtrfs takes `ubtrfs mkfs`'s options (installed under both names:
+# bash-completion loads a command's completion by its name).
+_mkfs_ubtrfs() {
+  local COMP_WORDS=(ubtrfs mkfs "${COMP_WORDS[@]:1}")
+  local COMP_CWORD=$((COMP_CWORD + 1))
+  _ubtrfs
+}
+complete -o default -o bashdefault -F _mkfs_ubtrfs mkfs.ubtrfs

@@ -27,7 +27,8 @@ for f in lib/libubtrfs.so lib/libubtrfs.so.0 lib/libubtrfs.a lib/pkgconfig/ubtrf
          include/ubtrfs/ubtrfs.h include/ubtrfs/filesystem.h include/ubtrfs/status.h \
          include/ubtrfs/export.h include/ubtrfs/stats.h include/ubtrfs/export_macros.h include/ubtrfs/import.h \
          include/ubtrfs/block_device.h \
-         share/man/man1/ubtrfs.1 share/bash-completion/completions/ubtrfs; do
+         share/man/man1/ubtrfs.1 share/bash-completion/completions/ubtrfs \
+         share/bash-completion/completions/mkfs.ubtrfs; do
   [ -e "$prefix/$f" ] || fail "$f was not installed"
 done
 # Every public header of the source tree, installed; each compiles on its own
@@ -151,4 +152,10 @@ got=$(complete_words ubtrfs m | sort | tr '\n' ' ')
 [ "$got" = "mkdir mkfs mount mv " ] || fail "completing 'ubtrfs m' gave '$got'"
 got=$(complete_words ubtrfs mkfs --no | tr '\n' ' ')
 [ "$got" = "--nodesize --nodiscard " ] || fail "completing 'ubtrfs mkfs --no' gave '$got'"
+got=$(bash -c 'source "$1"; COMP_WORDS=(mkfs.ubtrfs --no); COMP_CWORD=1; _mkfs_ubtrfs; printf "%s\n" "${COMPREPLY[@]}"' \
+      _ "$prefix/share/bash-completion/completions/mkfs.ubtrfs" | tr '\n' ' ')
+[ "$got" = "--nodesize --nodiscard " ] || fail "completing 'mkfs.ubtrfs --no' gave '$got'"
+got=$(bash -c 'source "$1"; COMP_WORDS=(mkfs.ubtrfs --csum b); COMP_CWORD=2; _mkfs_ubtrfs; printf "%s\n" "${COMPREPLY[@]}"' \
+      _ "$prefix/share/bash-completion/completions/mkfs.ubtrfs" | tr '\n' ' ')
+[ "$got" = "blake2 " ] || fail "completing 'mkfs.ubtrfs --csum b' gave '$got'"
 echo "install_test: all passed"
