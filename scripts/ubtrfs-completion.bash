@@ -113,7 +113,7 @@ _ubtrfs() {
       COMPREPLY=($(compgen -W "crc32c xxhash sha256 blake2" -- "$cur"))
       return 0 ;;
     mkfs:-d|mkfs:--data|mkfs:-m|mkfs:--metadata)
-      COMPREPLY=($(compgen -W "single dup raid0 raid1 raid1c3 raid1c4 raid10" -- "$cur"))
+      COMPREPLY=($(compgen -W "single dup raid0 raid1 raid1c3 raid1c4 raid10 raid5 raid6" -- "$cur"))
       return 0 ;;
     mkfs:-n|mkfs:--nodesize)
       COMPREPLY=($(compgen -W "4096 8192 16384 32768 65536" -- "$cur"))
