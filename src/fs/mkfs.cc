@@ -278,7 +278,7 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
     *field = txn::ParseProfile(*text);
     if (!*field) {
       return Status::Invalid(std::string("invalid ") + flag + " '" + *text +
-                             "': unknown profile (single, dup, raid0, raid1, raid1c3, raid1c4, raid10)");
+                             "': unknown profile (single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6)");
     }
   }
   UB_RETURN_IF_ERROR(txn::ValidateMkfsProfiles(opts, spec.images.size()));
