@@ -261,6 +261,78 @@ void ReportBlockGroups(const std::vector<Target>& targets, const io::Placement& 
   add("System", format::kBlockGroupSystem);
 }
 
+// What --rootdir imports and how, checked before any image is touched.
+struct RootdirPlan {
+  bool archive = false;
+  std::string root;  // a directory's canonical path
+  std::vector<fs::SubvolSpec> subvols;
+  std::map<std::string, uint32_t> inode_flags;
+  CompressOptions compress;
+};
+
+Status PlanRootdir(const MkfsSpec& spec, RootdirPlan* plan) {
+  if (!spec.compress.empty()) {
+    if (spec.rootdir.empty()) return Status::Invalid("--compress needs --rootdir (it compresses the data copied in)");
+    if (Status c = ParseCompressSpec(spec.compress, &plan->compress); !c.ok()) {
+      return Status::Error(c.code(), "--compress: " + c.message());
+    }
+  }
+  if (spec.rootdir.empty() && !spec.subvols.empty()) {
+    return Status::Invalid("--subvol needs --rootdir (it names a directory in it)");
+  }
+  if (spec.rootdir.empty() && !spec.inode_flags.empty()) {
+    return Status::Invalid("--inode-flags needs --rootdir (it names a path in it)");
+  }
+  if (spec.rootdir.empty() && spec.owner) {
+    return Status::Invalid("--owner needs --rootdir (it sets the owner of what is imported)");
+  }
+  // --rootdir: a directory, or a tar archive (a file, a pipe; "-": stdin).
+  bool& archive = plan->archive;
+  if (!spec.rootdir.empty()) {
+    struct stat rs;
+    if (spec.rootdir == "-") {
+      archive = true;
+    } else {
+      if (::stat(spec.rootdir.c_str(), &rs) != 0) {
+        return Status::Error(errno, "--rootdir " + spec.rootdir + ": " + std::strerror(errno));
+      }
+      if (S_ISREG(rs.st_mode) || S_ISFIFO(rs.st_mode) || S_ISCHR(rs.st_mode)) {
+        archive = true;
+      } else if (!S_ISDIR(rs.st_mode)) {
+        return Status::Invalid("--rootdir " + spec.rootdir + ": not a directory or a tar archive");
+      }
+    }
+  }
+  if (spec.reflink && (spec.rootdir.empty() || archive)) {
+    return Status::Invalid("--reflink needs a directory --rootdir (it clones the host files' data into the image file)");
+  }
+  if (spec.reflink && io::IsRbdPath(spec.images.front())) {
+    return Status::Invalid(
+        "--reflink clones the host files' data into an image file on the same host; not into an RBD image");
+  }
+  if (spec.reflink && !spec.compress.empty()) {
+    return Status::Invalid("--reflink and --compress exclude each other: compressed data is not the host files' bytes");
+  }
+  if (archive && !spec.subvols.empty()) return Status::Invalid("--subvol needs a directory --rootdir, not an archive");
+  if (archive && !spec.inode_flags.empty()) {
+    return Status::Invalid("--inode-flags needs a directory --rootdir, not an archive");
+  }
+  if (!spec.rootdir.empty() && !archive) {
+    char* real = ::realpath(spec.rootdir.c_str(), nullptr);
+    if (!real) return Status::Error(errno, "--rootdir " + spec.rootdir + ": " + std::strerror(errno));
+    plan->root = real;
+    std::free(real);
+    std::string err;
+    auto sv = fs::ParseSubvols(spec.subvols, plan->root, &err);
+    if (!sv) return Status::Invalid(err);
+    plan->subvols = std::move(*sv);
+    auto fl = fs::ParseInodeFlags(spec.inode_flags, plan->root, &err);
+    if (!fl) return Status::Invalid(err);
+    plan->inode_flags = std::move(*fl);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
@@ -354,69 +426,8 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
     return Status::Error(st.code(), msg);
   }
 
-  CompressOptions compress;
-  if (!spec.compress.empty()) {
-    if (spec.rootdir.empty()) return Status::Invalid("--compress needs --rootdir (it compresses the data copied in)");
-    if (Status c = ParseCompressSpec(spec.compress, &compress); !c.ok()) {
-      return Status::Error(c.code(), "--compress: " + c.message());
-    }
-  }
-  if (spec.rootdir.empty() && !spec.subvols.empty()) {
-    return Status::Invalid("--subvol needs --rootdir (it names a directory in it)");
-  }
-  if (spec.rootdir.empty() && !spec.inode_flags.empty()) {
-    return Status::Invalid("--inode-flags needs --rootdir (it names a path in it)");
-  }
-  if (spec.rootdir.empty() && spec.owner) {
-    return Status::Invalid("--owner needs --rootdir (it sets the owner of what is imported)");
-  }
-  // --rootdir: a directory, or a tar archive (a file, a pipe; "-": stdin).
-  bool archive = false;
-  if (!spec.rootdir.empty()) {
-    struct stat rs;
-    if (spec.rootdir == "-") {
-      archive = true;
-    } else {
-      if (::stat(spec.rootdir.c_str(), &rs) != 0) {
-        return Status::Error(errno, "--rootdir " + spec.rootdir + ": " + std::strerror(errno));
-      }
-      if (S_ISREG(rs.st_mode) || S_ISFIFO(rs.st_mode) || S_ISCHR(rs.st_mode)) {
-        archive = true;
-      } else if (!S_ISDIR(rs.st_mode)) {
-        return Status::Invalid("--rootdir " + spec.rootdir + ": not a directory or a tar archive");
-      }
-    }
-  }
-  if (spec.reflink && (spec.rootdir.empty() || archive)) {
-    return Status::Invalid("--reflink needs a directory --rootdir (it clones the host files' data into the image file)");
-  }
-  if (spec.reflink && io::IsRbdPath(image)) {
-    return Status::Invalid(
-        "--reflink clones the host files' data into an image file on the same host; not into an RBD image");
-  }
-  if (spec.reflink && !spec.compress.empty()) {
-    return Status::Invalid("--reflink and --compress exclude each other: compressed data is not the host files' bytes");
-  }
-  if (archive && !spec.subvols.empty()) return Status::Invalid("--subvol needs a directory --rootdir, not an archive");
-  if (archive && !spec.inode_flags.empty()) {
-    return Status::Invalid("--inode-flags needs a directory --rootdir, not an archive");
-  }
-  std::vector<fs::SubvolSpec> subvols;
-  std::map<std::string, uint32_t> inode_flags;
-  std::string root_real;
-  if (!spec.rootdir.empty() && !archive) {
-    char* real = ::realpath(spec.rootdir.c_str(), nullptr);
-    if (!real) return Status::Error(errno, "--rootdir " + spec.rootdir + ": " + std::strerror(errno));
-    root_real = real;
-    std::free(real);
-    std::string err;
-    auto sv = fs::ParseSubvols(spec.subvols, root_real, &err);
-    if (!sv) return Status::Invalid(err);
-    subvols = std::move(*sv);
-    auto fl = fs::ParseInodeFlags(spec.inode_flags, root_real, &err);
-    if (!fl) return Status::Invalid(err);
-    inode_flags = std::move(*fl);
-  }
+  RootdirPlan plan;
+  UB_RETURN_IF_ERROR(PlanRootdir(spec, &plan));
 
   std::vector<Target> targets;
   UB_RETURN_IF_ERROR(CheckTargets(spec, size, opts, where, &targets));
@@ -454,24 +465,24 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
     oo.writable = true;
     oo.node_cache_bytes = 16ull << 20;  // an import writes through the transaction, not the read cache
     oo.max_dirty_bytes = 32ull << 20;    // peak memory below mkfs.btrfs's on large trees
-    oo.compress = compress;
+    oo.compress = plan.compress;
     oo.offset = where.offset;
     oo.partition = where.partition;
     auto fs = Filesystem::Open(device_list, oo);
     if (!fs.ok()) return Status::Error(fs.status().code(), image + ": reopening for --rootdir: " + fs.status().ToString());
     Status s;
-    if (archive) {
+    if (plan.archive) {
       ImportOptions io;
       io.owner = spec.owner;
       io.max_time = max_time;
       io.progress = spec.progress;
       s = ImportArchive(**fs, spec.rootdir, (*fs)->Root(), io, &report->import);
     } else {
-      s = fs::ImportRootdir(**fs, root_real, subvols, inode_flags, spec.owner, max_time, spec.progress,
+      s = fs::ImportRootdir(**fs, plan.root, plan.subvols, plan.inode_flags, spec.owner, max_time, spec.progress,
                             &report->import, spec.reflink);
     }
     if (s.ok()) s = (*fs)->Commit();
-    if (!s.ok() && archive && std::any_of(targets.begin(), targets.end(), [](const Target& t) { return t.created; })) {
+    if (!s.ok() && plan.archive && std::any_of(targets.begin(), targets.end(), [](const Target& t) { return t.created; })) {
       fs->reset();
       RemoveCreated(targets);
       return Status::Error(s.code(), "--rootdir: " + s.ToString());
@@ -481,7 +492,7 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
                                          " (the filesystem holds what was committed before the error)");
     }
     report->imported = true;
-    for (const auto& sv : subvols) report->subvols.push_back({sv.rel, sv.read_only, sv.is_default});
+    for (const auto& sv : plan.subvols) report->subvols.push_back({sv.rel, sv.read_only, sv.is_default});
   }
   report->total_bytes = sum.total_bytes;
   if (spec.shrink) {
