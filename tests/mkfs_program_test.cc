@@ -100,6 +100,7 @@ TEST(MkfsProgram, RefusesWhatTheVerbRefuses) {
   r = RunCommand({kMkfs, "-q", "--size", "256M", "--csum", "md5", img});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("md5"), std::string::npos) << r.Describe();
+  EXPECT_EQ(r.err.rfind("mkfs.ubtrfs: ", 0), 0u) << "errors are under the program's name: " << r.err;
   r = RunCommand({kMkfs, "-q", "--size", "256M", "--rootdir", dir.Sub("missing"), img});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("missing"), std::string::npos) << r.Describe();

@@ -49,8 +49,11 @@ struct MkfsArgs {
   bool quiet = false;
 };
 
+// "ubtrfs mkfs", or the program's own name (mkfs.ubtrfs), before errors.
+std::string g_program = "ubtrfs mkfs";
+
 void Fail(const std::string& msg) {
-  fmt::print(stderr, "ubtrfs mkfs: {}\n", msg);
+  fmt::print(stderr, "{}: {}\n", g_program, msg);
   SetExitCode(1);
 }
 
@@ -172,6 +175,7 @@ void CmdMkfs(const MkfsArgs& a) {
 
 void AddMkfsOptions(CLI::App* cmd) {
   static MkfsArgs args;
+  if (cmd->get_parent() == nullptr) g_program = cmd->get_name();
   cmd->add_option("image", args.images,
                   "Image files (created with --size if missing) or block devices: several make one filesystem "
                   "over all of them (devids 1, 2, ... in this order)")
