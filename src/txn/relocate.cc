@@ -47,9 +47,11 @@ std::vector<DeviceLayout::Stripe> DeviceLayout::Stripes() const {
   return out;
 }
 
-uint64_t DeviceLayout::DeviceExtentEnd() const {
+uint64_t DeviceLayout::DeviceExtentEnd(uint64_t devid) const {
   uint64_t end = ChunkAllocator::kDeviceStart;
-  for (const Stripe& s : Stripes()) end = std::max(end, s.physical + s.length);
+  for (const Stripe& s : Stripes()) {
+    if (devid == 0 || s.devid == devid) end = std::max(end, s.physical + s.length);
+  }
   return end;
 }
 
@@ -491,10 +493,7 @@ Status DeviceLayout::SetDeviceSize(uint64_t devid, uint64_t bytes) {
     return Status::Invalid("device " + std::to_string(devid) + " is not a present device of the filesystem");
   }
   bytes = RoundDown(bytes, vol->sectorsize());
-  uint64_t end = ChunkAllocator::kDeviceStart;
-  for (const Stripe& st : Stripes()) {
-    if (st.devid == devid) end = std::max(end, st.physical + st.length);
-  }
+  const uint64_t end = DeviceExtentEnd(devid);
   if (bytes < end) {
     return Status::Invalid("device " + std::to_string(devid) + " size " + std::to_string(bytes) +
                            " is below the end of its last chunk stripe (" + std::to_string(end) + ")");

@@ -59,8 +59,9 @@ class DeviceLayout {
   };
   // Every stripe of every device, by device offset.
   std::vector<Stripe> Stripes() const;
-  // Where the last stripe ends (1 MiB with none); single-device tools.
-  uint64_t DeviceExtentEnd() const;
+  // Where the last stripe of device `devid` ends (0: of any device; 1 MiB
+  // with none).
+  uint64_t DeviceExtentEnd(uint64_t devid = 0) const;
 
   // Cuts every chunk to the end of its last used block, rounded up to
   // 64 KiB, keeping free metadata for the kernel's global reserve at mount

@@ -502,11 +502,7 @@ Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, con
   uint64_t want = 0;
   if (target.kind == ResizeTarget::kMin) {
     UB_RETURN_IF_ERROR(CompactDown(set.o.txn.get(), &r, devid));
-    txn::DeviceLayout layout(set.o.txn.get());
-    want = txn::ChunkAllocator::kDeviceStart;
-    for (const auto& s : layout.Stripes()) {
-      if (s.devid == devid) want = std::max(want, s.physical + s.length);
-    }
+    want = txn::DeviceLayout(set.o.txn.get()).DeviceExtentEnd(devid);
   } else {
     UB_ASSIGN_OR_RETURN(want, WantedSize(target, r.old_bytes, file_size, "device"));
   }
