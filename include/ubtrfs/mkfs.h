@@ -89,7 +89,8 @@ struct MkfsReport {
   std::vector<Subvol> subvols;
 };
 
-// Everything is checked before anything is written; an image file this
+// `report` may be null (nothing is gathered for it then). Everything is
+// checked before anything is written; an image file this
 // call created is removed again if making the filesystem fails. An import
 // that fails leaves the filesystem with what was committed before the
 // error (a new image file made from an archive is removed).

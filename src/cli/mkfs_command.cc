@@ -165,7 +165,7 @@ void CmdMkfs(const MkfsArgs& a) {
   ProgressLine progress(!a.quiet && ::isatty(STDERR_FILENO));
   spec.progress = [&progress](const ImportStats& st) { progress.Update(st); };
   MkfsReport report;
-  Status s = Mkfs(spec, &report);
+  Status s = Mkfs(spec, a.quiet ? nullptr : &report);
   progress.Done();
   if (!s.ok()) return Fail(s.message());
   if (!a.quiet) PrintReport(spec, report);

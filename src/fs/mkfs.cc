@@ -222,19 +222,22 @@ Status CreateTargets(const MkfsSpec& spec, std::vector<Target>& targets, std::op
   return Status::Ok();
 }
 
-// The chunks as they are after the import (which may have added data
-// chunks), by kind, for the report.
+// The chunks by kind, for the report: as mkfs wrote them, or, after an
+// import (which adds data chunks; --shrink cuts them), as the chunk tree
+// holds them now.
 void ReportBlockGroups(const std::vector<Target>& targets, const io::Placement& where, const txn::MkfsOptions& opts,
-                       const txn::MkfsSummary& sum, MkfsReport* report) {
+                       const txn::MkfsSummary& sum, bool imported, MkfsReport* report) {
   std::vector<txn::MkfsChunk> chunks = sum.chunks;
-  std::vector<std::unique_ptr<io::BlockDevice>> devs;
-  for (const Target& t : targets) {
-    if (auto dev = io::OpenImage(t.path, io::OpenFlags{}, where); dev.ok()) devs.push_back(std::move(*dev));
-  }
-  if (devs.size() == targets.size()) {
-    if (auto vol = txn::Volume::Open(std::move(devs), {}); vol.ok()) {
-      chunks.clear();
-      for (const auto& [logical, c] : (*vol)->chunks().chunks()) chunks.push_back({logical, c.length, c.type, {}, {}, 0});
+  if (imported) {
+    std::vector<std::unique_ptr<io::BlockDevice>> devs;
+    for (const Target& t : targets) {
+      if (auto dev = io::OpenImage(t.path, io::OpenFlags{}, where); dev.ok()) devs.push_back(std::move(*dev));
+    }
+    if (devs.size() == targets.size()) {
+      if (auto vol = txn::Volume::Open(std::move(devs), {}); vol.ok()) {
+        chunks.clear();
+        for (const auto& [logical, c] : (*vol)->chunks().chunks()) chunks.push_back({logical, c.length, c.type, {}, {}, 0});
+      }
     }
   }
   auto add = [&](const char* name, uint64_t kind) {
@@ -336,9 +339,7 @@ Status PlanRootdir(const MkfsSpec& spec, RootdirPlan* plan) {
 }  // namespace
 
 Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
-  MkfsReport scratch;
-  if (!report) report = &scratch;
-  *report = MkfsReport{};
+  if (report) *report = MkfsReport{};
   if (spec.images.empty()) return Status::Invalid("no image given");
   const std::string& image = spec.images.front();
   txn::MkfsOptions opts;
@@ -455,11 +456,9 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
       return Status::Error(s.code(), (targets.size() == 1 ? image : std::string("mkfs")) + ": " + s.message());
     }
   }
-  std::string device_list;
-  for (const auto& i : spec.images) device_list += (device_list.empty() ? "" : ",") + i;
-
   // --rootdir: the host tree goes in through the library's write API (new
   // chunks are allocated as the data needs them).
+  ImportStats stats;
   if (!spec.rootdir.empty()) {
     OpenOptions oo;
     oo.writable = true;
@@ -468,7 +467,8 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
     oo.compress = plan.compress;
     oo.offset = where.offset;
     oo.partition = where.partition;
-    auto fs = Filesystem::Open(device_list, oo);
+    oo.devices.assign(spec.images.begin() + 1, spec.images.end());
+    auto fs = Filesystem::Open(image, oo);
     if (!fs.ok()) return Status::Error(fs.status().code(), image + ": reopening for --rootdir: " + fs.status().ToString());
     Status s;
     if (plan.archive) {
@@ -476,10 +476,10 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
       io.owner = spec.owner;
       io.max_time = max_time;
       io.progress = spec.progress;
-      s = ImportArchive(**fs, spec.rootdir, (*fs)->Root(), io, &report->import);
+      s = ImportArchive(**fs, spec.rootdir, (*fs)->Root(), io, &stats);
     } else {
       s = fs::ImportRootdir(**fs, plan.root, plan.subvols, plan.inode_flags, spec.owner, max_time, spec.progress,
-                            &report->import, spec.reflink);
+                            &stats, spec.reflink);
     }
     if (s.ok()) s = (*fs)->Commit();
     if (!s.ok() && plan.archive && std::any_of(targets.begin(), targets.end(), [](const Target& t) { return t.created; })) {
@@ -491,19 +491,23 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
       return Status::Error(s.code(), image + ": importing " + spec.rootdir + ": " + s.ToString() +
                                          " (the filesystem holds what was committed before the error)");
     }
-    report->imported = true;
-    for (const auto& sv : plan.subvols) report->subvols.push_back({sv.rel, sv.read_only, sv.is_default});
   }
-  report->total_bytes = sum.total_bytes;
+  std::optional<uint64_t> shrunk_to;
   if (spec.shrink) {
     ResizeResult r;
     if (Status s = ShrinkImageToFit(image, &r); !s.ok()) {
       return Status::Error(s.code(), image + ": --shrink: " + s.ToString());
     }
-    report->shrunk_to = r.new_bytes;
-    report->total_bytes = r.new_bytes;
+    shrunk_to = r.new_bytes;
   }
+  if (!report) return Status::Ok();
 
+  const bool imported = !spec.rootdir.empty();
+  report->imported = imported;
+  report->import = stats;
+  for (const auto& sv : plan.subvols) report->subvols.push_back({sv.rel, sv.read_only, sv.is_default});
+  report->shrunk_to = shrunk_to;
+  report->total_bytes = shrunk_to.value_or(sum.total_bytes);
   report->fsid = format::UuidToString(sum.fsid.data());
   report->label = opts.label;
   report->nodesize = opts.nodesize;
@@ -514,7 +518,7 @@ Status Mkfs(const MkfsSpec& spec, MkfsReport* report) {
   if (opts.mixed) report->features.push_back("mixed-bg");
   if (opts.block_group_tree) report->features.push_back("block-group-tree");
   for (size_t i = 0; i < targets.size(); ++i) report->devices.emplace_back(targets[i].path, sum.dev_bytes[i]);
-  ReportBlockGroups(targets, where, opts, sum, report);
+  ReportBlockGroups(targets, where, opts, sum, imported, report);
   return Status::Ok();
 }
 
