@@ -549,6 +549,46 @@ TEST(MkfsRootdirTest, SourceAtimesStayAsTheyWere) {
   }
 }
 
+// A compressed build where no thread can be started (an unprivileged user
+// at its process limit) writes the files itself instead of reading them
+// ahead, and makes the same image bytes; it used to abort on the exception
+// from std::thread.
+TEST(MkfsRootdirTest, CompressedBuildWithoutThreadsMakesTheSameImage) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run mkfs as another user";
+  for (const char* tool : {"setpriv", "prlimit"}) {
+    if (ubtrfs_test::FindProgram(tool).empty()) GTEST_SKIP() << tool << " not installed";
+  }
+  TempDir dir("ubtrfs-mkfs-nothreads");
+  ASSERT_EQ(chmod(dir.path().c_str(), 0777), 0);
+  const std::string src = dir.Sub("src");
+  MkDir(src);
+  MkDir(src + "/d");
+  auto text = [](const std::string& path, size_t n) {
+    std::ofstream out(path);
+    for (size_t i = 0; static_cast<size_t>(out.tellp()) < n; ++i) out << "line " << i % 1000 << " of some text\n";
+  };
+  text(src + "/d/multi-chunk", (1 << 20) + 12345);
+  text(src + "/two-ranges", 200000);
+  text(src + "/inline", 900);
+  WriteRandomFile(src + "/random", 300000, 1);
+  const std::vector<std::string> mkfs = {"env", "SOURCE_DATE_EPOCH=1500000000", kCli, "mkfs", "-q", "--size", "256M",
+                                         "--compress", "zstd", "--rootdir", src};
+  auto argv = mkfs;
+  argv.push_back(dir.Sub("threads.img"));
+  auto r = RunCommand(argv);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  argv = {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "prlimit", "--nproc=1:1"};
+  argv.insert(argv.end(), mkfs.begin(), mkfs.end());
+  argv.push_back(dir.Sub("alone.img"));
+  r = RunCommand(argv);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(Sha256(dir.Sub("alone.img")), Sha256(dir.Sub("threads.img")));
+  // And it was without threads: a program that starts one fails there.
+  r = RunCommand({"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "prlimit", "--nproc=1:1", "sh",
+                  "-c", "sleep 0 & wait"});
+  EXPECT_FALSE(r.ok()) << "the process limit did not stop a fork: " << r.Describe();
+}
+
 // Holes in sparse host files stay holes: no extents for them, the kernel
 // finds them with SEEK_HOLE/SEEK_DATA and counts only the data's blocks.
 TEST(MkfsRootdirTest, SparseFilesStaySparse) {

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "format/endian.h"
@@ -175,26 +176,68 @@ Status DecompressZstd(std::span<const uint8_t> in, std::span<uint8_t> out) {
   return Status::Ok();
 }
 
-struct ZstdCctxDeleter {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+// A compression context with the buffer it compresses into, kept between
+// calls: creating a context per 128 KiB extent cost more than compressing
+// it, and a fresh buffer of the bound's size was zeroed (and faulted in)
+// for every range, most of it never used.
+struct ZstdCompressor {
+  struct Free {
+    void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+  };
+  std::unique_ptr<ZSTD_CCtx, Free> cctx;
+  std::vector<uint8_t> scratch;
 };
 
+// Contexts are shared by the threads that compress rather than kept one per
+// thread (about 0.9 MB each at level 3): a program has as many as it ever
+// compressed with at once, whichever threads those were (an image build's
+// importer, then its compressors; a mount's request threads).
+class ZstdCompressors {
+ public:
+  std::unique_ptr<ZstdCompressor> Take() {
+    {
+      std::lock_guard l(mu_);
+      if (!idle_.empty()) {
+        std::unique_ptr<ZstdCompressor> z = std::move(idle_.back());
+        idle_.pop_back();
+        return z;
+      }
+    }
+    auto z = std::make_unique<ZstdCompressor>();
+    z->cctx.reset(ZSTD_createCCtx());
+    return z->cctx ? std::move(z) : nullptr;
+  }
+  void Give(std::unique_ptr<ZstdCompressor> z) {
+    std::lock_guard l(mu_);
+    idle_.push_back(std::move(z));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<ZstdCompressor>> idle_;
+};
+
+ZstdCompressors& TheZstdCompressors() {
+  static ZstdCompressors* all = new ZstdCompressors;  // never destroyed: threads may compress at exit
+  return *all;
+}
+
 Result<std::vector<uint8_t>> CompressZstd(std::span<const uint8_t> in, int level) {
-  // One context per thread: creating one per 128 KiB extent cost more than
-  // compressing it.
-  thread_local std::unique_ptr<ZSTD_CCtx, ZstdCctxDeleter> cctx;
-  if (!cctx) cctx.reset(ZSTD_createCCtx());
-  if (!cctx) return Status::Error(ENOMEM, "zstd: cannot create a compression context");
-  ZSTD_CCtx_reset(cctx.get(), ZSTD_reset_session_and_parameters);
-  if (ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, level != 0 ? level : kZstdLevel)) ||
-      ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_windowLog, kZstdBtrfsWindowLog))) {
+  std::unique_ptr<ZstdCompressor> z = TheZstdCompressors().Take();
+  if (!z) return Status::Error(ENOMEM, "zstd: cannot create a compression context");
+  struct GiveBack {
+    std::unique_ptr<ZstdCompressor>& z;
+    ~GiveBack() { TheZstdCompressors().Give(std::move(z)); }
+  } give_back{z};
+  ZSTD_CCtx* cctx = z->cctx.get();
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  if (ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level != 0 ? level : kZstdLevel)) ||
+      ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, kZstdBtrfsWindowLog))) {
     return Status::IoError("zstd: cannot set compression parameters");
   }
-  // Into a buffer kept with the context: a fresh one of the bound's size
-  // was zeroed (and faulted in) for every range, most of it never used.
-  thread_local std::vector<uint8_t> scratch;
+  std::vector<uint8_t>& scratch = z->scratch;
   if (scratch.size() < ZSTD_compressBound(in.size())) scratch.resize(ZSTD_compressBound(in.size()));
-  const size_t n = ZSTD_compress2(cctx.get(), scratch.data(), scratch.size(), in.data(), in.size());
+  const size_t n = ZSTD_compress2(cctx, scratch.data(), scratch.size(), in.data(), in.size());
   if (ZSTD_isError(n)) return Status::IoError(std::string("zstd: compression failed: ") + ZSTD_getErrorName(n));
   return std::vector<uint8_t>(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(n));
 }

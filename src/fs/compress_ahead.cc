@@ -4,62 +4,62 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <utility>
 
 #include "fs/source_open.h"
-#include "fs/work_pool.h"
 
 namespace ubtrfs::fs {
 namespace {
 
-// Read ahead of the writes by at most this much, in batches compressed
-// together: enough ranges a batch to keep every core busy, little memory.
-constexpr size_t kBatchBytes = size_t{1} << 20;
-constexpr size_t kBatchesAhead = 1;
-constexpr size_t kSpares = 2;
+// Chunks a compressor may have queued for it: enough that none waits while
+// the importer stores the chunk in front, few enough to keep memory small.
+constexpr size_t kAheadPerCore = 2;
+
+size_t Cores() { return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16); }
 
 }  // namespace
 
 CompressAhead::CompressAhead(const WriteCompression& c, uint32_t sectorsize, std::vector<File> files)
-    : c_(c), ss_(sectorsize), files_(std::move(files)) {
-  thread_ = std::thread([this] { Run(); });
+    : c_(c), ss_(sectorsize), files_(std::move(files)), ahead_(kAheadPerCore * Cores() + 1) {
+  // A compressor per core: the reader and the importer mostly wait, for
+  // the disk and for these.
+  try {
+    for (size_t i = 0; i < Cores(); ++i) compressors_.emplace_back([this] { CompressLoop(); });
+    reader_ = std::thread([this] { ReadLoop(); });
+  } catch (const std::system_error&) {
+    Stop();  // started() says no; the importer writes these files itself
+  }
 }
 
-CompressAhead::~CompressAhead() {
+CompressAhead::~CompressAhead() { Stop(); }
+
+void CompressAhead::Stop() {
   {
     std::lock_guard l(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
-  thread_.join();
+  room_cv_.notify_all();
+  work_cv_.notify_all();
+  if (reader_.joinable()) reader_.join();
+  for (std::thread& t : compressors_) t.join();
+  compressors_.clear();
   if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 Result<std::optional<CompressAhead::Chunk>> CompressAhead::Next(size_t i) {
   std::unique_lock l(mu_);
   for (;;) {
-    if (taking_.empty()) {
-      // Waiting for the batch being compressed: compress some of it
-      // (between batches, while the thread ahead reads, look again soon).
-      while (ready_.empty() && !done_) {
-        l.unlock();
-        const bool helped = HelpParallelFor();
-        l.lock();
-        if (!helped && ready_.empty() && !done_) cv_.wait_for(l, std::chrono::milliseconds(1));
-      }
-      if (ready_.empty()) return std::optional<Chunk>();
-      for (Item& it : ready_.front()) taking_.push_back(std::move(it));
-      ready_.pop_front();
-      cv_.notify_all();  // room for another batch
-      continue;
-    }
-    Item& front = taking_.front();
+    ready_cv_.wait(l, [this] { return items_.empty() ? done_ : items_.front().pending == 0; });
+    if (items_.empty()) return std::optional<Chunk>();
+    Item& front = items_.front();
     if (front.file > i) return std::optional<Chunk>();  // file i was handed out already
     Item it = std::move(front);
-    taking_.pop_front();
+    items_.pop_front();
+    room_cv_.notify_one();
     if (it.file < i) continue;  // a file the caller went past
     if (!it.status.ok()) return it.status;
     if (it.end) return std::optional<Chunk>();
@@ -69,28 +69,46 @@ Result<std::optional<CompressAhead::Chunk>> CompressAhead::Next(size_t i) {
 
 void CompressAhead::Recycle(std::vector<uint8_t>&& bytes) {
   std::lock_guard l(mu_);
-  if (spare_.size() < kSpares) spare_.push_back(std::move(bytes));
+  if (spare_.size() < ahead_) spare_.push_back(std::move(bytes));
 }
 
-void CompressAhead::Run() {
+void CompressAhead::ReadLoop() {
   for (;;) {
     {
       std::unique_lock l(mu_);
-      cv_.wait(l, [this] { return stop_ || ready_.size() < kBatchesAhead; });
+      room_cv_.wait(l, [this] { return stop_ || items_.size() < ahead_; });
       if (stop_) return;
     }
-    std::vector<Item> batch;
-    size_t bytes = 0;
-    while (bytes < kBatchBytes && cur_ < files_.size()) {
-      batch.push_back(ReadOne());
-      bytes += batch.back().chunk.len;
-    }
-    Compress(batch);
+    Item it = ReadOne();
+    const std::vector<Range> ranges = Plan(it);
     std::lock_guard l(mu_);
-    if (!batch.empty()) ready_.push_back(std::move(batch));
-    if (cur_ >= files_.size()) done_ = true;
-    cv_.notify_all();
+    Item& queued = items_.emplace_back(std::move(it));
+    queued.pending = ranges.size();
+    for (size_t k = 0; k < ranges.size(); ++k) jobs_.push_back(Job{&queued, k, ranges[k]});
+    done_ = cur_ >= files_.size();
+    if (!ranges.empty() || done_) work_cv_.notify_all();
+    if (queued.pending == 0) ready_cv_.notify_all();
     if (done_) return;
+  }
+}
+
+void CompressAhead::CompressLoop() {
+  std::unique_lock l(mu_);
+  for (;;) {
+    work_cv_.wait(l, [this] { return stop_ || done_ || !jobs_.empty(); });
+    if (stop_ || jobs_.empty()) return;  // stopped, or nothing more will come
+    const Job j = jobs_.front();
+    jobs_.pop_front();
+    Chunk& c = j.item->chunk;
+    Precompressed& p = c.pre[j.k];
+    l.unlock();
+    // The item stays queued until its last range is in: Next waits for that.
+    const std::span<const uint8_t> aligned(c.bytes.data(), Padded(c.len));
+    RangeResult result =
+        CompressRange(c_, aligned.subspan(j.r.pos, p.file_len), aligned.subspan(j.r.pos, j.r.len), ss_);
+    l.lock();
+    p.result = std::move(result);
+    if (--j.item->pending == 0) ready_cv_.notify_all();
   }
 }
 
@@ -147,40 +165,26 @@ CompressAhead::Item CompressAhead::ReadOne() {
   return it;
 }
 
-// The ranges of each chunk that the write path would try, as
+// The ranges of a chunk that the write path would try, as
 // FilesystemImpl::AllocCompressedPieces picks them for a write of the chunk
 // at its offset into a file of the scanned size.
-void CompressAhead::Compress(std::vector<Item>& batch) const {
-  struct Job {
-    Item* item;
-    Range r;
-    uint64_t file_bytes;
-    RangeResult result;
-  };
-  std::vector<Job> jobs;
-  for (Item& it : batch) {
-    if (it.chunk.len == 0 || it.chunk.off % ss_ != 0) continue;
-    const std::span<const uint8_t> aligned(it.chunk.bytes.data(), Padded(it.chunk.len));
-    const uint64_t file_len = std::max(files_[it.file].size, it.chunk.off + it.chunk.len) - it.chunk.off;
-    for (const Range& r : PlanRanges(aligned, ss_)) {
-      if (const uint64_t fb = BytesToTry(r, it.chunk.off, file_len, ss_); fb > 0) jobs.push_back(Job{&it, r, fb, {}});
-    }
-  }
-  ParallelFor(jobs.size(), [&](size_t k) {
-    Job& j = jobs[k];
-    const std::span<const uint8_t> aligned(j.item->chunk.bytes.data(), Padded(j.item->chunk.len));
-    j.result = CompressRange(c_, aligned.subspan(j.r.pos, j.file_bytes), aligned.subspan(j.r.pos, j.r.len), ss_);
-  });
-  for (Job& j : jobs) {
-    Precompressed p;
-    p.file_off = j.item->chunk.off + j.r.pos;
-    p.file_len = j.file_bytes;
+std::vector<Range> CompressAhead::Plan(Item& it) const {
+  std::vector<Range> ranges;
+  if (it.chunk.len == 0 || it.chunk.off % ss_ != 0) return ranges;
+  const std::span<const uint8_t> aligned(it.chunk.bytes.data(), Padded(it.chunk.len));
+  const uint64_t file_len = std::max(files_[it.file].size, it.chunk.off + it.chunk.len) - it.chunk.off;
+  for (const Range& r : PlanRanges(aligned, ss_)) {
+    const uint64_t fb = BytesToTry(r, it.chunk.off, file_len, ss_);
+    if (fb == 0) continue;
+    ranges.push_back(r);
+    Precompressed& p = it.chunk.pre.emplace_back();
+    p.file_off = it.chunk.off + r.pos;
+    p.file_len = fb;
     p.type = c_.type;
     p.level = c_.level;
     p.force = c_.force;
-    p.result = std::move(j.result);
-    j.item->chunk.pre.push_back(std::move(p));
   }
+  return ranges;
 }
 
 }  // namespace ubtrfs::fs

@@ -5,11 +5,16 @@
 // own ranges on all cores only while it has them: files of one or two
 // ranges, and the write path's own work between compressions, left a core
 // idle. Here one thread reads the files in the order they will be written,
-// a few MiB at a time, and compresses each batch on all cores
-// (fs/work_pool.h) while the importer stores the batch before it
+// a chunk at a time, and a compressor thread per core takes their ranges
+// as they come, while the importer stores the chunks before them
 // (FilesystemImpl::WritePrecompressed). A range is handed in only where it
 // is the range the write path would cut and try (same offset, length,
 // algorithm and level), so the image is the one a plain Write gives.
+//
+// What is in flight is bounded by chunks, not by batches: a few chunks a
+// core, each with its compressed ranges (issue 19 holds an image build to
+// mkfs.btrfs's memory; batches of 1 MiB, read and compressed a whole batch
+// ahead, were 5.5 MB of a 16 MB heap).
 #ifndef UBTRFS_FS_COMPRESS_AHEAD_H_
 #define UBTRFS_FS_COMPRESS_AHEAD_H_
 
@@ -49,6 +54,10 @@ class CompressAhead {
   CompressAhead(const CompressAhead&) = delete;
   CompressAhead& operator=(const CompressAhead&) = delete;
 
+  // False when its threads could not be started (the system's limit): then
+  // it reads nothing, and the caller writes the files as without it.
+  bool started() const { return reader_.joinable(); }
+
   // The next chunk of file `i` (files taken in order, each to its end),
   // nullopt after its last; waits for the thread ahead. A read error is
   // the file's and names it.
@@ -57,7 +66,9 @@ class CompressAhead {
   // Hands a chunk's buffer back for a later read.
   void Recycle(std::vector<uint8_t>&& bytes);
 
-  static constexpr size_t kChunk = size_t{1} << 20;  // the importer's read size
+  // Two ranges: chunks in flight stay small, and a write stores two
+  // extents for its one pass through the write path.
+  static constexpr size_t kChunk = 2 * kMaxCompressRange;
 
  private:
   struct Item {
@@ -65,11 +76,21 @@ class CompressAhead {
     bool end = false;  // no more chunks of `file`
     Status status;
     Chunk chunk;
+    size_t pending = 0;  // ranges not compressed yet
   };
-  void Run();
+  // One range of a queued item: the result goes to item->chunk.pre[k].
+  struct Job {
+    Item* item;
+    size_t k;
+    Range r;
+  };
+  void Stop();
+  void ReadLoop();
+  void CompressLoop();
   // Reads the next chunk (or the end, or an error) of the file being read.
   Item ReadOne();
-  void Compress(std::vector<Item>& batch) const;
+  // The ranges of a chunk to try, with their results' places made.
+  std::vector<Range> Plan(Item& it) const;
   size_t Padded(size_t n) const { return (n + ss_ - 1) / ss_ * ss_; }
 
   const WriteCompression c_;
@@ -80,14 +101,19 @@ class CompressAhead {
   int fd_ = -1;
   uint64_t pos_ = 0;
 
+  const size_t ahead_;  // chunks read and not yet taken, at most
+
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::vector<Item>> ready_;  // batches read and compressed, in order
-  std::deque<Item> taking_;              // the batch being handed out
+  std::condition_variable room_cv_;   // the reader waits for items_ to shrink
+  std::condition_variable work_cv_;   // compressors wait for jobs_
+  std::condition_variable ready_cv_;  // Next waits for the front item
+  std::deque<Item> items_;            // read, in order; references stay valid as it grows
+  std::deque<Job> jobs_;              // ranges of items_ not yet taken by a compressor
   std::vector<std::vector<uint8_t>> spare_;  // buffers back from Recycle
   bool stop_ = false;
-  bool done_ = false;  // the thread has queued everything
-  std::thread thread_;
+  bool done_ = false;  // the reader has queued everything
+  std::thread reader_;
+  std::vector<std::thread> compressors_;
 };
 
 }  // namespace ubtrfs::fs

@@ -410,6 +410,7 @@ class BulkImporter {
         if (gets_ahead(i)) files.push_back(CompressAhead::File{PathOf(src, i), nodes_[i].size});
       }
       ahead.emplace(zc_, t_.sectorsize, std::move(files));
+      if (!ahead->started()) ahead.reset();
     }
     size_t ahead_k = 0;
     for (uint32_t i : deferred) {
@@ -424,7 +425,7 @@ class BulkImporter {
       st.st_mtim = n.mtime;
       st.st_ctim = n.ctime;
       const InodeId id{dest_.root, n.ino};
-      if (gets_ahead(i)) {
+      if (ahead && gets_ahead(i)) {
         UB_RETURN_IF_ERROR(data.CopyAhead(fs_, *ahead, ahead_k++, id, st).WithContext(path));
       } else {
         UB_RETURN_IF_ERROR(data.CopyData(path, id, st).WithContext(path));

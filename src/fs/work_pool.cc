@@ -37,13 +37,6 @@ class Pool {
     fn_ = nullptr;
   }
 
-  bool Help() {
-    std::unique_lock l(mu_);
-    if (!open_ || next_.load(std::memory_order_relaxed) >= n_) return false;
-    JoinOpenJob(l);
-    return true;
-  }
-
  private:
   // Runs items of the open job with mu_ released; its caller waits for
   // every thread inside before the job's function goes away.
@@ -112,7 +105,5 @@ Pool& ThePool() {
 }  // namespace
 
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn) { ThePool().Run(n, fn); }
-
-bool HelpParallelFor() { return ThePool().Help(); }
 
 }  // namespace ubtrfs::fs

@@ -17,11 +17,6 @@ namespace ubtrfs::fs {
 // both busy, and neither waits for the other.
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 
-// Runs items of the ParallelFor under way, if any, until none is left to
-// start; false when there was none. For a thread that would otherwise wait
-// for that work's result.
-bool HelpParallelFor();
-
 }  // namespace ubtrfs::fs
 
 #endif  // UBTRFS_FS_WORK_POOL_H_
