@@ -549,11 +549,12 @@ TEST(MkfsRootdirTest, SourceAtimesStayAsTheyWere) {
   }
 }
 
-// A compressed build where no thread can be started (an unprivileged user
-// at its process limit) writes the files itself instead of reading them
-// ahead, and makes the same image bytes; it used to abort on the exception
-// from std::thread.
-TEST(MkfsRootdirTest, CompressedBuildWithoutThreadsMakesTheSameImage) {
+// A build where no thread can be started (an unprivileged user at its
+// process limit) does alone what its helper threads do, and makes the same
+// image bytes. It used to abort on std::thread's exception in three places:
+// the compressed files read ahead, a directory of 512 names or more probed
+// on two threads, a commit of 1,024 blocks or more sealed on two.
+TEST(MkfsRootdirTest, BuildWithoutThreadsMakesTheSameImage) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run mkfs as another user";
   for (const char* tool : {"setpriv", "prlimit"}) {
     if (ubtrfs_test::FindProgram(tool).empty()) GTEST_SKIP() << tool << " not installed";
@@ -571,6 +572,15 @@ TEST(MkfsRootdirTest, CompressedBuildWithoutThreadsMakesTheSameImage) {
   text(src + "/two-ranges", 200000);
   text(src + "/inline", 900);
   WriteRandomFile(src + "/random", 300000, 1);
+  // Enough names for a commit of more than 1,024 tree blocks.
+  for (const char* d : {"/a", "/b", "/c"}) {
+    MkDir(src + d);
+    for (int i = 0; i < 16000; ++i) {
+      const int fd = open((src + d + "/f" + std::to_string(i)).c_str(), O_WRONLY | O_CREAT, 0644);
+      ASSERT_GE(fd, 0);
+      close(fd);
+    }
+  }
   const std::vector<std::string> mkfs = {"env", "SOURCE_DATE_EPOCH=1500000000", kCli, "mkfs", "-q", "--size", "256M",
                                          "--compress", "zstd", "--rootdir", src};
   auto argv = mkfs;

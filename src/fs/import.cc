@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -521,7 +522,13 @@ class BulkImporter {
         }
       };
       std::thread helper;
-      if (names.size() >= kParallelFrom) helper = std::thread(work);
+      if (names.size() >= kParallelFrom) {
+        try {
+          helper = std::thread(work);
+        } catch (const std::system_error&) {
+          // no thread to be had (the process limit): this one probes all
+        }
+      }
       work();
       if (helper.joinable()) helper.join();
     }

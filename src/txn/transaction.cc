@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -484,9 +485,18 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
   Status first, second;
   if (blocks.size() >= kParallelFrom && std::thread::hardware_concurrency() > 1) {
     const size_t mid = blocks.size() / 2;
-    std::thread helper([&] { second = seal_range(mid, blocks.size()); });
+    std::thread helper;
+    try {
+      helper = std::thread([&] { second = seal_range(mid, blocks.size()); });
+    } catch (const std::system_error&) {
+      // no thread to be had (the process limit): this one seals both
+    }
     first = seal_range(0, mid);
-    helper.join();
+    if (helper.joinable()) {
+      helper.join();
+    } else {
+      second = seal_range(mid, blocks.size());
+    }
   } else {
     first = seal_range(0, blocks.size());
   }
