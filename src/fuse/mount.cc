@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include "fuse/adapter.h"
@@ -203,7 +204,13 @@ class CommitTimer {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    thread_ = std::thread([this] { Run(); });
+    try {
+      thread_ = std::thread([this] { Run(); });
+    } catch (const std::system_error& e) {
+      // The mount is up already: it goes on, committing when asked to.
+      Log(std::string("no periodic commits: cannot start their thread: ") + e.what() +
+          "; changes are committed at fsync and unmount");
+    }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
   ~CommitTimer() { Stop(); }
