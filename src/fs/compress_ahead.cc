@@ -78,6 +78,12 @@ void CompressAhead::ReadLoop() {
       std::unique_lock l(mu_);
       room_cv_.wait(l, [this] { return stop_ || items_.size() < ahead_; });
       if (stop_) return;
+      if (cur_ >= files_.size()) {  // no files at all
+        done_ = true;
+        work_cv_.notify_all();
+        ready_cv_.notify_all();
+        return;
+      }
     }
     Item it = ReadOne();
     const std::vector<Range> ranges = Plan(it);

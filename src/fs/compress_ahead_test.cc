@@ -64,6 +64,12 @@ TEST(CompressAhead, ChunksInOrderErrorsNamedEarlyExitStops) {
     CompressAhead ahead(zc, 4096, std::vector<CompressAhead::File>(50, {a, big.size()}));
     ASSERT_TRUE(ahead.Next(0).ok());
   }  // leaves with most of it unread
+  {
+    CompressAhead none(zc, 4096, {});
+    auto c = none.Next(0);
+    ASSERT_TRUE(c.ok());
+    EXPECT_FALSE(*c);
+  }
   ::unlink(a.c_str());
   ::unlink(b.c_str());
 }
