@@ -29,6 +29,7 @@
 #include "support/tree_compare.h"
 #include "tree/cursor.h"
 #include "txn/volume.h"
+#include "ubtrfs/devices.h"
 #include "ubtrfs/filesystem.h"
 
 namespace {
@@ -674,3 +675,16 @@ TEST(MultiDeviceCrash, Raid1PowerCutAtEveryWriteOfEitherDevice) { PowerCutAtEver
 // data: a cut between a row's data and its parity must still leave every
 // commit readable (with all devices present, parity is not read).
 TEST(MultiDeviceCrash, Raid5PowerCutAtEveryWriteOfAnyDevice) { PowerCutAtEveryWrite("raid5", 3); }
+
+// The public way to read a device list as Open reads it: commas part the
+// devices, unless a file of the whole name exists (an image named "a,b.img").
+TEST(DeviceList, CommasPartDevicesUnlessTheWholeNameExists) {
+  ubtrfs_test::TempDir dir("ubtrfs-devlist");
+  const std::string a = dir.Sub("a.img"), b = dir.Sub("b.img");
+  EXPECT_EQ(ubtrfs::SplitDeviceList(a + "," + b), (std::vector<std::string>{a, b}));
+  EXPECT_EQ(ubtrfs::SplitDeviceList(a + ",," + b + ","), (std::vector<std::string>{a, b}));
+  EXPECT_EQ(ubtrfs::SplitDeviceList(a), (std::vector<std::string>{a}));
+  const std::string whole = dir.Sub("a.img,b.img");
+  std::ofstream(whole) << "x";
+  EXPECT_EQ(ubtrfs::SplitDeviceList(whole), (std::vector<std::string>{whole}));
+}

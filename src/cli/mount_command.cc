@@ -10,8 +10,8 @@
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
-#include "txn/devices.h"
 #include "fuse/mount.h"
+#include "ubtrfs/devices.h"
 
 namespace ubtrfs::cli {
 
@@ -52,7 +52,7 @@ std::vector<char*> MountHelperArgv(const CLI::App& app, int argc, char** argv) {
     if (sub->check_name(argv[1])) return out;
   }
   struct stat src, dir;
-  for (const auto& dev : txn::SplitDeviceList(argv[1])) {
+  for (const auto& dev : SplitDeviceList(argv[1])) {
     if (dev.starts_with("rbd:")) continue;
     if (::stat(dev.c_str(), &src) != 0 || !(S_ISREG(src.st_mode) || S_ISBLK(src.st_mode))) return out;
   }

@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/image_options.h"
 #include "txn/devices.h"
+#include "ubtrfs/devices.h"
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "fuse/adapter.h"
@@ -140,7 +141,7 @@ void RegisterStats(CLI::App& app) {
     if (target.starts_with("rbd:")) return SetExitCode(ImageStats(target, json));
     struct stat st;
     // IMG1,IMG2,...: the first device decides whether this is an image.
-    const std::string first = txn::SplitDeviceList(target).front();
+    const std::string first = SplitDeviceList(target).front();
     if (::stat(first.c_str(), &st) != 0) {
       std::cerr << "ubtrfs stats: " << target << ": " << std::strerror(errno) << "\n";
       SetExitCode(8);

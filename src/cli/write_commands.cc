@@ -5,8 +5,8 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
-#include "txn/devices.h"
 #include "cli/image_options.h"
+#include "ubtrfs/devices.h"
 #include "ubtrfs/import.h"
 #include "ubtrfs/filesystem.h"
 
@@ -101,7 +101,7 @@ bool SplitImagePath(const std::string& arg, std::string* image, std::string* pat
   struct stat st;
   const std::string candidate = arg.substr(0, colon);
   // IMG1,IMG2,...: every device of a multi-device filesystem must exist.
-  for (const auto& dev : txn::SplitDeviceList(candidate)) {
+  for (const auto& dev : SplitDeviceList(candidate)) {
     if (::stat(dev.c_str(), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) return false;
   }
   *image = candidate;

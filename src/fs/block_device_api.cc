@@ -7,6 +7,8 @@
 #include "fs/open_device.h"
 #include "io/block_device.h"
 #include "io/offset_device.h"
+#include "txn/devices.h"
+#include "ubtrfs/devices.h"
 
 namespace ubtrfs {
 
@@ -56,6 +58,8 @@ Result<std::unique_ptr<ubtrfs::BlockDevice>> OpenBlockDevice(const std::string& 
   UB_ASSIGN_OR_RETURN(auto dev, io::OpenDevice(path, io::OpenFlags{writable}));
   return std::unique_ptr<ubtrfs::BlockDevice>(std::make_unique<ToPublic>(std::move(dev)));
 }
+
+std::vector<std::string> SplitDeviceList(const std::string& spec) { return txn::SplitDeviceList(spec); }
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(std::unique_ptr<ubtrfs::BlockDevice> device,
                                                      const OpenOptions& options) {

@@ -1,5 +1,4 @@
 #include "fuse/mount.h"
-#include "txn/devices.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -27,6 +26,7 @@
 
 #include "fuse/adapter.h"
 #include "fuse/readahead.h"
+#include "ubtrfs/devices.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::fuse {
@@ -317,7 +317,7 @@ int RunMount(const MountConfig& cfg) {
   // each other too. Every device of a multi-device filesystem is locked
   // alike. (An RBD image's writer takes the image's own exclusive lock when
   // it opens, which other machines see as well.)
-  std::vector<std::string> to_lock = txn::SplitDeviceList(cfg.image);
+  std::vector<std::string> to_lock = SplitDeviceList(cfg.image);
   for (const auto& d : p.devices) to_lock.push_back(d);
   std::vector<int> lock_fds;
   auto unlock_all = [&] {
