@@ -67,7 +67,9 @@ class CompressAhead {
   void Recycle(std::vector<uint8_t>&& bytes);
 
   // Two ranges: chunks in flight stay small, and a write stores two
-  // extents for its one pass through the write path.
+  // extents for its one pass through the write path. It is the plain
+  // import's read size too (Importer::CopyData), so the inodes' change
+  // counts, and with them the image, are the same either way.
   static constexpr size_t kChunk = 2 * kMaxCompressRange;
 
  private:

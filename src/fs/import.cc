@@ -194,7 +194,8 @@ class Importer {
   }
 
   Status CopyData(const std::string& src, InodeId id, const struct stat& st) {
-    if (buf_.empty()) buf_.resize(256 << 10);  // not before the first file that needs it
+    // Not before the first file that needs it; CompressAhead reads as much.
+    if (buf_.empty()) buf_.resize(CompressAhead::kChunk);
     int fd = OpenSource(AT_FDCWD, src.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Errno("open", src);
     Status result;
