@@ -222,7 +222,7 @@ ZstdCompressors& TheZstdCompressors() {
   return *all;
 }
 
-Result<std::vector<uint8_t>> CompressZstd(std::span<const uint8_t> in, int level) {
+Result<std::vector<uint8_t>> CompressZstd(std::span<const uint8_t> in, int level, uint32_t sectorsize) {
   std::unique_ptr<ZstdCompressor> z = TheZstdCompressors().Take();
   if (!z) return Status::Error(ENOMEM, "zstd: cannot create a compression context");
   struct GiveBack {
@@ -239,7 +239,11 @@ Result<std::vector<uint8_t>> CompressZstd(std::span<const uint8_t> in, int level
   if (scratch.size() < ZSTD_compressBound(in.size())) scratch.resize(ZSTD_compressBound(in.size()));
   const size_t n = ZSTD_compress2(cctx, scratch.data(), scratch.size(), in.data(), in.size());
   if (ZSTD_isError(n)) return Status::IoError(std::string("zstd: compression failed: ") + ZSTD_getErrorName(n));
-  return std::vector<uint8_t>(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(n));
+  // Room for the caller's padding to whole sectors, so that it moves nothing.
+  std::vector<uint8_t> out;
+  out.reserve(sectorsize ? (n + sectorsize - 1) / sectorsize * sectorsize : n);
+  out.assign(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(n));
+  return out;
 }
 
 // ---------------------------------------------------------------- lzo
@@ -383,7 +387,7 @@ Result<std::vector<uint8_t>> Compress(uint8_t type, std::span<const uint8_t> in,
     case kTypeLzo:
       return CompressLzo(in, sectorsize);
     default:
-      return CompressZstd(in, level);
+      return CompressZstd(in, level, sectorsize);
   }
 }
 
