@@ -16,7 +16,6 @@
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
-#include "txn/devices.h"
 #include "ubtrfs/devices.h"
 #include "format/key.h"
 #include "format/ondisk.h"

@@ -36,12 +36,6 @@ TEST(WorkPool, EachIndexOnceFromTwoCallersAndFromInside) {
   run(1);
 }
 
-}  // namespace
-}  // namespace ubtrfs::fs
-
-namespace ubtrfs::fs {
-namespace {
-
 // The cores counted are the ones the process may use, not the machine's.
 TEST(WorkPool, UsableCoresFollowTheAffinity) {
   cpu_set_t all;
