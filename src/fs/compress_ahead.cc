@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "fs/source_open.h"
-#include "fs/work_pool.h"
+#include "io/cores.h"
 
 namespace ubtrfs::fs {
 namespace {
@@ -19,7 +19,7 @@ namespace {
 // the importer stores the chunk in front, few enough to keep memory small.
 constexpr size_t kAheadPerCore = 2;
 
-size_t Cores() { return std::clamp<size_t>(UsableCores(), 1, 16); }
+size_t Cores() { return std::clamp<size_t>(io::UsableCores(), 1, 16); }
 
 }  // namespace
 

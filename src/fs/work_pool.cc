@@ -1,6 +1,7 @@
 #include "fs/work_pool.h"
 
-#include <sched.h>
+#include "io/cores.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,7 +65,7 @@ class Pool {
       for (auto& t : threads_) t.detach();
       threads_.clear();
       pid_ = pid;
-      const unsigned cores = UsableCores();
+      const unsigned cores = io::UsableCores();
       try {
         for (unsigned i = 1; i < std::min(cores, 16u); ++i) threads_.emplace_back([this] { Loop(); });
       } catch (const std::system_error&) {
@@ -106,12 +107,5 @@ Pool& ThePool() {
 }  // namespace
 
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn) { ThePool().Run(n, fn); }
-
-unsigned UsableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 }  // namespace ubtrfs::fs

@@ -17,11 +17,6 @@ namespace ubtrfs::fs {
 // both busy, and neither waits for the other.
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 
-// The cores this process may run on (its CPU affinity, as nproc counts):
-// a build in a container pinned to 2 of a host's 64 cores starts threads,
-// and their codec contexts, for 2.
-unsigned UsableCores();
-
 }  // namespace ubtrfs::fs
 
 #endif  // UBTRFS_FS_WORK_POOL_H_

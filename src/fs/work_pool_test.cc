@@ -1,7 +1,6 @@
 #include "fs/work_pool.h"
 
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <atomic>
 #include <thread>
@@ -34,21 +33,6 @@ TEST(WorkPool, EachIndexOnceFromTwoCallersAndFromInside) {
   }
   run(0);
   run(1);
-}
-
-// The cores counted are the ones the process may use, not the machine's.
-TEST(WorkPool, UsableCoresFollowTheAffinity) {
-  cpu_set_t all;
-  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
-  EXPECT_EQ(UsableCores(), static_cast<unsigned>(CPU_COUNT(&all)));
-  int first = 0;
-  while (!CPU_ISSET(first, &all)) ++first;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(first, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-  EXPECT_EQ(UsableCores(), 1u);
-  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "format/checksum.h"
 #include "format/superblock.h"
+#include "io/cores.h"
 #include "txn/chunk_alloc.h"
 #include "txn/extent_refs.h"
 #include "txn/clock.h"
@@ -483,7 +484,7 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
   static stats::Histogram& seal_time = stats::GetHistogram("commit.seal_time", "ns");
   const uint64_t seal_t0 = stats::NowNs();
   Status first, second;
-  if (blocks.size() >= kParallelFrom && std::thread::hardware_concurrency() > 1) {
+  if (blocks.size() >= kParallelFrom && io::UsableCores() > 1) {
     const size_t mid = blocks.size() / 2;
     std::thread helper;
     try {
