@@ -1,7 +1,5 @@
 #include "fs/work_pool.h"
 
-#include "io/cores.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +9,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "io/cores.h"
 
 namespace ubtrfs::fs {
 namespace {
