@@ -44,6 +44,10 @@ TEST(StatsCommand, ImageTreeShapesCountItems) {
   auto bad = RunCommand({UBTRFS_CLI_PATH, "stats", dir.Sub("missing")});
   EXPECT_EQ(bad.exit_code, 8);
   EXPECT_NE(bad.err.find("No such file"), std::string::npos) << bad.err;
+  // A list of no devices at all (only commas) is a missing file, not a crash.
+  auto commas = RunCommand({UBTRFS_CLI_PATH, "stats", ",,"});
+  EXPECT_EQ(commas.exit_code, 8);
+  EXPECT_NE(commas.err.find("No such file"), std::string::npos) << commas.err;
   auto notmount = RunCommand({UBTRFS_CLI_PATH, "stats", dir.path()});
   EXPECT_EQ(notmount.exit_code, 8);
   EXPECT_NE(notmount.err.find("not a ubtrfs mount"), std::string::npos) << notmount.err;

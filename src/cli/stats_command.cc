@@ -140,7 +140,9 @@ void RegisterStats(CLI::App& app) {
     if (target.starts_with("rbd:")) return SetExitCode(ImageStats(target, json));
     struct stat st;
     // IMG1,IMG2,...: the first device decides whether this is an image.
-    const std::string first = SplitDeviceList(target).front();
+    // (Only commas name no device: the stat of the whole name reports it.)
+    const std::vector<std::string> devices = SplitDeviceList(target);
+    const std::string first = devices.empty() ? target : devices.front();
     if (::stat(first.c_str(), &st) != 0) {
       std::cerr << "ubtrfs stats: " << target << ": " << std::strerror(errno) << "\n";
       SetExitCode(8);
