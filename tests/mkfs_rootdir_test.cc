@@ -587,13 +587,13 @@ TEST(MkfsRootdirTest, BuildWithoutThreadsMakesTheSameImage) {
   argv.push_back(dir.Sub("threads.img"));
   auto r = RunCommand(argv);
   ASSERT_TRUE(r.ok()) << r.Describe();
-  argv = {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "prlimit", "--nproc=1:1"};
-  argv.insert(argv.end(), mkfs.begin(), mkfs.end());
-  // LeakSanitizer needs a thread of its own at exit (an ASan build): after
-  // "env", turn it off.
+  // LeakSanitizer needs a thread of its own at exit (an ASan build): the
+  // limited run turns it off, in the env that starts mkfs (mkfs[0]).
   const char* asan = getenv("ASAN_OPTIONS");
   const std::string before = asan && *asan ? std::string(asan) + ":" : "";
-  argv.insert(argv.begin() + 7, "ASAN_OPTIONS=" + before + "detect_leaks=0");
+  argv = {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "prlimit", "--nproc=1:1",
+          mkfs[0],   "ASAN_OPTIONS=" + before + "detect_leaks=0"};
+  argv.insert(argv.end(), mkfs.begin() + 1, mkfs.end());
   argv.push_back(dir.Sub("alone.img"));
   r = RunCommand(argv);
   ASSERT_TRUE(r.ok()) << r.Describe();
