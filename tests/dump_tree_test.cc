@@ -21,6 +21,7 @@
 
 #include "format/checksum.h"
 #include "support/test_util.h"
+#include "ubtrfs/inspect.h"
 
 namespace {
 
@@ -375,6 +376,51 @@ void Smash(const std::string& image, const std::vector<uint64_t>& copies, uint64
     ASSERT_EQ(std::fwrite(junk.data(), 1, junk.size(), f), junk.size());
   }
   std::fclose(f);
+}
+
+// The tree shapes of `ubtrfs stats IMAGE` (ubtrfs::TreeShapes): a damaged
+// tree has its error, and the walk goes on to the others, which count as
+// before.
+TEST_F(DumpTreeTest, DamagedTreeHasItsErrorAndTheOthersTheirShapes) {
+  auto before = ubtrfs::TreeShapes(image_, {});
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  CommandResult all = Dump({image_});
+  ASSERT_EQ(all.exit_code, 0) << all.Describe();
+  const auto secs = Sections(all.out);
+  const Section* chunk = FindSection(secs, "chunk tree");
+  ASSERT_NE(chunk, nullptr);
+  const uint64_t fs_root = FsTreeRoot(image_);
+  const auto copies = PhysicalCopies(ParseChunks(chunk->lines), fs_root);
+  ASSERT_FALSE(copies.empty()) << "fs tree root " << fs_root << " not in any chunk";
+  const std::string damaged = dir_.Sub("damaged-shapes.img");
+  ASSERT_TRUE(RunCommand({"cp", "--sparse=always", image_, damaged}).ok());
+  Smash(damaged, copies, kNodeSize / 2, std::string(64, '\x5a'));
+
+  auto after = ubtrfs::TreeShapes(damaged, {});
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  ASSERT_EQ(after->size(), before->size());
+  for (size_t i = 0; i < after->size(); ++i) {
+    const ubtrfs::TreeShape& a = (*after)[i];
+    const ubtrfs::TreeShape& b = (*before)[i];
+    ASSERT_EQ(a.tree, b.tree);
+    EXPECT_TRUE(b.error.empty()) << b.name << ": " << b.error;
+    if (a.tree == 5) {
+      EXPECT_NE(a.error.find("checksum mismatch"), std::string::npos) << a.error;
+      continue;
+    }
+    EXPECT_TRUE(a.error.empty()) << a.name << ": " << a.error;
+    EXPECT_EQ(a.items, b.items) << a.name;
+    EXPECT_EQ(a.leaves, b.leaves) << a.name;
+    EXPECT_GT(a.items, 0u) << a.name;
+    EXPECT_LE(a.leaf_bytes_used, a.leaf_bytes) << a.name;
+  }
+  // The command: the other trees printed, the damaged one on stderr, exit 1.
+  CommandResult st = RunCommand({UBTRFS_CLI_PATH, "stats", damaged});
+  EXPECT_EQ(st.exit_code, 1) << st.Describe();
+  EXPECT_NE(st.out.find("ROOT_TREE"), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("EXTENT_TREE"), std::string::npos) << st.out;
+  EXPECT_EQ(st.out.find("FS_TREE"), std::string::npos) << st.out;
+  EXPECT_NE(st.err.find("tree 5: "), std::string::npos) << st.err;
 }
 
 TEST_F(DumpTreeTest, DamagedBlockGivesErrorLineAndNonzeroExit) {

@@ -1274,6 +1274,13 @@ CheckResult CheckVolume(txn::Volume& vol, const CheckOptions& options) {
   return result;
 }
 
+}  // namespace ubtrfs::check
+
+namespace ubtrfs {
+
+using namespace ::ubtrfs::format;
+using check::JsonString;
+
 Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& options) {
   txn::DeviceSpec spec;
   spec.paths = txn::SplitDeviceList(path);
@@ -1308,10 +1315,10 @@ Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& opti
     r.counts.emplace_back("errors", 1);
     return r;
   }
-  return CheckVolume(**vol, options);
+  return check::CheckVolume(**vol, options);
 }
 
-std::string ToJson(const CheckResult& r) {
+std::string CheckJson(const CheckResult& r) {
   std::string out = "{\"errors\": [";
   for (size_t i = 0; i < r.errors.size(); ++i) out += (i ? ", " : "") + JsonString(r.errors[i]);
   out += "], \"warnings\": [";
@@ -1326,4 +1333,4 @@ std::string ToJson(const CheckResult& r) {
   return out;
 }
 
-}  // namespace ubtrfs::check
+}  // namespace ubtrfs

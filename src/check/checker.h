@@ -33,52 +33,22 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "txn/volume.h"
+#include "ubtrfs/check.h"
 #include "ubtrfs/status.h"
 
 namespace ubtrfs::check {
 
-struct CheckOptions {
-  // Read every data sector that has a checksum and verify it (every copy).
-  bool check_data_csum = false;
-  // Error lines kept in the result (all are counted); 0 = no limit.
-  size_t max_errors = 2000;
-  // Where the filesystem lies in the image (OpenOptions::offset, partition).
-  uint64_t offset = 0;
-  int partition = 0;
-  // Where to look for the other devices (the path may also be
-  // IMG1,IMG2,...).
-  std::vector<std::string> scan_dirs;
-};
-
-struct CheckResult {
-  // One line per problem, naming the tree, block or key and what is wrong.
-  std::vector<std::string> errors;
-  size_t error_count = 0;  // may exceed errors.size() (max_errors)
-  // Things worth saying that are not damage (a tree log, stale free space
-  // info items btrfs check accepts, a repaired DUP copy, ...).
-  std::vector<std::string> warnings;
-  // Statistics in a fixed order: tree_blocks, trees, inodes, ...
-  std::vector<std::pair<std::string, uint64_t>> counts;
-  bool clean() const { return error_count == 0; }
-};
+// The options and the result are the public API's (ubtrfs/check.h).
+using ::ubtrfs::CheckOptions;
+using ::ubtrfs::CheckResult;
+using ::ubtrfs::CheckImage;
+using ::ubtrfs::CheckJson;
 
 // Checks an opened volume. Reads only; never writes.
 CheckResult CheckVolume(txn::Volume& vol, const CheckOptions& options = {});
-
-// Opens `path` read-only and checks it. A non-OK Status means the check could
-// not run at all: the file cannot be opened, it holds no btrfs superblock, or
-// it uses features ubtrfs does not read (exit code 8 in the CLI). Damage that
-// stops the volume from opening (a bad chunk tree or root tree) is reported
-// as an error in the result instead.
-Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& options = {});
-
-// The result as one JSON object: {"errors": [...], "warnings": [...],
-// "counts": {...}, "clean": bool}.
-std::string ToJson(const CheckResult& result);
 
 }  // namespace ubtrfs::check
 

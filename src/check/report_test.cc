@@ -68,7 +68,7 @@ TEST(Json, ParsesAsOneObject) {
   r.warnings.push_back("a tree log is present");
   r.counts.emplace_back("trees", 3);
   r.counts.emplace_back("tree_blocks", 1ull << 40);
-  const std::string text = ToJson(r);
+  const std::string text = CheckJson(r);
   nlohmann::json j;
   ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << text;
   ASSERT_TRUE(j.is_object());
@@ -89,7 +89,7 @@ TEST(Json, ParsesAsOneObject) {
   EXPECT_TRUE(nlohmann::json::accept(text));
 
   CheckResult ok;
-  const nlohmann::json k = nlohmann::json::parse(ToJson(ok));
+  const nlohmann::json k = nlohmann::json::parse(CheckJson(ok));
   EXPECT_TRUE(k["clean"].get<bool>());
   EXPECT_TRUE(k["errors"].is_array() && k["errors"].empty());
   EXPECT_TRUE(k["warnings"].is_array() && k["warnings"].empty());

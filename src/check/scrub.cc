@@ -11,6 +11,7 @@
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "format/superblock.h"
+#include "txn/devices.h"
 
 namespace ubtrfs::check {
 
@@ -404,6 +405,34 @@ Result<ScrubResult> ScrubVolume(txn::Volume& vol, const ScrubOptions& options) {
   return r;
 }
 
+}  // namespace ubtrfs::check
+
+namespace ubtrfs {
+
+using check::Bytes;
+using check::Json;
+
+Result<ScrubResult> ScrubImage(const std::string& path, const ScrubOptions& options) {
+  txn::DeviceSpec spec;
+  spec.paths = txn::SplitDeviceList(path);
+  spec.scan_dirs = options.scan_dirs;
+  spec.where.offset = options.offset;
+  spec.where.partition = options.partition;
+  spec.writable = !options.readonly;
+  UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
+  // The volume itself stays read-only (no transaction): repairs go straight
+  // to the devices, which also lets RAID5/6 data be put back in place.
+  txn::VolumeOptions vo;
+  vo.verify_data_csums = false;
+  vo.node_cache_bytes = 16ull << 20;
+  auto vol = txn::Volume::Open(std::move(devs), vo);
+  if (!vol.ok()) return vol.status().WithContext(path);
+  auto r = check::ScrubVolume(**vol, options);
+  if (!r.ok()) return r.status().WithContext(path);
+  r->warnings = (*vol)->warnings();
+  return r;
+}
+
 std::string ScrubSummary(const ScrubResult& r) {
   std::string out;
   const uint64_t total = r.tree_bytes + r.data_bytes;
@@ -451,4 +480,4 @@ std::string ScrubJson(const ScrubResult& r) {
       r.uncorrectable, r.unrepaired, missing, r.seconds, errs);
 }
 
-}  // namespace ubtrfs::check
+}  // namespace ubtrfs

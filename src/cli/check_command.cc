@@ -1,4 +1,4 @@
-// check: a read-only consistency check of an image (check/checker.h), with
+// check: a read-only consistency check of an image (ubtrfs/check.h), with
 // fsck's exit codes: 0 clean, 1 errors found, 8 operational error (the image
 // cannot be opened or is not btrfs, unsupported features, bad arguments).
 #include <fmt/core.h>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "check/checker.h"
 #include "cli/commands.h"
 #include "cli/image_options.h"
+#include "ubtrfs/check.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -31,27 +31,27 @@ void CmdCheck(const CheckArgs& a, const std::vector<std::string>& extra) {
     SetExitCode(kExitOperational);
     return;
   }
-  check::CheckOptions opts;
+  CheckOptions opts;
   opts.check_data_csum = a.check_data_csum;
   opts.max_errors = a.max_errors;
   opts.offset = Placement().offset;
   opts.partition = Placement().partition;
   opts.scan_dirs = Placement().scan_dirs;
-  auto r = check::CheckImage(a.image, opts);
+  auto r = CheckImage(a.image, opts);
   if (!r.ok()) {
     if (a.json) {
-      check::CheckResult failed;
+      CheckResult failed;
       failed.error_count = 1;
       failed.errors.push_back("cannot check: " + r.status().ToString());
-      fmt::print("{}\n", check::ToJson(failed));
+      fmt::print("{}\n", CheckJson(failed));
     }
     fmt::print(stderr, "ubtrfs check: {}\n", r.status().ToString());  // the message names the image
     SetExitCode(kExitOperational);
     return;
   }
-  const check::CheckResult& res = *r;
+  const CheckResult& res = *r;
   if (a.json) {
-    fmt::print("{}\n", check::ToJson(res));
+    fmt::print("{}\n", CheckJson(res));
   } else {
     for (const auto& w : res.warnings) fmt::print("WARNING: {}\n", w);
     for (const auto& e : res.errors) fmt::print("ERROR: {}\n", e);

@@ -1,6 +1,5 @@
 #include "cli/image_options.h"
 
-#include "txn/devices.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -27,16 +26,6 @@ void PlacementInto(OpenOptions* o) {
   o->partition = g_placement.partition;
   o->scan_dirs = g_placement.scan_dirs;
   o->degraded = g_placement.degraded;
-}
-
-Result<std::vector<std::unique_ptr<io::BlockDevice>>> OpenImageDevices(const std::string& image, bool writable) {
-  txn::DeviceSpec spec;
-  spec.paths = txn::SplitDeviceList(image);
-  spec.scan_dirs = g_placement.scan_dirs;
-  spec.where.offset = g_placement.offset;
-  spec.where.partition = g_placement.partition;
-  spec.writable = writable;
-  return txn::OpenDevices(spec);
 }
 
 }  // namespace ubtrfs::cli

@@ -8,11 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
-
-#include "io/block_device.h"
 
 #include "ubtrfs/filesystem.h"
 
@@ -29,11 +26,8 @@ struct ImagePlacement {
 // one subcommand runs per invocation).
 void AddPlacementOptions(CLI::App* cmd);
 const ImagePlacement& Placement();
-// Copies them into open options.
+// Copies them into open options (also the `where` of ubtrfs/inspect.h).
 void PlacementInto(OpenOptions* o);
-// The devices IMAGE (IMG1,IMG2,...) and --scan name, opened read-only (or
-// writable), for the commands that open a txn::Volume themselves.
-Result<std::vector<std::unique_ptr<io::BlockDevice>>> OpenImageDevices(const std::string& image, bool writable = false);
 
 }  // namespace ubtrfs::cli
 

@@ -18,10 +18,9 @@
 #include "cli/commands.h"
 #include "cli/image_options.h"
 #include "cli/text.h"
-#include "format/superblock.h"
 #include "ubtrfs/export.h"
 #include "ubtrfs/filesystem.h"
-#include "txn/devices.h"
+#include "ubtrfs/inspect.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -57,32 +56,22 @@ std::string DevidList(const std::vector<uint64_t>& ids) {
 // devids are missing as far as the superblock tells (it does not list them:
 // every devid up to num_devices but this one).
 bool InfoFromSuperblock(const std::string& image, const Status& why) {
-  auto devs = OpenImageDevices(image);
-  if (!devs.ok()) return false;
-  std::vector<uint64_t> have;
-  std::optional<txn::SuperChoice> first;
-  for (auto& d : *devs) {
-    auto sc = txn::ReadSuperblock(*d);
-    if (!sc.ok()) return false;
-    if (!first) first = *sc;
-    have.push_back(sc->sb.dev_item.devid.get());
-  }
-  const format::SuperBlock& sb = first->sb;
-  std::vector<uint64_t> missing;
-  for (uint64_t id = 1; id <= sb.num_devices.get() && missing.size() < 64; ++id) {
-    if (std::find(have.begin(), have.end(), id) == have.end()) missing.push_back(id);
-  }
-  fmt::print("label:            {}\n", std::string(sb.label, strnlen(sb.label, format::kLabelSize)));
-  fmt::print("fsid:             {}\n", format::UuidToString(sb.fsid));
-  fmt::print("generation:       {}\n", sb.generation.get());
-  fmt::print("sectorsize:       {}\n", sb.sectorsize.get());
-  fmt::print("nodesize:         {}\n", sb.nodesize.get());
-  fmt::print("total bytes:      {}\n", sb.total_bytes.get());
-  fmt::print("bytes used:       {}\n", sb.bytes_used.get());
-  fmt::print("devices:          {}\n", sb.num_devices.get());
-  fmt::print("this device:      {}\n", sb.dev_item.devid.get());
-  fmt::print("missing devices:  {} (by devid; not opened)\n", DevidList(missing));
-  fmt::print("superblock copy:  {}\n", first->mirror);
+  OpenOptions where;
+  PlacementInto(&where);
+  auto info = ReadMemberInfo(image, where);
+  if (!info.ok()) return false;
+  const FsInfo& i = *info;
+  fmt::print("label:            {}\n", i.label);
+  fmt::print("fsid:             {}\n", i.fsid);
+  fmt::print("generation:       {}\n", i.generation);
+  fmt::print("sectorsize:       {}\n", i.sectorsize);
+  fmt::print("nodesize:         {}\n", i.nodesize);
+  fmt::print("total bytes:      {}\n", i.total_bytes);
+  fmt::print("bytes used:       {}\n", i.bytes_used);
+  fmt::print("devices:          {}\n", i.num_devices);
+  fmt::print("this device:      {}\n", i.devid);
+  fmt::print("missing devices:  {} (by devid; not opened)\n", DevidList(i.devices_missing));
+  fmt::print("superblock copy:  {}\n", i.superblock_mirror);
   fmt::print(stderr, "ubtrfs: warning: {}: the filesystem cannot be read from the devices given: {}\n", image,
              why.ToString());
   return true;
@@ -110,8 +99,8 @@ void CmdInfo(const std::string& image) {
                "\"devid\": {}, \"missing_devices\": [{}], "
                "\"incompat\": {}, \"compat_ro\": {}, \"superblock_copy\": {}}}\n",
                JsonString(i.label), i.fsid, i.generation, i.sectorsize, i.nodesize, i.csum_type, i.total_bytes,
-               i.bytes_used, i.num_devices, i.devid, missing, JsonString(format::IncompatNames(i.incompat_flags)),
-               JsonString(format::CompatRoNames(i.compat_ro_flags)), i.superblock_mirror);
+               i.bytes_used, i.num_devices, i.devid, missing, JsonString(IncompatFeatureNames(i.incompat_flags)),
+               JsonString(CompatRoFeatureNames(i.compat_ro_flags)), i.superblock_mirror);
     return;
   }
   fmt::print("label:            {}\n", i.label);
@@ -127,8 +116,8 @@ void CmdInfo(const std::string& image) {
     fmt::print("this device:      {}\n", i.devid);
     fmt::print("missing devices:  {}\n", i.devices_missing.empty() ? "none" : DevidList(i.devices_missing));
   }
-  fmt::print("incompat:         {}\n", format::IncompatNames(i.incompat_flags));
-  fmt::print("compat_ro:        {}\n", format::CompatRoNames(i.compat_ro_flags));
+  fmt::print("incompat:         {}\n", IncompatFeatureNames(i.incompat_flags));
+  fmt::print("compat_ro:        {}\n", CompatRoFeatureNames(i.compat_ro_flags));
   fmt::print("superblock copy:  {}\n", i.superblock_mirror);
 }
 

@@ -1,5 +1,5 @@
 // scrub: every copy of every tree block and checksummed data sector read and
-// verified, bad copies rewritten from good ones (check/scrub.h). Exit codes
+// verified, bad copies rewritten from good ones (ubtrfs/check.h). Exit codes
 // as btrfs scrub start -B: 0 nothing wrong (or all of it repaired), 3 errors
 // left (uncorrectable, or not repaired with --readonly), 1 operational error.
 #include <fmt/core.h>
@@ -7,10 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "check/scrub.h"
 #include "cli/commands.h"
 #include "cli/image_options.h"
-#include "txn/volume.h"
+#include "ubtrfs/check.h"
 
 namespace ubtrfs::cli {
 namespace {
@@ -24,35 +23,23 @@ struct ScrubArgs {
 void CmdScrub(const ScrubArgs& a) {
   std::string list;
   for (const auto& i : a.images) list += (list.empty() ? "" : ",") + i;
-  auto devs = OpenImageDevices(list, !a.readonly);
-  if (!devs.ok()) {
-    fmt::print(stderr, "ubtrfs: scrub: {}\n", devs.status().ToString());
-    return SetExitCode(1);
-  }
-  // Repairs go straight to the devices: the volume itself stays read-only
-  // (no transaction), which also lets RAID5/6 data be put back in place.
-  txn::VolumeOptions vo;
-  vo.verify_data_csums = false;
-  vo.node_cache_bytes = 16ull << 20;
-  auto vol = txn::Volume::Open(std::move(*devs), vo);
-  if (!vol.ok()) {
-    fmt::print(stderr, "ubtrfs: scrub: {}: {}\n", list, vol.status().ToString());
-    return SetExitCode(1);
-  }
-  for (const auto& w : (*vol)->warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", list, w);
-  check::ScrubOptions so;
+  ScrubOptions so;
   so.readonly = a.readonly;
-  auto r = check::ScrubVolume(**vol, so);
+  so.offset = Placement().offset;
+  so.partition = Placement().partition;
+  so.scan_dirs = Placement().scan_dirs;
+  auto r = ScrubImage(list, so);
   if (!r.ok()) {
-    fmt::print(stderr, "ubtrfs: scrub: {}: {}\n", list, r.status().ToString());
+    fmt::print(stderr, "ubtrfs: scrub: {}\n", r.status().ToString());  // the message names the devices
     return SetExitCode(1);
   }
+  for (const auto& w : r->warnings) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", list, w);
   if (a.json) {
-    fmt::print("{}\n", check::ScrubJson(*r));
+    fmt::print("{}\n", ScrubJson(*r));
   } else {
     for (const auto& e : r->errors) fmt::print(stderr, "ubtrfs: scrub: {}\n", e);
     if (r->error_lines_dropped) fmt::print(stderr, "ubtrfs: scrub: ... and {} more\n", r->error_lines_dropped);
-    fmt::print("{}", check::ScrubSummary(*r));
+    fmt::print("{}", ScrubSummary(*r));
   }
   if (r->uncorrectable > 0 || r->unrepaired > 0) SetExitCode(3);
 }

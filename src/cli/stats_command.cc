@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -16,93 +15,44 @@
 
 #include "cli/commands.h"
 #include "cli/image_options.h"
-#include "ubtrfs/devices.h"
-#include "format/key.h"
-#include "format/ondisk.h"
 #include "fuse/adapter.h"
-#include "tree/block_reader.h"
-#include "tree/cursor.h"
-#include "txn/volume.h"
-#include "io/block_device.h"
-#include "io/offset_device.h"
+#include "ubtrfs/devices.h"
+#include "ubtrfs/inspect.h"
 
 namespace ubtrfs::cli {
 namespace {
 
-struct TreeShape {
-  int levels = 0;
-  uint64_t nodes = 0, leaves = 0, items = 0, leaf_bytes_used = 0, leaf_bytes = 0;
-};
-
-Status Walk(tree::BlockSource* src, uint64_t bytenr, int level, TreeShape* t, int depth) {
-  if (depth > format::kMaxLevel) return Status::Corrupt("tree deeper than " + std::to_string(format::kMaxLevel));
-  UB_ASSIGN_OR_RETURN(auto b, src->Read(tree::BlockCheck{bytenr, level, 0, {}}));
-  if (b->is_leaf()) {
-    ++t->leaves;
-    t->items += b->nritems();
-    t->leaf_bytes += b->LeafSpace();
-    t->leaf_bytes_used += b->LeafSpace() - b->LeafFreeSpace();
-    return Status::Ok();
-  }
-  ++t->nodes;
-  for (int i = 0; i < b->nritems(); ++i) {
-    UB_RETURN_IF_ERROR(Walk(src, b->child_bytenr(i), b->level() - 1, t, depth + 1));
-  }
-  return Status::Ok();
-}
-
 int ImageStats(const std::string& image, bool json) {
-  auto dev = OpenImageDevices(image);
-  if (!dev.ok()) {
-    std::cerr << "ubtrfs stats: " << dev.status().ToString() << "\n";
+  OpenOptions where;
+  PlacementInto(&where);
+  auto shapes = TreeShapes(image, where);
+  if (!shapes.ok()) {
+    std::cerr << "ubtrfs stats: " << shapes.status().ToString() << "\n";
     return 8;
-  }
-  auto vol = txn::Volume::Open(std::move(*dev), txn::VolumeOptions{});
-  if (!vol.ok()) {
-    std::cerr << "ubtrfs stats: " << vol.status().ToString() << "\n";
-    return 8;
-  }
-  std::map<uint64_t, tree::RootPtr> trees;
-  trees[format::kRootTreeObjectid] = (*vol)->root_tree();
-  trees[format::kChunkTreeObjectid] = (*vol)->chunk_tree();
-  {
-    tree::Cursor c((*vol)->source(), (*vol)->root_tree());
-    Status st = c.Seek(format::Key{0, 0, 0});
-    for (; st.ok() && c.Valid(); st = c.Next()) {
-      const format::Key k = c.key();
-      if (k.type != format::kRootItemKey || c.data().size() < sizeof(format::RootItem)) continue;
-      const auto* ri = reinterpret_cast<const format::RootItem*>(c.data().data());
-      trees[k.objectid] = tree::RootPtr{ri->bytenr.get(), ri->level, ri->generation.get(), k.objectid};
-    }
-    if (!st.ok()) {
-      std::cerr << "ubtrfs stats: root tree: " << st.ToString() << "\n";
-      return 8;
-    }
   }
   std::string out = json ? "{\"image\":" + fmt::format("\"{}\"", image) + ",\"trees\":[" : "";
   if (!json) out += fmt::format("{:>22} {:>6} {:>9} {:>9} {:>11} {:>10}\n", "tree", "levels", "nodes", "leaves", "items", "leaf fill");
   bool first = true;
-  for (const auto& [id, root] : trees) {
-    TreeShape t;
-    t.levels = root.level + 1;
-    Status st = Walk((*vol)->source(), root.bytenr, root.level, &t, 0);
-    if (!st.ok()) {
-      std::cerr << "ubtrfs stats: tree " << id << ": " << st.ToString() << "\n";
-      return 1;
+  int rc = 0;
+  for (const TreeShape& t : *shapes) {
+    if (!t.error.empty()) {
+      std::cerr << "ubtrfs stats: tree " << t.tree << ": " << t.error << "\n";
+      rc = 1;
+      continue;
     }
     const double fill = t.leaf_bytes ? 100.0 * double(t.leaf_bytes_used) / double(t.leaf_bytes) : 0.0;
     if (json) {
       out += fmt::format("{}{{\"tree\":{},\"levels\":{},\"nodes\":{},\"leaves\":{},\"items\":{},\"leaf_fill_pct\":{:.1f}}}",
-                         first ? "" : ",", id, t.levels, t.nodes, t.leaves, t.items, fill);
+                         first ? "" : ",", t.tree, t.levels, t.nodes, t.leaves, t.items, fill);
     } else {
-      out += fmt::format("{:>22} {:>6} {:>9} {:>9} {:>11} {:>9.1f}%\n", format::ObjectidName(id), t.levels, t.nodes,
-                         t.leaves, t.items, fill);
+      out += fmt::format("{:>22} {:>6} {:>9} {:>9} {:>11} {:>9.1f}%\n", t.name, t.levels, t.nodes, t.leaves, t.items,
+                         fill);
     }
     first = false;
   }
   if (json) out += "]}\n";
   std::cout << out;
-  return 0;
+  return rc;
 }
 
 int MountStats(const std::string& mnt, bool json) {

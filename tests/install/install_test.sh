@@ -71,7 +71,9 @@ if [ -s "$work/symbols.bad" ]; then
 fi
 for want in ubtrfs_open ubtrfs_close ubtrfs_read ubtrfs_write ubtrfs_commit ubtrfs_last_error ubtrfs_export \
             'ubtrfs::Filesystem::Open(' 'ubtrfs::ExportTree(' 'ubtrfs::ImportTree(' 'typeinfo for ubtrfs::Filesystem' \
-            'ubtrfs::OpenBlockDevice(' 'typeinfo for ubtrfs::BlockDevice' 'ubtrfs::SplitDeviceList('; do
+            'ubtrfs::OpenBlockDevice(' 'typeinfo for ubtrfs::BlockDevice' 'ubtrfs::SplitDeviceList(' \
+            'ubtrfs::CheckImage(' 'ubtrfs::ScrubImage(' 'ubtrfs::DumpTree(' 'ubtrfs::TreeShapes(' \
+            'ubtrfs::ReadMemberInfo('; do
   grep -qF "$want" "$work/symbols" || fail "$want is not exported"
 done
 echo "$(grep -c '^ubtrfs_' "$work/symbols") C functions, $(grep -c 'ubtrfs::' "$work/symbols") C++ symbols, nothing else"

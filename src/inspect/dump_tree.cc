@@ -19,20 +19,18 @@
 #include <type_traits>
 #include <vector>
 
-#include "cli/commands.h"
-#include "cli/image_options.h"
 #include "format/checksum.h"
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "format/superblock.h"
 #include "fs/volume.h"
-#include "io/block_device.h"
-#include "io/offset_device.h"
 #include "tree/block_reader.h"
 #include "tree/cursor.h"
 #include "tree/tree_block.h"
+#include "txn/devices.h"
+#include "ubtrfs/inspect.h"
 
-namespace ubtrfs::cli {
+namespace ubtrfs::inspect {
 namespace {
 
 using namespace ubtrfs::format;
@@ -314,7 +312,9 @@ std::optional<RootEntry> RootEntryFrom(const Key& k, std::span<const uint8_t> da
 
 class Dumper {
  public:
-  explicit Dumper(fs::Volume* vol) : vol_(vol), csum_size_(CsumSize(vol->csum_type())) {}
+  Dumper(fs::Volume* vol, std::FILE* out) : vol_(vol), out_(out), csum_size_(CsumSize(vol->csum_type())) {}
+
+  std::FILE* out() const { return out_; }
 
   // Reads the block `check` names and prints it; with `follow`, then every
   // child in key order (depth-first). A block that cannot be read prints an
@@ -346,9 +346,8 @@ class Dumper {
   const std::vector<RootEntry>& roots() const { return roots_; }
 
   void BlockError(const Status& st) {
-    fmt::print("ERROR: {}\n", st.message());
+    fmt::print(out_, "ERROR: {}\n", st.message());
     ++block_errors_;
-    SetExitCode(1);
   }
   int block_errors() const { return block_errors_; }
   int item_errors() const { return item_errors_; }
@@ -365,26 +364,26 @@ class Dumper {
       uint64_t used = uint64_t{static_cast<uint32_t>(b.nritems())} * sizeof(Item);
       for (int i = 0; i < b.nritems(); ++i) used += b.item_size(i);
       const int64_t free_space = static_cast<int64_t>(space) - static_cast<int64_t>(used);
-      fmt::print("leaf {} items {} free space {} generation {} owner {}\n", b.bytenr(), b.nritems(), free_space,
+      fmt::print(out_, "leaf {} items {} free space {} generation {} owner {}\n", b.bytenr(), b.nritems(), free_space,
                  b.generation(), OwnerText(b.owner()));
     } else {
       const int64_t free_space = static_cast<int64_t>(space / sizeof(KeyPtr)) - b.nritems();
-      fmt::print("node {} level {} items {} free space {} generation {} owner {}\n", b.bytenr(), b.level(),
+      fmt::print(out_, "node {} level {} items {} free space {} generation {} owner {}\n", b.bytenr(), b.level(),
                  b.nritems(), free_space, b.generation(), OwnerText(b.owner()));
     }
-    fmt::print("{} {} flags 0x{:x}({}) backref revision {}\n", kind, b.bytenr(), flags,
+    fmt::print(out_, "{} {} flags 0x{:x}({}) backref revision {}\n", kind, b.bytenr(), flags,
                JoinFlags(flags, {{kHeaderFlagWritten, "WRITTEN"}, {kHeaderFlagReloc, "RELOC"}}, ""),
                hflags >> kBackrefRevShift);
-    fmt::print("fs uuid {}\nchunk uuid {}\n", UuidToString(h.fsid), UuidToString(h.chunk_tree_uuid));
+    fmt::print(out_, "fs uuid {}\nchunk uuid {}\n", UuidToString(h.fsid), UuidToString(h.chunk_tree_uuid));
     if (!b.is_leaf()) {
       for (int i = 0; i < b.nritems(); ++i) {
-        fmt::print("\tkey {} block {} gen {}\n", KeyText(b.key(i)), b.child_bytenr(i), b.child_generation(i));
+        fmt::print(out_, "\tkey {} block {} gen {}\n", KeyText(b.key(i)), b.child_bytenr(i), b.child_generation(i));
       }
       return;
     }
     for (int i = 0; i < b.nritems(); ++i) {
       const Key k = b.key(i);
-      fmt::print("\titem {} key {} itemoff {} itemsize {}\n", i, KeyText(k), b.item_offset(i), b.item_size(i));
+      fmt::print(out_, "\titem {} key {} itemoff {} itemsize {}\n", i, KeyText(k), b.item_offset(i), b.item_size(i));
       PrintItem(k, ItemBytes(b.item_data(i)));
       if (collect_roots_ && k.type == kRootItemKey) {
         if (auto r = RootEntryFrom(k, b.item_data(i))) roots_.push_back(*r);
@@ -393,9 +392,8 @@ class Dumper {
   }
 
   void ItemError(const std::string& msg) {
-    fmt::print("\t\tERROR: {}\n", msg);
+    fmt::print(out_, "\t\tERROR: {}\n", msg);
     ++item_errors_;
-    SetExitCode(1);
   }
   void TooSmall(const char* what, size_t have, size_t need) {
     ItemError(fmt::format("item too small for {} (size {}, need {})", what, have, need));
@@ -419,10 +417,10 @@ class Dumper {
       case kXattrItemKey: return PrintDirItems(d);
       case kDirLogItemKey:
       case kDirLogIndexKey:
-        if (auto end = d.U64(0)) fmt::print("\t\tdir log end {}\n", *end);
+        if (auto end = d.U64(0)) fmt::print(out_, "\t\tdir log end {}\n", *end);
         else TooSmall("DIR_LOG item", d.size(), 8);
         return;
-      case kOrphanItemKey: fmt::print("\t\torphan item\n"); return;
+      case kOrphanItemKey: fmt::print(out_, "\t\torphan item\n"); return;
       case kExtentDataKey: return PrintFileExtent(d);
       case kExtentCsumKey: return PrintCsum(k, d);
       case kRootItemKey: return PrintRootItem(d);
@@ -430,40 +428,40 @@ class Dumper {
       case kRootBackrefKey: return PrintRootRef(d, "backref");
       case kExtentItemKey: return PrintExtentItem(k, d, false);
       case kMetadataItemKey: return PrintExtentItem(k, d, true);
-      case kTreeBlockRefKey: fmt::print("\t\ttree block backref\n"); return;
-      case kSharedBlockRefKey: fmt::print("\t\tshared block backref\n"); return;
+      case kTreeBlockRefKey: fmt::print(out_, "\t\ttree block backref\n"); return;
+      case kSharedBlockRefKey: fmt::print(out_, "\t\tshared block backref\n"); return;
       case kExtentDataRefKey:
         if (auto r = Need<ExtentDataRef>(d, 0, "EXTENT_DATA_REF")) {
-          fmt::print("\t\textent data backref root {} objectid {} offset {} count {}\n", OwnerText(r->root.get()),
+          fmt::print(out_, "\t\textent data backref root {} objectid {} offset {} count {}\n", OwnerText(r->root.get()),
                      r->objectid.get(), r->offset.get(), r->count.get());
         }
         return;
       case kSharedDataRefKey:
         if (auto r = Need<SharedDataRef>(d, 0, "SHARED_DATA_REF")) {
-          fmt::print("\t\tshared data backref count {}\n", r->count.get());
+          fmt::print(out_, "\t\tshared data backref count {}\n", r->count.get());
         }
         return;
       case kExtentOwnerRefKey:
-        if (auto root = d.U64(0)) fmt::print("\t\textent owner root {}\n", OwnerText(*root));
+        if (auto root = d.U64(0)) fmt::print(out_, "\t\textent owner root {}\n", OwnerText(*root));
         else TooSmall("EXTENT_OWNER_REF", d.size(), 8);
         return;
       case kBlockGroupItemKey:
         if (auto bg = Need<BlockGroupItem>(d, 0, "BLOCK_GROUP_ITEM")) {
-          fmt::print("\t\tblock group used {} chunk_objectid {} flags {}\n", bg->used.get(),
+          fmt::print(out_, "\t\tblock group used {} chunk_objectid {} flags {}\n", bg->used.get(),
                      bg->chunk_objectid.get(), BlockGroupFlagsText(bg->flags.get()));
         }
         return;
       case kFreeSpaceInfoKey:
         if (auto fsi = Need<FreeSpaceInfo>(d, 0, "FREE_SPACE_INFO")) {
-          fmt::print("\t\tfree space info extent count {} flags {}\n", fsi->extent_count.get(), fsi->flags.get());
+          fmt::print(out_, "\t\tfree space info extent count {} flags {}\n", fsi->extent_count.get(), fsi->flags.get());
         }
         return;
-      case kFreeSpaceExtentKey: fmt::print("\t\tfree space extent\n"); return;
-      case kFreeSpaceBitmapKey: fmt::print("\t\tfree space bitmap\n"); return;
+      case kFreeSpaceExtentKey: fmt::print(out_, "\t\tfree space extent\n"); return;
+      case kFreeSpaceBitmapKey: fmt::print(out_, "\t\tfree space bitmap\n"); return;
       case kDevItemKey: return PrintDevItem(d);
       case kDevExtentKey:
         if (auto de = Need<DevExtent>(d, 0, "DEV_EXTENT")) {
-          fmt::print("\t\tdev extent chunk_tree {}\n\t\tchunk_objectid {} chunk_offset {} length {}\n"
+          fmt::print(out_, "\t\tdev extent chunk_tree {}\n\t\tchunk_objectid {} chunk_offset {} length {}\n"
                      "\t\tchunk_tree_uuid {}\n",
                      de->chunk_tree.get(), de->chunk_objectid.get(), de->chunk_offset.get(), de->length.get(),
                      UuidToString(de->chunk_tree_uuid));
@@ -476,20 +474,20 @@ class Dumper {
           ItemError(fmt::format("uuid item size {} is not a multiple of 8", d.size()));
           return;
         }
-        for (size_t off = 0; off < d.size(); off += 8) fmt::print("\t\tsubvol_id {}\n", *d.U64(off));
+        for (size_t off = 0; off < d.size(); off += 8) fmt::print(out_, "\t\tsubvol_id {}\n", *d.U64(off));
         return;
       case kQgroupStatusKey: return PrintQgroupStatus(d);
       case kQgroupInfoKey: return PrintQgroupInfo(d);
       case kQgroupLimitKey: return PrintQgroupLimit(d);
       case kQgroupRelationKey: return;
-      case kStringItemKey: fmt::print("\t\titem data {}\n", EscapeData(d.Str(0, d.size()), 1024)); return;
+      case kStringItemKey: fmt::print(out_, "\t\titem data {}\n", EscapeData(d.Str(0, d.size()), 1024)); return;
       case kPersistentItemKey: return PrintPersistent(k, d);
       case kTemporaryItemKey:
-        fmt::print("\t\ttemporary item objectid {} offset {}\n", ObjectidText(k.objectid, k.type), k.offset);
-        fmt::print("\t\titem data size {}\n", d.size());
+        fmt::print(out_, "\t\ttemporary item objectid {} offset {}\n", ObjectidText(k.objectid, k.type), k.offset);
+        fmt::print(out_, "\t\titem data size {}\n", d.size());
         return;
       default:
-        fmt::print("\t\titem data size {}\n", d.size());
+        fmt::print(out_, "\t\titem data size {}\n", d.size());
         return;
     }
   }
@@ -497,13 +495,13 @@ class Dumper {
   void PrintInodeItem(const ItemBytes& d) {
     auto ii = Need<InodeItem>(d, 0, "INODE_ITEM");
     if (!ii) return;
-    fmt::print("\t\tgeneration {} transid {} size {} nbytes {}\n", ii->generation.get(), ii->transid.get(),
+    fmt::print(out_, "\t\tgeneration {} transid {} size {} nbytes {}\n", ii->generation.get(), ii->transid.get(),
                ii->size.get(), ii->nbytes.get());
-    fmt::print("\t\tblock group {} mode {:o} links {} uid {} gid {} rdev {}\n", ii->block_group.get(),
+    fmt::print(out_, "\t\tblock group {} mode {:o} links {} uid {} gid {} rdev {}\n", ii->block_group.get(),
                ii->mode.get(), ii->nlink.get(), ii->uid.get(), ii->gid.get(), ii->rdev.get());
-    fmt::print("\t\tsequence {} flags 0x{:x}({})\n", ii->sequence.get(), ii->flags.get(),
+    fmt::print(out_, "\t\tsequence {} flags 0x{:x}({})\n", ii->sequence.get(), ii->flags.get(),
                InodeFlagsText(ii->flags.get()));
-    fmt::print("\t\tatime {}\n\t\tctime {}\n\t\tmtime {}\n\t\totime {}\n", TimeText(ii->atime),
+    fmt::print(out_, "\t\tatime {}\n\t\tctime {}\n\t\tmtime {}\n\t\totime {}\n", TimeText(ii->atime),
                TimeText(ii->ctime), TimeText(ii->mtime), TimeText(ii->otime));
   }
 
@@ -518,7 +516,7 @@ class Dumper {
         return ItemError(fmt::format("INODE_REF name of {} bytes at {} runs past the item (size {})", name_len,
                                      name_off, d.size()));
       }
-      fmt::print("\t\tindex {} namelen {} name: {}\n", r->index.get(), name_len,
+      fmt::print(out_, "\t\tindex {} namelen {} name: {}\n", r->index.get(), name_len,
                  EscapeName(d.Str(name_off, name_len)));
       off = name_off + name_len;
     }
@@ -535,7 +533,7 @@ class Dumper {
         return ItemError(fmt::format("INODE_EXTREF name of {} bytes at {} runs past the item (size {})", name_len,
                                      name_off, d.size()));
       }
-      fmt::print("\t\tindex {} parent {} namelen {} name: {}\n", r->index.get(), r->parent_objectid.get(),
+      fmt::print(out_, "\t\tindex {} parent {} namelen {} name: {}\n", r->index.get(), r->parent_objectid.get(),
                  name_len, EscapeName(d.Str(name_off, name_len)));
       off = name_off + name_len;
     }
@@ -547,15 +545,15 @@ class Dumper {
       auto di = Need<DirItem>(d, off, "DIR_ITEM");
       if (!di) return;
       const size_t name_len = di->name_len.get(), data_len = di->data_len.get();
-      fmt::print("\t\tlocation key {} type {}\n", KeyText(di->location), DirTypeText(di->type));
-      fmt::print("\t\ttransid {} data_len {} name_len {}\n", di->transid.get(), data_len, name_len);
+      fmt::print(out_, "\t\tlocation key {} type {}\n", KeyText(di->location), DirTypeText(di->type));
+      fmt::print(out_, "\t\ttransid {} data_len {} name_len {}\n", di->transid.get(), data_len, name_len);
       const size_t name_off = off + sizeof(DirItem);
       if (!d.Has(name_off, name_len + data_len)) {
         return ItemError(fmt::format("DIR_ITEM name and data ({} + {} bytes at {}) run past the item (size {})",
                                      name_len, data_len, name_off, d.size()));
       }
-      fmt::print("\t\tname: {}\n", EscapeName(d.Str(name_off, name_len)));
-      if (data_len) fmt::print("\t\tdata {}\n", EscapeData(d.Str(name_off + name_len, data_len), 256));
+      fmt::print(out_, "\t\tname: {}\n", EscapeName(d.Str(name_off, name_len)));
+      if (data_len) fmt::print(out_, "\t\tdata {}\n", EscapeData(d.Str(name_off + name_len, data_len), 256));
       off = name_off + name_len + data_len;
     }
   }
@@ -570,9 +568,9 @@ class Dumper {
                             : fe.type == kFileExtentReg     ? "regular"
                             : fe.type == kFileExtentPrealloc ? "prealloc"
                                                             : "unknown";
-    fmt::print("\t\tgeneration {} type {} ({})\n", fe.generation.get(), fe.type, type_name);
+    fmt::print(out_, "\t\tgeneration {} type {} ({})\n", fe.generation.get(), fe.type, type_name);
     if (fe.type == kFileExtentInline) {
-      fmt::print("\t\tinline extent data size {} ram_bytes {} compression {} ({})\n",
+      fmt::print(out_, "\t\tinline extent data size {} ram_bytes {} compression {} ({})\n",
                  d.size() - kFileExtentInlineDataStart, fe.ram_bytes.get(), fe.compression,
                  CompressionText(fe.compression));
       return;
@@ -582,19 +580,19 @@ class Dumper {
     }
     if (d.size() < sizeof(FileExtentItem)) return TooSmall("EXTENT_DATA", d.size(), sizeof(FileExtentItem));
     const char* what = fe.type == kFileExtentReg ? "extent" : "prealloc";
-    fmt::print("\t\t{} data disk byte {} nr {}\n", what, fe.disk_bytenr.get(), fe.disk_num_bytes.get());
-    fmt::print("\t\t{} data offset {} nr {} ram {}\n", what, fe.offset.get(), fe.num_bytes.get(),
+    fmt::print(out_, "\t\t{} data disk byte {} nr {}\n", what, fe.disk_bytenr.get(), fe.disk_num_bytes.get());
+    fmt::print(out_, "\t\t{} data offset {} nr {} ram {}\n", what, fe.offset.get(), fe.num_bytes.get(),
                fe.ram_bytes.get());
-    fmt::print("\t\textent compression {} ({})\n", fe.compression, CompressionText(fe.compression));
+    fmt::print(out_, "\t\textent compression {} ({})\n", fe.compression, CompressionText(fe.compression));
   }
 
   void PrintCsum(const Key& k, const ItemBytes& d) {
     if (csum_size_ == 0) {
-      fmt::print("\t\trange start {}\n", k.offset);
+      fmt::print(out_, "\t\trange start {}\n", k.offset);
       return;
     }
     const uint64_t len = uint64_t{d.size() / csum_size_} * vol_->sectorsize();
-    fmt::print("\t\trange start {} end {} length {}\n", k.offset, k.offset + len, len);
+    fmt::print(out_, "\t\trange start {} end {} length {}\n", k.offset, k.offset + len, len);
     if (d.size() % csum_size_ != 0) {
       ItemError(fmt::format("csum item size {} is not a multiple of the checksum size {}", d.size(), csum_size_));
     }
@@ -605,18 +603,18 @@ class Dumper {
     RootItem ri{};  // zero past what the item holds, as the kernel reads a v1 item
     std::memcpy(&ri, d.At(0), std::min(d.size(), sizeof ri));
     const uint64_t flags = ri.flags.get();
-    fmt::print("\t\tgeneration {} root_dirid {} bytenr {} byte_limit {} bytes_used {}\n", ri.generation.get(),
+    fmt::print(out_, "\t\tgeneration {} root_dirid {} bytenr {} byte_limit {} bytes_used {}\n", ri.generation.get(),
                ri.root_dirid.get(), ri.bytenr.get(), ri.byte_limit.get(), ri.bytes_used.get());
-    fmt::print("\t\tlast_snapshot {} flags 0x{:x}({}) refs {}\n", ri.last_snapshot.get(), flags,
+    fmt::print(out_, "\t\tlast_snapshot {} flags 0x{:x}({}) refs {}\n", ri.last_snapshot.get(), flags,
                JoinFlags(flags, {{1ULL << 0, "RDONLY"}, {1ULL << 48, "DEAD"}}, "none"), ri.refs.get());
-    fmt::print("\t\tdrop_progress key {} drop_level {}\n", KeyText(ri.drop_progress), ri.drop_level);
-    fmt::print("\t\tlevel {} generation_v2 {}\n", ri.level, ri.generation_v2.get());
+    fmt::print(out_, "\t\tdrop_progress key {} drop_level {}\n", KeyText(ri.drop_progress), ri.drop_level);
+    fmt::print(out_, "\t\tlevel {} generation_v2 {}\n", ri.level, ri.generation_v2.get());
     if (d.size() >= sizeof(RootItem) && ri.generation.get() == ri.generation_v2.get()) {
-      fmt::print("\t\tuuid {}\n\t\tparent_uuid {}\n\t\treceived_uuid {}\n", UuidToString(ri.uuid),
+      fmt::print(out_, "\t\tuuid {}\n\t\tparent_uuid {}\n\t\treceived_uuid {}\n", UuidToString(ri.uuid),
                  UuidToString(ri.parent_uuid), UuidToString(ri.received_uuid));
-      fmt::print("\t\tctransid {} otransid {} stransid {} rtransid {}\n", ri.ctransid.get(), ri.otransid.get(),
+      fmt::print(out_, "\t\tctransid {} otransid {} stransid {} rtransid {}\n", ri.ctransid.get(), ri.otransid.get(),
                  ri.stransid.get(), ri.rtransid.get());
-      fmt::print("\t\tctime {}\n\t\totime {}\n\t\tstime {}\n\t\trtime {}\n", TimeText(ri.ctime),
+      fmt::print(out_, "\t\tctime {}\n\t\totime {}\n\t\tstime {}\n\t\trtime {}\n", TimeText(ri.ctime),
                  TimeText(ri.otime), TimeText(ri.stime), TimeText(ri.rtime));
     }
   }
@@ -629,7 +627,7 @@ class Dumper {
       return ItemError(fmt::format("root {} name of {} bytes runs past the item (size {})", tag, name_len,
                                    d.size()));
     }
-    fmt::print("\t\troot {} key dirid {} sequence {} name {}\n", tag, r->dirid.get(), r->sequence.get(),
+    fmt::print(out_, "\t\troot {} key dirid {} sequence {} name {}\n", tag, r->dirid.get(), r->sequence.get(),
                EscapeName(d.Str(sizeof(RootRef), name_len)));
   }
 
@@ -638,18 +636,18 @@ class Dumper {
     auto ei = Need<ExtentItem>(d, 0, what);
     if (!ei) return;
     const uint64_t flags = ei->flags.get();
-    fmt::print("\t\trefs {} gen {} flags {}\n", ei->refs.get(), ei->generation.get(),
+    fmt::print(out_, "\t\trefs {} gen {} flags {}\n", ei->refs.get(), ei->generation.get(),
                JoinFlags(flags,
                          {{kExtentFlagData, "DATA"}, {kExtentFlagTreeBlock, "TREE_BLOCK"},
                           {kBlockFlagFullBackref, "FULL_BACKREF"}},
                          "none"));
     size_t off = sizeof(ExtentItem);
     if (metadata) {
-      fmt::print("\t\ttree block skinny level {}\n", k.offset);
+      fmt::print(out_, "\t\ttree block skinny level {}\n", k.offset);
     } else if (flags & kExtentFlagTreeBlock) {
       auto info = Need<TreeBlockInfo>(d, off, "EXTENT_ITEM tree block info");
       if (!info) return;
-      fmt::print("\t\ttree block key {} level {}\n", KeyText(info->key), info->level);
+      fmt::print(out_, "\t\ttree block key {} level {}\n", KeyText(info->key), info->level);
       off += sizeof(TreeBlockInfo);
     }
     while (off < d.size()) {
@@ -660,16 +658,16 @@ class Dumper {
         case kExtentOwnerRefKey: {
           auto r = Need<ExtentInlineRef>(d, off, "inline backref");
           if (!r) return;
-          if (type == kTreeBlockRefKey) fmt::print("\t\ttree block backref root {}\n", OwnerText(r->offset.get()));
-          else if (type == kSharedBlockRefKey) fmt::print("\t\tshared block backref parent {}\n", r->offset.get());
-          else fmt::print("\t\textent owner root {}\n", OwnerText(r->offset.get()));
+          if (type == kTreeBlockRefKey) fmt::print(out_, "\t\ttree block backref root {}\n", OwnerText(r->offset.get()));
+          else if (type == kSharedBlockRefKey) fmt::print(out_, "\t\tshared block backref parent {}\n", r->offset.get());
+          else fmt::print(out_, "\t\textent owner root {}\n", OwnerText(r->offset.get()));
           off += sizeof(ExtentInlineRef);
           break;
         }
         case kExtentDataRefKey: {  // the data ref takes the place of the offset
           auto r = Need<ExtentDataRef>(d, off + 1, "inline extent data backref");
           if (!r) return;
-          fmt::print("\t\textent data backref root {} objectid {} offset {} count {}\n", OwnerText(r->root.get()),
+          fmt::print(out_, "\t\textent data backref root {} objectid {} offset {} count {}\n", OwnerText(r->root.get()),
                      r->objectid.get(), r->offset.get(), r->count.get());
           off += 1 + sizeof(ExtentDataRef);
           break;
@@ -679,7 +677,7 @@ class Dumper {
           if (!r) return;
           auto c = Need<SharedDataRef>(d, off + sizeof(ExtentInlineRef), "inline shared data backref");
           if (!c) return;
-          fmt::print("\t\tshared data backref parent {} count {}\n", r->offset.get(), c->count.get());
+          fmt::print(out_, "\t\tshared data backref parent {} count {}\n", r->offset.get(), c->count.get());
           off += sizeof(ExtentInlineRef) + sizeof(SharedDataRef);
           break;
         }
@@ -692,25 +690,25 @@ class Dumper {
   void PrintDevItem(const ItemBytes& d) {
     auto di = Need<DevItem>(d, 0, "DEV_ITEM");
     if (!di) return;
-    fmt::print("\t\tdevid {} total_bytes {} bytes_used {}\n", di->devid.get(), di->total_bytes.get(),
+    fmt::print(out_, "\t\tdevid {} total_bytes {} bytes_used {}\n", di->devid.get(), di->total_bytes.get(),
                di->bytes_used.get());
-    fmt::print("\t\tio_align {} io_width {} sector_size {} type {}\n", di->io_align.get(), di->io_width.get(),
+    fmt::print(out_, "\t\tio_align {} io_width {} sector_size {} type {}\n", di->io_align.get(), di->io_width.get(),
                di->sector_size.get(), di->type.get());
-    fmt::print("\t\tgeneration {} start_offset {} dev_group {}\n", di->generation.get(), di->start_offset.get(),
+    fmt::print(out_, "\t\tgeneration {} start_offset {} dev_group {}\n", di->generation.get(), di->start_offset.get(),
                di->dev_group.get());
-    fmt::print("\t\tseek_speed {} bandwidth {}\n", di->seek_speed, di->bandwidth);
-    fmt::print("\t\tuuid {}\n\t\tfsid {}\n", UuidToString(di->uuid), UuidToString(di->fsid));
+    fmt::print(out_, "\t\tseek_speed {} bandwidth {}\n", di->seek_speed, di->bandwidth);
+    fmt::print(out_, "\t\tuuid {}\n\t\tfsid {}\n", UuidToString(di->uuid), UuidToString(di->fsid));
   }
 
   void PrintChunk(const ItemBytes& d) {
     auto c = Need<Chunk>(d, 0, "CHUNK_ITEM");
     if (!c) return;
     const size_t n = c->num_stripes.get();
-    fmt::print("\t\tlength {} owner {} stripe_len {} type {}\n", c->length.get(), c->owner.get(),
+    fmt::print(out_, "\t\tlength {} owner {} stripe_len {} type {}\n", c->length.get(), c->owner.get(),
                c->stripe_len.get(), BlockGroupFlagsText(c->type.get()));
-    fmt::print("\t\tio_align {} io_width {} sector_size {}\n", c->io_align.get(), c->io_width.get(),
+    fmt::print(out_, "\t\tio_align {} io_width {} sector_size {}\n", c->io_align.get(), c->io_width.get(),
                c->sector_size.get());
-    fmt::print("\t\tnum_stripes {} sub_stripes {}\n", n, c->sub_stripes.get());
+    fmt::print(out_, "\t\tnum_stripes {} sub_stripes {}\n", n, c->sub_stripes.get());
     if (n == 0) return ItemError("chunk has no stripes");
     if (!d.Has(sizeof(Chunk), n * sizeof(Stripe))) {
       return ItemError(fmt::format("{} stripes do not fit in the item (size {}, need {})", n, d.size(),
@@ -718,7 +716,7 @@ class Dumper {
     }
     for (size_t i = 0; i < n; ++i) {
       auto s = d.Get<Stripe>(sizeof(Chunk) + i * sizeof(Stripe));
-      fmt::print("\t\t\tstripe {} devid {} offset {}\n\t\t\tdev_uuid {}\n", i, s->devid.get(), s->offset.get(),
+      fmt::print(out_, "\t\t\tstripe {} devid {} offset {}\n\t\t\tdev_uuid {}\n", i, s->devid.get(), s->offset.get(),
                  UuidToString(s->dev_uuid));
     }
   }
@@ -729,7 +727,7 @@ class Dumper {
     if (!loc) return;
     auto gen = d.U64(17), entries = d.U64(25), bitmaps = d.U64(33);
     if (!gen || !entries || !bitmaps) return TooSmall("free space header", d.size(), 41);
-    fmt::print("\t\tlocation key {}\n\t\tcache generation {} entries {} bitmaps {}\n", KeyText(*loc), *gen,
+    fmt::print(out_, "\t\tlocation key {}\n\t\tcache generation {} entries {} bitmaps {}\n", KeyText(*loc), *gen,
                *entries, *bitmaps);
   }
 
@@ -740,35 +738,36 @@ class Dumper {
     if (*flags & 2) f += "|SCANNING";
     if (*flags & 4) f += "|INCONSISTENT";
     if (*flags & 8) f += "|SIMPLE_MODE";
-    fmt::print("\t\tversion {} generation {} flags {} scan {}\n", *version, *gen, f, *scan);
+    fmt::print(out_, "\t\tversion {} generation {} flags {} scan {}\n", *version, *gen, f, *scan);
   }
 
   void PrintQgroupInfo(const ItemBytes& d) {
     if (!d.Has(0, 40)) return TooSmall("QGROUP_INFO", d.size(), 40);
-    fmt::print("\t\tgeneration {}\n\t\treferenced {} referenced_compressed {}\n"
+    fmt::print(out_, "\t\tgeneration {}\n\t\treferenced {} referenced_compressed {}\n"
                "\t\texclusive {} exclusive_compressed {}\n",
                *d.U64(0), *d.U64(8), *d.U64(16), *d.U64(24), *d.U64(32));
   }
 
   void PrintQgroupLimit(const ItemBytes& d) {
     if (!d.Has(0, 40)) return TooSmall("QGROUP_LIMIT", d.size(), 40);
-    fmt::print("\t\tflags {:x}\n\t\tmax_referenced {} max_exclusive {}\n\t\trsv_referenced {} rsv_exclusive {}\n",
+    fmt::print(out_, "\t\tflags {:x}\n\t\tmax_referenced {} max_exclusive {}\n\t\trsv_referenced {} rsv_exclusive {}\n",
                *d.U64(0), static_cast<int64_t>(*d.U64(8)), static_cast<int64_t>(*d.U64(16)),
                static_cast<int64_t>(*d.U64(24)), static_cast<int64_t>(*d.U64(32)));
   }
 
   void PrintPersistent(const Key& k, const ItemBytes& d) {
-    fmt::print("\t\tpersistent item objectid {} offset {}\n", ObjectidText(k.objectid, k.type), k.offset);
+    fmt::print(out_, "\t\tpersistent item objectid {} offset {}\n", ObjectidText(k.objectid, k.type), k.offset);
     if (k.objectid != kDevStatsObjectid) {
-      fmt::print("\t\tunknown persistent item objectid {}, size {}\n", k.objectid, d.size());
+      fmt::print(out_, "\t\tunknown persistent item objectid {}, size {}\n", k.objectid, d.size());
       return;
     }
     if (!d.Has(0, 40)) return TooSmall("device stats", d.size(), 40);
-    fmt::print("\t\tdevice stats\n\t\twrite_errs {} read_errs {} flush_errs {} corruption_errs {} generation {}\n",
+    fmt::print(out_, "\t\tdevice stats\n\t\twrite_errs {} read_errs {} flush_errs {} corruption_errs {} generation {}\n",
                *d.U64(0), *d.U64(8), *d.U64(16), *d.U64(24), *d.U64(32));
   }
 
   fs::Volume* vol_;
+  std::FILE* out_;
   size_t csum_size_;
   bool collect_roots_ = false;
   std::vector<RootEntry> roots_;
@@ -796,153 +795,111 @@ Status FindRootItems(fs::Volume& vol, std::optional<uint64_t> id, std::vector<Ro
   return Status::Ok();
 }
 
-struct Options {
-  std::string image;
-  std::string tree;
-  std::vector<uint64_t> blocks;
-  bool follow = false;
-  bool roots_only = false;
-};
-
-void PrintTrailer(const SuperBlock& sb) {
-  fmt::print("total bytes {}\nbytes used {}\nuuid {}\n", sb.total_bytes.get(), sb.bytes_used.get(),
+void PrintTrailer(std::FILE* out, const SuperBlock& sb) {
+  fmt::print(out, "total bytes {}\nbytes used {}\nuuid {}\n", sb.total_bytes.get(), sb.bytes_used.get(),
              UuidToString(sb.fsid));
 }
 
 void PrintRootsOnly(fs::Volume& vol, Dumper& d) {
   const SuperBlock& sb = vol.super();
-  fmt::print("root tree: {} level {}\n", sb.root.get(), sb.root_level);
-  fmt::print("chunk tree: {} level {}\n", sb.chunk_root.get(), sb.chunk_root_level);
-  if (sb.log_root.get() != 0) fmt::print("log root tree: {} level {}\n", sb.log_root.get(), sb.log_root_level);
+  fmt::print(d.out(), "root tree: {} level {}\n", sb.root.get(), sb.root_level);
+  fmt::print(d.out(), "chunk tree: {} level {}\n", sb.chunk_root.get(), sb.chunk_root_level);
+  if (sb.log_root.get() != 0) fmt::print(d.out(), "log root tree: {} level {}\n", sb.log_root.get(), sb.log_root_level);
   std::vector<RootEntry> roots;
   Status st = FindRootItems(vol, std::nullopt, &roots);
   for (const auto& r : roots) {
-    fmt::print("{} key {} {} level {}\n", TreeTitle(r.key.objectid), KeyText(r.key), r.bytenr, r.level);
+    fmt::print(d.out(), "{} key {} {} level {}\n", TreeTitle(r.key.objectid), KeyText(r.key), r.bytenr, r.level);
   }
   if (!st.ok()) d.BlockError(st.WithContext("root tree"));
-  PrintTrailer(sb);
+  PrintTrailer(d.out(), sb);
 }
 
-void PrintOneTree(fs::Volume& vol, Dumper& d, uint64_t id) {
+// False when the tree has no ROOT_ITEM.
+bool PrintOneTree(fs::Volume& vol, Dumper& d, uint64_t id) {
   const SuperBlock& sb = vol.super();
   if (id == kRootTreeObjectid) {
-    fmt::print("root tree\n");
+    fmt::print(d.out(), "root tree\n");
     d.Walk(BlockCheck{sb.root.get(), sb.root_level, sb.generation.get(), {}}, true);
-    return;
+    return true;
   }
   if (id == kChunkTreeObjectid) {
-    fmt::print("chunk tree\n");
+    fmt::print(d.out(), "chunk tree\n");
     d.Walk(BlockCheck{sb.chunk_root.get(), sb.chunk_root_level, sb.chunk_root_generation.get(), {}}, true);
-    return;
+    return true;
   }
   if (id == kTreeLogObjectid && sb.log_root.get() != 0) {
-    fmt::print("log root tree\n");
+    fmt::print(d.out(), "log root tree\n");
     d.Walk(BlockCheck{sb.log_root.get(), sb.log_root_level, 0, {}}, true);
-    return;
+    return true;
   }
   std::vector<RootEntry> roots;
   Status st = FindRootItems(vol, id, &roots);
   for (const auto& r : roots) {
-    fmt::print("{} key {}\n", TreeTitle(r.key.objectid), KeyText(r.key));
+    fmt::print(d.out(), "{} key {}\n", TreeTitle(r.key.objectid), KeyText(r.key));
     d.WalkRoot(r);
   }
-  if (!st.ok()) {
-    d.BlockError(st.WithContext("root tree"));
-  } else if (roots.empty()) {
-    fmt::print(stderr, "ubtrfs: dump-tree: tree {} not found (no ROOT_ITEM in the root tree)\n", ObjectidName(id));
-    SetExitCode(1);
-  }
+  if (!st.ok()) d.BlockError(st.WithContext("root tree"));
+  return !st.ok() || !roots.empty();
 }
 
 void PrintAll(fs::Volume& vol, Dumper& d) {
   const SuperBlock& sb = vol.super();
-  fmt::print("root tree: {} level {}\n", sb.root.get(), sb.root_level);
-  fmt::print("chunk tree: {} level {}\n", sb.chunk_root.get(), sb.chunk_root_level);
-  if (sb.log_root.get() != 0) fmt::print("log root tree: {} level {}\n", sb.log_root.get(), sb.log_root_level);
-  fmt::print("root tree\n");
+  fmt::print(d.out(), "root tree: {} level {}\n", sb.root.get(), sb.root_level);
+  fmt::print(d.out(), "chunk tree: {} level {}\n", sb.chunk_root.get(), sb.chunk_root_level);
+  if (sb.log_root.get() != 0) fmt::print(d.out(), "log root tree: {} level {}\n", sb.log_root.get(), sb.log_root_level);
+  fmt::print(d.out(), "root tree\n");
   d.set_collect_roots(true);
   d.Walk(BlockCheck{sb.root.get(), sb.root_level, sb.generation.get(), {}}, true);
   d.set_collect_roots(false);
-  fmt::print("chunk tree\n");
+  fmt::print(d.out(), "chunk tree\n");
   d.Walk(BlockCheck{sb.chunk_root.get(), sb.chunk_root_level, sb.chunk_root_generation.get(), {}}, true);
   if (sb.log_root.get() != 0) {
-    fmt::print("log root tree\n");
+    fmt::print(d.out(), "log root tree\n");
     d.Walk(BlockCheck{sb.log_root.get(), sb.log_root_level, 0, {}}, true);
   }
   const std::vector<RootEntry> roots = d.roots();
   for (const auto& r : roots) {
-    fmt::print("{} key {}\n", TreeTitle(r.key.objectid), KeyText(r.key));
+    fmt::print(d.out(), "{} key {}\n", TreeTitle(r.key.objectid), KeyText(r.key));
     d.WalkRoot(r);
   }
-  PrintTrailer(sb);
-}
-
-void CmdDumpTree(const Options& o) {
-  std::optional<uint64_t> tree_id;
-  if (!o.tree.empty()) {
-    tree_id = ParseTreeId(o.tree);
-    if (!tree_id) {
-      fmt::print(stderr,
-                 "ubtrfs: dump-tree: unknown tree '{}' (use a number or root, chunk, extent, dev, fs, csum, "
-                 "quota, uuid, free-space, block-group, data-reloc, log)\n",
-                 o.tree);
-      SetExitCode(2);
-      return;
-    }
-  }
-  auto dev = OpenImageDevices(o.image);
-  if (!dev.ok()) {
-    fmt::print(stderr, "ERROR: {}\n", dev.status().message());  // names the path
-    SetExitCode(1);
-    return;
-  }
-  fs::VolumeOptions vo;
-  vo.node_cache_bytes = 8ull << 20;  // a walk reads each block once
-  auto vol = fs::Volume::Open(std::move(*dev), vo);
-  if (!vol.ok()) {
-    fmt::print(stderr, "ERROR: {}: {}\n", o.image, vol.status().ToString());
-    SetExitCode(1);
-    return;
-  }
-  for (const auto& w : (*vol)->warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", o.image, w);
-
-  Dumper d(vol->get());
-  if (!o.blocks.empty()) {
-    for (uint64_t b : o.blocks) d.Walk(BlockCheck{b, -1, 0, {}}, o.follow);
-  } else if (o.roots_only) {
-    PrintRootsOnly(**vol, d);
-  } else if (tree_id) {
-    PrintOneTree(**vol, d, *tree_id);
-  } else {
-    PrintAll(**vol, d);
-  }
-  std::fflush(stdout);
-  if (d.block_errors() || d.item_errors()) {
-    fmt::print(stderr, "ubtrfs: dump-tree: {}: {} unreadable block(s), {} damaged item(s)\n", o.image,
-               d.block_errors(), d.item_errors());
-  }
+  PrintTrailer(d.out(), sb);
 }
 
 }  // namespace
+}  // namespace ubtrfs::inspect
 
-void RegisterDumpTree(CLI::App& app) {
-  static Options opts;
-  auto* cmd = app.add_subcommand("dump-tree", "Print tree blocks of an image in text form (like btrfs "
-                                              "inspect-internal dump-tree)");
-  auto* tree = cmd->add_option("-t,--tree", opts.tree,
-                               "Print only this tree: an id or a name (root, chunk, extent, dev, fs, csum, quota, "
-                               "uuid, free-space, block-group, data-reloc, log)");
-  auto* block = cmd->add_option("-b,--block", opts.blocks, "Print only the block at this logical address "
-                                                           "(repeatable)")
-                    ->expected(1)
-                    ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_flag("--follow", opts.follow, "With -b: also print every block below it, depth-first")->needs(block);
-  auto* roots = cmd->add_flag("-r,--roots", opts.roots_only, "Print only the root of every tree");
-  tree->excludes(block);
-  roots->excludes(block);
-  roots->excludes(tree);
-  cmd->add_option("image", opts.image, "Image file or block device")->required();
-  cmd->callback([] { CmdDumpTree(opts); });
+namespace ubtrfs {
+
+std::optional<uint64_t> ParseTreeName(const std::string& name) { return inspect::ParseTreeId(name); }
+
+Result<DumpTreeReport> DumpTree(const std::string& image, const OpenOptions& where, const DumpTreeOptions& o,
+                                std::FILE* out) {
+  txn::DeviceSpec spec;
+  spec.paths = txn::SplitDeviceList(image);
+  spec.scan_dirs = where.scan_dirs;
+  spec.where.offset = where.offset;
+  spec.where.partition = where.partition;
+  UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
+  fs::VolumeOptions vo;
+  vo.node_cache_bytes = 8ull << 20;  // a walk reads each block once
+  auto vol = fs::Volume::Open(std::move(devs), vo);
+  if (!vol.ok()) return vol.status().WithContext(image);
+  DumpTreeReport report;
+  report.warnings = (*vol)->warnings();
+  inspect::Dumper d(vol->get(), out);
+  if (!o.blocks.empty()) {
+    for (uint64_t b : o.blocks) d.Walk(tree::BlockCheck{b, -1, 0, {}}, o.follow);
+  } else if (o.roots_only) {
+    inspect::PrintRootsOnly(**vol, d);
+  } else if (o.tree) {
+    report.tree_not_found = !inspect::PrintOneTree(**vol, d, *o.tree);
+  } else {
+    inspect::PrintAll(**vol, d);
+  }
+  std::fflush(out);
+  report.block_errors = d.block_errors();
+  report.item_errors = d.item_errors();
+  return report;
 }
 
-}  // namespace ubtrfs::cli
+}  // namespace ubtrfs

@@ -1,0 +1,81 @@
+// Looking below the files of an image, for tools and researchers: every tree
+// block as text (`ubtrfs dump-tree`, as `btrfs inspect-internal dump-tree`),
+// the shape of each tree (`ubtrfs stats IMAGE`), and what a member device's
+// own superblock says when the filesystem cannot be opened from the devices
+// given. These read blocks, not files: a damaged image is what they show.
+//
+// Each call takes the image as Filesystem::Open does (a file, a block device,
+// rbd:..., IMG1,IMG2,...) and, from `where`, only the placement: offset,
+// partition and scan_dirs. They never write.
+#ifndef UBTRFS_INSPECT_H_
+#define UBTRFS_INSPECT_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ubtrfs/export_macros.h"
+#include "ubtrfs/filesystem.h"
+#include "ubtrfs/status.h"
+
+namespace ubtrfs {
+
+struct DumpTreeOptions {
+  std::optional<uint64_t> tree;  // only this tree (ParseTreeName gives ids)
+  std::vector<uint64_t> blocks;  // only these blocks (logical addresses)
+  bool follow = false;           // with blocks: every block below them too
+  bool roots_only = false;       // only the root of every tree
+};
+
+struct DumpTreeReport {
+  int block_errors = 0;         // blocks that could not be read or verified
+  int item_errors = 0;          // items too damaged to decode
+  bool tree_not_found = false;  // options.tree has no ROOT_ITEM
+  std::vector<std::string> warnings;  // about the open (a device missing, ...)
+  bool clean() const { return block_errors == 0 && item_errors == 0 && !tree_not_found; }
+};
+
+// Prints the blocks to `out` in dump-tree's text form. A block that fails
+// to read or verify prints an ERROR line in place of its subtree and the
+// walk goes on; a damaged item prints an ERROR line, never reads past
+// itself. A non-OK Status: the image could not be opened at all.
+UBTRFS_API Result<DumpTreeReport> DumpTree(const std::string& image, const OpenOptions& where,
+                                           const DumpTreeOptions& options, std::FILE* out);
+
+// A tree's id from a number or a name (root, extent, chunk, dev, fs, csum,
+// quota, uuid, free-space, block-group, raid-stripe, data-reloc, log, with
+// or without "-tree"); nullopt for anything else.
+UBTRFS_API std::optional<uint64_t> ParseTreeName(const std::string& name);
+
+struct TreeShape {
+  uint64_t tree = 0;  // the tree's objectid
+  std::string name;   // ROOT_TREE, EXTENT_TREE, FS_TREE, 256, ...
+  int levels = 0;
+  uint64_t nodes = 0, leaves = 0, items = 0;
+  uint64_t leaf_bytes = 0, leaf_bytes_used = 0;  // item space of all leaves, and what items take of it
+  std::string error;  // why the walk stopped (a block unreadable); counts are then partial
+};
+
+// Every tree of the image (the root and chunk trees and each one a ROOT_ITEM
+// names), walked block by block, in objectid order. A damaged tree has its
+// error and the walk goes on to the next; a non-OK Status: the image cannot
+// be opened or its root tree read.
+UBTRFS_API Result<std::vector<TreeShape>> TreeShapes(const std::string& image, const OpenOptions& where);
+
+// What the superblock of each device `image` names says, for a filesystem
+// that cannot be opened from them (a RAID0 member alone): the fields of the
+// first device, with devid its own and devices_missing every devid up to
+// num_devices that none of them has. Fields only a whole filesystem knows
+// (csum_type's name aside) are left at their defaults.
+UBTRFS_API Result<FsInfo> ReadMemberInfo(const std::string& image, const OpenOptions& where);
+
+// Feature flag words as `ubtrfs info` prints them: "mixed-backref,
+// extended-iref, skinny-metadata, ..." (an unknown bit as "bit N"; "none").
+UBTRFS_API std::string IncompatFeatureNames(uint64_t flags);
+UBTRFS_API std::string CompatRoFeatureNames(uint64_t flags);
+
+}  // namespace ubtrfs
+
+#endif  // UBTRFS_INSPECT_H_
