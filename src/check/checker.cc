@@ -1282,12 +1282,7 @@ using namespace ::ubtrfs::format;
 using check::JsonString;
 
 Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& options) {
-  txn::DeviceSpec spec;
-  spec.paths = txn::SplitDeviceList(path);
-  spec.scan_dirs = options.scan_dirs;
-  spec.where.offset = options.offset;
-  spec.where.partition = options.partition;
-  auto devs = txn::OpenDevices(spec);
+  auto devs = txn::OpenDevices(txn::DeviceSpec::Of(path, options.offset, options.partition, options.scan_dirs));
   if (!devs.ok()) return devs.status();
   // Whether any superblock copy carries the magic: without one this is not
   // a btrfs image at all (an operational error), with one it is a damaged one.

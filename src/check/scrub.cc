@@ -413,13 +413,8 @@ using check::Bytes;
 using check::Json;
 
 Result<ScrubResult> ScrubImage(const std::string& path, const ScrubOptions& options) {
-  txn::DeviceSpec spec;
-  spec.paths = txn::SplitDeviceList(path);
-  spec.scan_dirs = options.scan_dirs;
-  spec.where.offset = options.offset;
-  spec.where.partition = options.partition;
-  spec.writable = !options.readonly;
-  UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
+  UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(txn::DeviceSpec::Of(path, options.offset, options.partition,
+                                                                     options.scan_dirs, !options.readonly)));
   // The volume itself stays read-only (no transaction): repairs go straight
   // to the devices, which also lets RAID5/6 data be put back in place.
   txn::VolumeOptions vo;

@@ -16,13 +16,9 @@ namespace ubtrfs {
 using fsimpl::FilesystemImpl;
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(const std::string& path, const OpenOptions& options) {
-  txn::DeviceSpec spec;
-  spec.paths = txn::SplitDeviceList(path);
+  txn::DeviceSpec spec =
+      txn::DeviceSpec::Of(path, options.offset, options.partition, options.scan_dirs, options.writable);
   for (const auto& d : options.devices) spec.paths.push_back(d);
-  spec.scan_dirs = options.scan_dirs;
-  spec.where.offset = options.offset;
-  spec.where.partition = options.partition;
-  spec.writable = options.writable;
   if (spec.paths.size() > 1 || !spec.scan_dirs.empty()) {
     UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
     return OpenOnDevices(std::move(devs), options);

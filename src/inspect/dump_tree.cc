@@ -874,12 +874,8 @@ std::optional<uint64_t> ParseTreeName(const std::string& name) { return inspect:
 
 Result<DumpTreeReport> DumpTree(const std::string& image, const OpenOptions& where, const DumpTreeOptions& o,
                                 std::FILE* out) {
-  txn::DeviceSpec spec;
-  spec.paths = txn::SplitDeviceList(image);
-  spec.scan_dirs = where.scan_dirs;
-  spec.where.offset = where.offset;
-  spec.where.partition = where.partition;
-  UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
+  UB_ASSIGN_OR_RETURN(auto devs,
+                      txn::OpenDevices(txn::DeviceSpec::Of(image, where.offset, where.partition, where.scan_dirs)));
   fs::VolumeOptions vo;
   vo.node_cache_bytes = 8ull << 20;  // a walk reads each block once
   auto vol = fs::Volume::Open(std::move(devs), vo);

@@ -16,12 +16,8 @@
 namespace ubtrfs {
 
 Result<FsInfo> ReadMemberInfo(const std::string& image, const OpenOptions& where) {
-  txn::DeviceSpec spec;
-  spec.paths = txn::SplitDeviceList(image);
-  spec.scan_dirs = where.scan_dirs;
-  spec.where.offset = where.offset;
-  spec.where.partition = where.partition;
-  UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
+  UB_ASSIGN_OR_RETURN(auto devs,
+                      txn::OpenDevices(txn::DeviceSpec::Of(image, where.offset, where.partition, where.scan_dirs)));
   std::vector<uint64_t> have;
   std::optional<txn::SuperChoice> first;
   for (auto& d : devs) {

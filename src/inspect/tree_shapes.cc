@@ -36,12 +36,8 @@ Status Walk(tree::BlockSource* src, uint64_t bytenr, int level, TreeShape* t, in
 }  // namespace
 
 Result<std::vector<TreeShape>> TreeShapes(const std::string& image, const OpenOptions& where) {
-  txn::DeviceSpec spec;
-  spec.paths = txn::SplitDeviceList(image);
-  spec.scan_dirs = where.scan_dirs;
-  spec.where.offset = where.offset;
-  spec.where.partition = where.partition;
-  UB_ASSIGN_OR_RETURN(auto devs, txn::OpenDevices(spec));
+  UB_ASSIGN_OR_RETURN(auto devs,
+                      txn::OpenDevices(txn::DeviceSpec::Of(image, where.offset, where.partition, where.scan_dirs)));
   UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(devs), txn::VolumeOptions{}));
   std::map<uint64_t, tree::RootPtr> trees;
   trees[format::kRootTreeObjectid] = vol->root_tree();

@@ -31,6 +31,19 @@ struct DeviceSpec {
   std::vector<std::string> scan_dirs;  // look here for the others
   io::Placement where;                 // applied to every device
   bool writable = false;
+
+  // What a user's IMAGE names (IMG1,IMG2,...) with the placement options
+  // every command takes (--offset, --partition, --scan).
+  static DeviceSpec Of(const std::string& image, uint64_t offset, int partition,
+                       const std::vector<std::string>& scan_dirs, bool writable = false) {
+    DeviceSpec s;
+    s.paths = SplitDeviceList(image);
+    s.scan_dirs = scan_dirs;
+    s.where.offset = offset;
+    s.where.partition = partition;
+    s.writable = writable;
+    return s;
+  }
 };
 // Opens the named devices and, from each scan directory, every file or
 // block device whose superblock has the first device's fsid and a devid not
