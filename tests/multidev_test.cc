@@ -515,6 +515,40 @@ TEST(MultiDeviceCli, ScanFindsTheOtherMembers) {
   EXPECT_NE(wrong.err.find("another filesystem"), std::string::npos) << wrong.err;
 }
 
+// `info` of a member that cannot be read alone (its RAID0 chunk tree is
+// half on the other device): what its own superblock says, as text and as
+// JSON, and a warning why the filesystem was not opened.
+TEST(MultiDeviceCli, InfoOfAMemberAloneReadsItsSuperblock) {
+  TempDir dir("ubtrfs-member");
+  const std::string a = dir.Sub("a.img"), b = dir.Sub("b.img");
+  auto mk = ubtrfs_test::RunUbtrfs({"mkfs", "-q", "--size", "256M", "-d", "raid0", "-m", "raid0", a, b});
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  auto whole = ubtrfs_test::RunUbtrfs({"info", "--json", a + "," + b});
+  ASSERT_EQ(whole.exit_code, 0) << whole.Describe();
+  const std::string fsid = whole.out.substr(whole.out.find("\"fsid\": "), 48);
+  EXPECT_NE(whole.out.find("\"missing_devices\": [], "), std::string::npos) << whole.out;
+  EXPECT_NE(whole.out.find("\"opened\": true"), std::string::npos) << whole.out;
+
+  auto text = ubtrfs_test::RunUbtrfs({"info", b});
+  ASSERT_EQ(text.exit_code, 0) << text.Describe();
+  EXPECT_NE(text.out.find("this device:      2\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("missing devices:  1 (by devid; not opened)\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("devices:          2\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.err.find("cannot be read from the devices given: chunk tree"), std::string::npos) << text.err;
+
+  auto json = ubtrfs_test::RunUbtrfs({"info", "--json", b});
+  ASSERT_EQ(json.exit_code, 0) << json.Describe();
+  EXPECT_EQ(json.out.front(), '{') << json.out;
+  EXPECT_NE(json.out.find(fsid), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"devid\": 2, \"missing_devices\": [1], "), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"opened\": false"), std::string::npos) << json.out;
+
+  // Not btrfs at all: the open's error, no superblock fields.
+  auto junk = ubtrfs_test::RunUbtrfs({"info", dir.Sub("missing.img")});
+  EXPECT_EQ(junk.exit_code, 1) << junk.Describe();
+  EXPECT_EQ(junk.out, "");
+}
+
 }  // namespace
 
 // ---- crash replay over two recorded devices -------------------------------------------------

@@ -51,56 +51,20 @@ std::string DevidList(const std::vector<uint64_t>& ids) {
   return out;
 }
 
-// What a member's own superblock says when the filesystem cannot be opened
-// from the devices given (a RAID0 member alone, say): the fields, and which
-// devids are missing as far as the superblock tells (it does not list them:
-// every devid up to num_devices but this one).
-bool InfoFromSuperblock(const std::string& image, const Status& why) {
-  OpenOptions where;
-  PlacementInto(&where);
-  auto info = ReadMemberInfo(image, where);
-  if (!info.ok()) return false;
-  const FsInfo& i = *info;
-  fmt::print("label:            {}\n", i.label);
-  fmt::print("fsid:             {}\n", i.fsid);
-  fmt::print("generation:       {}\n", i.generation);
-  fmt::print("sectorsize:       {}\n", i.sectorsize);
-  fmt::print("nodesize:         {}\n", i.nodesize);
-  fmt::print("total bytes:      {}\n", i.total_bytes);
-  fmt::print("bytes used:       {}\n", i.bytes_used);
-  fmt::print("devices:          {}\n", i.num_devices);
-  fmt::print("this device:      {}\n", i.devid);
-  fmt::print("missing devices:  {} (by devid; not opened)\n", DevidList(i.devices_missing));
-  fmt::print("superblock copy:  {}\n", i.superblock_mirror);
-  fmt::print(stderr, "ubtrfs: warning: {}: the filesystem cannot be read from the devices given: {}\n", image,
-             why.ToString());
-  return true;
-}
-
-void CmdInfo(const std::string& image) {
-  OpenOptions o;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto opened = Filesystem::Open(image, o);
-  if (!opened.ok()) {
-    if (InfoFromSuperblock(image, opened.status())) return;
-    PrintError(image, opened.status());
-    SetExitCode(1);
-    return;
-  }
-  std::unique_ptr<Filesystem> fs = std::move(*opened);
-  for (const auto& w : fs->Warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", image, w);
-  FsInfo i = fs->Info();
+// `member_alone`: `i` is what a member's own superblock says, because the
+// filesystem cannot be opened from the devices given (a RAID0 member
+// alone): the superblock does not list the devices, so the missing ones are
+// every devid up to num_devices that was not given.
+void PrintInfo(const FsInfo& i, bool member_alone) {
   if (g_json) {
-    std::string missing;
-    for (uint64_t d : i.devices_missing) missing += (missing.empty() ? "" : ", ") + std::to_string(d);
     fmt::print("{{\"label\": {}, \"fsid\": \"{}\", \"generation\": {}, \"sectorsize\": {}, \"nodesize\": {}, "
                "\"checksum\": \"{}\", \"total_bytes\": {}, \"bytes_used\": {}, \"devices\": {}, "
                "\"devid\": {}, \"missing_devices\": [{}], "
-               "\"incompat\": {}, \"compat_ro\": {}, \"superblock_copy\": {}}}\n",
+               "\"incompat\": {}, \"compat_ro\": {}, \"superblock_copy\": {}, \"opened\": {}}}\n",
                JsonString(i.label), i.fsid, i.generation, i.sectorsize, i.nodesize, i.csum_type, i.total_bytes,
-               i.bytes_used, i.num_devices, i.devid, missing, JsonString(IncompatFeatureNames(i.incompat_flags)),
-               JsonString(CompatRoFeatureNames(i.compat_ro_flags)), i.superblock_mirror);
+               i.bytes_used, i.num_devices, i.devid, DevidList(i.devices_missing),
+               JsonString(IncompatFeatureNames(i.incompat_flags)), JsonString(CompatRoFeatureNames(i.compat_ro_flags)),
+               i.superblock_mirror, member_alone ? "false" : "true");
     return;
   }
   fmt::print("label:            {}\n", i.label);
@@ -112,13 +76,34 @@ void CmdInfo(const std::string& image) {
   fmt::print("total bytes:      {}\n", i.total_bytes);
   fmt::print("bytes used:       {}\n", i.bytes_used);
   fmt::print("devices:          {}\n", i.num_devices);
-  if (i.num_devices > 1) {
+  if (i.num_devices > 1 || member_alone) {
     fmt::print("this device:      {}\n", i.devid);
-    fmt::print("missing devices:  {}\n", i.devices_missing.empty() ? "none" : DevidList(i.devices_missing));
+    const std::string missing = i.devices_missing.empty() ? "none" : DevidList(i.devices_missing);
+    fmt::print("missing devices:  {}{}\n", missing, member_alone ? " (by devid; not opened)" : "");
   }
   fmt::print("incompat:         {}\n", IncompatFeatureNames(i.incompat_flags));
   fmt::print("compat_ro:        {}\n", CompatRoFeatureNames(i.compat_ro_flags));
   fmt::print("superblock copy:  {}\n", i.superblock_mirror);
+}
+
+void CmdInfo(const std::string& image) {
+  OpenOptions o;
+  SubvolOptionsInto(&o);
+  PlacementInto(&o);
+  auto opened = Filesystem::Open(image, o);
+  if (!opened.ok()) {
+    auto member = ReadMemberInfo(image, o);
+    if (!member.ok()) {
+      PrintError(image, opened.status());
+      SetExitCode(1);
+      return;
+    }
+    fmt::print(stderr, "ubtrfs: warning: {}: the filesystem cannot be read from the devices given: {}\n", image,
+               opened.status().ToString());
+    return PrintInfo(*member, /*member_alone=*/true);
+  }
+  for (const auto& w : (*opened)->Warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", image, w);
+  PrintInfo((*opened)->Info(), /*member_alone=*/false);
 }
 
 void PrintLong(Filesystem& fs, const std::string& name, InodeId id) {
