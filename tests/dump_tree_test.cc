@@ -186,6 +186,23 @@ class DumpTreeTest : public ::testing::Test {
     return std::stoull(m[1]);
   }
 
+  // Every physical copy of the fs tree's root block in the image file
+  // (empty, with a failure recorded, when it cannot be found).
+  std::vector<uint64_t> FsRootCopies() {
+    CommandResult all = Dump({image_});
+    EXPECT_EQ(all.exit_code, 0) << all.Describe();
+    const auto secs = Sections(all.out);
+    const Section* chunk = FindSection(secs, "chunk tree");
+    if (chunk == nullptr) {
+      ADD_FAILURE() << "no chunk tree in the dump";
+      return {};
+    }
+    const uint64_t fs_root = FsTreeRoot(image_);
+    auto copies = PhysicalCopies(ParseChunks(chunk->lines), fs_root);
+    EXPECT_FALSE(copies.empty()) << "fs tree root " << fs_root << " not in any chunk";
+    return copies;
+  }
+
   TempDir dir_{"dump-tree-test"};
   std::string mkfs_, image_;
   bool xattr_ = false;
@@ -384,14 +401,8 @@ void Smash(const std::string& image, const std::vector<uint64_t>& copies, uint64
 TEST_F(DumpTreeTest, DamagedTreeHasItsErrorAndTheOthersTheirShapes) {
   auto before = ubtrfs::TreeShapes(image_, {});
   ASSERT_TRUE(before.ok()) << before.status().ToString();
-  CommandResult all = Dump({image_});
-  ASSERT_EQ(all.exit_code, 0) << all.Describe();
-  const auto secs = Sections(all.out);
-  const Section* chunk = FindSection(secs, "chunk tree");
-  ASSERT_NE(chunk, nullptr);
-  const uint64_t fs_root = FsTreeRoot(image_);
-  const auto copies = PhysicalCopies(ParseChunks(chunk->lines), fs_root);
-  ASSERT_FALSE(copies.empty()) << "fs tree root " << fs_root << " not in any chunk";
+  const auto copies = FsRootCopies();
+  ASSERT_FALSE(copies.empty());
   const std::string damaged = dir_.Sub("damaged-shapes.img");
   ASSERT_TRUE(RunCommand({"cp", "--sparse=always", image_, damaged}).ok());
   Smash(damaged, copies, kNodeSize / 2, std::string(64, '\x5a'));
@@ -475,13 +486,7 @@ TEST_F(DumpTreeTest, DamagedBlockGivesErrorLineAndNonzeroExit) {
 // A block whose checksum is right but whose items lie: a DIR_INDEX claiming a
 // name longer than the item, and an INODE_ITEM key on a too-small INODE_REF.
 TEST_F(DumpTreeTest, DamagedItemsGiveErrorLinesNotOverreads) {
-  CommandResult all = Dump({image_});
-  ASSERT_EQ(all.exit_code, 0) << all.Describe();
-  const auto all_secs = Sections(all.out);
-  const Section* chunk = FindSection(all_secs, "chunk tree");
-  ASSERT_NE(chunk, nullptr);
-  const uint64_t fs_root = FsTreeRoot(image_);
-  const auto copies = PhysicalCopies(ParseChunks(chunk->lines), fs_root);
+  const auto copies = FsRootCopies();
   ASSERT_FALSE(copies.empty());
 
   const std::string damaged = dir_.Sub("items.img");

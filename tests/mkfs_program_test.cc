@@ -2,8 +2,10 @@
 // it must make the very image `ubtrfs mkfs` makes from the same arguments,
 // and take and refuse what the verb takes and refuses. And the library call
 // both are made of (ubtrfs::Mkfs, include/ubtrfs/mkfs.h).
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -82,6 +84,40 @@ TEST(MkfsProgram, MakesTheImageTheMkfsVerbMakes) {
       EXPECT_EQ(BtrfsCheck(b), "");
     }
   }
+}
+
+// A --rootdir of many entries restarts the program with its heap in huge
+// pages (cli/huge_pages.h): the image is the one it makes without.
+TEST(MkfsProgram, ALargeTreeMakesTheSameImageWithHugePages) {
+  TempDir dir("ubtrfs-mkfs-huge");
+  const std::string src = dir.Sub("src");
+  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+  for (int d = 0; d < 3; ++d) {
+    const std::string sub = src + "/d" + std::to_string(d);
+    ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+    for (int i = 0; i < 3400; ++i) {
+      const std::string f = sub + "/f" + std::to_string(i);
+      const int fd = ::open(f.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+      ASSERT_GE(fd, 0) << f;
+      ::close(fd);
+    }
+  }
+  auto r = RunCommand({"find", src, "-exec", "touch", "-h", "-d", "@1600000000", "{}", "+"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  const std::vector<std::string> args = {"-q", "--size", "256M", "--rootdir", src};
+  const std::string tuned = dir.Sub("tuned.img"), plain = dir.Sub("plain.img");
+  r = Build(true, args, tuned);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  std::vector<std::string> argv = {"env", "UBTRFS_HUGE_PAGES=0", "SOURCE_DATE_EPOCH=1700000000", kMkfs};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back(plain);
+  r = RunCommand(argv);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(Sha256(tuned), Sha256(plain));
+  auto fs = ubtrfs::Filesystem::Open(tuned);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto mism = CompareTreeToImage(src, **fs, CompareOptions{});
+  EXPECT_TRUE(mism.empty()) << FormatMismatches(mism);
 }
 
 TEST(MkfsProgram, RefusesWhatTheVerbRefuses) {

@@ -8,58 +8,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/huge_pages.h"
 
 namespace {
 
-// The heap in transparent huge pages. An import builds its tree blocks and
-// tables in fresh heap memory, and on the VMs measured a first touch of a
-// page (a page fault, with a paravirtual interrupt round trip) was a fifth
-// of `mkfs --rootdir` of 200,000 empty files: with glibc's malloc asking
-// for huge pages (the glibc.malloc.hugetlb tunable) that build took 0.85-
-// 0.94 s instead of 1.32-1.41 s, and `mkfs --compress zstd` of 214 MiB of
-// text 1.09 s instead of 1.33 s (docs/BENCHMARKS.md, session 22). Tunables
-// are read when a process starts, so the command starts itself once more
-// with the tunable set, then puts the environment back as it was, so that
-// nothing it runs inherits it. Only for the commands that build large
-// heaps (the second start costs a few milliseconds, which `ls` or `stat`
-// would feel); not where the caller set the tunable either way, with
-// UBTRFS_HUGE_PAGES=0, or where the kernel has THP off.
-constexpr char kMark[] = "UBTRFS_HEAP_TUNED";
-
-void RestoreTunables(const char* mark) {
-  if (mark[0] == '1' && mark[1] == ':') {
-    ::setenv("GLIBC_TUNABLES", mark + 2, 1);
-  } else {
-    ::unsetenv("GLIBC_TUNABLES");
-  }
-  ::unsetenv(kMark);
-}
-
-void UseHugePagesForTheHeap(char** argv) {
-  if (const char* mark = std::getenv(kMark)) {
-    RestoreTunables(std::string(mark).c_str());
-    return;
-  }
-  if (const char* opt = std::getenv("UBTRFS_HUGE_PAGES"); opt && std::strcmp(opt, "0") == 0) return;
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables && std::strstr(tunables, "glibc.malloc.hugetlb")) return;
-  std::string thp;
-  std::getline(std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"), thp);
-  if (thp.empty() || thp.find("[never]") != std::string::npos) return;
-  const std::string mark = tunables ? std::string("1:") + tunables : std::string("0");
-  const std::string set = tunables && *tunables ? std::string(tunables) + ":glibc.malloc.hugetlb=1"
-                                                : std::string("glibc.malloc.hugetlb=1");
-  ::setenv(kMark, mark.c_str(), 1);
-  ::setenv("GLIBC_TUNABLES", set.c_str(), 1);
-  ::execv("/proc/self/exe", argv);
-  RestoreTunables(mark.c_str());  // no exec: go on as we are
-}
-
+// Only for the commands that build large heaps (the second start costs a
+// few milliseconds, which `ls` or `stat` would feel); see cli/huge_pages.h.
 bool BuildsLargeHeaps(const char* subcommand) {
   for (const char* c : {"mkfs", "cp", "copy-in", "mount", "receive", "check"}) {
     if (std::strcmp(subcommand, c) == 0) return true;
@@ -93,7 +51,7 @@ int main(int argc, char** argv) {
     if (args.size() == static_cast<size_t>(argc)) {
       args = ubtrfs::cli::MountHelperArgv(app, argc, argv);  // fstab: fuse.ubtrfs
     }
-    if (args.size() > 1 && BuildsLargeHeaps(args[1])) UseHugePagesForTheHeap(argv);
+    if (args.size() > 1 && BuildsLargeHeaps(args[1])) ubtrfs::cli::UseHugePagesForTheHeap(argv);
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -2,16 +2,33 @@
 // mkfs.btrfs beside btrfs. Image builders run mkfs by name and count its
 // memory; this program links only mkfs and what it calls, without the
 // other verbs, the checker, the send stream or the FUSE mount.
+//
+// The heap goes into huge pages (cli/huge_pages.h) only for a --rootdir of
+// many entries: there it took 0.88-1.02 s instead of 1.23-1.34 s for
+// 200,000 empty files (session 30), while for a few large files a huge page
+// of heap was 2 MB more at the peak, above mkfs.btrfs's.
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 #include "cli/commands.h"
+#include "cli/huge_pages.h"
 #include "cli/image_options.h"
 
+namespace {
+constexpr size_t kManyEntries = 10000;
+}  // namespace
+
 int main(int argc, char** argv) {
+  const bool restarted = ubtrfs::cli::ResumeAfterHugePageRestart();
   CLI::App app{"mkfs.ubtrfs: create a btrfs filesystem in image files or on block devices, as mkfs.btrfs"};
   app.name("mkfs.ubtrfs");
   ubtrfs::cli::AddMkfsOptions(&app);
   ubtrfs::cli::AddPlacementOptions(&app);
+  // Before the build starts: the option's callback runs as it is parsed.
+  app.get_option("--rootdir")->each([restarted, argv](const std::string& dir) {
+    if (!restarted && ubtrfs::cli::TreeHasAtLeast(dir, kManyEntries)) ubtrfs::cli::UseHugePagesForTheHeap(argv);
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
