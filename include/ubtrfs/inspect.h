@@ -64,11 +64,11 @@ struct TreeShape {
 // be opened or its root tree read.
 UBTRFS_API Result<std::vector<TreeShape>> TreeShapes(const std::string& image, const OpenOptions& where);
 
-// What the superblock of each device `image` names says, for a filesystem
-// that cannot be opened from them (a RAID0 member alone): the fields of the
-// first device, with devid its own and devices_missing every devid up to
-// num_devices that none of them has. Fields only a whole filesystem knows
-// (csum_type's name aside) are left at their defaults.
+// What the superblocks of the devices `image` names say, for a filesystem
+// that cannot be opened from them (a RAID0 member alone): every field from
+// the first device's superblock (devid its own), and as devices_missing
+// every devid up to num_devices that none of them has (the superblock does
+// not list the devices; at most 64 are named).
 UBTRFS_API Result<FsInfo> ReadMemberInfo(const std::string& image, const OpenOptions& where);
 
 // Feature flag words as `ubtrfs info` prints them: "mixed-backref,
