@@ -4,7 +4,7 @@
 // other verbs, the checker, the send stream or the FUSE mount.
 //
 // The heap goes into huge pages (cli/huge_pages.h) only for a --rootdir of
-// many entries: there it took 0.88-1.02 s instead of 1.23-1.34 s for
+// many entries: there it took 0.83-0.85 s instead of 1.13-1.31 s for
 // 200,000 empty files (session 30), while for a few large files a huge page
 // of heap was 2 MB more at the peak, above mkfs.btrfs's.
 #include <CLI/CLI.hpp>

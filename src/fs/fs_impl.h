@@ -37,6 +37,7 @@
 #include "log/tree_log.h"
 #include "stats/stats.h"
 #include "txn/space_reserve.h"
+#include "txn/super_info.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
 
@@ -295,21 +296,7 @@ class FilesystemImpl final : public Filesystem {
   const std::vector<std::string>& Warnings() const override { return vol_->warnings(); }
 
   FsInfo Info() const override {
-    const SuperBlock& sb = vol_->super();
-    FsInfo i;
-    i.label.assign(sb.label, strnlen(sb.label, kLabelSize));
-    i.fsid = UuidToString(sb.fsid);
-    i.generation = sb.generation.get();
-    i.sectorsize = sb.sectorsize.get();
-    i.nodesize = sb.nodesize.get();
-    i.csum_type = CsumTypeName(sb.csum_type.get());
-    i.total_bytes = sb.total_bytes.get();
-    i.bytes_used = sb.bytes_used.get();
-    i.num_devices = sb.num_devices.get();
-    i.incompat_flags = sb.incompat_flags.get();
-    i.compat_ro_flags = sb.compat_ro_flags.get();
-    i.superblock_mirror = vol_->super_mirror();
-    i.devid = sb.dev_item.devid.get();
+    FsInfo i = txn::InfoFromSuperblock(vol_->super(), vol_->super_mirror());
     i.devices_missing = vol_->missing_devices();
     return i;
   }

@@ -2,15 +2,13 @@
 // info` of a filesystem that cannot be opened from the devices given, and
 // the feature flags as text.
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "format/checksum.h"
-#include "format/ondisk.h"
 #include "format/superblock.h"
 #include "txn/devices.h"
+#include "txn/super_info.h"
 #include "ubtrfs/inspect.h"
 
 namespace ubtrfs {
@@ -26,24 +24,10 @@ Result<FsInfo> ReadMemberInfo(const std::string& image, const OpenOptions& where
     have.push_back(sc.sb.dev_item.devid.get());
   }
   if (!first) return Status::Error(ENOENT, image + ": no device");
-  const format::SuperBlock& sb = first->sb;
-  FsInfo i;
-  i.label.assign(sb.label, strnlen(sb.label, format::kLabelSize));
-  i.fsid = format::UuidToString(sb.fsid);
-  i.generation = sb.generation.get();
-  i.sectorsize = sb.sectorsize.get();
-  i.nodesize = sb.nodesize.get();
-  i.csum_type = format::CsumTypeName(sb.csum_type.get());
-  i.total_bytes = sb.total_bytes.get();
-  i.bytes_used = sb.bytes_used.get();
-  i.num_devices = sb.num_devices.get();
-  i.incompat_flags = sb.incompat_flags.get();
-  i.compat_ro_flags = sb.compat_ro_flags.get();
-  i.superblock_mirror = first->mirror;
-  i.devid = sb.dev_item.devid.get();
+  FsInfo i = txn::InfoFromSuperblock(first->sb, first->mirror);
   // The superblock does not list the devices: every devid up to
   // num_devices that none of the given ones has (at most 64 named).
-  for (uint64_t id = 1; id <= sb.num_devices.get() && i.devices_missing.size() < 64; ++id) {
+  for (uint64_t id = 1; id <= i.num_devices && i.devices_missing.size() < 64; ++id) {
     if (std::find(have.begin(), have.end(), id) == have.end()) i.devices_missing.push_back(id);
   }
   return i;
