@@ -94,9 +94,9 @@ Status BlockReader::CheckPlace(const BlockCheck& check) const {
 
 Result<BlockRef> BlockReader::ReadMirror(const BlockCheck& check, int mirror) {
   UB_RETURN_IF_ERROR(CheckPlace(check));
-  std::vector<uint8_t> buf = TakeBlockBuffer(params_.nodesize);
+  BlockBuffer buf = BlockBuffer::Take(params_.nodesize);
   stats_.reads.fetch_add(1, std::memory_order_relaxed);
-  UB_RETURN_IF_ERROR(io_->Read(check.bytenr, buf, mirror).WithContext("tree block " + std::to_string(check.bytenr)));
+  UB_RETURN_IF_ERROR(io_->Read(check.bytenr, buf.span(), mirror).WithContext("tree block " + std::to_string(check.bytenr)));
   return TreeBlock::Parse(std::move(buf), params_, check);
 }
 

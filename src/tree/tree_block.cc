@@ -3,10 +3,8 @@
 #include <endian.h>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstring>
-#include <mutex>
 
 #include "format/checksum.h"
 #include "format/superblock.h"
@@ -103,120 +101,26 @@ Status VerifyTreeBlock(std::span<const uint8_t> bytes, const TreeParams& params,
   return Status::Ok();
 }
 
-namespace {
-
-struct BufferPool {
-  std::mutex mu;
-  std::array<std::vector<std::vector<uint8_t>>, 5> free;  // 4, 8, 16, 32, 64 KiB
-  size_t bytes = 0;
-  size_t count = 0;
-  size_t cap = kBufferPoolBytes;
-};
-
-BufferPool& Pool() {
-  static BufferPool* pool = new BufferPool;  // never destroyed: blocks may outlive static destructors
-  return *pool;
-}
-
-// The pool's list for buffers of n bytes, or -1.
-int SizeClass(size_t n) {
-  for (int c = 0; c < 5; ++c) {
-    if (n == (size_t{4096} << c)) return c;
-  }
-  return -1;
-}
-
-}  // namespace
-
-std::vector<uint8_t> TakeBlockBuffer(size_t n) {
-  if (const int c = SizeClass(n); c >= 0) {
-    BufferPool& p = Pool();
-    std::lock_guard lock(p.mu);
-    auto& list = p.free[static_cast<size_t>(c)];
-    if (!list.empty()) {
-      std::vector<uint8_t> v = std::move(list.back());
-      list.pop_back();
-      p.bytes -= n;
-      --p.count;
-      return v;
-    }
-  }
-  return std::vector<uint8_t>(n);
-}
-
-void GiveBlockBuffer(std::vector<uint8_t> buf) {
-  const int c = SizeClass(buf.size());
-  if (c < 0 || buf.capacity() != buf.size()) return;
-  BufferPool& p = Pool();
-  std::lock_guard lock(p.mu);
-  if (p.bytes + buf.size() > p.cap) return;  // full: buf is freed
-  p.bytes += buf.size();
-  ++p.count;
-  p.free[static_cast<size_t>(c)].push_back(std::move(buf));
-}
-
-void ExpectBlockBuffers(size_t bytes) {
-  const size_t cap = std::clamp(bytes, kBufferPoolBytes, kBufferPoolMaxBytes);
-  std::vector<std::vector<uint8_t>> drop;  // freed outside the lock
-  BufferPool& p = Pool();
-  std::lock_guard lock(p.mu);
-  p.cap = cap;
-  for (auto& list : p.free) {
-    while (p.bytes > cap && !list.empty()) {
-      p.bytes -= list.back().size();
-      --p.count;
-      drop.push_back(std::move(list.back()));
-      list.pop_back();
-    }
-  }
-}
-
-size_t BlockBufferPoolCap() {
-  BufferPool& p = Pool();
-  std::lock_guard lock(p.mu);
-  return p.cap;
-}
-
-void TrimBlockBuffers() {
-  std::array<std::vector<std::vector<uint8_t>>, 5> drop;
-  BufferPool& p = Pool();
-  {
-    std::lock_guard lock(p.mu);
-    drop.swap(p.free);
-    p.bytes = 0;
-    p.count = 0;
-    p.cap = kBufferPoolBytes;
-  }
-}
-
-size_t PooledBlockBuffers() {
-  BufferPool& p = Pool();
-  std::lock_guard lock(p.mu);
-  return p.count;
-}
-
 std::shared_ptr<TreeBlock> TreeBlock::NewBlank(uint32_t nodesize) {
-  std::vector<uint8_t> buf = TakeBlockBuffer(nodesize);
+  BlockBuffer buf = BlockBuffer::Take(nodesize);
   std::memset(buf.data(), 0, buf.size());
   return std::shared_ptr<TreeBlock>(new TreeBlock(std::move(buf)));
 }
 
 std::shared_ptr<TreeBlock> TreeBlock::Clone() const {
-  std::vector<uint8_t> buf = TakeBlockBuffer(bytes_.size());
-  std::memcpy(buf.data(), bytes_.data(), bytes_.size());
-  return std::shared_ptr<TreeBlock>(new TreeBlock(std::move(buf)));
+  return std::shared_ptr<TreeBlock>(new TreeBlock(BlockBuffer::CopyOf(bytes_.span())));
 }
 
-Result<std::shared_ptr<const TreeBlock>> TreeBlock::Parse(std::vector<uint8_t> bytes, const TreeParams& params,
+Result<std::shared_ptr<const TreeBlock>> TreeBlock::Parse(BlockBuffer bytes, const TreeParams& params,
                                                            const BlockCheck& check) {
-  UB_RETURN_IF_ERROR(VerifyTreeBlock(bytes, params, check));
+  UB_RETURN_IF_ERROR(VerifyTreeBlock(bytes.span(), params, check));
   return std::shared_ptr<const TreeBlock>(new TreeBlock(std::move(bytes)));
 }
 
 
 std::span<const uint8_t> TreeBlock::item_data(int slot) const {
   const auto* it = item(slot);
-  return std::span<const uint8_t>(bytes_).subspan(sizeof(Header) + it->offset.get(), it->size.get());
+  return bytes_.span().subspan(sizeof(Header) + it->offset.get(), it->size.get());
 }
 
 uint32_t TreeBlock::LeafFreeSpace() const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "format/key.h"
+#include "tree/block_buffer.h"
 #include "tree/node_lock.h"
 #include "format/ondisk.h"
 #include "ubtrfs/status.h"
@@ -41,37 +42,10 @@ struct BlockCheck {
 // names the block (logical bytenr) and what is wrong.
 Status VerifyTreeBlock(std::span<const uint8_t> bytes, const TreeParams& params, const BlockCheck& check);
 
-// Block buffers are recycled: a transaction creates thousands of 16 KiB
-// blocks, and a commit releases as many (into the node cache, which evicts
-// older ones). Fresh buffers from malloc fault their pages in one by one
-// (glibc returns freed heap tops to the system), which cost a create path
-// about 6% of its time. Released buffers of power-of-two sizes from 4 to
-// 64 KiB wait in a process-wide pool for the next block instead. The pool
-// keeps kBufferPoolBytes, or as much as the last commit expects the next
-// transaction to use (ExpectBlockBuffers), at most kBufferPoolMaxBytes.
-inline constexpr size_t kBufferPoolBytes = 64ull << 20;
-inline constexpr size_t kBufferPoolMaxBytes = 256ull << 20;
-// A commit that wrote `bytes` of blocks: the next transaction will likely
-// make as many new ones, so the pool may keep that much (clamped as above).
-// The blocks the commit releases (to the node cache, which evicts older
-// ones, and the copies it replaced) then feed the next transaction instead
-// of fresh pages. A lower cap frees pooled buffers above it at once.
-void ExpectBlockBuffers(size_t bytes);
-// The pool's cap now.
-size_t BlockBufferPoolCap();
-// A buffer of n bytes whose contents are unspecified.
-std::vector<uint8_t> TakeBlockBuffer(size_t n);
-// Hands a buffer back (dropped when the pool is full or the size is odd).
-void GiveBlockBuffer(std::vector<uint8_t> buf);
-// Frees every pooled buffer (the last filesystem closed).
-void TrimBlockBuffers();
-// Buffers pooled now, for tests and stats.
-size_t PooledBlockBuffers();
-
 class TreeBlock : public std::enable_shared_from_this<TreeBlock> {
  public:
   // Verifies `bytes` (see VerifyTreeBlock) and wraps them.
-  static Result<std::shared_ptr<const TreeBlock>> Parse(std::vector<uint8_t> bytes, const TreeParams& params,
+  static Result<std::shared_ptr<const TreeBlock>> Parse(BlockBuffer bytes, const TreeParams& params,
                                                         const BlockCheck& check);
 
   const format::Header& header() const { return *reinterpret_cast<const format::Header*>(bytes_.data()); }
@@ -81,7 +55,7 @@ class TreeBlock : public std::enable_shared_from_this<TreeBlock> {
   int level() const { return header().level; }
   bool is_leaf() const { return level() == 0; }
   int nritems() const { return static_cast<int>(header().nritems.get()); }
-  std::span<const uint8_t> bytes() const { return bytes_; }
+  std::span<const uint8_t> bytes() const { return bytes_.span(); }
 
   Key key(int slot) const { return Key::From(is_leaf() ? item(slot)->key : ptr(slot)->key); }
   // Leaf items.
@@ -101,7 +75,6 @@ class TreeBlock : public std::enable_shared_from_this<TreeBlock> {
   // ---- Write side: blocks owned by a running transaction ----
   static std::shared_ptr<TreeBlock> NewBlank(uint32_t nodesize);
   std::shared_ptr<TreeBlock> Clone() const;
-  ~TreeBlock() { GiveBlockBuffer(std::move(bytes_)); }
   TreeBlock(const TreeBlock&) = delete;
   TreeBlock& operator=(const TreeBlock&) = delete;
   format::Header& mutable_header() { return *reinterpret_cast<format::Header*>(bytes_.data()); }
@@ -135,14 +108,14 @@ class TreeBlock : public std::enable_shared_from_this<TreeBlock> {
   std::atomic<bool> dropped{false};
 
  private:
-  explicit TreeBlock(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+  explicit TreeBlock(BlockBuffer bytes) : bytes_(std::move(bytes)) {}
   const format::Item* item(int slot) const {
     return reinterpret_cast<const format::Item*>(bytes_.data() + sizeof(format::Header)) + slot;
   }
   const format::KeyPtr* ptr(int slot) const {
     return reinterpret_cast<const format::KeyPtr*>(bytes_.data() + sizeof(format::Header)) + slot;
   }
-  std::vector<uint8_t> bytes_;
+  BlockBuffer bytes_;
 };
 
 using BlockRef = std::shared_ptr<const TreeBlock>;

@@ -167,7 +167,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(!tree::VerifyTreeBlock(std::span<const uint8_t>(buf).first(nodesize - 1), params, check).ok());
 
   const ubtrfs::Status verified = tree::VerifyTreeBlock(buf, params, check);
-  auto parsed = tree::TreeBlock::Parse(buf, params, check);
+  auto parsed = tree::TreeBlock::Parse(tree::BlockBuffer::CopyOf(buf), params, check);
   FUZZ_CHECK(verified.ok() == parsed.ok());
   if (!parsed.ok()) {
     // Errors name the block.

@@ -1,0 +1,270 @@
+#include "tree/block_buffer.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
+
+namespace ubtrfs::tree {
+
+// A slab serves one size class: its buffers are the slots of one 2 MiB
+// mapping. Slots never handed out are cut from the end (`fresh`), released
+// ones wait in `released`.
+struct Slab {
+  uint8_t* base = nullptr;
+  size_t buffer_bytes = 0;
+  uint32_t slots = 0;
+  uint32_t fresh = 0;  // slots handed out at least once
+  uint32_t live = 0;   // slots in use
+  std::vector<uint32_t> released;
+  bool HasRoom() const { return !released.empty() || fresh < slots; }
+};
+
+namespace {
+
+constexpr int kClasses = 5;  // 4, 8, 16, 32, 64 KiB
+
+struct ClassPool {
+  std::vector<uint8_t*> heap;    // released heap buffers
+  std::vector<Slab*> with_room;  // slabs with a free slot
+  std::vector<Slab*> all;
+};
+
+// The contract: every field is guarded by mu. Mappings are made and dropped
+// outside it.
+struct Pool {
+  std::mutex mu;
+  std::array<ClassPool, kClasses> classes;
+  size_t pooled = 0;        // buffers released and not yet taken again
+  size_t pooled_bytes = 0;
+  size_t heap_bytes = 0;    // heap buffers, in use or pooled
+  size_t slab_bytes = 0;
+  size_t cap = kBufferPoolBytes;
+};
+
+Pool& GetPool() {
+  static Pool* pool = new Pool;  // never destroyed: blocks may outlive static destructors
+  return *pool;
+}
+
+int SizeClass(size_t n) {
+  for (int c = 0; c < kClasses; ++c) {
+    if (n == (size_t{4096} << c)) return c;
+  }
+  return -1;
+}
+
+// A 2 MiB-aligned mapping, so the kernel can back it with one huge page.
+uint8_t* MapSlab() {
+  void* p = ::mmap(nullptr, 2 * kSlabBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (start + kSlabBytes - 1) & ~(uintptr_t{kSlabBytes} - 1);
+  if (aligned > start) ::munmap(p, aligned - start);
+  if (const uintptr_t end = start + 2 * kSlabBytes; end > aligned + kSlabBytes) {
+    ::munmap(reinterpret_cast<void*>(aligned + kSlabBytes), end - aligned - kSlabBytes);
+  }
+  (void)::madvise(reinterpret_cast<void*>(aligned), kSlabBytes, MADV_HUGEPAGE);  // a hint; without THP, plain pages
+  return reinterpret_cast<uint8_t*>(aligned);
+}
+
+uint8_t* TakeSlot(Slab* s) {
+  uint32_t slot;
+  if (!s->released.empty()) {
+    slot = s->released.back();
+    s->released.pop_back();
+  } else {
+    slot = s->fresh++;
+  }
+  ++s->live;
+  return s->base + size_t{slot} * s->buffer_bytes;
+}
+
+void Erase(std::vector<Slab*>& v, Slab* s) {
+  auto it = std::find(v.begin(), v.end(), s);
+  if (it != v.end()) {
+    *it = v.back();
+    v.pop_back();
+  }
+}
+
+// Takes an empty slab out of the pool (under mu); the caller unmaps it.
+void Unlink(Pool& p, ClassPool& cp, Slab* s) {
+  p.pooled -= s->released.size();
+  p.pooled_bytes -= s->released.size() * s->buffer_bytes;
+  p.slab_bytes -= kSlabBytes;
+  Erase(cp.with_room, s);
+  Erase(cp.all, s);
+}
+
+void Unmap(Slab* s) {
+  ::munmap(s->base, kSlabBytes);
+  delete s;
+}
+
+// Drops pooled heap buffers, then empty slabs, while the pool holds more
+// than its cap (under mu); what is to be freed goes to the two lists.
+void ShrinkToCap(Pool& p, std::vector<uint8_t*>* heap, std::vector<Slab*>* slabs) {
+  for (int c = 0; c < kClasses && p.pooled_bytes > p.cap; ++c) {
+    auto& list = p.classes[static_cast<size_t>(c)].heap;
+    const size_t n = size_t{4096} << c;
+    while (p.pooled_bytes > p.cap && !list.empty()) {
+      heap->push_back(list.back());
+      list.pop_back();
+      --p.pooled;
+      p.pooled_bytes -= n;
+      p.heap_bytes -= n;
+    }
+  }
+  for (auto& cp : p.classes) {
+    for (size_t i = cp.all.size(); i-- > 0 && p.pooled_bytes > p.cap;) {
+      Slab* s = cp.all[i];
+      if (s->live != 0) continue;
+      Unlink(p, cp, s);
+      slabs->push_back(s);
+    }
+  }
+}
+
+}  // namespace
+
+BlockBuffer BlockBuffer::Take(size_t n) {
+  const int c = SizeClass(n);
+  if (c < 0) return BlockBuffer(new uint8_t[n], n, nullptr);
+  Pool& p = GetPool();
+  ClassPool& cp = p.classes[static_cast<size_t>(c)];
+  {
+    std::lock_guard lock(p.mu);
+    if (!cp.heap.empty()) {
+      uint8_t* data = cp.heap.back();
+      cp.heap.pop_back();
+      --p.pooled;
+      p.pooled_bytes -= n;
+      return BlockBuffer(data, n, nullptr);
+    }
+    if (!cp.with_room.empty()) {
+      Slab* s = cp.with_room.back();
+      if (!s->released.empty()) {
+        --p.pooled;
+        p.pooled_bytes -= n;
+      }
+      uint8_t* data = TakeSlot(s);
+      if (!s->HasRoom()) cp.with_room.pop_back();
+      return BlockBuffer(data, n, s);
+    }
+    if (p.heap_bytes + n <= kHeapBufferBytes) {
+      p.heap_bytes += n;
+      return BlockBuffer(new uint8_t[n], n, nullptr);
+    }
+  }
+  auto* s = new Slab;
+  s->base = MapSlab();
+  s->buffer_bytes = n;
+  s->slots = static_cast<uint32_t>(kSlabBytes / n);
+  uint8_t* data = TakeSlot(s);
+  std::lock_guard lock(p.mu);
+  p.slab_bytes += kSlabBytes;
+  cp.all.push_back(s);
+  cp.with_room.push_back(s);
+  return BlockBuffer(data, n, s);
+}
+
+BlockBuffer BlockBuffer::CopyOf(std::span<const uint8_t> bytes) {
+  BlockBuffer b = Take(bytes.size());
+  if (!bytes.empty()) std::memcpy(b.data(), bytes.data(), bytes.size());
+  return b;
+}
+
+BlockBuffer& BlockBuffer::operator=(BlockBuffer&& o) noexcept {
+  if (this != &o) {
+    Release();
+    data_ = o.data_;
+    size_ = o.size_;
+    slab_ = o.slab_;
+    o.Forget();
+  }
+  return *this;
+}
+
+void BlockBuffer::Release() {
+  if (data_ == nullptr) return;
+  uint8_t* data = std::exchange(data_, nullptr);
+  Slab* s = std::exchange(slab_, nullptr);
+  const size_t n = std::exchange(size_, 0);
+  const int c = SizeClass(n);
+  if (c < 0) {
+    delete[] data;
+    return;
+  }
+  Pool& p = GetPool();
+  ClassPool& cp = p.classes[static_cast<size_t>(c)];
+  std::unique_lock lock(p.mu);
+  if (s == nullptr) {
+    if (p.pooled_bytes + n > p.cap) {
+      p.heap_bytes -= n;
+      lock.unlock();
+      delete[] data;
+      return;
+    }
+    cp.heap.push_back(data);
+    ++p.pooled;
+    p.pooled_bytes += n;
+    return;
+  }
+  if (!s->HasRoom()) cp.with_room.push_back(s);
+  s->released.push_back(static_cast<uint32_t>((data - s->base) / n));
+  --s->live;
+  ++p.pooled;
+  p.pooled_bytes += n;
+  if (s->live == 0 && p.pooled_bytes > p.cap) {
+    Unlink(p, cp, s);
+    lock.unlock();
+    Unmap(s);
+  }
+}
+
+void ExpectBlockBuffers(size_t bytes) {
+  std::vector<uint8_t*> heap;
+  std::vector<Slab*> slabs;
+  Pool& p = GetPool();
+  {
+    std::lock_guard lock(p.mu);
+    p.cap = std::clamp(bytes, kBufferPoolBytes, kBufferPoolMaxBytes);
+    ShrinkToCap(p, &heap, &slabs);
+  }
+  for (uint8_t* b : heap) delete[] b;
+  for (Slab* s : slabs) Unmap(s);
+}
+
+size_t BlockBufferPoolCap() {
+  Pool& p = GetPool();
+  std::lock_guard lock(p.mu);
+  return p.cap;
+}
+
+void TrimBlockBuffers() {
+  std::vector<uint8_t*> heap;
+  std::vector<Slab*> slabs;
+  Pool& p = GetPool();
+  {
+    std::lock_guard lock(p.mu);
+    p.cap = 0;
+    ShrinkToCap(p, &heap, &slabs);  // slabs with buffers in use keep their released ones
+    p.cap = kBufferPoolBytes;
+  }
+  for (uint8_t* b : heap) delete[] b;
+  for (Slab* s : slabs) Unmap(s);
+}
+
+BlockBufferStats GetBlockBufferStats() {
+  Pool& p = GetPool();
+  std::lock_guard lock(p.mu);
+  return BlockBufferStats{p.pooled, p.heap_bytes, p.slab_bytes};
+}
+
+}  // namespace ubtrfs::tree
