@@ -23,7 +23,7 @@
 
 #include "format/checksum.h"
 #include "fs/compress_ahead.h"
-#include "fs/huge_page_allocator.h"
+#include "mem/huge_pages.h"
 #include "fs/fs_impl.h"
 #include "fs/source_open.h"
 #include "io/block_device.h"
@@ -656,7 +656,7 @@ class BulkImporter {
   }
 
   // Probes entries [from, to) of a directory.
-  using Probes = std::vector<Probe, HugePageAllocator<Probe>>;
+  using Probes = std::vector<Probe, mem::HugePageAllocator<Probe>>;
   void ProbeRange(int dfd, const std::string& dir_path, const std::vector<std::string>& names,
                   const std::vector<uint8_t>& pre, size_t from, size_t to, Probes* probes) const {
     for (size_t k = from; k < to; ++k) ProbeEntry(dfd, dir_path + "/" + names[k], names[k], pre[k], &(*probes)[k]);
@@ -907,7 +907,7 @@ class BulkImporter {
   WriteCompression zc_;  // for the new files (inline data here, the rest in the write path)
   WriteCompression no_zc_;  // for files with NODATACOW / NODATASUM
   std::set<std::string> skip_;
-  std::vector<HostNode, HugePageAllocator<HostNode>> nodes_;
+  std::vector<HostNode, mem::HugePageAllocator<HostNode>> nodes_;
   std::vector<Extra> extras_;
   std::vector<uint32_t> top_;  // entries of the destination directory
   uint64_t top_size_ = 0;

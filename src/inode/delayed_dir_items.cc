@@ -64,7 +64,7 @@ bool HashSlots::Insert(uint32_t hash, uint32_t value) {
 }
 
 void HashSlots::Grow() {
-  std::vector<Slot> old = std::move(slots_);
+  auto old = std::move(slots_);
   slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{});
   for (const Slot& e : old) {
     if (e.tag == 0) continue;

@@ -1,7 +1,5 @@
 #include "tree/block_buffer.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -9,6 +7,8 @@
 #include <new>
 #include <utility>
 #include <vector>
+
+#include "mem/huge_pages.h"
 
 namespace ubtrfs::tree {
 
@@ -59,20 +59,6 @@ int SizeClass(size_t n) {
   return -1;
 }
 
-// A 2 MiB-aligned mapping, so the kernel can back it with one huge page.
-uint8_t* MapSlab() {
-  void* p = ::mmap(nullptr, 2 * kSlabBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t aligned = (start + kSlabBytes - 1) & ~(uintptr_t{kSlabBytes} - 1);
-  if (aligned > start) ::munmap(p, aligned - start);
-  if (const uintptr_t end = start + 2 * kSlabBytes; end > aligned + kSlabBytes) {
-    ::munmap(reinterpret_cast<void*>(aligned + kSlabBytes), end - aligned - kSlabBytes);
-  }
-  (void)::madvise(reinterpret_cast<void*>(aligned), kSlabBytes, MADV_HUGEPAGE);  // a hint; without THP, plain pages
-  return reinterpret_cast<uint8_t*>(aligned);
-}
-
 uint8_t* TakeSlot(Slab* s) {
   uint32_t slot;
   if (!s->released.empty()) {
@@ -103,7 +89,7 @@ void Unlink(Pool& p, ClassPool& cp, Slab* s) {
 }
 
 void Unmap(Slab* s) {
-  ::munmap(s->base, kSlabBytes);
+  mem::UnmapHuge(s->base, kSlabBytes);
   delete s;
 }
 
@@ -163,7 +149,7 @@ BlockBuffer BlockBuffer::Take(size_t n) {
     }
   }
   auto* s = new Slab;
-  s->base = MapSlab();
+  s->base = static_cast<uint8_t*>(mem::MapHuge(kSlabBytes));
   s->buffer_bytes = n;
   s->slots = static_cast<uint32_t>(kSlabBytes / n);
   uint8_t* data = TakeSlot(s);

@@ -34,7 +34,7 @@ inline constexpr size_t kBufferPoolBytes = 64ull << 20;
 inline constexpr size_t kBufferPoolMaxBytes = 256ull << 20;
 // Block buffers a process takes from the heap before it cuts them from slabs.
 inline constexpr size_t kHeapBufferBytes = 4ull << 20;
-inline constexpr size_t kSlabBytes = 2ull << 20;
+inline constexpr size_t kSlabBytes = 2ull << 20;  // one huge page (mem/huge_pages.h)
 
 struct Slab;
 
