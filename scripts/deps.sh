@@ -3,7 +3,7 @@
 # skipping those already present. Safe to run repeatedly.
 set -euo pipefail
 
-PKGS=(build-essential cmake ninja-build pkg-config ccache clang libclang-rt-dev python3
+PKGS=(build-essential cmake ninja-build pkg-config ccache clang lld libclang-rt-dev python3
       libisal-dev libxxhash-dev libsodium-dev zlib1g-dev liblzo2-dev libzstd-dev uuid-dev
       libcli11-dev libfmt-dev libgtest-dev nlohmann-json3-dev libfuse3-dev fuse3 libedit-dev libblkid-dev libarchive-dev fdisk
       btrfs-progs e2fsprogs util-linux attr xfsprogs hyperfine fsmark dbench fio gnuplot-nox time tree
