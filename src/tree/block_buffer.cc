@@ -32,6 +32,10 @@ constexpr int kClasses = 5;  // 4, 8, 16, 32, 64 KiB
 struct ClassPool {
   std::vector<uint8_t*> heap;    // released heap buffers
   std::vector<Slab*> with_room;  // slabs with a free slot
+  // The slab buffers are cut from until it is full. Then the fullest slab
+  // with room follows, so that sparse ones drain and go back to the system
+  // instead of every slab keeping a few buffers alive.
+  Slab* current = nullptr;
   std::vector<Slab*> all;
 };
 
@@ -85,6 +89,7 @@ void Unlink(Pool& p, ClassPool& cp, Slab* s) {
   p.pooled_bytes -= s->released.size() * s->buffer_bytes;
   p.slab_bytes -= kSlabBytes;
   Erase(cp.with_room, s);
+  if (cp.current == s) cp.current = nullptr;
   Erase(cp.all, s);
 }
 
@@ -133,14 +138,20 @@ BlockBuffer BlockBuffer::Take(size_t n) {
       p.pooled_bytes -= n;
       return BlockBuffer(data, n, nullptr);
     }
-    if (!cp.with_room.empty()) {
-      Slab* s = cp.with_room.back();
+    if (cp.current == nullptr && !cp.with_room.empty()) {
+      cp.current = *std::max_element(cp.with_room.begin(), cp.with_room.end(),
+                                     [](const Slab* a, const Slab* b) { return a->live < b->live; });
+    }
+    if (Slab* s = cp.current) {
       if (!s->released.empty()) {
         --p.pooled;
         p.pooled_bytes -= n;
       }
       uint8_t* data = TakeSlot(s);
-      if (!s->HasRoom()) cp.with_room.pop_back();
+      if (!s->HasRoom()) {
+        Erase(cp.with_room, s);
+        cp.current = nullptr;
+      }
       return BlockBuffer(data, n, s);
     }
     if (p.heap_bytes + n <= kHeapBufferBytes) {
@@ -157,6 +168,7 @@ BlockBuffer BlockBuffer::Take(size_t n) {
   p.slab_bytes += kSlabBytes;
   cp.all.push_back(s);
   cp.with_room.push_back(s);
+  if (cp.current == nullptr) cp.current = s;
   return BlockBuffer(data, n, s);
 }
 

@@ -19,8 +19,11 @@
 //   the threshold and keep the plain heap: a huge page would only add to
 //   their peak.
 // A slab goes back to the system when its last buffer is released and the
-// pool holds more than its cap, or at TrimBlockBuffers; so the pool may hold
-// up to a slab per size class more than its cap.
+// pool holds more than its cap, or at TrimBlockBuffers. A new slab is mapped
+// only when no slab has room, and buffers are cut from the fullest slab with
+// room, so sparse slabs drain: the slabs hold no more than the most buffers
+// in use at once plus the pool's cap, where the heap returned what was
+// above the cap at once.
 #ifndef UBTRFS_TREE_BLOCK_BUFFER_H_
 #define UBTRFS_TREE_BLOCK_BUFFER_H_
 
