@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -146,137 +147,166 @@ TEST(TreeBlock, RejectsEmptyNodesAndUnalignedPointers) {
   EXPECT_EQ(Verify(b), "ok");
 }
 
+// Slabs serve threads other than the main one: the tests that expect them
+// run on a thread of their own.
+void OnAThread(const std::function<void()>& f) { std::thread(f).join(); }
+
 // Released block buffers feed new blocks (zeroed, so nothing of an old block
 // leaks into a new one), the pool keeps no more than its cap (which commits
 // move), and odd sizes are not pooled.
 TEST(BlockBuffers, ReleasedBlocksFeedNewOnesZeroedUpToTheCap) {
-  TrimBlockBuffers();
-  EXPECT_EQ(PooledBlockBuffers(), 0u);
-  {
-    auto b = TreeBlock::NewBlank(16384);
-    std::memset(b->mutable_bytes(), 0xab, 16384);
-  }
-  EXPECT_EQ(PooledBlockBuffers(), 1u);
-  auto fresh = TreeBlock::NewBlank(16384);
-  EXPECT_EQ(PooledBlockBuffers(), 0u);
-  for (uint8_t byte : fresh->bytes()) ASSERT_EQ(byte, 0);
-  std::memset(fresh->mutable_bytes(), 0x5c, 16384);
-  auto copy = fresh->Clone();
-  EXPECT_TRUE(std::equal(copy->bytes().begin(), copy->bytes().end(), fresh->bytes().begin()));
-  fresh.reset();
-  copy.reset();
-  EXPECT_EQ(PooledBlockBuffers(), 2u);
-
-  // Past the heap's share, buffers come from slabs, which can only go back
-  // whole: released, the pool keeps at most its cap, and less than the cap
-  // by at most the slots of one slab.
-  const size_t cap = kBufferPoolBytes / 16384;
-  const size_t per_slab = kSlabBytes / 16384;
-  std::vector<std::shared_ptr<TreeBlock>> many;
-  for (size_t i = 0; i < cap + 10; ++i) many.push_back(TreeBlock::NewBlank(16384));
-  EXPECT_EQ(PooledBlockBuffers(), 0u);
-  EXPECT_GT(GetBlockBufferStats().slab_bytes, 0u);
-  EXPECT_LE(GetBlockBufferStats().heap_bytes, kHeapBufferBytes);
-  many.clear();
-  EXPECT_LE(PooledBlockBuffers(), cap);
-  EXPECT_GE(PooledBlockBuffers(), cap - per_slab);
-  { auto odd = TreeBlock::NewBlank(5000); }
-  EXPECT_LE(PooledBlockBuffers(), cap);
-
-  // A commit that wrote more raises the cap for the next transaction; a
-  // smaller one lowers it and frees what is above it; both stay clamped.
-  ExpectBlockBuffers(kBufferPoolBytes + 300 * 16384);
-  EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes + 300 * 16384);
-  for (size_t i = 0; i < cap + 310; ++i) many.push_back(TreeBlock::NewBlank(16384));
-  many.clear();
-  EXPECT_LE(PooledBlockBuffers(), cap + 300);
-  EXPECT_GE(PooledBlockBuffers(), cap + 300 - per_slab);
-  EXPECT_GT(PooledBlockBuffers(), cap);
-  ExpectBlockBuffers(0);
-  EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes);
-  EXPECT_LE(PooledBlockBuffers(), cap);
-  ExpectBlockBuffers(size_t{1} << 40);
-  EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolMaxBytes);
-  TrimBlockBuffers();
-  EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes);
-  { auto odd = TreeBlock::NewBlank(5000); }
-  EXPECT_EQ(PooledBlockBuffers(), 0u);
-  EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
-  EXPECT_EQ(GetBlockBufferStats().heap_bytes, 0u);
+  OnAThread([] {
+    TrimBlockBuffers();
+    EXPECT_EQ(PooledBlockBuffers(), 0u);
+    {
+      auto b = TreeBlock::NewBlank(16384);
+      std::memset(b->mutable_bytes(), 0xab, 16384);
+    }
+    EXPECT_EQ(PooledBlockBuffers(), 1u);
+    auto fresh = TreeBlock::NewBlank(16384);
+    EXPECT_EQ(PooledBlockBuffers(), 0u);
+    for (uint8_t byte : fresh->bytes()) ASSERT_EQ(byte, 0);
+    std::memset(fresh->mutable_bytes(), 0x5c, 16384);
+    auto copy = fresh->Clone();
+    EXPECT_TRUE(std::equal(copy->bytes().begin(), copy->bytes().end(), fresh->bytes().begin()));
+    fresh.reset();
+    copy.reset();
+    EXPECT_EQ(PooledBlockBuffers(), 2u);
+  
+    // Past the heap's share, buffers come from slabs, which can only go back
+    // whole: released, the pool keeps at most its cap, and less than the cap
+    // by at most the slots of one slab.
+    const size_t cap = kBufferPoolBytes / 16384;
+    const size_t per_slab = kSlabBytes / 16384;
+    std::vector<std::shared_ptr<TreeBlock>> many;
+    for (size_t i = 0; i < cap + 10; ++i) many.push_back(TreeBlock::NewBlank(16384));
+    EXPECT_EQ(PooledBlockBuffers(), 0u);
+    EXPECT_GT(GetBlockBufferStats().slab_bytes, 0u);
+    EXPECT_LE(GetBlockBufferStats().heap_bytes, kHeapBufferBytes);
+    many.clear();
+    EXPECT_LE(PooledBlockBuffers(), cap);
+    EXPECT_GE(PooledBlockBuffers(), cap - per_slab);
+    { auto odd = TreeBlock::NewBlank(5000); }
+    EXPECT_LE(PooledBlockBuffers(), cap);
+  
+    // A commit that wrote more raises the cap for the next transaction; a
+    // smaller one lowers it and frees what is above it; both stay clamped.
+    ExpectBlockBuffers(kBufferPoolBytes + 300 * 16384);
+    EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes + 300 * 16384);
+    for (size_t i = 0; i < cap + 310; ++i) many.push_back(TreeBlock::NewBlank(16384));
+    many.clear();
+    EXPECT_LE(PooledBlockBuffers(), cap + 300);
+    EXPECT_GE(PooledBlockBuffers(), cap + 300 - per_slab);
+    EXPECT_GT(PooledBlockBuffers(), cap);
+    ExpectBlockBuffers(0);
+    EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes);
+    EXPECT_LE(PooledBlockBuffers(), cap);
+    ExpectBlockBuffers(size_t{1} << 40);
+    EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolMaxBytes);
+    TrimBlockBuffers();
+    EXPECT_EQ(BlockBufferPoolCap(), kBufferPoolBytes);
+    { auto odd = TreeBlock::NewBlank(5000); }
+    EXPECT_EQ(PooledBlockBuffers(), 0u);
+    EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
+    EXPECT_EQ(GetBlockBufferStats().heap_bytes, 0u);
+  });
 }
 
 // Slab buffers are distinct, of the size asked, and a slab goes back to the
 // system only when none of its buffers is in use: Trim keeps a slab a live
 // block is in, and the block's bytes stay intact.
 TEST(BlockBuffers, SlabsGoBackWholeAndOnlyWhenUnused) {
-  TrimBlockBuffers();
-  const size_t heap_share = kHeapBufferBytes / 4096;
-  std::vector<BlockBuffer> held;
-  for (size_t i = 0; i < heap_share; ++i) held.push_back(BlockBuffer::Take(4096));
-  EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
-  std::vector<BlockBuffer> slabbed;
-  const size_t per_slab = kSlabBytes / 4096;
-  for (size_t i = 0; i < per_slab + 1; ++i) {
-    slabbed.push_back(BlockBuffer::Take(4096));
-    ASSERT_EQ(slabbed.back().size(), 4096u);
-    std::memset(slabbed.back().data(), static_cast<int>(i & 0xff), 4096);
-  }
-  EXPECT_EQ(GetBlockBufferStats().slab_bytes, 2 * kSlabBytes);
-  std::vector<const uint8_t*> starts;
-  for (const auto& b : slabbed) starts.push_back(b.data());
-  std::sort(starts.begin(), starts.end());
-  for (size_t i = 1; i < starts.size(); ++i) ASSERT_GE(starts[i] - starts[i - 1], 4096);
-
-  BlockBuffer keep = std::move(slabbed[3]);
-  held.clear();
-  slabbed.clear();
-  TrimBlockBuffers();
-  EXPECT_EQ(GetBlockBufferStats().slab_bytes, kSlabBytes);
-  for (size_t i = 0; i < keep.size(); ++i) ASSERT_EQ(keep.data()[i], 3);
-  BlockBuffer moved;
-  moved = std::move(keep);
-  EXPECT_EQ(keep.data(), nullptr);
-  EXPECT_EQ(moved.size(), 4096u);
-  moved = BlockBuffer();
-  TrimBlockBuffers();
-  EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
-  EXPECT_EQ(PooledBlockBuffers(), 0u);
+  OnAThread([] {
+    TrimBlockBuffers();
+    const size_t heap_share = kHeapBufferBytes / 4096;
+    std::vector<BlockBuffer> held;
+    for (size_t i = 0; i < heap_share; ++i) held.push_back(BlockBuffer::Take(4096));
+    EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
+    std::vector<BlockBuffer> slabbed;
+    const size_t per_slab = kSlabBytes / 4096;
+    for (size_t i = 0; i < per_slab + 1; ++i) {
+      slabbed.push_back(BlockBuffer::Take(4096));
+      ASSERT_EQ(slabbed.back().size(), 4096u);
+      std::memset(slabbed.back().data(), static_cast<int>(i & 0xff), 4096);
+    }
+    EXPECT_EQ(GetBlockBufferStats().slab_bytes, 2 * kSlabBytes);
+    std::vector<const uint8_t*> starts;
+    for (const auto& b : slabbed) starts.push_back(b.data());
+    std::sort(starts.begin(), starts.end());
+    for (size_t i = 1; i < starts.size(); ++i) ASSERT_GE(starts[i] - starts[i - 1], 4096);
+  
+    BlockBuffer keep = std::move(slabbed[3]);
+    held.clear();
+    slabbed.clear();
+    TrimBlockBuffers();
+    EXPECT_EQ(GetBlockBufferStats().slab_bytes, kSlabBytes);
+    for (size_t i = 0; i < keep.size(); ++i) ASSERT_EQ(keep.data()[i], 3);
+    BlockBuffer moved;
+    moved = std::move(keep);
+    EXPECT_EQ(keep.data(), nullptr);
+    EXPECT_EQ(moved.size(), 4096u);
+    moved = BlockBuffer();
+    TrimBlockBuffers();
+    EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
+    EXPECT_EQ(PooledBlockBuffers(), 0u);
+  });
 }
 
 // Buffers come from the fullest slab with room, so that a slab with few
 // buffers in use drains instead of being refilled.
 TEST(BlockBuffers, TheFullestSlabWithRoomServesFirst) {
-  TrimBlockBuffers();
-  std::vector<BlockBuffer> heap;
-  for (size_t i = 0; i < kHeapBufferBytes / 8192; ++i) heap.push_back(BlockBuffer::Take(8192));
-  const size_t per_slab = kSlabBytes / 8192;
-  // Slabs are aligned to their size.
-  auto slab_of = [](const BlockBuffer& x) { return reinterpret_cast<uintptr_t>(x.data()) & ~(kSlabBytes - 1); };
-  std::vector<BlockBuffer> a, b;
-  for (size_t i = 0; i < per_slab; ++i) a.push_back(BlockBuffer::Take(8192));
-  for (size_t i = 0; i < per_slab; ++i) b.push_back(BlockBuffer::Take(8192));
-  ASSERT_EQ(GetBlockBufferStats().slab_bytes, 2 * kSlabBytes);
-  const uintptr_t sparse = slab_of(a[0]), full = slab_of(b[0]);
-  ASSERT_NE(sparse, full);
-  for (const auto& x : a) ASSERT_EQ(slab_of(x), sparse);
-  // All but ten of b in use, then one of a: a had room last.
-  b.erase(b.begin(), b.begin() + 10);
-  a.resize(1);
-  std::vector<BlockBuffer> next;
-  for (int i = 0; i < 10; ++i) {
+  OnAThread([] {
+    TrimBlockBuffers();
+    std::vector<BlockBuffer> heap;
+    for (size_t i = 0; i < kHeapBufferBytes / 8192; ++i) heap.push_back(BlockBuffer::Take(8192));
+    const size_t per_slab = kSlabBytes / 8192;
+    // Slabs are aligned to their size.
+    auto slab_of = [](const BlockBuffer& x) { return reinterpret_cast<uintptr_t>(x.data()) & ~(kSlabBytes - 1); };
+    std::vector<BlockBuffer> a, b;
+    for (size_t i = 0; i < per_slab; ++i) a.push_back(BlockBuffer::Take(8192));
+    for (size_t i = 0; i < per_slab; ++i) b.push_back(BlockBuffer::Take(8192));
+    ASSERT_EQ(GetBlockBufferStats().slab_bytes, 2 * kSlabBytes);
+    const uintptr_t sparse = slab_of(a[0]), full = slab_of(b[0]);
+    ASSERT_NE(sparse, full);
+    for (const auto& x : a) ASSERT_EQ(slab_of(x), sparse);
+    // All but ten of b in use, then one of a: a had room last.
+    b.erase(b.begin(), b.begin() + 10);
+    a.resize(1);
+    std::vector<BlockBuffer> next;
+    for (int i = 0; i < 10; ++i) {
+      next.push_back(BlockBuffer::Take(8192));
+      EXPECT_EQ(slab_of(next.back()), full) << i;
+    }
+    // b is full again: the next one comes from a, the only slab with room.
     next.push_back(BlockBuffer::Take(8192));
-    EXPECT_EQ(slab_of(next.back()), full) << i;
-  }
-  // b is full again: the next one comes from a, the only slab with room.
-  next.push_back(BlockBuffer::Take(8192));
-  EXPECT_EQ(slab_of(next.back()), sparse);
-  EXPECT_EQ(GetBlockBufferStats().slab_bytes, 2 * kSlabBytes);
-  heap.clear();
-  a.clear();
-  b.clear();
-  next.clear();
+    EXPECT_EQ(slab_of(next.back()), sparse);
+    EXPECT_EQ(GetBlockBufferStats().slab_bytes, 2 * kSlabBytes);
+    heap.clear();
+    a.clear();
+    b.clear();
+    next.clear();
+    TrimBlockBuffers();
+    EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
+  });
+}
+
+// The main thread's buffers stay on the heap past the heap's share: its
+// arena is the one glibc's huge-page tunable reaches, and a bulk import on
+// it reuses for blocks what the rest of it freed.
+TEST(BlockBuffers, TheMainThreadKeepsTheHeap) {
+  TrimBlockBuffers();
+  std::vector<BlockBuffer> held;
+  for (size_t i = 0; i < kHeapBufferBytes / 16384 + 200; ++i) held.push_back(BlockBuffer::Take(16384));
+  EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
+  EXPECT_GT(GetBlockBufferStats().heap_bytes, kHeapBufferBytes);
+  OnAThread([] {
+    BlockBuffer b = BlockBuffer::Take(16384);
+    EXPECT_EQ(GetBlockBufferStats().slab_bytes, kSlabBytes);
+  });
+  held.clear();
   TrimBlockBuffers();
   EXPECT_EQ(GetBlockBufferStats().slab_bytes, 0u);
+  EXPECT_EQ(GetBlockBufferStats().heap_bytes, 0u);
 }
 
 // Threads take and release buffers of several sizes at once (for TSan);
