@@ -23,10 +23,10 @@
 
 #include "format/checksum.h"
 #include "fs/compress_ahead.h"
-#include "mem/huge_pages.h"
 #include "fs/fs_impl.h"
 #include "fs/source_open.h"
 #include "io/block_device.h"
+#include "mem/huge_pages.h"
 #include "txn/clock.h"
 #include "txn/transaction.h"
 

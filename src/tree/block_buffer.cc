@@ -33,12 +33,11 @@ constexpr int kClasses = 5;  // 4, 8, 16, 32, 64 KiB
 
 struct ClassPool {
   std::vector<uint8_t*> heap;    // released heap buffers
-  std::vector<Slab*> with_room;  // slabs with a free slot
+  std::vector<Slab*> with_room;  // slabs with a free slot: every empty one too
   // The slab buffers are cut from until it is full. Then the fullest slab
   // with room follows, so that sparse ones drain and go back to the system
   // instead of every slab keeping a few buffers alive.
   Slab* current = nullptr;
-  std::vector<Slab*> all;
 };
 
 // The contract: every field is guarded by mu. Mappings are made and dropped
@@ -99,7 +98,6 @@ void Unlink(Pool& p, ClassPool& cp, Slab* s) {
   p.slab_bytes -= kSlabBytes;
   Erase(cp.with_room, s);
   if (cp.current == s) cp.current = nullptr;
-  Erase(cp.all, s);
 }
 
 void Unmap(Slab* s) {
@@ -122,13 +120,28 @@ void ShrinkToCap(Pool& p, std::vector<uint8_t*>* heap, std::vector<Slab*>* slabs
     }
   }
   for (auto& cp : p.classes) {
-    for (size_t i = cp.all.size(); i-- > 0 && p.pooled_bytes > p.cap;) {
-      Slab* s = cp.all[i];
+    for (size_t i = cp.with_room.size(); i-- > 0 && p.pooled_bytes > p.cap;) {
+      Slab* s = cp.with_room[i];
       if (s->live != 0) continue;
-      Unlink(p, cp, s);
+      Unlink(p, cp, s);  // the last slab, already passed, takes slot i
       slabs->push_back(s);
     }
   }
+}
+
+// Sets the cap to shrink_to, drops what is above it, then sets cap_after;
+// the memory goes back outside the lock.
+void ShrinkAndFree(Pool& p, size_t shrink_to, size_t cap_after) {
+  std::vector<uint8_t*> heap;
+  std::vector<Slab*> slabs;
+  {
+    std::lock_guard lock(p.mu);
+    p.cap = shrink_to;
+    ShrinkToCap(p, &heap, &slabs);
+    p.cap = cap_after;
+  }
+  for (uint8_t* b : heap) delete[] b;
+  for (Slab* s : slabs) Unmap(s);
 }
 
 }  // namespace
@@ -175,7 +188,6 @@ BlockBuffer BlockBuffer::Take(size_t n) {
   uint8_t* data = TakeSlot(s);
   std::lock_guard lock(p.mu);
   p.slab_bytes += kSlabBytes;
-  cp.all.push_back(s);
   cp.with_room.push_back(s);
   if (cp.current == nullptr) cp.current = s;
   return BlockBuffer(data, n, s);
@@ -236,16 +248,8 @@ void BlockBuffer::Release() {
 }
 
 void ExpectBlockBuffers(size_t bytes) {
-  std::vector<uint8_t*> heap;
-  std::vector<Slab*> slabs;
-  Pool& p = GetPool();
-  {
-    std::lock_guard lock(p.mu);
-    p.cap = std::clamp(bytes, kBufferPoolBytes, kBufferPoolMaxBytes);
-    ShrinkToCap(p, &heap, &slabs);
-  }
-  for (uint8_t* b : heap) delete[] b;
-  for (Slab* s : slabs) Unmap(s);
+  const size_t cap = std::clamp(bytes, kBufferPoolBytes, kBufferPoolMaxBytes);
+  ShrinkAndFree(GetPool(), cap, cap);
 }
 
 size_t BlockBufferPoolCap() {
@@ -255,17 +259,7 @@ size_t BlockBufferPoolCap() {
 }
 
 void TrimBlockBuffers() {
-  std::vector<uint8_t*> heap;
-  std::vector<Slab*> slabs;
-  Pool& p = GetPool();
-  {
-    std::lock_guard lock(p.mu);
-    p.cap = 0;
-    ShrinkToCap(p, &heap, &slabs);  // slabs with buffers in use keep their released ones
-    p.cap = kBufferPoolBytes;
-  }
-  for (uint8_t* b : heap) delete[] b;
-  for (Slab* s : slabs) Unmap(s);
+  ShrinkAndFree(GetPool(), 0, kBufferPoolBytes);  // slabs with buffers in use keep their released ones
 }
 
 BlockBufferStats GetBlockBufferStats() {
