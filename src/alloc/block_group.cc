@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace ubtrfs::alloc {
 namespace {
@@ -78,7 +79,7 @@ BlockGroup::BlockGroup(uint64_t start, uint64_t length, uint64_t flags, uint32_t
 
 BlockGroup::~BlockGroup() {
   g_bitmap_bytes -= bitmap_.size() * sizeof(uint64_t);
-  g_clone_bytes -= clone_alloc_bytes_;
+  g_clone_bytes -= clone_alloc_bytes_ + sealed_alloc_bytes_;
 }
 
 uint64_t BlockGroup::bitmap_bytes_in_use() { return g_bitmap_bytes.load(); }
@@ -88,10 +89,14 @@ template <BlockGroup::View V>
 uint64_t BlockGroup::Word(size_t w) const {
   if constexpr (V == View::kBitmap) {
     return bitmap_[w];
-  } else if constexpr (V == View::kUnavailable) {
-    return clone_ ? bitmap_[w] | clone_[w] : bitmap_[w];
   } else {
-    return clone_ ? clone_[w] & ~bitmap_[w] : 0;
+    uint64_t pinned = clone_ ? clone_[w] : 0;
+    if (sealed_) pinned |= sealed_[w];
+    if constexpr (V == View::kUnavailable) {
+      return bitmap_[w] | pinned;
+    } else {
+      return pinned & ~bitmap_[w];
+    }
   }
 }
 
@@ -255,11 +260,12 @@ Status BlockGroup::Truncate(uint64_t length) {
     const size_t w = i >> 6;
     const uint64_t m = 1ULL << (i & 63);
     const bool used = bitmap_[w] & m;
-    const bool pinned = clone_ && (clone_[w] & m) && !used;
+    const bool pinned = !used && ((clone_ && (clone_[w] & m)) || (sealed_ && (sealed_[w] & m)));
     if (used) --used_units_;
     if (pinned) --pinned_units_;
     bitmap_[w] &= ~m;
     if (clone_) clone_[w] &= ~m;
+    if (sealed_) sealed_[w] &= ~m;
   }
   g_bitmap_bytes -= bitmap_.size() * sizeof(uint64_t);
   nbits_ = keep;
@@ -269,12 +275,35 @@ Status BlockGroup::Truncate(uint64_t length) {
   return Status::Ok();
 }
 
-void BlockGroup::Commit() {
+void BlockGroup::ReleaseClone(std::unique_ptr<uint64_t[], FreeDeleter>& c, size_t& bytes) {
+  c.reset();
+  g_clone_bytes -= bytes;
+  bytes = 0;
+}
+
+void BlockGroup::Seal() {
   if (!clone_) return;
-  clone_.reset();
-  g_clone_bytes -= clone_alloc_bytes_;
-  clone_alloc_bytes_ = 0;
-  pinned_units_ = 0;
+  if (!sealed_) {
+    sealed_ = std::move(clone_);
+    sealed_alloc_bytes_ = std::exchange(clone_alloc_bytes_, 0);
+    return;
+  }
+  for (size_t w = 0; w < bitmap_.size(); ++w) sealed_[w] |= clone_[w];
+  ReleaseClone(clone_, clone_alloc_bytes_);
+}
+
+void BlockGroup::Commit() {
+  if (!sealed_) Seal();
+  if (!sealed_) return;
+  if (!clone_) {
+    pinned_units_ = 0;
+  } else {
+    // Units pinned by the sealed clone alone become free.
+    for (size_t w = 0; w < bitmap_.size(); ++w) {
+      pinned_units_ -= std::popcount(sealed_[w] & ~clone_[w] & ~bitmap_[w]);
+    }
+  }
+  ReleaseClone(sealed_, sealed_alloc_bytes_);
 }
 
 }  // namespace ubtrfs::alloc

@@ -8,6 +8,11 @@
 // the committed tree would come back damaged. So a unit is allocatable only
 // when it is free in the bitmap AND free in the clone, and the clone lives
 // from the first Free after a commit until the next Commit().
+//
+// A commit that writes its superblock while the next transaction already
+// runs (txn/commit_tail.h) seals the clone first: the sealed one keeps what
+// the committing transaction freed pinned until that superblock is on disk,
+// and the next transaction's frees start a clone of their own.
 #ifndef UBTRFS_ALLOC_BLOCK_GROUP_H_
 #define UBTRFS_ALLOC_BLOCK_GROUP_H_
 
@@ -28,8 +33,9 @@ namespace ubtrfs::alloc {
 // Bit i of the bitmap covers [start + i * unit, start + (i + 1) * unit);
 // a set bit means used. Space is in exactly one of three states:
 //   used     set in the bitmap;
-//   pinned   clear in the bitmap, set in the clone (freed since the last
-//            commit, reusable only after the next Commit());
+//   pinned   clear in the bitmap, set in the clone or the sealed clone
+//            (freed since the last commit, reusable only after the
+//            Commit() of the transaction that freed it);
 //   free     clear in both; Allocate() hands out only this.
 // used_bytes() + pinned_bytes() + free_bytes() == length() always.
 class BlockGroup {
@@ -76,8 +82,15 @@ class BlockGroup {
   // unit-aligned; nothing changes then. ENOMEM if the clone cannot be made.
   Status Free(uint64_t start, uint64_t len);
 
-  // The transaction that freed the pinned space is on disk: drops the clone,
-  // so pinned space becomes free.
+  // The running transaction is complete and being written: what it freed
+  // moves to the sealed clone, pinned until Commit(); later frees belong to
+  // the next transaction. Sealing again before that Commit() (a commit
+  // whose superblock never got written) folds the two together, so nothing
+  // either freed is handed out until a superblock after both is durable.
+  void Seal();
+  // The oldest transaction not yet on disk now is: the sealed one, or
+  // without one the running one (sealed at once). The space it freed
+  // becomes free; what a later transaction freed stays pinned.
   void Commit();
 
   // Cuts the group to its first `length` bytes (a multiple of unit, > 0):
@@ -98,7 +111,7 @@ class BlockGroup {
   uint64_t used_bytes() const { return used_units_ * unit_; }
   uint64_t pinned_bytes() const { return pinned_units_ * unit_; }
   uint64_t free_bytes() const { return (nbits_ - used_units_ - pinned_units_) * unit_; }
-  bool has_clone() const { return clone_ != nullptr; }
+  bool has_clone() const { return clone_ != nullptr || sealed_ != nullptr; }
   const Stats& stats() const { return stats_; }
 
   // Maximal extents in ascending order. "Free" is the bitmap's view, i.e. the
@@ -135,6 +148,7 @@ class BlockGroup {
   // Turns a byte range into unit indexes, or says why it cannot.
   Status ToUnits(const char* what, uint64_t start, uint64_t len, uint64_t* first, uint64_t* n) const;
   Status MakeClone();
+  void ReleaseClone(std::unique_ptr<uint64_t[], FreeDeleter>& c, size_t& bytes);
 
   uint64_t start_;
   uint64_t flags_;
@@ -144,6 +158,8 @@ class BlockGroup {
   std::vector<uint64_t> bitmap_;
   std::unique_ptr<uint64_t[], FreeDeleter> clone_;
   size_t clone_alloc_bytes_ = 0;
+  std::unique_ptr<uint64_t[], FreeDeleter> sealed_;  // the committing transaction's clone (Seal)
+  size_t sealed_alloc_bytes_ = 0;
   uint64_t used_units_ = 0;
   uint64_t pinned_units_ = 0;
   uint64_t cursor_ = 0;  // next-fit: unit index where the next search starts

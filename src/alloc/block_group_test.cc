@@ -316,6 +316,59 @@ TEST(BlockGroup, FreedSpaceIsNotReusedBeforeCommit) {
   EXPECT_EQ(*again, x);
 }
 
+// A commit whose superblock is written while the next transaction runs:
+// what the sealed transaction freed stays pinned until its Commit(), and so
+// does what the next one frees of the sealed transaction's blocks -- past
+// that Commit(), until its own.
+TEST(BlockGroup, SealedFreesStayPinnedUntilTheirCommitAndLaterOnesUntilTheNext) {
+  BlockGroup g(0, 8 * kNode, kBlockGroupMetadata, kUnit);
+  std::vector<uint64_t> b;
+  for (int i = 0; i < 4; ++i) b.push_back(*g.Allocate(kNode, kNode));
+  g.Commit();
+  ASSERT_TRUE(g.Free(b[0], kNode).ok());  // freed by transaction N
+  const uint64_t n_block = *g.Allocate(kNode, kNode);  // written by N
+  g.Seal();                                            // N's superblock is being written
+  EXPECT_TRUE(g.has_clone());
+  ASSERT_TRUE(g.Free(n_block, kNode).ok());  // N+1 frees a block of N
+  ASSERT_TRUE(g.Free(b[1], kNode).ok());     // and one of N-1
+  EXPECT_EQ(g.pinned_bytes(), 3 * kNode);
+  // Only the never-touched tail is handed out meanwhile.
+  std::set<uint64_t> got;
+  while (auto a = g.Allocate(kNode, kNode)) got.insert(*a);
+  EXPECT_EQ(got.size(), 3u);
+  for (uint64_t x : {b[0], b[1], n_block}) EXPECT_FALSE(got.count(x)) << x;
+  for (uint64_t x : got) ASSERT_TRUE(g.Free(x, kNode).ok());  // N+1's own: pinned too (freed since a commit)
+  EXPECT_EQ(g.pinned_bytes(), 6 * kNode);
+
+  g.Commit();  // N is on disk: only what N freed comes back
+  EXPECT_EQ(g.pinned_bytes(), 5 * kNode);
+  EXPECT_EQ(g.free_bytes(), kNode);
+  EXPECT_EQ(*g.Allocate(kNode, kNode), b[0]);
+  EXPECT_FALSE(g.Allocate(kNode, kNode));
+  g.Commit();  // N+1: no seal in between, so it is sealed and committed at once
+  EXPECT_FALSE(g.has_clone());
+  EXPECT_EQ(g.pinned_bytes(), 0u);
+  EXPECT_EQ(g.free_bytes(), 5 * kNode);
+}
+
+// A sealed transaction whose superblock was never written is sealed again
+// with the next: nothing either freed is handed out before one Commit().
+TEST(BlockGroup, SealingTwiceKeepsBothTransactionsPinned) {
+  BlockGroup g(0, 4 * kNode, kBlockGroupMetadata, kUnit);
+  std::vector<uint64_t> b;
+  for (int i = 0; i < 4; ++i) b.push_back(*g.Allocate(kNode, kNode));
+  g.Commit();
+  ASSERT_TRUE(g.Free(b[0], kNode).ok());
+  g.Seal();
+  ASSERT_TRUE(g.Free(b[1], kNode).ok());
+  g.Seal();
+  EXPECT_EQ(g.pinned_bytes(), 2 * kNode);
+  EXPECT_FALSE(g.Allocate(kNode, kNode));
+  g.Commit();
+  EXPECT_FALSE(g.has_clone());
+  EXPECT_EQ(g.free_bytes(), 2 * kNode);
+}
+
 TEST(BlockGroup, FreedSpaceIsSkippedWhileOtherSpaceIsHandedOut) {
   BlockGroup g(0, kMiB, kBlockGroupMetadata, kUnit);
   std::vector<uint64_t> first;
@@ -494,9 +547,9 @@ TEST(BlockGroup, StatsCount) {
   EXPECT_EQ(g.pinned_bytes(), 0u);
 }
 
-// A randomized run against a plain model: a set of used units, a set of
-// pinned units (freed since the last commit) and whether a clone should
-// exist.
+// A randomized run against a plain model: a set of used units, the pinned
+// units of the running transaction (freed since the last Seal or Commit)
+// and of the sealed one, and whether each clone should exist.
 struct ModelParams {
   uint64_t start;
   uint64_t units;
@@ -511,12 +564,19 @@ TEST_P(BlockGroupModel, RandomOpsMatchModel) {
   std::mt19937_64 rng(p.seed);
   auto rand = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
 
-  std::set<uint64_t> used, pinned;
-  bool clone = false;
+  std::set<uint64_t> used, pinned, sealed;
+  bool clone = false, sealed_clone = false;
   std::vector<std::pair<uint64_t, uint64_t>> live;  // (first unit, units) handed out, for choosing frees
-  uint64_t allocs_ok = 0, allocs_failed = 0, frees_ok = 0, commits = 0, refused = 0;
+  uint64_t allocs_ok = 0, allocs_failed = 0, frees_ok = 0, commits = 0, seals = 0, refused = 0;
 
-  auto unavailable = [&](uint64_t u) { return used.count(u) || pinned.count(u); };
+  auto unavailable = [&](uint64_t u) { return used.count(u) || pinned.count(u) || sealed.count(u); };
+  auto seal = [&] {
+    if (!clone) return;
+    sealed.insert(pinned.begin(), pinned.end());
+    pinned.clear();
+    clone = false;
+    sealed_clone = true;
+  };
   auto to_unit = [&](uint64_t addr) { return (addr - p.start) / kUnit; };
   auto units_of = [&](const Extents& ex) {
     std::set<uint64_t> s;
@@ -540,6 +600,7 @@ TEST_P(BlockGroupModel, RandomOpsMatchModel) {
         for (uint64_t u = u0; u < u0 + n; ++u) {
           ASSERT_FALSE(used.count(u)) << "allocated used unit " << u;
           ASSERT_FALSE(pinned.count(u)) << "allocated pinned unit " << u << " before commit";
+          ASSERT_FALSE(sealed.count(u)) << "allocated unit " << u << " of the sealed transaction before its commit";
           used.insert(u);
         }
         live.emplace_back(u0, n);
@@ -571,10 +632,15 @@ TEST_P(BlockGroupModel, RandomOpsMatchModel) {
       }
       clone = true;
       ++frees_ok;
+    } else if (op < 84) {
+      g.Seal();
+      seal();
+      ++seals;
     } else if (op < 88) {
       g.Commit();
-      pinned.clear();
-      clone = false;
+      if (!sealed_clone) seal();
+      sealed.clear();
+      sealed_clone = false;
       ++commits;
     } else if (op < 95) {
       // A free that touches at least one unit that is not used must be refused
@@ -605,12 +671,14 @@ TEST_P(BlockGroupModel, RandomOpsMatchModel) {
     }
 
     ASSERT_EQ(g.used_bytes(), used.size() * kUnit);
-    ASSERT_EQ(g.pinned_bytes(), pinned.size() * kUnit);
-    ASSERT_EQ(g.free_bytes(), (p.units - used.size() - pinned.size()) * kUnit);
-    ASSERT_EQ(g.has_clone(), clone);
+    ASSERT_EQ(g.pinned_bytes(), (pinned.size() + sealed.size()) * kUnit);
+    ASSERT_EQ(g.free_bytes(), (p.units - used.size() - pinned.size() - sealed.size()) * kUnit);
+    ASSERT_EQ(g.has_clone(), clone || sealed_clone);
     if (step % 16 == 0) {
       ASSERT_EQ(units_of(Used(g)), used);
-      ASSERT_EQ(units_of(Pinned(g)), pinned);
+      std::set<uint64_t> all_pinned = pinned;
+      all_pinned.insert(sealed.begin(), sealed.end());
+      ASSERT_EQ(units_of(Pinned(g)), all_pinned);
       std::set<uint64_t> free_view = units_of(FreeExtents(g));
       ASSERT_EQ(free_view.size() + used.size(), p.units);
       for (uint64_t u : used) ASSERT_FALSE(free_view.count(u));
@@ -621,6 +689,7 @@ TEST_P(BlockGroupModel, RandomOpsMatchModel) {
   EXPECT_GT(allocs_failed, 10u);
   EXPECT_GT(frees_ok, 1000u);
   EXPECT_GT(commits, 100u);
+  EXPECT_GT(seals, 100u);
   EXPECT_GT(refused, 100u);
 }
 

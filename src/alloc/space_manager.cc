@@ -84,6 +84,11 @@ Status SpaceManager::Free(uint64_t start, uint64_t len) {
   return g->Free(start, len);
 }
 
+void SpaceManager::Seal() {
+  std::lock_guard lock(mu_);
+  for (auto& [start, g] : groups_) g->Seal();
+}
+
 void SpaceManager::Commit() {
   std::lock_guard lock(mu_);
   // Tree blocks freed by the committed transaction are taken again before

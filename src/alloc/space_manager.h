@@ -87,7 +87,11 @@ class SpaceManager {
   // BlockGroup::Free for the clone rule and the double-free check.
   Status Free(uint64_t start, uint64_t len);
 
-  // The running transaction is on disk: commits every group holding a clone.
+  // The running transaction is complete and being written while the next
+  // one may already run: BlockGroup::Seal of every group.
+  void Seal();
+  // The oldest transaction not yet on disk is (the sealed one, else the
+  // running one): BlockGroup::Commit of every group.
   void Commit();
 
   std::optional<GroupInfo> FindGroup(uint64_t logical) const;
