@@ -38,6 +38,9 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
+#include <condition_variable>
+#include <mutex>
 
 #include "alloc/chunk_map.h"
 #include "check/checker.h"
@@ -241,12 +244,66 @@ uint64_t SuperGeneration(const LogEntry& e) {
   return sb->generation.get();
 }
 
+// In front of the recording device: once armed, the next Flush waits until
+// the test lets it go, holding a commit in its second half (the first flush,
+// before the superblocks: txn/commit_tail.h) while the test changes the
+// file system from another thread.
+class GateDevice final : public io::BlockDevice {
+ public:
+  explicit GateDevice(io::BlockDevice* dev) : dev_(dev) {}
+  Status ReadAt(uint64_t offset, std::span<uint8_t> buf) override { return dev_->ReadAt(offset, buf); }
+  Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override { return dev_->WriteAt(offset, buf); }
+  Status Flush() override {
+    {
+      std::unique_lock l(mu_);
+      if (armed_) {
+        armed_ = false;
+        entered_ = true;
+        cv_.notify_all();
+        cv_.wait(l, [&] { return released_; });
+      }
+    }
+    return dev_->Flush();
+  }
+  uint64_t Size() const override { return dev_->Size(); }
+  std::string Name() const override { return dev_->Name(); }
+  void Arm() {
+    std::lock_guard l(mu_);
+    armed_ = true;
+    entered_ = released_ = returned_ = false;
+  }
+  // Whether the armed flush was reached (false: `limit` passed, or the
+  // caller said Returned() first: the commit ended without a flush).
+  bool WaitEntered(std::chrono::seconds limit) {
+    std::unique_lock l(mu_);
+    cv_.wait_for(l, limit, [&] { return entered_ || returned_; });
+    return entered_;
+  }
+  void Returned() {
+    std::lock_guard l(mu_);
+    returned_ = true;
+    cv_.notify_all();
+  }
+  void Release() {
+    std::lock_guard l(mu_);
+    armed_ = false;
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  io::BlockDevice* dev_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false, entered_ = false, released_ = false, returned_ = false;
+};
+
 // A filesystem on a recording device, a model of it, and the model after
 // every commit, by generation.
 class WorkloadRun {
  public:
   explicit WorkloadRun(uint64_t seed, uint32_t nodesize = 16384)
-      : rng_(seed), rec_("crash-image", kImageBytes), nodesize_(nodesize) {}
+      : rng_(seed), rec_("crash-image", kImageBytes), gate_(&rec_), nodesize_(nodesize) {}
 
   void Start() {
     txn::MkfsOptions o;
@@ -259,7 +316,7 @@ class WorkloadRun {
     OpenOptions oo;
     oo.writable = true;
     oo.drop_blocks_per_commit = kDropBlocksPerCommit;
-    auto fs = OpenOnDevice(io::NewUnownedDevice(&rec_), oo);
+    auto fs = OpenOnDevice(io::NewUnownedDevice(&gate_), oo);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
     fs_ = std::move(*fs);
     generation_ = fs_->Info().generation;
@@ -288,6 +345,43 @@ class WorkloadRun {
     events_.push_back(Durable{"", LastSuperWrite(before_commit_), rec_.log().size(), model_});
     before_commit_ = rec_.log().size();
   }
+
+  // Commit() on a thread of its own, held before its first flush while
+  // `meanwhile` changes the file system from this thread: the next
+  // transaction runs before this commit's superblocks are written. A crash
+  // anywhere must show this commit's model (taken when it started, as
+  // nothing could change while its first half ran), the one before, or a
+  // later one -- never damage from the next transaction's writes.
+  void CommitBehind(const std::function<void()>& meanwhile) {
+    const State at_commit = model_;
+    const size_t before = rec_.log().size();
+    gate_.Arm();
+    Status st;
+    size_t done = 0;
+    std::thread committer([&] {
+      st = fs_->Commit();
+      done = rec_.log().size();
+      gate_.Returned();
+    });
+    const bool held = gate_.WaitEntered(std::chrono::seconds(120));
+    if (held) meanwhile();
+    gate_.Release();
+    committer.join();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(held) << "the commit never reached its flush";
+    const uint64_t gen = fs_->Info().generation;
+    ASSERT_EQ(gen, generation_ + 1);
+    generation_ = gen;
+    states_[gen] = at_commit;
+    ++commits_;
+    ++commits_behind_;
+    events_.push_back(Durable{"", LastSuperWrite(before), done, at_commit});
+    before_commit_ = done;
+    auto live = Snapshot(*fs_);
+    ASSERT_TRUE(live.ok()) << live.status().ToString();
+    ASSERT_TRUE(*live == model_) << "live view after a commit behind differs from the model:\n" << Diff(model_, *live);
+  }
+  int commits_behind() const { return commits_behind_; }
 
   // A point where something became durable: a commit (path empty) or an
   // fsync of `path` (through the tree log, or a commit where it fell back
@@ -587,6 +681,7 @@ class WorkloadRun {
 
   std::mt19937_64 rng_;
   io::RecordingDevice rec_;
+  GateDevice gate_;
   std::unique_ptr<Filesystem> fs_;
   State model_;
   std::map<uint64_t, State> states_;
@@ -605,6 +700,7 @@ class WorkloadRun {
   uint64_t generation_ = 0;
   uint64_t next_model_ino_ = 0;
   int commits_ = 0;
+  int commits_behind_ = 0;
   uint32_t nodesize_;
   int snapshots_ = 0;
   uint64_t longest_drop_ = 0;  // commits of the longest subvolume deletion
@@ -662,6 +758,45 @@ void ChurnWorkload(WorkloadRun& r, int ops) {
       commit_every = 1 + static_cast<int>(r.rng()() % 4);
     }
   }
+}
+
+// Commits whose second half runs while the next transaction's changes go
+// on (txn/commit_tail.h): meanwhile files of this and earlier commits are
+// unlinked and overwritten (their blocks and extents freed: pinned until
+// the superblock is on disk) and new ones written; after it, more changes
+// take space before the next commit; now and then an fsync follows.
+void CommitBehindWorkload(WorkloadRun& r, int rounds) {
+  r.Mkdir("d");
+  for (int f = 0; f < 6; ++f) r.CreateFile("d/f" + std::to_string(f), r.Bytes(r.rng()() % 20000));
+  r.Commit();
+  auto churn = [&](int n) {
+    for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
+      const int op = static_cast<int>(r.rng()() % 10);
+      std::string f = r.Pick('f');
+      if (op < 3 || f.empty()) {
+        r.CreateFile(r.FreshPath(), r.Bytes(r.rng()() % 2 ? r.rng()() % 200 : 4096 + r.rng()() % 30000));
+      } else if (op < 5) {
+        r.Unlink(f);
+      } else if (op < 8) {
+        r.WriteAt(f, r.rng()() % 8192, r.Bytes(1 + r.rng()() % 12000));
+      } else {
+        r.Mkdir(r.FreshPath());
+      }
+    }
+  };
+  for (int round = 0; round < rounds && !::testing::Test::HasFatalFailure(); ++round) {
+    churn(3);
+    if (::testing::Test::HasFatalFailure()) return;
+    r.CommitBehind([&] { churn(4); });
+    if (::testing::Test::HasFatalFailure()) return;
+    churn(2);
+    if (::testing::Test::HasFatalFailure()) return;
+    if (round % 3 == 2) {
+      std::string f = r.Pick('f');
+      if (!f.empty()) r.Fsync(f);
+    }
+  }
+  EXPECT_GE(r.commits_behind(), rounds);
 }
 
 // Appends with Commit as fsync after each: small ones (inline extents that
@@ -1457,6 +1592,11 @@ Plan LongPlan(size_t sample) {
 TEST_F(CrashTest, NamespaceChurn) {
   const uint64_t seed = BaseSeed() * 1000 + 1;
   RunWorkload("churn", [&](WorkloadRun& r) { ChurnWorkload(r, Soak() ? 400 : 80); }, ShortPlan(), seed);
+}
+
+TEST_F(CrashTest, CommitsBehindTheNextTransaction) {
+  const uint64_t seed = BaseSeed() * 1000 + 12;
+  RunWorkload("commit-behind", [&](WorkloadRun& r) { CommitBehindWorkload(r, Soak() ? 60 : 12); }, ShortPlan(), seed);
 }
 
 TEST_F(CrashTest, AppendsWithFsync) {

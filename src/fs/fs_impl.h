@@ -768,7 +768,11 @@ class FilesystemImpl final : public Filesystem {
   Status SetAttrImpl(InodeId id, const AttrChange& change);
   Status SetXattrImpl(InodeId id, std::string_view name, std::string_view value, int flags);
   Status RemoveXattrImpl(InodeId id, std::string_view name);
-  Status CommitImpl();
+  // With `tail`, the commit's second half is left to the caller, who runs
+  // FinishCommit(*tail) once it has let go of the operation lock
+  // (txn/commit_tail.h).
+  Status CommitImpl(txn::CommitTail* tail = nullptr);
+  Status FinishCommit(txn::CommitTail& tail);
   // ---- fsync's tree log (fsync.cc) ----
   // kExists: inode item, names and xattrs (an ancestor directory);
   // kAll: also a file's extents, a directory's entries.

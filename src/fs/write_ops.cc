@@ -1278,7 +1278,7 @@ Status FilesystemImpl::RemoveXattrImpl(InodeId id, std::string_view name) {
   return StoreInode(id, ii);
 }
 
-Status FilesystemImpl::CommitImpl() {
+Status FilesystemImpl::CommitImpl(txn::CommitTail* tail) {
   auto guard = ExclusiveGuard();
   UB_RETURN_IF_ERROR(CheckWritable());
   static stats::Histogram& commit_time = stats::GetHistogram("commit.time", "ns");
@@ -1291,7 +1291,9 @@ Status FilesystemImpl::CommitImpl() {
   UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
   UB_RETURN_IF_ERROR(FlushInodes());
   ApplyPendingIncompat();
-  UB_RETURN_IF_ERROR(txn_->Commit());
+  // Under OpenOptions::undo_uncommitted the commit is whole before its
+  // caller goes on: Discard() must never meet a half-durable one.
+  UB_RETURN_IF_ERROR(txn_->Commit(undo_.empty() ? tail : nullptr));
   ResetLog();  // the commit's superblock has no log_root
   for (auto* u : undo_) u->Forget();  // what the commit made durable stays
   const txn::TxnStats& after = txn_->stats();
@@ -1324,10 +1326,32 @@ static_assert(kItemsPerDelete * txn::ChunkAllocator::kBlocksPerItem < txn::kGlob
 // OpenOptions::undo_uncommitted: there only the caller commits.
 Status FilesystemImpl::MaybeAutoCommit() {
   if (hold_commits_ || !undo_.empty() || txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();
-  auto guard = ExclusiveGuard();
-  if (txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();  // another thread committed meanwhile
-  Status st = CommitImpl();
+  txn::CommitTail tail;
+  Status st;
+  {
+    auto guard = ExclusiveGuard();
+    if (txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();  // another thread committed meanwhile
+    st = CommitImpl(&tail);
+  }
+  // The other threads go on with the next transaction while this one waits
+  // for the device.
+  if (st.ok()) st = FinishCommit(tail);
   NoteFailure(st);
+  return st;
+}
+
+Status FilesystemImpl::FinishCommit(txn::CommitTail& tail) {
+  Status st = tail.Finish();
+  if (!st.ok()) {
+    // Other threads may have changed the next transaction already, on top
+    // of one whose superblock is not on disk: nothing more may be written,
+    // whatever the error was.
+    std::lock_guard lock(abort_mu_);
+    if (!aborted_) {
+      abort_reason_ = "a commit's superblock did not reach the device: " + st.ToString();
+      aborted_ = true;
+    }
+  }
   return st;
 }
 
@@ -1457,9 +1481,16 @@ Status FilesystemImpl::Discard() {
 }
 
 Status FilesystemImpl::Commit() {
-  auto guard = ExclusiveGuard();
-  UB_RETURN_IF_ERROR(CheckWritable());
-  auto r = CommitImpl();
+  txn::CommitTail tail;
+  Status r;
+  {
+    auto guard = ExclusiveGuard();
+    UB_RETURN_IF_ERROR(CheckWritable());
+    r = CommitImpl(&tail);
+  }
+  // Durable when this returns, but other threads' changes go on meanwhile
+  // (unless this thread holds the operation lock from further out).
+  if (r.ok()) r = FinishCommit(tail);
   NoteFailure(r);
   return r;
 }

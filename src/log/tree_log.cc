@@ -332,7 +332,9 @@ Status TreeLog::Sync(txn::TxnManager* txn) {
   UB_ASSIGN_OR_RETURN(Built top, BuildNodes(txn, std::move(root_leaves)));
 
   // The new blocks (every copy, on every device), then the superblock only
-  // once they are durable.
+  // once they are durable -- and only once the last commit's superblock is:
+  // the log's starts from it.
+  auto super_lock = vol_->SuperLock();
   for (const auto& [bytenr, bytes] : pending_) {
     UB_RETURN_IF_ERROR(vol_->chunk_io().Write(bytenr, bytes).WithContext("writing a tree log block"));
   }

@@ -5,8 +5,9 @@
 // Commit order (nothing of the last committed state is overwritten first):
 // run delayed refs, block group items and the free space tree, and root items
 // until nothing changes; write every dirty tree block to space that was free
-// in the committed state; flush; write the superblocks; flush; only then
-// release the space this transaction freed (clone bitmaps dropped).
+// in the committed state; then (txn/commit_tail.h, possibly while the next
+// transaction runs) flush; write the superblocks; flush; only then release
+// the space this transaction freed (the sealed clone bitmaps dropped).
 #ifndef UBTRFS_TXN_TRANSACTION_H_
 #define UBTRFS_TXN_TRANSACTION_H_
 
@@ -22,6 +23,7 @@
 #include "tree/writer.h"
 #include "txn/alloc_mutex.h"
 #include "txn/chunk_alloc.h"
+#include "txn/commit_tail.h"
 #include "txn/volume.h"
 
 namespace ubtrfs::txn {
@@ -108,7 +110,11 @@ class TxnManager final : public tree::BlockAllocator {
   Result<bool> MergeData(uint64_t prev, uint64_t prev_len, uint64_t next, uint64_t root, uint64_t ino,
                          uint64_t offset);
 
-  Status Commit();
+  // The whole commit, or with `tail` its first half only: the caller runs
+  // tail->Finish() (txn/commit_tail.h), and may let changes of the next
+  // transaction run before. Nothing that writes a superblock (the next
+  // commit, a tree log's sync) gets ahead of Finish().
+  Status Commit(CommitTail* tail = nullptr);
 
   // ---- Tree-log replay (src/log/) ----
   // A block of a log tree: it has no extent item and is free in the free
@@ -203,6 +209,10 @@ class TxnManager final : public tree::BlockAllocator {
 
  private:
   explicit TxnManager(Volume* vol) : vol_(vol) {}
+  friend class CommitTail;
+  // ---- The commit (commit.cc) ----
+  Status CommitFirstHalf(CommitTail& t);
+  Status CommitSecondHalf(CommitTail& t);
   Status Load(bool allow_log);
   // ---- Block groups (block_groups.cc) ----
   Status LoadBlockGroups();

@@ -41,6 +41,7 @@ std::vector<std::unique_ptr<io::BlockDevice>> Volume::TakeDevices(std::unique_pt
 
 Status Volume::AddDevice(std::unique_ptr<io::BlockDevice> dev, const format::DevItem& item) {
   const uint64_t devid = item.devid.get();
+  auto super_lock = SuperLock();
   if (dev_items_.count(devid)) return Status::Invalid("device " + std::to_string(devid) + " exists already");
   const uint64_t size = dev->Size();
   if (!devs_->Add(devid, std::move(dev))) return Status::Invalid("device " + std::to_string(devid) + " is open already");
@@ -50,6 +51,7 @@ Status Volume::AddDevice(std::unique_ptr<io::BlockDevice> dev, const format::Dev
 }
 
 std::unique_ptr<io::BlockDevice> Volume::RemoveDevice(uint64_t devid) {
+  auto super_lock = SuperLock();
   dev_items_.erase(devid);
   std::erase(missing_, devid);
   return devs_->Remove(devid);
@@ -301,25 +303,36 @@ Status Volume::WriteSuperCopy(io::BlockDevice* dev, SuperBlock sb, int mirror) {
   return dev->WriteAt(off, buf);
 }
 
-Status Volume::WriteSuperblocks() {
+Volume::SealedSupers Volume::SealSuperblocks() {
   super_.root = root_tree_.bytenr;
   super_.root_level = static_cast<uint8_t>(root_tree_.level);
   super_.chunk_root = chunk_tree_.bytenr;
   super_.chunk_root_level = static_cast<uint8_t>(chunk_tree_.level);
   super_.chunk_root_generation = chunk_tree_.generation;
+  SealedSupers out;
   for (uint64_t devid : devs_->Devids()) {
+    out.per_device.emplace_back(devid, SuperFor(super_, devid));
+    if (devid == super_.dev_item.devid.get()) super_.dev_item = out.per_device.back().second.dev_item;
+  }
+  super_.bytenr = SuperblockOffset(0);
+  out.committed = super_;
+  return out;
+}
+
+Status Volume::WriteSealedSuperblocks(const SealedSupers& s) {
+  for (const auto& [devid, sb] : s.per_device) {
     io::BlockDevice* dev = devs_->Get(devid);
-    const SuperBlock sb = SuperFor(super_, devid);
+    if (dev == nullptr) continue;  // gone meanwhile: device removal takes SuperLock()
     for (int mirror = 0; mirror < kSuperMirrorMax; ++mirror) {
       if (SuperblockOffset(mirror) + kSuperInfoSize > dev->Size()) break;
       UB_RETURN_IF_ERROR(WriteSuperCopy(dev, sb, mirror));
     }
-    if (devid == super_.dev_item.devid.get()) super_.dev_item = sb.dev_item;
   }
-  super_.bytenr = SuperblockOffset(0);
-  committed_super_ = super_;
+  committed_super_ = s.committed;
   return Status::Ok();
 }
+
+Status Volume::WriteSuperblocks() { return WriteSealedSuperblocks(SealSuperblocks()); }
 
 Status Volume::WriteLogSuperblock(uint64_t log_root, uint8_t log_root_level) {
   SuperBlock base = committed_super_;

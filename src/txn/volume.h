@@ -81,7 +81,8 @@ class Volume {
   format::DevItem* mutable_dev_item(uint64_t devid);
   // Offline device add and remove (txn/relocate.cc): a device joins the set
   // with its DEV_ITEM, or leaves it (handed back, to wipe its superblocks).
-  // The caller changes the chunk tree and the superblock, and commits.
+  // The caller changes the chunk tree and the superblock, and commits. Both
+  // take SuperLock().
   Status AddDevice(std::unique_ptr<io::BlockDevice> dev, const format::DevItem& item);
   std::unique_ptr<io::BlockDevice> RemoveDevice(uint64_t devid);
 
@@ -108,8 +109,25 @@ class Volume {
   // Every tree root loaded so far.
   std::vector<uint64_t> LoadedRoots();
   // Writes the superblock (checksummed) to every copy each present device
-  // has room for, each with its own DEV_ITEM.
+  // has room for, each with its own DEV_ITEM: SealSuperblocks() then
+  // WriteSealedSuperblocks(), for callers that have the volume to
+  // themselves.
   Status WriteSuperblocks();
+  // A commit's superblocks, one per device, taken from the running state
+  // while the commit still holds it (the root pointers, each DEV_ITEM), to
+  // be written after the commit's flush, when the next transaction may
+  // already be changing that state (txn/commit_tail.h).
+  struct SealedSupers {
+    std::vector<std::pair<uint64_t, format::SuperBlock>> per_device;  // devid, its copy
+    format::SuperBlock committed{};  // what WriteLogSuperblock starts from once they are written
+  };
+  SealedSupers SealSuperblocks();
+  Status WriteSealedSuperblocks(const SealedSupers& s);
+  // Held by whatever puts a superblock on the devices or changes the set
+  // they are (a commit from its start until its superblocks are flushed, a
+  // tree log's sync, device add and remove): one at a time, in order, and
+  // never a tree log's superblock ahead of the commit it follows.
+  std::unique_lock<std::mutex> SuperLock() { return std::unique_lock(super_mu_); }
   // An fsync's tree log (src/log/tree_log.h): the superblock as last
   // committed, pointing at the log root, written to the primary copy only
   // (of every device, as the kernel's log commit does; the mirrors keep the
@@ -141,7 +159,8 @@ class Volume {
   std::vector<uint64_t> missing_;
   VolumeOptions options_;
   format::SuperBlock super_{};
-  format::SuperBlock committed_super_{};  // as on the device: the log's superblock starts from it
+  std::mutex super_mu_;  // SuperLock()
+  format::SuperBlock committed_super_{};  // as on the device: the log's superblock starts from it; super_mu_
   int super_mirror_ = 0;
   std::vector<std::string> warnings_;
   std::unique_ptr<alloc::ChunkMap> chunks_;
