@@ -38,24 +38,58 @@ void NodeCache::Erase(uint64_t bytenr) {
   index_.erase(it);
 }
 
-Result<BlockRef> BlockReader::Read(const BlockCheck& check) {
+// A block verified once (cached, or held unwritten); the referrer's
+// expectations may still differ (a damaged pointer), so check those again.
+Status BlockReader::CheckKnown(const TreeBlock& b, const BlockCheck& check) {
   const std::string where = "tree block " + std::to_string(check.bytenr);
+  if (check.level >= 0 && b.level() != check.level) {
+    return Status::Corrupt(where + ": level " + std::to_string(b.level()) + ", expected " + std::to_string(check.level));
+  }
+  if (check.generation != 0 && b.generation() != check.generation) {
+    return Status::Corrupt(where + ": generation " + std::to_string(b.generation()) + ", expected " +
+                           std::to_string(check.generation));
+  }
+  if (check.first_key && (b.nritems() == 0 || b.key(0) != *check.first_key)) {
+    return Status::Corrupt(where + ": first key does not match parent key " + format::KeyToString(*check.first_key));
+  }
+  return Status::Ok();
+}
+
+void BlockReader::HoldUnwritten(std::vector<BlockRef> blocks) {
+  std::lock_guard lock(unwritten_mu_);
+  for (BlockRef& b : blocks) {
+    const uint64_t at = b->bytenr();
+    unwritten_[at] = std::move(b);
+  }
+  any_unwritten_.store(!unwritten_.empty(), std::memory_order_release);
+}
+
+void BlockReader::ReleaseUnwritten() {
+  std::unordered_map<uint64_t, BlockRef> gone;
+  {
+    std::lock_guard lock(unwritten_mu_);
+    gone.swap(unwritten_);
+    any_unwritten_.store(false, std::memory_order_release);
+  }
+}
+
+BlockRef BlockReader::FindUnwritten(uint64_t bytenr) {
+  if (!any_unwritten_.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard lock(unwritten_mu_);
+  auto it = unwritten_.find(bytenr);
+  return it == unwritten_.end() ? nullptr : it->second;
+}
+
+Result<BlockRef> BlockReader::Read(const BlockCheck& check) {
   if (BlockRef cached = cache_.Get(check.bytenr)) {
-    // A cached block was verified once; the referrer's expectations may still
-    // differ (a damaged pointer), so check those again.
-    if (check.level >= 0 && cached->level() != check.level) {
-      return Status::Corrupt(where + ": level " + std::to_string(cached->level()) + ", expected " +
-                             std::to_string(check.level));
-    }
-    if (check.generation != 0 && cached->generation() != check.generation) {
-      return Status::Corrupt(where + ": generation " + std::to_string(cached->generation()) + ", expected " +
-                             std::to_string(check.generation));
-    }
-    if (check.first_key && (cached->nritems() == 0 || cached->key(0) != *check.first_key)) {
-      return Status::Corrupt(where + ": first key does not match parent key " + format::KeyToString(*check.first_key));
-    }
+    UB_RETURN_IF_ERROR(CheckKnown(*cached, check));
     stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
     return cached;
+  }
+  if (BlockRef held = FindUnwritten(check.bytenr)) {
+    UB_RETURN_IF_ERROR(CheckKnown(*held, check));
+    cache_.Put(held);
+    return held;
   }
   UB_RETURN_IF_ERROR(CheckPlace(check));
   const int mirrors = io_->NumMirrors(check.bytenr);

@@ -9,6 +9,7 @@
 #include <list>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "alloc/chunk_io.h"
 #include "tree/tree_block.h"
@@ -62,17 +63,29 @@ class BlockReader final : public BlockSource {
   // are stale; written blocks can be cached directly.
   void Invalidate(uint64_t bytenr) { cache_.Erase(bytenr); }
   void Cache(BlockRef block) { cache_.Put(std::move(block)); }
+  // Blocks a commit has sealed but writes only in its second half
+  // (txn/commit_tail.h), while the next transaction may already read them:
+  // a read that misses the cache finds them here, never the stale bytes
+  // the device still has at their address. Released once they are written.
+  void HoldUnwritten(std::vector<BlockRef> blocks);
+  void ReleaseUnwritten();
   const TreeParams& params() const { return params_; }
   const BlockReaderStats& stats() const { return stats_; }
 
  private:
   Status CheckPlace(const BlockCheck& check) const;
+  // What the referrer expects of a block verified before (cached, held).
+  static Status CheckKnown(const TreeBlock& b, const BlockCheck& check);
+  BlockRef FindUnwritten(uint64_t bytenr);
 
   alloc::ChunkIo* io_;
   const alloc::ChunkMap* chunks_;
   TreeParams params_;
   NodeCache cache_;
   BlockReaderStats stats_;
+  std::atomic<bool> any_unwritten_{false};
+  std::mutex unwritten_mu_;  // guards unwritten_
+  std::unordered_map<uint64_t, BlockRef> unwritten_;
 };
 
 }  // namespace ubtrfs::tree

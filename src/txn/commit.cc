@@ -26,7 +26,7 @@ constexpr int kMaxCommitLoops = 64;
 
 // ---- Commit ----------------------------------------------------------------------------------
 
-Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
+Status TxnManager::SealDirtyBlocks(SealedBlocks* out) {
   const tree::TreeParams& params = vol_->reader()->params();
   const auto blocks = dirty_->All();  // by address
   // Each block's pieces on the devices, every copy; blocks in RAID5/6
@@ -85,6 +85,22 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
   UB_RETURN_IF_ERROR(first);
   UB_RETURN_IF_ERROR(second);
   seal_time.Record(stats::NowNs() - seal_t0);
+  out->blocks.clear();
+  out->blocks.reserve(blocks.size());
+  out->phys = std::move(phys);
+  out->any_parity = false;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    out->blocks.emplace_back(blocks[i].first, blocks[i].second);
+    if (in_parity_chunk[i]) out->any_parity = true;
+  }
+  return Status::Ok();
+}
+
+Status TxnManager::WriteSealedBlocks(const SealedBlocks& sealed) {
+  static stats::Histogram& write_time = stats::GetHistogram("commit.write_time", "ns");
+  const uint64_t t0 = stats::NowNs();
+  const auto& blocks = sealed.blocks;
+  const auto& phys = sealed.phys;
   // Writes from one thread (parallel writes to one file only queue on its
   // lock), each run of neighbouring blocks as one gathered write of at most
   // kRunBytes. Every few MiB the device is told to start writing, so the
@@ -132,13 +148,14 @@ Status TxnManager::WriteDirtyBlocks(std::vector<uint64_t>* written) {
     run_bytes += o.bytes.size();
   }
   UB_RETURN_IF_ERROR(flush_run());
-  std::vector<alloc::ChunkIo::Range> parity_blocks;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (in_parity_chunk[i]) parity_blocks.push_back({blocks[i].first, blocks[i].second->bytes()});
+  if (sealed.any_parity) {
+    std::vector<alloc::ChunkIo::Range> parity_blocks;
+    for (const auto& [bytenr, block] : blocks) {
+      if (vol_->chunk_io().IsParityChunk(bytenr)) parity_blocks.push_back({bytenr, block->bytes()});
+    }
+    UB_RETURN_IF_ERROR(vol_->chunk_io().WriteBatch(parity_blocks));
   }
-  UB_RETURN_IF_ERROR(vol_->chunk_io().WriteBatch(parity_blocks));
-  written->reserve(blocks.size());
-  for (const auto& [bytenr, block] : blocks) written->push_back(bytenr);
+  write_time.Record(stats::NowNs() - t0);
   return Status::Ok();
 }
 
@@ -169,7 +186,6 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   // blocks (checksum, verify, write), and the two device flushes (the
   // second half).
   static stats::Histogram& refs_time = stats::GetHistogram("commit.refs_time", "ns");
-  static stats::Histogram& write_time = stats::GetHistogram("commit.write_time", "ns");
   uint64_t t0 = stats::NowNs();
   if (force_super_ && dirty_->count() == 0) {
     // A superblock of a new generation needs a root tree of that generation
@@ -221,10 +237,13 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   }
   refs_time.Record(stats::NowNs() - t0);
 
-  std::vector<uint64_t> written;
-  t0 = stats::NowNs();
-  UB_RETURN_IF_ERROR(WriteDirtyBlocks(&written));
-  write_time.Record(stats::NowNs() - t0);
+  UB_RETURN_IF_ERROR(SealDirtyBlocks(&t.blocks_));
+  if (t.blocks_.any_parity) {
+    // A RAID5/6 row is read back for its parity: not while the next
+    // transaction's data may be going into that row (mixed groups).
+    UB_RETURN_IF_ERROR(WriteSealedBlocks(t.blocks_));
+    t.blocks_.written = true;
+  }
 
   SuperBlock& sb = vol_->mutable_super();
   uint64_t used = 0;
@@ -264,12 +283,19 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   // (they are written, if not yet durable), and what this one freed stays
   // pinned until the second half is done. The buffers this releases are
   // kept for the next transaction's blocks.
-  tree::ExpectBlockBuffers(written.size() * vol_->nodesize());
+  const size_t nblocks = t.blocks_.blocks.size();
+  tree::ExpectBlockBuffers(nblocks * vol_->nodesize());
   space_->Seal();
   for (uint64_t f : freed_blocks_) vol_->reader()->Invalidate(f);
   freed_blocks_.clear();
-  for (uint64_t w : written) vol_->reader()->Cache(dirty_->Get(w));
-  stats_.blocks_written += written.size();
+  std::vector<tree::BlockRef> unwritten;
+  if (!t.blocks_.written) unwritten.reserve(nblocks);
+  for (const auto& [bytenr, block] : t.blocks_.blocks) {
+    vol_->reader()->Cache(block);
+    if (!t.blocks_.written) unwritten.push_back(block);
+  }
+  if (!unwritten.empty()) vol_->reader()->HoldUnwritten(std::move(unwritten));
+  stats_.blocks_written += nblocks;
   ++stats_.commits;
   dirty_->Reset(transid() + 1);
   QuotasCommitted();
@@ -279,6 +305,15 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
 
 Status TxnManager::CommitSecondHalf(CommitTail& t) {
   static stats::Histogram& flush_time = stats::GetHistogram("commit.flush_time", "ns");
+  if (!t.blocks_.written) {
+    UB_RETURN_IF_ERROR(WriteSealedBlocks(t.blocks_));
+    t.blocks_.written = true;
+    // On the device (in its cache at least): readers may read them there.
+    // After a failed write they stay held: the file system aborts, and its
+    // read-only view must not read what never got there.
+    vol_->reader()->ReleaseUnwritten();
+  }
+  t.blocks_ = SealedBlocks{};
   const uint64_t t0 = stats::NowNs();
   UB_RETURN_IF_ERROR(vol_->devices().Flush());
   UB_RETURN_IF_ERROR(vol_->WriteSealedSuperblocks(t.supers_));

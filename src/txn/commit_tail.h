@@ -1,10 +1,11 @@
-// The half of a commit that waits for the device: the flush that makes the
-// transaction's tree blocks durable, its superblocks, the flush that makes
-// those durable, and only then the space it freed free again.
+// The half of a commit that waits for the device: writing the
+// transaction's tree blocks, the flush that makes them durable, its
+// superblocks, the flush that makes those durable, and only then the space
+// it freed free again.
 //
 // TxnManager::Commit(&tail) does the first half -- references, block
-// groups, root items, every tree block checksummed and written, the
-// superblocks filled in, the next transaction opened -- and leaves this one
+// groups, root items, every tree block checksummed, the superblocks filled
+// in, the next transaction opened -- and leaves this one
 // to the caller, which runs Finish() once it has let go of what keeps other
 // threads from changing the file system. So they go on with the next
 // transaction while the device catches up, as with the kernel, whose
@@ -18,6 +19,11 @@
 //   - the superblocks were made while the commit still held everything, so
 //     they point at the committing transaction's trees whatever the next
 //     one changes;
+//   - the blocks are not changed after they are sealed (the next
+//     transaction copies them too), and until they are written the node
+//     cache holds them for readers (tree::BlockReader::HoldUnwritten);
+//     blocks in RAID5/6 chunks, whose rows are read back to compute their
+//     parity, are written in the first half;
 //   - until Finish() returns, the volume's SuperLock() is held: the next
 //     commit, a tree log's superblock and device changes wait for it, so
 //     superblocks reach the devices in order.
@@ -29,13 +35,25 @@
 #define UBTRFS_TXN_COMMIT_TAIL_H_
 
 #include <mutex>
+#include <utility>
+#include <vector>
 
+#include "alloc/chunk_map.h"
+#include "tree/tree_block.h"
 #include "txn/volume.h"
 #include "ubtrfs/status.h"
 
 namespace ubtrfs::txn {
 
 class TxnManager;
+
+// A transaction's tree blocks, checksummed and placed, ready to be written.
+struct SealedBlocks {
+  std::vector<std::pair<uint64_t, tree::BlockRef>> blocks;  // by address
+  std::vector<std::vector<alloc::Piece>> phys;  // each block's pieces, every copy (none in RAID5/6 chunks)
+  bool any_parity = false;  // some lie in RAID5/6 chunks (written row by row with their parity)
+  bool written = false;
+};
 
 class CommitTail {
  public:
@@ -57,6 +75,7 @@ class CommitTail {
   friend class TxnManager;
   TxnManager* txn_ = nullptr;
   std::unique_lock<std::mutex> super_lock_;  // Volume::SuperLock(), from the commit's start
+  SealedBlocks blocks_;
   Volume::SealedSupers supers_;
 };
 

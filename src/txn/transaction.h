@@ -331,7 +331,10 @@ class TxnManager final : public tree::BlockAllocator {
                              const std::vector<uint8_t>* item);
   Status UpdateRootItems(bool* changed);
   Status DeleteCsums(uint64_t start, uint64_t len);
-  Status WriteDirtyBlocks(std::vector<uint64_t>* written);
+  // Checksums, verifies and places every dirty block (commit.cc); writes
+  // them.
+  Status SealDirtyBlocks(SealedBlocks* out);
+  Status WriteSealedBlocks(const SealedBlocks& sealed);
   std::vector<std::pair<uint64_t, uint64_t>> TreeFreeExtents(const alloc::BlockGroup& g) const;
   void MarkGroupDirty(uint64_t logical);
 
