@@ -168,7 +168,10 @@ void MakeScratchImage(const char* name, ScratchImage* out) {
   ASSERT_EQ(std::system(mkfs.c_str()), 0) << mkfs;
 }
 
-void RunEightThreads(bool queue_dir_items) {
+// tiny_cache: a node cache of four blocks, so the threads' reads miss it and
+// meet the blocks a commit has sealed but is still writing in its second
+// half (the committer's Commit() lets the workers go on meanwhile).
+void RunEightThreads(bool queue_dir_items, bool tiny_cache = false) {
   ScratchImage scratch;
   ASSERT_NO_FATAL_FAILURE(MakeScratchImage("cwrite", &scratch));
   const stdfs::path& dir = scratch.dir;
@@ -182,8 +185,9 @@ void RunEightThreads(bool queue_dir_items) {
     if (queue_dir_items) {  // every directory's DIR_ITEMs through the name-hash index and its queue
       oo.dir_item_index_after = 1;
       oo.dir_item_batch = 8;
-      ubtrfs::ResetStats();
     }
+    if (tiny_cache) oo.node_cache_bytes = 64 << 10;
+    ubtrfs::ResetStats();
     auto fs = Filesystem::Open(img, oo);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
     ASSERT_TRUE((*fs)->Mkdir((*fs)->Root(), "shared", NewInode{.mode = 0777}).ok());
@@ -212,6 +216,9 @@ void RunEightThreads(bool queue_dir_items) {
     if (queue_dir_items) {
       EXPECT_GT(ubtrfs::CollectStats().Counter("dir_items.queued"), 100u);
     }
+    if (tiny_cache) {
+      EXPECT_GT(ubtrfs::CollectStats().Counter("tree.unwritten_block_reads"), 0u);
+    }
   }
   {
     auto fs = Filesystem::Open(img);
@@ -224,6 +231,7 @@ void RunEightThreads(bool queue_dir_items) {
 }
 
 TEST(ConcurrentWrite, EightThreadsOneTransactionMatchTheirModels) { RunEightThreads(false); }
+TEST(ConcurrentWrite, EightThreadsReadBlocksACommitIsStillWriting) { RunEightThreads(false, true); }
 TEST(ConcurrentWrite, EightThreadsQueuedDirItemsMatchTheirModels) { RunEightThreads(true); }
 
 }  // namespace

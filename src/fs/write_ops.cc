@@ -1296,7 +1296,7 @@ Status FilesystemImpl::CommitImpl(txn::CommitTail* tail) {
   UB_RETURN_IF_ERROR(txn_->Commit(undo_.empty() ? tail : nullptr));
   ResetLog();  // the commit's superblock has no log_root
   for (auto* u : undo_) u->Forget();  // what the commit made durable stays
-  const txn::TxnStats& after = txn_->stats();
+  const txn::TxnStats after = txn_->stats();
   if (after.commits != before.commits) {
     commit_time.Record(stats::NowNs() - t0);
     commit_blocks.Record(after.blocks_written - before.blocks_written);

@@ -1,5 +1,7 @@
 #include "tree/block_reader.h"
 
+#include "stats/stats.h"
+
 #include "format/key.h"
 
 namespace ubtrfs::tree {
@@ -87,6 +89,8 @@ Result<BlockRef> BlockReader::Read(const BlockCheck& check) {
     return cached;
   }
   if (BlockRef held = FindUnwritten(check.bytenr)) {
+    static stats::Counter& held_reads = stats::GetCounter("tree.unwritten_block_reads");
+    held_reads.Add();
     UB_RETURN_IF_ERROR(CheckKnown(*held, check));
     cache_.Put(held);
     return held;

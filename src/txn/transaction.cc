@@ -266,10 +266,7 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
       }
     }
   }
-  {
-    auto lock = AllocLock();
-    stats_.data_bytes_written += data.size();
-  }
+  data_bytes_written_.fetch_add(data.size(), std::memory_order_relaxed);
   if (!csum) return Status::Ok();
   const size_t csize = CsumSize(vol_->csum_type());
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kCsumTreeObjectid));

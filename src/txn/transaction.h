@@ -188,7 +188,11 @@ class TxnManager final : public tree::BlockAllocator {
   // gets the new entry (simple quotas: its higher-level qgroups are joined).
   Status NewQgroup(uint64_t root, uint64_t inherit_from, uint64_t dir_root);
 
-  const TxnStats& stats() const { return stats_; }
+  TxnStats stats() const {
+    TxnStats s = stats_;
+    s.data_bytes_written = data_bytes_written_.load(std::memory_order_relaxed);
+    return s;
+  }
   // Whether the running transaction holds anything a commit would write or
   // release (dirty tree blocks, reference changes, new data extents).
   bool HasChanges();
@@ -361,6 +365,7 @@ class TxnManager final : public tree::BlockAllocator {
   // Data bytes written since the device was last told to start writing
   // back (WriteData): so that a commit's flush waits for the tail only.
   std::atomic<uint64_t> data_since_hint_{0};
+  std::atomic<uint64_t> data_bytes_written_{0};  // stats(): counted without the allocation lock
   // Tree blocks whose references are items of their own (not inline).
   std::map<uint64_t, std::vector<format::Key>> tree_ref_items_;
   TxnStats stats_;
