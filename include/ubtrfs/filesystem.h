@@ -340,7 +340,10 @@ class UBTRFS_API Filesystem {
     (void)id;
     return Status::Ok();
   }
-  // Makes every change so far durable (all or nothing on a crash).
+  // Makes every change so far durable (all or nothing on a crash). While it
+  // waits for the device (writing the tree blocks, the flushes, the
+  // superblocks), other threads' changes go on: they belong to the next
+  // commit.
   virtual Status Commit() = 0;
   // fsync(2) / fdatasync(2) (datasync true) of one inode: when it returns,
   // the inode, its data and a name that reaches it survive a crash. Writes
