@@ -1,6 +1,6 @@
 // The commit: its first half (references, block groups, root items, the
-// tree blocks written, the superblocks filled in) and its second half
-// (txn/commit_tail.h: flushes and superblocks).
+// tree blocks sealed, the superblocks filled in) and its second half
+// (txn/commit_tail.h: the blocks written, flushes and superblocks).
 #include <cstring>
 #include <system_error>
 #include <thread>
