@@ -1,8 +1,7 @@
 #include "tree/block_reader.h"
 
-#include "stats/stats.h"
-
 #include "format/key.h"
+#include "stats/stats.h"
 
 namespace ubtrfs::tree {
 
@@ -42,17 +41,19 @@ void NodeCache::Erase(uint64_t bytenr) {
 
 // A block verified once (cached, or held unwritten); the referrer's
 // expectations may still differ (a damaged pointer), so check those again.
+// Every cache hit passes here: the message is built only for a mismatch.
 Status BlockReader::CheckKnown(const TreeBlock& b, const BlockCheck& check) {
-  const std::string where = "tree block " + std::to_string(check.bytenr);
+  auto corrupt = [&](const std::string& what) {
+    return Status::Corrupt("tree block " + std::to_string(check.bytenr) + ": " + what);
+  };
   if (check.level >= 0 && b.level() != check.level) {
-    return Status::Corrupt(where + ": level " + std::to_string(b.level()) + ", expected " + std::to_string(check.level));
+    return corrupt("level " + std::to_string(b.level()) + ", expected " + std::to_string(check.level));
   }
   if (check.generation != 0 && b.generation() != check.generation) {
-    return Status::Corrupt(where + ": generation " + std::to_string(b.generation()) + ", expected " +
-                           std::to_string(check.generation));
+    return corrupt("generation " + std::to_string(b.generation()) + ", expected " + std::to_string(check.generation));
   }
   if (check.first_key && (b.nritems() == 0 || b.key(0) != *check.first_key)) {
-    return Status::Corrupt(where + ": first key does not match parent key " + format::KeyToString(*check.first_key));
+    return corrupt("first key does not match parent key " + format::KeyToString(*check.first_key));
   }
   return Status::Ok();
 }
@@ -67,7 +68,7 @@ void BlockReader::HoldUnwritten(std::vector<BlockRef> blocks) {
 }
 
 void BlockReader::ReleaseUnwritten() {
-  std::unordered_map<uint64_t, BlockRef> gone;
+  std::unordered_map<uint64_t, BlockRef> gone;  // the blocks are freed outside the lock
   {
     std::lock_guard lock(unwritten_mu_);
     gone.swap(unwritten_);

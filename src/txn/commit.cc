@@ -1,9 +1,11 @@
 // The commit: its first half (references, block groups, root items, the
 // tree blocks sealed, the superblocks filled in) and its second half
 // (txn/commit_tail.h: the blocks written, flushes and superblocks).
+#include <algorithm>
 #include <cstring>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "format/checksum.h"
@@ -85,14 +87,9 @@ Status TxnManager::SealDirtyBlocks(SealedBlocks* out) {
   UB_RETURN_IF_ERROR(first);
   UB_RETURN_IF_ERROR(second);
   seal_time.Record(stats::NowNs() - seal_t0);
-  out->blocks.clear();
-  out->blocks.reserve(blocks.size());
+  out->blocks.assign(blocks.begin(), blocks.end());
   out->phys = std::move(phys);
-  out->any_parity = false;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    out->blocks.emplace_back(blocks[i].first, blocks[i].second);
-    if (in_parity_chunk[i]) out->any_parity = true;
-  }
+  out->in_parity_chunk = std::move(in_parity_chunk);
   return Status::Ok();
 }
 
@@ -148,10 +145,10 @@ Status TxnManager::WriteSealedBlocks(const SealedBlocks& sealed) {
     run_bytes += o.bytes.size();
   }
   UB_RETURN_IF_ERROR(flush_run());
-  if (sealed.any_parity) {
+  if (sealed.any_parity()) {
     std::vector<alloc::ChunkIo::Range> parity_blocks;
-    for (const auto& [bytenr, block] : blocks) {
-      if (vol_->chunk_io().IsParityChunk(bytenr)) parity_blocks.push_back({bytenr, block->bytes()});
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (sealed.in_parity_chunk[i]) parity_blocks.push_back({blocks[i].first, blocks[i].second->bytes()});
     }
     UB_RETURN_IF_ERROR(vol_->chunk_io().WriteBatch(parity_blocks));
   }
@@ -238,7 +235,7 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   refs_time.Record(stats::NowNs() - t0);
 
   UB_RETURN_IF_ERROR(SealDirtyBlocks(&t.blocks_));
-  if (t.blocks_.any_parity) {
+  if (t.blocks_.any_parity()) {
     // A RAID5/6 row is read back for its parity: not while the next
     // transaction's data may be going into that row (mixed groups).
     UB_RETURN_IF_ERROR(WriteSealedBlocks(t.blocks_));
@@ -279,9 +276,9 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   t.supers_ = vol_->SealSuperblocks();
   force_super_ = false;
 
-  // The next transaction starts: it finds this one's blocks in the cache
-  // (they are written, if not yet durable), and what this one freed stays
-  // pinned until the second half is done. The buffers this releases are
+  // The next transaction starts: it finds this one's blocks in the cache,
+  // or held until the second half has written them, and what this one
+  // freed stays pinned until that half is done. The buffers this releases are
   // kept for the next transaction's blocks.
   const size_t nblocks = t.blocks_.blocks.size();
   tree::ExpectBlockBuffers(nblocks * vol_->nodesize());
@@ -307,7 +304,6 @@ Status TxnManager::CommitSecondHalf(CommitTail& t) {
   static stats::Histogram& flush_time = stats::GetHistogram("commit.flush_time", "ns");
   if (!t.blocks_.written) {
     UB_RETURN_IF_ERROR(WriteSealedBlocks(t.blocks_));
-    t.blocks_.written = true;
     // On the device (in its cache at least): readers may read them there.
     // After a failed write they stay held: the file system aborts, and its
     // read-only view must not read what never got there.

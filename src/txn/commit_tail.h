@@ -34,6 +34,7 @@
 #ifndef UBTRFS_TXN_COMMIT_TAIL_H_
 #define UBTRFS_TXN_COMMIT_TAIL_H_
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -51,8 +52,11 @@ class TxnManager;
 struct SealedBlocks {
   std::vector<std::pair<uint64_t, tree::BlockRef>> blocks;  // by address
   std::vector<std::vector<alloc::Piece>> phys;  // each block's pieces, every copy (none in RAID5/6 chunks)
-  bool any_parity = false;  // some lie in RAID5/6 chunks (written row by row with their parity)
-  bool written = false;
+  std::vector<char> in_parity_chunk;  // per block: written row by row with its parity instead
+  bool written = false;  // by the first half (RAID5/6 rows)
+  bool any_parity() const {
+    return std::any_of(in_parity_chunk.begin(), in_parity_chunk.end(), [](char c) { return c != 0; });
+  }
 };
 
 class CommitTail {

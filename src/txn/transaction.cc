@@ -5,13 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
-#include <system_error>
-#include <thread>
-#include <tuple>
 
 #include "format/checksum.h"
 #include "format/superblock.h"
-#include "io/cores.h"
 #include "txn/chunk_alloc.h"
 #include "txn/extent_refs.h"
 #include "txn/clock.h"
