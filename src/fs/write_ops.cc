@@ -1031,9 +1031,16 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
   const bool csum = !(ii.flags.get() & kInodeNodatasum);
   int64_t nbytes_delta = 0;
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
-  UB_ASSIGN_OR_RETURN(auto first, tree::LookupItem(vol_->source(), tree, Key{file.ino, kExtentDataKey, 0}));
-  const bool has_inline = first && first->size() >= kFileExtentInlineDataStart &&
-                          reinterpret_cast<const FileExtentItem*>(first->data())->type == kFileExtentInline;
+  // One search tells whether the file has extent items at all (a new
+  // file's first write: nothing to drop) and whether its first is inline.
+  bool has_extents = false, has_inline = false;
+  {
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
+    has_extents = c.Valid() && c.key().objectid == file.ino && c.key().type == kExtentDataKey;
+    has_inline = has_extents && c.key().offset == 0 && c.data().size() >= kFileExtentInlineDataStart &&
+                 reinterpret_cast<const FileExtentItem*>(c.data().data())->type == kFileExtentInline;
+  }
   UB_ASSIGN_OR_RETURN(const fs::WriteCompression zc, CompressionFor(file, ii));
   bool mark_nocompress = false;
   std::optional<std::vector<uint8_t>> zinline;
@@ -1070,7 +1077,11 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
       t_clean_failure = true;  // nothing changed yet
       return pieces.status();
     }
-    UB_RETURN_IF_ERROR(DropExtents(file, offset, end, &nbytes_delta));
+    if (has_extents) {
+      UB_RETURN_IF_ERROR(DropExtents(file, offset, end, &nbytes_delta));
+    } else {
+      NoteExtentRange(file, offset, end, ii.generation.get() > vol_->super().generation.get());
+    }
     UB_RETURN_IF_ERROR(WritePieces(file, *pieces, data, csum, &nbytes_delta));
   } else {
     const uint64_t a = has_inline ? 0 : offset / ss * ss;

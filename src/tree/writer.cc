@@ -699,6 +699,35 @@ Status TreeWriter::Insert(const Key& key, std::span<const uint8_t> data) {
   return InsertEmptyItems(&path, std::span(&key, 1), std::span(&size, 1), std::span(&data, 1));
 }
 
+Result<bool> TreeWriter::InsertOrAppendRun(const Key& key, std::span<const uint8_t> data, uint32_t entry_size,
+                                           uint64_t stride, uint32_t max_size) {
+  if (data.size() > MaxItemSize()) return Status::Invalid("item of " + std::to_string(data.size()) + " bytes is too big");
+  if (entry_size == 0 || data.size() % entry_size) return Status::Invalid("run item of a partial entry");
+  WritePath path;
+  const uint32_t size = static_cast<uint32_t>(data.size());
+  UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(key, size + kItemHeader, &path));
+  if (found) return Status::Error(EEXIST, "item " + KeyToString(key) + " exists");
+  TreeBlock& leaf = path.leaf();
+  const int slot = path.slot();
+  if (slot > 0) {
+    // Only this operation may change the leaf (it holds its intent lock),
+    // so what is read here still holds when the write lock is taken.
+    const Key prev = leaf.key(slot - 1);
+    const uint32_t prev_size = leaf.item_size(slot - 1);
+    if (prev.objectid == key.objectid && prev.type == key.type && prev_size % entry_size == 0 &&
+        prev.offset + prev_size / entry_size * stride == key.offset && prev_size + size <= max_size) {
+      path.slots[0] = slot - 1;
+      WriteLocks w(path.locking);
+      w.Add(leaf.lock);
+      UB_RETURN_IF_ERROR(ResizeItem(&path, prev_size + size));
+      std::memcpy(leaf.mutable_item_data(slot - 1) + prev_size, data.data(), size);
+      return true;
+    }
+  }
+  UB_RETURN_IF_ERROR(InsertEmptyItems(&path, std::span(&key, 1), std::span(&size, 1), std::span(&data, 1)));
+  return false;
+}
+
 Status TreeWriter::InsertBatch(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data,
                                bool nothing_between) {
   constexpr size_t kInline = 8;  // small batches (a new inode's items) without allocating

@@ -124,6 +124,16 @@ class TreeWriter {
   // space of the leaf where keys[0] lands (at least one item; a split makes
   // room for that one if needed). Returns how many were inserted.
   Result<size_t> InsertPrefixInLeaf(std::span<const Key> keys, std::span<const std::vector<uint8_t>> data);
+  // For items that are runs of fixed-size entries, each covering `stride`
+  // of the key's offset (checksum items: one checksum per sector): appends
+  // `data` to the item just before `key` in its leaf when that item has
+  // key's objectid and type and its run ends at key.offset, and the result
+  // stays within max_size bytes; else inserts `key` as Insert does. The
+  // choice and the change are made under the leaf's locks, so concurrent
+  // callers on neighbouring runs see each other's appends. Returns whether
+  // it appended.
+  Result<bool> InsertOrAppendRun(const Key& key, std::span<const uint8_t> data, uint32_t entry_size,
+                                 uint64_t stride, uint32_t max_size);
   // Replaces an item's data (resizing it as needed).
   Status Update(const Key& key, std::span<const uint8_t> data);
   Status Delete(const Key& key);

@@ -375,6 +375,94 @@ TEST(TreeWriter, RejectsOversizedItems) {
   EXPECT_EQ(h.Walk().size(), 2u);
 }
 
+// Runs of fixed-size entries (checksum items): a run that starts where the
+// item before it in the leaf ends is appended to it, up to the size limit;
+// a gap, another type or a full item starts a new item.
+TEST(TreeWriter, RunItemsAppendWhereTheyAdjoin) {
+  WriterHarness h(4096);
+  constexpr uint64_t kStride = 4096;
+  constexpr uint32_t kEntry = 4, kMax = 64;
+  auto run = [](uint64_t offset, int n) {
+    std::vector<uint8_t> d;
+    for (int i = 0; i < n; ++i) {
+      const uint32_t v = static_cast<uint32_t>(offset / kStride) + static_cast<uint32_t>(i);
+      d.insert(d.end(), reinterpret_cast<const uint8_t*>(&v), reinterpret_cast<const uint8_t*>(&v) + 4);
+    }
+    return d;
+  };
+  auto put = [&](uint64_t offset, int n, uint8_t type = 128) {
+    auto r = h.writer().InsertOrAppendRun(Key{7, type, offset}, run(offset, n), kEntry, kStride, kMax);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() && *r;
+  };
+  EXPECT_FALSE(put(0, 2));           // [0, 2 entries)
+  EXPECT_TRUE(put(2 * kStride, 3));  // adjoins: one item of 5
+  EXPECT_FALSE(put(6 * kStride, 1)); // a gap of one entry
+  EXPECT_TRUE(put(7 * kStride, 9));  // 10 entries = 40 bytes
+  EXPECT_FALSE(put(17 * kStride, 7)); // 40 + 28 > 64: a new item
+  EXPECT_FALSE(put(24 * kStride, 1, 129));  // adjoins in offset, another type
+  EXPECT_FALSE(put(30 * kStride, 1));       // the item before it is of type 129
+  auto got = h.writer().InsertOrAppendRun(Key{7, 128, 0}, run(0, 1), kEntry, kStride, kMax);
+  EXPECT_EQ(got.status().code(), EEXIST);
+  std::map<Key, std::vector<uint8_t>> want;
+  want[Key{7, 128, 0}] = run(0, 5);
+  want[Key{7, 128, 6 * kStride}] = run(6 * kStride, 10);
+  want[Key{7, 128, 17 * kStride}] = run(17 * kStride, 7);
+  want[Key{7, 129, 24 * kStride}] = run(24 * kStride, 1);
+  want[Key{7, 128, 30 * kStride}] = run(30 * kStride, 1);
+  EXPECT_EQ(Diff(h.Walk(), want), "");
+}
+
+// Threads put runs of one shared, growing range in whatever order they get
+// to it (as writers of checksums for extents allocated back to back do):
+// every entry ends up in exactly one item, at the place its offset says,
+// and runs written after their neighbour share items.
+TEST(ConcurrentTreeWriter, RunItemsAppendedByManyThreads) {
+  WriterHarness h(4096);
+  h.dirty().set_concurrent(true);
+  constexpr uint64_t kStride = 4096;
+  constexpr uint32_t kMax = 400;
+  std::atomic<uint64_t> next{0};
+  std::atomic<int> appends{0};
+  std::vector<std::string> failures(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      for (int i = 0; i < 3000 && failures[t].empty(); ++i) {
+        const uint64_t n = 1 + rng() % 3;
+        const uint64_t first = next.fetch_add(n);
+        std::vector<uint8_t> d;
+        for (uint64_t e = first; e < first + n; ++e) {
+          const uint32_t v = static_cast<uint32_t>(e * 2654435761u);
+          d.insert(d.end(), reinterpret_cast<const uint8_t*>(&v), reinterpret_cast<const uint8_t*>(&v) + 4);
+        }
+        auto r = h.writer().InsertOrAppendRun(Key{7, 128, first * kStride}, d, 4, kStride, kMax);
+        if (!r.ok()) failures[t] = r.status().ToString();
+        else if (*r) appends.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& f : failures) ASSERT_EQ(f, "");
+  h.dirty().set_concurrent(false);
+  uint64_t expect = 0;
+  size_t items = 0;
+  for (const auto& [k, d] : h.Walk()) {
+    ASSERT_EQ(k.offset, expect * kStride) << "items overlap or leave a gap";
+    ASSERT_LE(d.size(), kMax);
+    for (size_t i = 0; i < d.size() / 4; ++i, ++expect) {
+      uint32_t v;
+      std::memcpy(&v, d.data() + i * 4, 4);
+      ASSERT_EQ(v, static_cast<uint32_t>(expect * 2654435761u)) << "entry " << expect;
+    }
+    ++items;
+  }
+  EXPECT_EQ(expect, next.load());
+  EXPECT_GT(appends.load(), 0);
+  EXPECT_EQ(items + static_cast<size_t>(appends.load()), 12000u);
+}
+
 // Several writer threads change one tree at once (each its own keys, spread
 // over the whole key space so that they share leaves and nodes) while reader
 // threads scan it and look keys up; node locks keep every reader's view

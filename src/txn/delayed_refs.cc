@@ -75,7 +75,9 @@ InlineRef AsInline(const TxnManager::RefId& r, int64_t count) {
 }  // namespace
 
 void TxnManager::QueueRef(uint64_t bytenr, bool tree, uint64_t size_or_level, const RefId& r, int64_t delta) {
-  PendingExtent& p = pending_[bytenr];
+  auto at = AtOrAfter(pending_, bytenr);
+  if (at == pending_.end() || at->first != bytenr) at = pending_.emplace_hint(at, bytenr, PendingExtent{});
+  PendingExtent& p = at->second;
   p.tree = tree;
   if (tree) {
     p.level = static_cast<int>(size_or_level);

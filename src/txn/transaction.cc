@@ -157,7 +157,9 @@ Result<uint64_t> TxnManager::AllocData(uint64_t len) {
   if (chunk_alloc_->mixed()) UB_RETURN_IF_ERROR(KeepMixedMetadataRoom(len));
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize()));
   MarkGroupDirty(bytenr);
-  new_data_[bytenr] = len;
+  // Extents are mostly handed out in ascending order: placed at the end,
+  // the map is not searched (a search misses the cache at every level).
+  new_data_.insert_or_assign(AtOrAfter(new_data_, bytenr), bytenr, len);
   return bytenr;
 }
 
@@ -275,7 +277,11 @@ Status TxnManager::WriteData(uint64_t logical, std::span<const uint8_t> data, bo
       CsumBytes c = ComputeCsum(vol_->csum_type(), data.subspan((first + i) * ss, ss));
       std::memcpy(sums.data() + i * csize, c.data(), csize);
     }
-    UB_RETURN_IF_ERROR(w->Insert(Key{kExtentCsumObjectid, kExtentCsumKey, logical + first * ss}, sums));
+    // Extents written one after another (small files) share one item, as
+    // the kernel's do, instead of costing an item and a leaf search each.
+    auto put = w->InsertOrAppendRun(Key{kExtentCsumObjectid, kExtentCsumKey, logical + first * ss}, sums,
+                                    static_cast<uint32_t>(csize), ss, static_cast<uint32_t>(per_item * csize));
+    if (!put.ok()) return put.status();
   }
   return Status::Ok();
 }

@@ -28,6 +28,17 @@
 
 namespace ubtrfs::txn {
 
+// m.lower_bound(key), without a search when key is the last key or past it:
+// extents are mostly allocated, and then referenced, in ascending order.
+template <typename Map>
+typename Map::iterator AtOrAfter(Map& m, const typename Map::key_type& key) {
+  if (m.empty()) return m.end();
+  auto last = std::prev(m.end());
+  if (last->first < key) return m.end();
+  if (last->first == key) return last;
+  return m.lower_bound(key);
+}
+
 struct TxnStats {
   uint64_t commits = 0;
   uint64_t blocks_written = 0;
