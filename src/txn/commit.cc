@@ -202,6 +202,7 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   // Rides along with a commit that writes anyway: never a commit of its own.
   if (!stale_fst_keys_.empty() && dirty_->count() > 0) UB_RETURN_IF_ERROR(DropStaleFreeSpaceItems());
   if (quotas_) UB_RETURN_IF_ERROR(PrepareQuotaAccounting());
+  const size_t ref_nodes = pending_.size() + new_data_.size();
   int loops = 0;
   for (;; ++loops) {
     if (loops >= kMaxCommitLoops) return Status::Error(EIO, "internal: commit did not settle");
@@ -223,6 +224,10 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
     }
   }
   stats_.commit_loops = loops;
+  // The pool keeps what a transaction like this one needs again; a very
+  // large one (an import in one transaction) gives its nodes back.
+  constexpr size_t kKeepRefNodes = 1 << 17;  // about 20 MB
+  if (ref_nodes > kKeepRefNodes) ref_nodes_.release();
   if (dirty_->count() == 0 && !force_super_) {
     // Nothing changed on the device. What the refs pass freed can only be
     // data this transaction took and never referenced (the pieces of a write

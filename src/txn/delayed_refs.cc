@@ -92,10 +92,15 @@ void TxnManager::QueueRef(uint64_t bytenr, bool tree, uint64_t size_or_level, co
 
 Status TxnManager::DeleteTreeBlockItems(uint64_t bytenr, int level) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
-  const std::string where = "dropping tree block " + std::to_string(bytenr);
-  UB_RETURN_IF_ERROR(ext->Delete(Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(level)}).WithContext(where));
+  // Every copied block comes here: the context is built only on a failure.
+  auto where = [&] { return "dropping tree block " + std::to_string(bytenr); };
+  if (Status st = ext->Delete(Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(level)}); !st.ok()) {
+    return st.WithContext(where());
+  }
   if (auto it = tree_ref_items_.find(bytenr); it != tree_ref_items_.end()) {
-    for (const Key& k : it->second) UB_RETURN_IF_ERROR(ext->Delete(k).WithContext(where));
+    for (const Key& k : it->second) {
+      if (Status st = ext->Delete(k); !st.ok()) return st.WithContext(where());
+    }
     tree_ref_items_.erase(it);
   }
   return Status::Ok();
@@ -105,7 +110,7 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
   const Key key = p.tree ? Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(p.level)}
                          : Key{bytenr, kExtentItemKey, p.num_bytes};
-  const std::string where = (p.tree ? "adding tree block " : "adding data extent ") + std::to_string(bytenr);
+  auto where = [&] { return (p.tree ? "adding tree block " : "adding data extent ") + std::to_string(bytenr); };
   std::vector<uint8_t> item(sizeof(ExtentItem));
   uint64_t owner = 0;
   if (!p.tree && simple_quotas()) {
@@ -121,8 +126,8 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
   const size_t max_item = (vol_->nodesize() - sizeof(Header)) / 16 - sizeof(Item);
   std::vector<std::pair<Key, std::vector<uint8_t>>> keyed;
   for (const auto& [r, delta] : p.refs) {
-    if (delta < 0) return Status::Error(EIO, "internal: " + where + ": a reference dropped more often than added");
-    if (delta > 1 && !IsDataRef(r.type)) return Status::Error(EIO, "internal: " + where + ": a tree reference twice");
+    if (delta < 0) return Status::Error(EIO, "internal: " + where() + ": a reference dropped more often than added");
+    if (delta > 1 && !IsDataRef(r.type)) return Status::Error(EIO, "internal: " + where() + ": a tree reference twice");
     refs += static_cast<uint64_t>(delta);
     if (item.size() + InlineSize(r.type) < max_item) {
       UB_ASSIGN_OR_RETURN(auto have, ParseInlineRefs(item, sizeof(ExtentItem), key));
@@ -137,11 +142,11 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
   ei->refs = refs;
   ei->generation = transid();
   ei->flags = (p.tree ? kExtentFlagTreeBlock : kExtentFlagData) | p.set_flags;
-  UB_RETURN_IF_ERROR(ext->Insert(key, item).WithContext(where));
+  if (Status st = ext->Insert(key, item); !st.ok()) return st.WithContext(where());
   for (auto& [k, body] : keyed) {
     Key at = k;
     while (!ext->Insert(at, body).ok()) {  // EEXIST: a hash collision of two data refs
-      if (at.type != kExtentDataRefKey) return Status::Error(EIO, "internal: " + where + ": duplicate ref item");
+      if (at.type != kExtentDataRefKey) return Status::Error(EIO, "internal: " + where() + ": duplicate ref item");
       ++at.offset;
     }
     if (p.tree) tree_ref_items_[bytenr].push_back(at);

@@ -90,6 +90,9 @@ Status TxnManager::Load(bool allow_log) {
 }
 
 Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {
+  if (objectid < kFastWriters) {
+    if (tree::TreeWriter* w = fast_writers_[objectid].load(std::memory_order_acquire)) return w;
+  }
   auto lock = AllocLock();
   auto it = writers_.find(objectid);
   if (it != writers_.end()) return it->second.get();
@@ -107,6 +110,7 @@ Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {
   auto w = std::make_unique<tree::TreeWriter>(dirty_.get(), root, objectid, copy_mu);
   auto* raw = w.get();
   writers_.emplace(objectid, std::move(w));
+  if (objectid < kFastWriters) fast_writers_[objectid].store(raw, std::memory_order_release);
   return raw;
 }
 
