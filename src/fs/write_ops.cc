@@ -254,10 +254,25 @@ void FilesystemImpl::MarkChanged(inode::InodeRecord& r) {
 Status FilesystemImpl::FlushInodes() {
   // Delayed inode updates: every inode changed in this transaction is
   // written once, in (root, ino) order, at commit.
-  for (const inode::InodeRef& r : icache_.CollectDirty()) {
-    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(r->root));
-    UB_RETURN_IF_ERROR(w->Update(Key{r->ino, kInodeItemKey, 0}, AsBytes(r->item)));
-    r->dirty.store(false, std::memory_order_relaxed);
+  // One subvolume's run at a time, leaf by leaf (TreeWriter::UpdateSorted):
+  // 40,000 files written in a transaction are 40,000 searches otherwise,
+  // while every other operation waits for the commit.
+  const std::vector<inode::InodeRef> dirty = icache_.CollectDirty();
+  std::vector<Key> keys;
+  std::vector<std::span<const uint8_t>> items;
+  for (size_t i = 0; i < dirty.size();) {
+    const uint64_t root = dirty[i]->root;
+    keys.clear();
+    items.clear();
+    size_t j = i;
+    for (; j < dirty.size() && dirty[j]->root == root; ++j) {
+      keys.push_back(Key{dirty[j]->ino, kInodeItemKey, 0});
+      // The record's own bytes: the records stay alive in `dirty`.
+      items.emplace_back(reinterpret_cast<const uint8_t*>(&dirty[j]->item), sizeof(InodeItem));
+    }
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(root));
+    UB_RETURN_IF_ERROR(w->UpdateSorted(keys, items));
+    for (; i < j; ++i) dirty[i]->dirty.store(false, std::memory_order_relaxed);
   }
   return Status::Ok();
 }

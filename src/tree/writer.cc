@@ -958,6 +958,35 @@ Status TreeWriter::Update(const Key& key, std::span<const uint8_t> data) {
   return Status::Ok();
 }
 
+Status TreeWriter::UpdateSorted(std::span<const Key> keys, std::span<const std::span<const uint8_t>> data) {
+  if (data.size() != keys.size()) return Status::Invalid("update of " + std::to_string(keys.size()) + " keys and " +
+                                                         std::to_string(data.size()) + " items");
+  size_t i = 0;
+  while (i < keys.size()) {
+    const size_t first = i;
+    {
+      WritePath path;
+      UB_ASSIGN_OR_RETURN(bool found, SearchForWrite(keys[i], 0, &path));
+      if (!found) return Status::NotFound("item " + KeyToString(keys[i]) + " does not exist");
+      TreeBlock& leaf = path.leaf();
+      WriteLocks w(path.locking);
+      w.Add(leaf.lock);
+      for (int slot = path.slot(); i < keys.size(); ++i) {
+        if (i > first && !(keys[i - 1] < keys[i])) return Status::Invalid("keys of a sorted update not ascending");
+        while (slot < leaf.nritems() && leaf.key(slot) < keys[i]) ++slot;
+        // Past this leaf, absent, or changing size: a search of its own.
+        if (slot >= leaf.nritems() || leaf.key(slot) != keys[i] || leaf.item_size(slot) != data[i].size()) break;
+        if (!data[i].empty()) std::memcpy(leaf.mutable_item_data(slot), data[i].data(), data[i].size());
+      }
+    }
+    if (i == first) {
+      UB_RETURN_IF_ERROR(Update(keys[i], data[i]));
+      ++i;
+    }
+  }
+  return Status::Ok();
+}
+
 // ---- Deletion ------------------------------------------------------------------------------
 
 Status TreeWriter::Delete(const Key& key) {

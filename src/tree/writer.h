@@ -136,6 +136,12 @@ class TreeWriter {
                                  uint64_t stride, uint32_t max_size);
   // Replaces an item's data (resizing it as needed).
   Status Update(const Key& key, std::span<const uint8_t> data);
+  // Update of existing ascending keys (a commit's delayed inode items):
+  // one search per leaf, and the items of that leaf whose size stays the
+  // same rewritten in place under one write lock; others as Update does.
+  // A key that does not exist fails with ENOENT; the keys before it are
+  // updated then.
+  Status UpdateSorted(std::span<const Key> keys, std::span<const std::span<const uint8_t>> data);
   Status Delete(const Key& key);
   // Deletes nr items from `slot` of the path's leaf. The path is invalid afterwards.
   Status DeleteItems(WritePath* path, int slot, int nr);

@@ -375,6 +375,50 @@ TEST(TreeWriter, RejectsOversizedItems) {
   EXPECT_EQ(h.Walk().size(), 2u);
 }
 
+// Sorted updates against a model: items of the same size are rewritten in
+// place leaf by leaf, others grow or shrink, across leaves of a deep tree;
+// a missing key fails with ENOENT after the keys before it.
+TEST(TreeWriter, UpdateSortedMatchesModel) {
+  WriterHarness h(4096);
+  std::map<Key, std::vector<uint8_t>> model;
+  std::mt19937_64 rng(33);
+  for (uint64_t i = 0; i < 3000; ++i) {
+    const Key k{256 + i / 3, static_cast<uint8_t>(1 + i % 3), 0};
+    auto d = Payload(rng, 120);
+    ASSERT_TRUE(h.writer().Insert(k, d).ok());
+    model[k] = d;
+  }
+  h.Commit();
+  for (int round = 0; round < 4; ++round) {
+    std::vector<Key> keys;
+    std::vector<std::vector<uint8_t>> data;
+    for (const auto& [k, d] : model) {
+      if (rng() % 3 != 0) continue;
+      keys.push_back(k);
+      std::vector<uint8_t> nd = rng() % 8 == 0 ? Payload(rng, 200) : std::vector<uint8_t>(d.size());
+      if (nd.size() == d.size()) {
+        for (auto& c : nd) c = static_cast<uint8_t>(rng());
+      }
+      data.push_back(nd);
+    }
+    std::vector<std::span<const uint8_t>> spans(data.begin(), data.end());
+    Status st = h.writer().UpdateSorted(keys, spans);
+    ASSERT_TRUE(st.ok()) << st.message();
+    for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = data[i];
+    ASSERT_EQ(Diff(h.Walk(), model), "") << "round " << round;
+    h.ExpectCommittedUntouched();
+    h.Commit();
+  }
+  // A key that is not there: the one before it is updated, then ENOENT.
+  const Key there{256, 1, 0}, absent{256, 1, 5};
+  std::vector<uint8_t> nd(model[there].size(), 0xab);
+  std::vector<Key> keys{there, absent};
+  std::vector<std::span<const uint8_t>> spans{nd, nd};
+  EXPECT_EQ(h.writer().UpdateSorted(keys, spans).code(), ENOENT);
+  model[there] = nd;
+  EXPECT_EQ(Diff(h.Walk(), model), "");
+}
+
 // Runs of fixed-size entries (checksum items): a run that starts where the
 // item before it in the leaf ends is appended to it, up to the size limit;
 // a gap, another type or a full item starts a new item.
