@@ -8,7 +8,15 @@ namespace ubtrfs::tree {
 using namespace ubtrfs::format;
 
 Result<BlockRef> DirtyBlocks::Read(const BlockCheck& check) {
-  std::shared_ptr<TreeBlock> mine = Get(check.bytenr);
+  // Every level of every descent comes here: a block Peek finds (and that
+  // is not dropped) is the current one, without the shard's lock; a miss
+  // may only mean a block added a moment ago, which Get settles.
+  std::shared_ptr<TreeBlock> mine;
+  if (TreeBlock* p = Peek(check.bytenr); p != nullptr && !p->dropped.load(std::memory_order_acquire)) {
+    mine = p->shared_from_this();
+  } else {
+    mine = Get(check.bytenr);
+  }
   if (mine == nullptr) return clean_->Read(check);
   const TreeBlock& b = *mine;
   // Our own blocks are trusted, but a pointer that disagrees with them is a bug.
