@@ -46,6 +46,8 @@ class DirtyBlocks final : public BlockSource {
               uint64_t transid)
       : clean_(clean), params_(params), tmpl_(tmpl), alloc_(alloc), transid_(transid) {}
 
+  // This transaction's block at the address (found with Peek, Get when
+  // Peek misses), else the clean source's.
   Result<BlockRef> Read(const BlockCheck& check) override;
   const HeaderTemplate& header_template() const { return tmpl_; }
   bool Locking() const override { return concurrent_.load(std::memory_order_relaxed); }
