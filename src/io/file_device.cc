@@ -175,11 +175,18 @@ class FileDevice final : public BlockDevice {
     written_cv_.wait(lock, [this] { return !writing_; });
   }
 
-  // Writes what active_ holds, under the lock.
+  // Writes what active_ holds, under the lock. Emptying active_ makes room
+  // as a swap does, and writers may be waiting for room (WriteAt): they are
+  // woken here too. A flush or writeback hint used to drain a full batch
+  // without waking them, between its filler's wake-up and its turn; the
+  // filler then found the batch empty and went on, and a waiter slept on
+  // until a later write filled a batch, holding its caller's inode lock
+  // (seen as a hung 4 KiB create run).
   Status DrainLocked() {
     Status s = WriteBatch(*active_);
     gathered_.store(writing_);
     if (!s.ok() && failed_.ok()) failed_ = s;
+    written_cv_.notify_all();
     return s;
   }
 
