@@ -247,10 +247,18 @@ std::string LoopMount::Mount(const std::string& image, const std::string& mountp
   if (mounted_) return "already mounted";
   std::string opts = options.empty() ? "loop" : "loop," + options;
   CommandResult r = RunCommand({"mount", "-t", "btrfs", "-o", opts, image, mountpoint});
-  for (int i = 0; i < 5 && !r.ok() && r.err.find("File exists") != std::string::npos; ++i) {
-    // A copy of an image mounted a moment ago has the same fsid, and the
-    // kernel may still list the old loop device under it (its release is
-    // asynchronous): forget unmounted devices and try again.
+  // A copy of an image mounted a moment ago has the same fsid, and the
+  // kernel may still list the old loop device under it (its release is
+  // asynchronous): forget unmounted devices and try again. Two copies of one
+  // image mounted at the same moment (tests running in parallel on one
+  // fixture) race in the kernel's temp-fsid registration: one mount fails
+  // with "failed to init sysfs fsid interface: -17" in the kernel log, which
+  // mount(8) reports as "wrong fs type, bad option, bad superblock". A
+  // damaged image fails that way every time, so it still fails here.
+  auto transient = [](const CommandResult& m) {
+    return m.err.find("File exists") != std::string::npos || m.err.find("wrong fs type") != std::string::npos;
+  };
+  for (int i = 0; i < 5 && !r.ok() && transient(r); ++i) {
     (void)RunCommand({"btrfs", "device", "scan", "--forget"});
     usleep(200000);
     r = RunCommand({"mount", "-t", "btrfs", "-o", opts, image, mountpoint});
