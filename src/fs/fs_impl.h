@@ -826,13 +826,14 @@ class FilesystemImpl final : public Filesystem {
   };
   OpGuard Guard() { return txn_ ? OpGuard(this, OpMode::kShared) : OpGuard(); }
   OpGuard ExclusiveGuard() { return txn_ ? OpGuard(this, OpMode::kExclusive) : OpGuard(); }
-  // The lock of one inode (striped): held by a create in it and by ReadDir
-  // for a directory, so a directory's delayed items and its entries in the
-  // tree change together; by a write for a file.
-  // Which of 64 stripes an inode's per-inode state lives in (InodeLock,
-  // RecordLock, DirStateOf): a multiplicative hash, so neighbouring numbers
-  // spread over the stripes.
+  // Which of 64 stripes an inode's short-held state lives in (RecordLock,
+  // DirStateOf): a multiplicative hash, so neighbouring numbers spread over
+  // the stripes.
   static size_t Stripe64(InodeId id) { return (id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58; }
+  // The lock of one inode (the same hash, into 4,096 stripes: see dir_mu_):
+  // held by a create in it and by ReadDir for a directory, so a directory's
+  // delayed items and its entries in the tree change together; by a write
+  // for a file.
   std::mutex& InodeLock(InodeId dir) {
     return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> (64 - kInodeLockBits)].mu;
   }
@@ -1068,7 +1069,7 @@ class FilesystemImpl final : public Filesystem {
   std::unique_ptr<PaddedMutex[]> dir_mu_{new PaddedMutex[size_t{1} << kInodeLockBits]};  // InodeLock
   std::array<PaddedMutex, 64> rec_mu_;  // RecordLock: a cached inode item's bytes
   alignas(64) std::mutex ino_mu_;        // guards next_ino_ (taken inside a DirState's mu)
-  // Per-directory counters, in stripes keyed like InodeLock so that threads
+  // Per-directory counters, in stripes (Stripe64) so that threads
   // creating in different directories neither wait for nor share a lock.
   struct InoRun {
     uint64_t next = 0, end = 0, size = 0;
