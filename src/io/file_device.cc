@@ -16,6 +16,8 @@
 #include <cstring>
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "io/block_device.h"
@@ -35,6 +37,12 @@ class FileDevice final : public BlockDevice {
     direct_.store(dfd_ >= 0);
   }
   ~FileDevice() override {
+    {
+      std::lock_guard lock(bg_mu_);
+      bg_stop_ = true;
+    }
+    bg_cv_.notify_all();
+    if (bg_.joinable()) bg_.join();
     // Nothing gathered is committed yet (a commit flushes first); written
     // anyway, as a pwrite would have left it in the page cache.
     if (gathered_.load()) {
@@ -142,18 +150,30 @@ class FileDevice final : public BlockDevice {
       // flush may pass it off as durable, ever.
       if (!failed_.ok()) return failed_;
     }
+    unflushed_.store(0, std::memory_order_relaxed);
     if (::fdatasync(fd_) != 0) {
       int e = errno;
       return Status::Error(e, path_ + ": fdatasync: " + Errno(e));
     }
-    return Status::Ok();
+    // A background flush on the same descriptor may have taken a write
+    // error from the kernel (which reports it to one fdatasync only): it
+    // is in failed_ once that flush is done.
+    {
+      std::unique_lock lock(bg_mu_);
+      bg_cv_.wait(lock, [this] { return !bg_running_; });
+    }
+    std::lock_guard lock(gather_mu_);
+    return failed_;
   }
 
   // What is gathered stays gathered: its batch goes down when full or at
   // the next Flush(). Draining it here took the gathering lock for a whole
   // batch write, and every data write of the other threads waited on it
   // (a futex sleep each, on a small VM). Errors are left to Flush().
-  void StartWriteback() override { (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
+  void StartWriteback() override {
+    (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+    if (unflushed_.load(std::memory_order_relaxed) >= kBackgroundFlushEvery) RequestBackgroundFlush();
+  }
 
   void SetBufferedChunk(size_t n) { buffered_chunk_ = n; }
   uint64_t Size() const override { return size_.load(std::memory_order_relaxed); }
@@ -202,6 +222,50 @@ class FileDevice final : public BlockDevice {
     std::unique_lock lock(gather_mu_);
     if (InFlight(offset, len)) WaitWritten(lock);
     return active_->Overlaps(offset, len) ? DrainLocked() : Status::Ok();
+  }
+
+  // A flush of what the device holds so far, on a thread of its own, while
+  // the writers go on: a virtual disk with a write-back cache (the VMs
+  // measured) persists at a flush everything written since the last one,
+  // about 0.85 s per GiB there, and writes handed down early do not
+  // shorten it. Flushed along the way, a commit's or fsync's own flush
+  // waits for the tail only. Durability is unchanged: only Flush() says
+  // anything is durable, and the order of its callers' writes around it
+  // stays theirs.
+  static constexpr uint64_t kBackgroundFlushEvery = uint64_t{64} << 20;
+  void RequestBackgroundFlush() {
+    {
+      std::lock_guard lock(bg_mu_);
+      if (bg_running_ || bg_stop_) return;
+      bg_running_ = true;
+      if (!bg_.joinable()) {
+        try {
+          bg_ = std::thread([this] { FlushLoop(); });
+        } catch (const std::system_error&) {
+          bg_running_ = false;  // no thread to be had: the next Flush() does it all
+          return;
+        }
+      }
+    }
+    bg_cv_.notify_all();
+  }
+  void FlushLoop() {
+    std::unique_lock lock(bg_mu_);
+    for (;;) {
+      bg_cv_.wait(lock, [this] { return bg_running_ || bg_stop_; });
+      if (bg_stop_) return;
+      lock.unlock();
+      unflushed_.store(0, std::memory_order_relaxed);
+      const int rc = ::fdatasync(fd_);
+      const int e = errno;
+      if (rc != 0) {
+        std::lock_guard g(gather_mu_);
+        if (failed_.ok()) failed_ = Status::Error(e, path_ + ": fdatasync (in the background): " + Errno(e));
+      }
+      lock.lock();
+      bg_running_ = false;
+      bg_cv_.notify_all();
+    }
   }
 
   // Whether a write may go around the page cache: offset, length and every
@@ -293,6 +357,7 @@ class FileDevice final : public BlockDevice {
         return Status::Error(e, path_ + ": write at offset " + std::to_string(offset + done) + ": " + Errno(e));
       }
       done += static_cast<uint64_t>(n);
+      unflushed_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       for (size_t left = static_cast<size_t>(n); first < iov.size() && left > 0;) {
         if (left >= iov[first].iov_len) {
           left -= iov[first].iov_len;
@@ -379,6 +444,15 @@ class FileDevice final : public BlockDevice {
   uint64_t inflight_lo_ = 0, inflight_hi_ = 0;
   std::atomic<bool> gathered_{false};  // something gathered or in flight, read without the lock
   Status failed_;
+  // The background flush (RequestBackgroundFlush): bytes written since a
+  // flush last started, and the flusher thread, started at the first
+  // request and stopped by the destructor.
+  std::atomic<uint64_t> unflushed_{0};
+  std::mutex bg_mu_;  // guards bg_running_, bg_stop_ and starting bg_
+  std::condition_variable bg_cv_;
+  bool bg_running_ = false;
+  bool bg_stop_ = false;
+  std::thread bg_;
 };
 
 }  // namespace

@@ -250,6 +250,40 @@ TEST_P(FileDeviceBothWays, ADrainWakesWritersWaitingForRoom) {
   ::unlink(path.c_str());
 }
 
+// Past 64 MiB written, a writeback hint starts a flush on a thread of the
+// device's own. It runs beside writers and beside Flush() calls, and the
+// device closes with it running; every byte reads back through another
+// descriptor. ./test runs this under ThreadSanitizer.
+TEST_P(FileDeviceBothWays, BackgroundFlushesRunBesideWritersAndFlushes) {
+  const std::string path = TempFile();
+  {
+    auto dev = OpenFileDevice(path, OpenFlags{.writable = true, .direct_writes = GetParam()});
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    constexpr uint64_t kMiB = 1 << 20, kEach = 72;  // two writers: 144 MiB, two flushes' worth
+    auto write = [&](int who) {
+      std::vector<uint8_t> data(kMiB);
+      for (uint64_t i = 0; i < kEach; ++i) {
+        std::memset(data.data(), static_cast<int>(who * kEach + i + 1), data.size());
+        EXPECT_TRUE((*dev)->WriteAt((i * 2 + who) * kMiB, data).ok());
+        if (i % 8 == 7) (*dev)->StartWriteback();
+        if (who == 0 && i % 24 == 23) {
+          EXPECT_TRUE((*dev)->Flush().ok());
+        }
+      }
+    };
+    std::thread a(write, 0), b(write, 1);
+    a.join();
+    b.join();
+    (*dev)->StartWriteback();  // may leave a flush running as the device closes
+  }
+  for (uint64_t block = 0; block < 144; block += 7) {
+    const uint64_t who = block % 2, i = block / 2;
+    ASSERT_EQ(ReadWithAnotherFd(path, block << 20, 4096), std::string(4096, static_cast<char>(who * 72 + i + 1)))
+        << block;
+  }
+  ::unlink(path.c_str());
+}
+
 // Large writes: aligned ones go around the page cache (from the caller's
 // buffer, or through an aligned copy when the buffer is not aligned), others
 // through it; each reads back at once, through the device and through
