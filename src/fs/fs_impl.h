@@ -826,17 +826,17 @@ class FilesystemImpl final : public Filesystem {
   };
   OpGuard Guard() { return txn_ ? OpGuard(this, OpMode::kShared) : OpGuard(); }
   OpGuard ExclusiveGuard() { return txn_ ? OpGuard(this, OpMode::kExclusive) : OpGuard(); }
-  // Which of 64 stripes an inode's short-held state lives in (RecordLock,
-  // DirStateOf): a multiplicative hash, so neighbouring numbers spread over
-  // the stripes.
-  static size_t Stripe64(InodeId id) { return (id.ino * 0x9E3779B97F4A7C15ull + id.root) >> 58; }
-  // The lock of one inode (the same hash, into 4,096 stripes: see dir_mu_):
-  // held by a create in it and by ReadDir for a directory, so a directory's
-  // delayed items and its entries in the tree change together; by a write
-  // for a file.
-  std::mutex& InodeLock(InodeId dir) {
-    return dir_mu_[(dir.ino * 0x9E3779B97F4A7C15ull + dir.root) >> (64 - kInodeLockBits)].mu;
+  // Which stripe an inode's per-inode state lives in: a multiplicative
+  // hash, whose top `bits` bits spread neighbouring numbers over the stripes.
+  static size_t StripeOf(InodeId id, unsigned bits) {
+    return (id.ino * 0x9E3779B97F4A7C15ull + id.root) >> (64 - bits);
   }
+  // One of 64, for short-held state (RecordLock, DirStateOf).
+  static size_t Stripe64(InodeId id) { return StripeOf(id, 6); }
+  // The lock of one inode (4,096 stripes: see dir_mu_): held by a create in
+  // it and by ReadDir for a directory, so a directory's delayed items and its
+  // entries in the tree change together; by a write for a file.
+  std::mutex& InodeLock(InodeId dir) { return dir_mu_[StripeOf(dir, kInodeLockBits)].mu; }
   std::mutex& RecordLock(InodeId id) { return rec_mu_[Stripe64(id)].mu; }
   bool HoldsExclusive() const;
 

@@ -188,7 +188,7 @@ TEST_P(FileDeviceBothWays, SmallWritesFromTwoThreadsKeepTheirOwnBlocks) {
 // inode lock (file_device.cc, DrainLocked). That needs a writer to come
 // back between the in-flight writer's wake-up call and the filler's turn,
 // and a drain to win the lock before the filler; this test makes flushes
-// meet writers waiting for room, but does not force that order (30
+// meet writers waiting for room, but does not force that order (50
 // repetitions without the fix passed).
 TEST_P(FileDeviceBothWays, ADrainWakesWritersWaitingForRoom) {
   const std::string path = TempFile();
@@ -256,10 +256,10 @@ TEST_P(FileDeviceBothWays, ADrainWakesWritersWaitingForRoom) {
 // descriptor. ./test runs this under ThreadSanitizer.
 TEST_P(FileDeviceBothWays, BackgroundFlushesRunBesideWritersAndFlushes) {
   const std::string path = TempFile();
+  constexpr uint64_t kMiB = 1 << 20, kEach = 72;  // two writers: 144 MiB, two flushes' worth
   {
     auto dev = OpenFileDevice(path, OpenFlags{.writable = true, .direct_writes = GetParam()});
     ASSERT_TRUE(dev.ok()) << dev.status().ToString();
-    constexpr uint64_t kMiB = 1 << 20, kEach = 72;  // two writers: 144 MiB, two flushes' worth
     auto write = [&](int who) {
       std::vector<uint8_t> data(kMiB);
       for (uint64_t i = 0; i < kEach; ++i) {
@@ -276,9 +276,9 @@ TEST_P(FileDeviceBothWays, BackgroundFlushesRunBesideWritersAndFlushes) {
     b.join();
     (*dev)->StartWriteback();  // may leave a flush running as the device closes
   }
-  for (uint64_t block = 0; block < 144; block += 7) {
+  for (uint64_t block = 0; block < 2 * kEach; block += 7) {
     const uint64_t who = block % 2, i = block / 2;
-    ASSERT_EQ(ReadWithAnotherFd(path, block << 20, 4096), std::string(4096, static_cast<char>(who * 72 + i + 1)))
+    ASSERT_EQ(ReadWithAnotherFd(path, block * kMiB, 4096), std::string(4096, static_cast<char>(who * kEach + i + 1)))
         << block;
   }
   ::unlink(path.c_str());
