@@ -30,6 +30,7 @@
 #include "fs/compress.h"
 #include "fs/compress_write.h"
 #include "fs/subvolume.h"
+#include "fs/word_mutex.h"
 #include "inode/delayed_dir_items.h"
 #include "inode/delayed_index.h"
 #include "inode/inode_cache.h"
@@ -415,7 +416,7 @@ class FilesystemImpl final : public Filesystem {
   using Filesystem::ReadDir;
   Result<std::vector<DirEntry>> ReadDir(InodeId dir, std::vector<SkippedEntry>* skipped) override {
     auto guard = Guard();
-    std::unique_lock<std::mutex> dir_lock;
+    std::unique_lock<fs::WordMutex> dir_lock;
     if (txn_ && !HoldsExclusive()) dir_lock = std::unique_lock(InodeLock(dir));
     if (StubParent(dir)) return std::vector<DirEntry>();
     UB_ASSIGN_OR_RETURN(Stat st, GetStat(dir));
@@ -836,7 +837,7 @@ class FilesystemImpl final : public Filesystem {
   // The lock of one inode (4,096 stripes: see dir_mu_): held by a create in
   // it and by ReadDir for a directory, so a directory's delayed items and its
   // entries in the tree change together; by a write for a file.
-  std::mutex& InodeLock(InodeId dir) { return dir_mu_[StripeOf(dir, kInodeLockBits)].mu; }
+  fs::WordMutex& InodeLock(InodeId dir) { return dir_mu_[StripeOf(dir, kInodeLockBits)]; }
   std::mutex& RecordLock(InodeId id) { return rec_mu_[Stripe64(id)].mu; }
   bool HoldsExclusive() const;
 
@@ -1065,8 +1066,9 @@ class FilesystemImpl final : public Filesystem {
   // Held for a whole create or write: two threads meeting on one stripe
   // sleep on it. With 64 stripes, two threads creating 4 KiB files met
   // there 1,800 times per 120,000 files (a futex sleep and wake each).
+  // A word each (word_mutex.h says why).
   static constexpr unsigned kInodeLockBits = 12;
-  std::unique_ptr<PaddedMutex[]> dir_mu_{new PaddedMutex[size_t{1} << kInodeLockBits]};  // InodeLock
+  std::unique_ptr<fs::WordMutex[]> dir_mu_{new fs::WordMutex[size_t{1} << kInodeLockBits]};  // InodeLock
   std::array<PaddedMutex, 64> rec_mu_;  // RecordLock: a cached inode item's bytes
   alignas(64) std::mutex ino_mu_;        // guards next_ino_ (taken inside a DirState's mu)
   // Per-directory counters, in stripes (Stripe64) so that threads
