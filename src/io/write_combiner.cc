@@ -1,10 +1,21 @@
 #include "io/write_combiner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <new>
 
 namespace ubtrfs::io {
+namespace {
+std::atomic<size_t> live_buffers{0};
+}  // namespace
+
+void WriteCombiner::Free::operator()(uint8_t* p) const {
+  std::free(p);
+  live_buffers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+size_t WriteCombiner::LiveBuffers() { return live_buffers.load(std::memory_order_relaxed); }
 
 bool WriteCombiner::Overlaps(uint64_t offset, uint64_t n) const {
   if (pieces_.empty() || n == 0 || offset >= hi_ || offset + n <= lo_) return false;
@@ -19,6 +30,7 @@ void WriteCombiner::Add(uint64_t offset, std::span<const uint8_t> data) {
     const size_t size = (capacity_ + largest_ + 2 * kAlign - 1) / kAlign * kAlign;
     bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, size)));
     if (!bytes_) throw std::bad_alloc();
+    live_buffers.fetch_add(1, std::memory_order_relaxed);
   }
   size_t pos = used_;
   if (offset % kAlign == 0 && data.size() % kAlign == 0) pos = (pos + kAlign - 1) / kAlign * kAlign;

@@ -40,6 +40,11 @@ class WriteCombiner {
   // Whether a write of n bytes is gathered; larger ones go straight down.
   bool Takes(size_t n) const { return n > 0 && n <= largest_; }
   bool empty() const { return pieces_.empty(); }
+  // Whether its buffer was cut (at the first Add; kept from then on).
+  bool HasBuffer() const { return bytes_ != nullptr; }
+  // Buffers cut and not yet freed, in the whole process: what the image
+  // devices hold for gathering (a test asserts a single writer needs one).
+  static size_t LiveBuffers();
   // Whether [offset, offset + n) meets a gathered write: a read of it, or a
   // write over it, must drain first.
   bool Overlaps(uint64_t offset, uint64_t n) const;
@@ -64,7 +69,7 @@ class WriteCombiner {
     size_t len;
   };
   struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
+    void operator()(uint8_t* p) const;
   };
   size_t capacity_, largest_;
   // capacity_ + largest_ + kAlign bytes from the first Add on, aligned to
