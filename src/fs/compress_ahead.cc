@@ -60,7 +60,7 @@ Result<std::optional<CompressAhead::Chunk>> CompressAhead::Next(size_t i) {
     if (front.file > i) return std::optional<Chunk>();  // file i was handed out already
     Item it = std::move(front);
     items_.pop_front();
-    room_cv_.notify_one();
+    if (items_.size() == LowWater()) room_cv_.notify_one();
     if (it.file < i) continue;  // a file the caller went past
     if (!it.status.ok()) return it.status;
     if (it.end) return std::optional<Chunk>();
@@ -77,7 +77,11 @@ void CompressAhead::ReadLoop() {
   for (;;) {
     {
       std::unique_lock l(mu_);
-      room_cv_.wait(l, [this] { return stop_ || items_.size() < ahead_; });
+      // Once the queue is full, the reader sleeps until it is down to the
+      // low water mark and then reads the rest in one go: woken for every
+      // chunk taken, it made a context switch (and on a VM an interrupt
+      // to the other core) per 128 KiB.
+      if (items_.size() >= ahead_) room_cv_.wait(l, [this] { return stop_ || items_.size() <= LowWater(); });
       if (stop_) return;
       if (cur_ >= files_.size()) {  // no files at all
         done_ = true;
@@ -93,8 +97,14 @@ void CompressAhead::ReadLoop() {
     queued.pending = ranges.size();
     for (size_t k = 0; k < ranges.size(); ++k) jobs_.push_back(Job{&queued, k, ranges[k]});
     done_ = cur_ >= files_.size();
-    if (!ranges.empty() || done_) work_cv_.notify_all();
-    if (queued.pending == 0) ready_cv_.notify_all();
+    // A compressor per job: waking them all for one left the others to
+    // find nothing and sleep again.
+    if (done_) {
+      work_cv_.notify_all();
+    } else {
+      for (size_t k = 0; k < ranges.size(); ++k) work_cv_.notify_one();
+    }
+    if (queued.pending == 0 && &queued == &items_.front()) ready_cv_.notify_all();
     if (done_) return;
   }
 }
@@ -115,7 +125,8 @@ void CompressAhead::CompressLoop() {
         CompressRange(c_, aligned.subspan(j.r.pos, p.file_len), aligned.subspan(j.r.pos, j.r.len), ss_);
     l.lock();
     p.result = std::move(result);
-    if (--j.item->pending == 0) ready_cv_.notify_all();
+    // Next waits for the front item only; a later one it finds done.
+    if (--j.item->pending == 0 && j.item == &items_.front()) ready_cv_.notify_all();
   }
 }
 

@@ -105,6 +105,8 @@ class CompressAhead {
   uint64_t pos_ = 0;
 
   const size_t ahead_;  // chunks read and not yet taken, at most
+  // Where the reader, asleep at ahead_, starts again.
+  size_t LowWater() const { return ahead_ / 2; }
 
   std::mutex mu_;
   std::condition_variable room_cv_;   // the reader waits for items_ to shrink
