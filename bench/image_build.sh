@@ -35,10 +35,15 @@ trap cleanup EXIT
 runs="$work/runs"
 : > "$runs"
 
-# run CASE TOOL CMD...: times CMD, records wall and peak RSS.
+# run CASE TOOL CMD...: times CMD, records wall and peak RSS. Each starts
+# with the disk quiet: the previous tool's writeback (a loop mount's
+# unmount leaves its image dirty in the page cache) would otherwise land
+# in the next one's time, and on a virtual disk with a write-back cache
+# its final flush persists whatever anyone wrote since the last one.
 run() {
   local c=$1 t=$2
   shift 2
+  sync
   /usr/bin/time -o "$work/t" -f "%e %M" "$@" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; exit 1; }
   echo "$c $t $(cat "$work/t")" >> "$runs"
 }
