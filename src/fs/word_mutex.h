@@ -29,8 +29,7 @@ class WordMutex {
   WordMutex& operator=(const WordMutex&) = delete;
 
   void lock() {
-    uint32_t free = 0;
-    if (word_.compare_exchange_strong(free, 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
+    if (try_lock()) return;
     // Marked 2 even when this exchange takes it: another waiter may still
     // be asleep, and only a 2 makes the unlocker wake it.
     while (word_.exchange(2, std::memory_order_acquire) != 0) word_.wait(2, std::memory_order_relaxed);
