@@ -4,8 +4,10 @@
 //   as mkfs.btrfs's since 6.19, and -O ^block-group-tree;
 // - no free space tree: the v1 space cache the kernel wrote, or no cache at
 //   all. The first writable open builds the tree from the extent tree and
-//   drops the v1 cache, as the kernel's mount with space_cache=v2 does.
+//   drops the v1 cache, as the kernel's mount with space_cache=v2 does;
+// - no no-holes: explicit hole items wherever a file has no data.
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -301,6 +303,122 @@ TEST(FreeSpaceTree, BuiltWhereThereWasNoCacheAtAll) {
   EXPECT_EQ(CountItems(img, "1", "(FREE_SPACE "), 0u);
   ExerciseImage(tmp, img, true);
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
+}
+
+// An image as mkfs.btrfs made them before 5.15: no no-holes, no free space
+// tree. Every range of a file without data must then be an explicit hole
+// item (btrfs check reports a gap), so each way a write leaves one is made
+// here: a write past the end, a truncate past the end (of an inline file
+// too), a punched range, a clone of a range with a hole, a sparse host file
+// copied in, and the same through `ubtrfs cp` and a second transaction.
+TEST(NoHoles, OffImagesTakeWritesWithHoleItems) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-noholes");
+  const std::string img = tmp.Sub("img");
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 1ull << 30, {"-O", "^no-holes", "-R", "^free-space-tree"}), "");
+  const std::string model = tmp.Sub("want");
+  ASSERT_EQ(mkdir(model.c_str(), 0755), 0);
+  // A host file with holes: data at 400 KiB and at 8 MiB, 10 MiB long.
+  const std::string sparse = tmp.Sub("sparse.bin");
+  {
+    std::string bytes(10u << 20, '\0');
+    bytes.replace(400u << 10, 12288, SeededBytes(12288, 1));
+    bytes.replace(8u << 20, 4096, SeededBytes(4096, 2));
+    WriteHostFile(model + "/sparse.bin", bytes);
+    const int fd = open(sparse.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 10 << 20), 0);
+    ASSERT_EQ(pwrite(fd, bytes.data() + (400 << 10), 12288, 400 << 10), 12288);
+    ASSERT_EQ(pwrite(fd, bytes.data() + (8 << 20), 4096, 8 << 20), 4096);
+    ASSERT_EQ(close(fd), 0);
+  }
+  CommandResult cp = RunUbtrfs({"cp", sparse, img + ":/sparse.bin"});
+  ASSERT_TRUE(cp.ok()) << cp.Describe();
+  {
+    auto fs = OpenWritable(img);
+    ASSERT_TRUE(fs);
+    ubtrfs::Filesystem& f = *fs;
+    auto make = [&](const std::string& name, const std::string& bytes) {
+      auto id = f.Create(f.Root(), name, ubtrfs::NewInode{0644});
+      EXPECT_TRUE(id.ok()) << name << ": " << id.status().ToString();
+      if (id.ok() && !bytes.empty()) {
+        EXPECT_TRUE(f.Write(*id, 0, SpanOf(bytes)).ok()) << name;
+      }
+      return id.ok() ? *id : ubtrfs::InodeId{};
+    };
+    // Past the end: a hole from 0 to 1 MiB + 100.
+    const auto past = make("past", "");
+    ASSERT_TRUE(f.Write(past, (1 << 20) + 100, SpanOf(SeededBytes(5000, 3))).ok());
+    std::string want(1 << 20, '\0');
+    WriteHostFile(model + "/past", want + std::string(100, '\0') + SeededBytes(5000, 3));
+    // Extended by truncates: a regular file, and an inline one.
+    const auto grown = make("grown", SeededBytes(70000, 4));
+    const auto tiny = make("tiny", "abc");
+    for (auto [id, size] : {std::pair(grown, uint64_t{3} << 20), std::pair(tiny, uint64_t{300000})}) {
+      ubtrfs::AttrChange ch;
+      ch.size = size;
+      ASSERT_TRUE(f.SetAttr(id, ch).ok());
+    }
+    want = SeededBytes(70000, 4);
+    want.resize(3u << 20, '\0');
+    WriteHostFile(model + "/grown", want);
+    want = "abc";
+    want.resize(300000, '\0');
+    WriteHostFile(model + "/tiny", want);
+    // A punched range in the middle of a file.
+    want = SeededBytes(1 << 20, 5);
+    const auto punched = make("punched", want);
+    ASSERT_TRUE(f.Fallocate(punched, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 65536, 262144).ok());
+    std::fill(want.begin() + 65536, want.begin() + 65536 + 262144, '\0');
+    WriteHostFile(model + "/punched", want);
+    // A clone of the punched file's first 512 KiB, hole included, past the
+    // end of another file.
+    const auto clone = make("clone", SeededBytes(8192, 6));
+    ASSERT_TRUE(f.Clone(punched, 0, clone, 1 << 20, 512 << 10).ok());
+    std::string c = SeededBytes(8192, 6);
+    c.resize(1 << 20, '\0');
+    WriteHostFile(model + "/clone", c + want.substr(0, 512 << 10));
+    ASSERT_TRUE(f.Commit().ok());
+    // A second transaction: the hole item of `grown` is cut by a write in it.
+    ASSERT_TRUE(f.Write(grown, 2 << 20, SpanOf(SeededBytes(4096, 7))).ok());
+    ASSERT_TRUE(f.Commit().ok());
+    want = SeededBytes(70000, 4);
+    want.resize(3u << 20, '\0');
+    want.replace(2 << 20, 4096, SeededBytes(4096, 7));
+    WriteHostFile(model + "/grown", want);
+  }
+  CommandResult ours = RunUbtrfs({"check", img});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  EXPECT_EQ(BtrfsCheck(img), "");
+  // Explicit hole items were written: the kernel's dump of the fs tree has them.
+  {
+    CommandResult dump = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "5", img});
+    ASSERT_TRUE(dump.ok()) << dump.Describe();
+    size_t holes = 0;
+    for (size_t at = dump.out.find("disk byte 0 nr 0"); at != std::string::npos;
+         at = dump.out.find("disk byte 0 nr 0", at + 1)) {
+      ++holes;
+    }
+    EXPECT_GE(holes, 7u);
+  }
+  std::string why;
+  if (LoopMountsAvailable(&why)) {
+    const std::string mnt = tmp.Sub("mnt0");
+    ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+    for (const char* name : {"sparse.bin", "past", "grown", "tiny", "punched", "clone"}) {
+      EXPECT_TRUE(ReadHostFile(mnt + "/" + name) == ReadHostFile(model + "/" + name)) << name;
+    }
+    EXPECT_EQ(m.Unmount(), "");
+  } else {
+    std::printf("kernel view not compared: loop mounts unavailable: %s\n", why.c_str());
+  }
+  std::vector<std::pair<std::string, std::string>> existing;
+  for (const char* name : {"sparse.bin", "past", "grown", "tiny", "punched", "clone"}) {
+    existing.emplace_back(name, ReadHostFile(model + "/" + name));
+  }
+  ExerciseImage(tmp, img, true, existing);
 }
 
 }  // namespace

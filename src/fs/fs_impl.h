@@ -71,6 +71,17 @@ inline FileExtentItem WholeExtentItem(uint64_t transid, uint8_t type, uint64_t b
   return fe;
 }
 
+// An explicit hole (disk_bytenr 0) of `len` bytes, as the kernel writes one
+// on images without no-holes (explicit_holes.cc).
+inline FileExtentItem HoleExtentItem(uint64_t transid, uint64_t len) {
+  FileExtentItem fe{};
+  fe.generation = transid;
+  fe.ram_bytes = len;
+  fe.type = kFileExtentReg;
+  fe.num_bytes = len;
+  return fe;
+}
+
 // A DIR_ITEM / XATTR_ITEM entry: the header, the name, then the data.
 inline std::vector<uint8_t> DirItemBytes(const Key& location, uint64_t transid, uint8_t type, std::string_view name,
                                   std::string_view data) {
@@ -952,8 +963,12 @@ class FilesystemImpl final : public Filesystem {
   // A cached record's item changed (its lock held): stamps it with this
   // transaction and marks it dirty for FlushInodes.
   void MarkChanged(inode::InodeRecord& r);
-  // Writes every changed cached inode item into its tree.
+  // Writes every changed cached inode item into its tree (on an image
+  // without no-holes, after filling the gaps of the regular files).
   Status FlushInodes();
+  // Explicit hole items over every gap in [0, size rounded up) of a regular
+  // file, for images without the no-holes feature (explicit_holes.cc).
+  Status FillHoles(InodeId file, uint64_t size);
   Result<uint64_t> NextIno(uint64_t root);
   Result<uint64_t> NextInoLocked(uint64_t root, uint64_t n);
   Result<uint64_t> NewIno(InodeId dir);

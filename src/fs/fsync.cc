@@ -441,11 +441,7 @@ Status FilesystemImpl::LogExtents(InodeId id, const InodeItem& ii, std::vector<s
     auto hole = [&](uint64_t from, uint64_t to) {
       to = std::min(to, size_end);
       if (from >= to) return;
-      FileExtentItem fe{};
-      fe.generation = transid;
-      fe.ram_bytes = to - from;
-      fe.type = kFileExtentReg;
-      fe.num_bytes = to - from;
+      const FileExtentItem fe = HoleExtentItem(transid, to - from);
       const auto* p = reinterpret_cast<const uint8_t*>(&fe);
       tree_log_->Put(id.root, Key{id.ino, kExtentDataKey, from}, std::vector<uint8_t>(p, p + sizeof fe));
     };

@@ -107,11 +107,6 @@ FilesystemImpl::~FilesystemImpl() {
 }
 
 Status FilesystemImpl::InitWrite() {
-  if (!(vol_->super().incompat_flags.get() & kIncompatNoHoles)) {
-    return Status::Unsupported(
-        "writing needs the no-holes feature (the mkfs.btrfs default since 5.15; `btrfstune -n` turns it on "
-        "for good, and every kernel since 3.14 mounts the result)");
-  }
   UB_ASSIGN_OR_RETURN(txn_, txn::TxnManager::Open(vol_.get()));
   subvols_ = std::make_unique<SubvolumeFlags>(vol_.get());
   txn_->set_concurrent(true);  // until an operation takes the trees to itself
@@ -258,6 +253,11 @@ Status FilesystemImpl::FlushInodes() {
   // 40,000 files written in a transaction are 40,000 searches otherwise,
   // while every other operation waits for the commit.
   const std::vector<inode::InodeRef> dirty = icache_.CollectDirty();
+  if (!(vol_->super().incompat_flags.get() & kIncompatNoHoles)) {
+    for (const inode::InodeRef& r : dirty) {
+      if (S_ISREG(r->item.mode.get())) UB_RETURN_IF_ERROR(FillHoles(InodeId{r->root, r->ino}, r->item.size.get()));
+    }
+  }
   std::vector<Key> keys;
   std::vector<std::span<const uint8_t>> items;
   for (size_t i = 0; i < dirty.size();) {
