@@ -5,7 +5,8 @@
 // - no free space tree: the v1 space cache the kernel wrote, or no cache at
 //   all. The first writable open builds the tree from the extent tree and
 //   drops the v1 cache, as the kernel's mount with space_cache=v2 does;
-// - no no-holes: explicit hole items wherever a file has no data.
+// - no no-holes: explicit hole items wherever a file has no data;
+// - no extended-iref: EMLINK once a file's names in a directory fill an item.
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/stat.h>
@@ -303,6 +304,49 @@ TEST(FreeSpaceTree, BuiltWhereThereWasNoCacheAtAll) {
   EXPECT_EQ(CountItems(img, "1", "(FREE_SPACE "), 0u);
   ExerciseImage(tmp, img, true);
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
+}
+
+// Without extended-iref (mkfs.btrfs before 3.12) the names of one file in
+// one directory live in one INODE_REF item: once it is full, a link fails
+// with EMLINK, as in the kernel, and nothing of it is left behind.
+TEST(ExtendedIref, OffImagesRefuseTheLinkThatDoesNotFit) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-noextref");
+  const std::string img = tmp.Sub("img");
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 256ull << 20, {"-O", "^extref"}), "");
+  const std::string stem(100, 'n');
+  size_t links = 0;
+  {
+    auto fs = OpenWritable(img);
+    ASSERT_TRUE(fs);
+    auto f = fs->Create(fs->Root(), stem + "0", ubtrfs::NewInode{0644});
+    ASSERT_TRUE(f.ok());
+    ubtrfs::Status st;
+    for (links = 1; links < 1000; ++links) {
+      st = fs->Link(*f, fs->Root(), stem + std::to_string(links));
+      if (!st.ok()) break;
+    }
+    EXPECT_EQ(st.code(), EMLINK) << st.ToString();
+    EXPECT_GT(links, 100u);
+    EXPECT_FALSE(fs->Lookup("/" + stem + std::to_string(links)).ok());
+    ASSERT_TRUE(fs->Commit().ok());
+  }
+  CommandResult ours = RunUbtrfs({"check", img});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  EXPECT_EQ(BtrfsCheck(img), "");
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel's view: " << why;
+  const std::string mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt), "");
+  struct stat st {};
+  ASSERT_EQ(stat((mnt + "/" + stem + "0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, links);
+  // The kernel finds the item as full.
+  EXPECT_NE(link((mnt + "/" + stem + "0").c_str(), (mnt + "/" + stem + "k").c_str()), 0);
+  EXPECT_EQ(errno, EMLINK);
+  EXPECT_EQ(m.Unmount(), "");
 }
 
 // An image as mkfs.btrfs made them before 5.15: no no-holes, no free space

@@ -397,6 +397,14 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   const uint64_t transid = txn_->transid();
   auto entry = DirItemBytes(Key{target.ino, kInodeItemKey, 0}, transid, ftype, name, {});
   if (entry.size() > w->MaxItemSize()) return Status::Error(ENAMETOOLONG, "entry too large");
+  if (new_inode == nullptr && !(vol_->super().incompat_flags.get() & kIncompatExtendedIref)) {
+    // Without extended-iref (mkfs.btrfs before 3.12) a full INODE_REF item
+    // has nowhere to grow: EMLINK, as the kernel says, before any change.
+    UB_ASSIGN_OR_RETURN(auto refs, tree::LookupItem(vol_->source(), tree, Key{target.ino, kInodeRefKey, dir.ino}));
+    if (refs && refs->size() + sizeof(InodeRef) + name.size() > w->MaxItemSize()) {
+      return Status::Error(EMLINK, "too many links to one file in one directory (the image has no extended-iref)");
+    }
+  }
 
   // DIR_ITEM by name hash. A directory with an index of its name hashes
   // (inode/delayed_dir_items.h) queues it when the hash is new; otherwise
