@@ -6,7 +6,8 @@
 //   all. The first writable open builds the tree from the extent tree and
 //   drops the v1 cache, as the kernel's mount with space_cache=v2 does;
 // - no no-holes: explicit hole items wherever a file has no data;
-// - no extended-iref: EMLINK once a file's names in a directory fill an item.
+// - no extended-iref: EMLINK once a file's names in a directory fill an item;
+// - no skinny-metadata: tree block items in the old EXTENT_ITEM form.
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/stat.h>
@@ -304,6 +305,68 @@ TEST(FreeSpaceTree, BuiltWhereThereWasNoCacheAtAll) {
   EXPECT_EQ(CountItems(img, "1", "(FREE_SPACE "), 0u);
   ExerciseImage(tmp, img, true);
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
+}
+
+// Without skinny-metadata (mkfs.btrfs before 3.18) a tree block's extent
+// item is an EXTENT_ITEM (bytenr, nodesize) with its level and first key
+// before the refs. New blocks are written in that form there, and a snapshot
+// (blocks shared, then copied with FULL_BACKREF) changes old items in place.
+// After `btrfstune -x` both forms live side by side: new blocks take the
+// skinny one and the old items are still found, changed and dropped.
+TEST(SkinnyMetadata, OffImagesKeepTheirFormAndConvertedOnesMixBoth) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  for (const bool converted : {false, true}) {
+    SCOPED_TRACE(converted ? "converted by btrfstune -x" : "without skinny-metadata");
+    TempDir tmp(converted ? "ubtrfs-skinny-x" : "ubtrfs-noskinny");
+    const std::string img = tmp.Sub("img");
+    const std::string src = tmp.Sub("seed");
+    ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+    TreeGenOptions gen = ScaledTreeOptions(300);
+    gen.devices = false;
+    GenerateTree(src, 5, gen);
+    // mkfs.btrfs 6.2 --rootdir keeps whole seconds of file times only.
+    ASSERT_EQ(MustRun({"sh", "-c", "find '" + src + "' -exec sh -c 'touch -h -d @$(stat -c %Y \"$1\") \"$1\"' _ {} \\;"}), "");
+    ASSERT_EQ(RunMkfs(img, src, 16384, "crc32c", 1ull << 30, {"-O", "^skinny-metadata"}), "");
+    const size_t old_items = CountItems(img, "extent", "EXTENT_ITEM 16384");
+    ASSERT_GT(old_items, 3u);
+    if (converted) {
+      CommandResult x = RunCommand({"btrfstune", "-x", img});
+      ASSERT_TRUE(x.ok()) << x.Describe();
+    }
+    {
+      auto fs = OpenWritable(img);
+      ASSERT_TRUE(fs);
+      auto snap = fs->CreateSnapshot(fs->Root(), fs->Root(), "snap", false);
+      ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+      ASSERT_TRUE(fs->Commit().ok());
+      // Writes on both sides of the snapshot: its shared blocks are copied.
+      auto f = fs->Create(fs->Root(), "after-snapshot", ubtrfs::NewInode{0644});
+      ASSERT_TRUE(f.ok());
+      ASSERT_TRUE(fs->Write(*f, 0, SpanOf(SeededBytes(300000, 8))).ok());
+      auto g = fs->Create(*snap, "in-snapshot", ubtrfs::NewInode{0644});
+      ASSERT_TRUE(g.ok());
+      ASSERT_TRUE(fs->Write(*g, 0, SpanOf(SeededBytes(5000, 9))).ok());
+      ASSERT_TRUE(fs->Commit().ok());
+    }
+    CommandResult ours = RunUbtrfs({"check", img});
+    EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+    EXPECT_EQ(BtrfsCheck(img), "");
+    const size_t skinny = CountItems(img, "extent", "METADATA_ITEM");
+    if (converted) {
+      EXPECT_GT(skinny, 0u) << "no block written in the skinny form";
+      EXPECT_GT(CountItems(img, "extent", "EXTENT_ITEM 16384"), 0u) << "every old item gone";
+    } else {
+      EXPECT_EQ(skinny, 0u) << "a skinny item on an image without the feature";
+      EXPECT_GT(CountItems(img, "extent", "EXTENT_ITEM 16384"), old_items);
+    }
+    std::vector<std::pair<std::string, std::string>> existing = {{"after-snapshot", SeededBytes(300000, 8)},
+                                                                 {"snap/in-snapshot", SeededBytes(5000, 9)}};
+    const std::string seed = tmp.Sub("seed-and-snapshot");
+    ASSERT_EQ(MustRun({"cp", "-a", src, seed}), "");
+    // The snapshot holds the seed and its own file: model it as a directory.
+    ASSERT_EQ(MustRun({"cp", "-a", src, seed + "/snap"}), "");
+    ExerciseImage(tmp, img, true, existing, seed, /*mib_scale=*/1);
+  }
 }
 
 // Without extended-iref (mkfs.btrfs before 3.12) the names of one file in

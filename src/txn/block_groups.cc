@@ -43,11 +43,11 @@ Status TxnManager::LoadBlockGroups() {
       if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
       const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
       const bool tree_block = ei->flags.get() & kExtentFlagTreeBlock;
-      if (tree_block && k.type == kExtentItemKey) {
-        return Status::Unsupported("writing to an image without skinny tree block references");
-      }
       if (tree_block) UB_RETURN_IF_ERROR(NoteExtentItemForCow(k, ei->refs.get(), ei->flags.get()));
       const uint64_t len = k.type == kMetadataItemKey ? nodesize : k.offset;
+      if (tree_block && k.type == kExtentItemKey && len != nodesize) {
+        return Status::Corrupt("extent tree: tree block item " + KeyToString(k) + " is not one node long");
+      }
       UB_RETURN_IF_ERROR(space_->MarkUsed(k.objectid, len).WithContext("extent tree item " + KeyToString(k)));
     } else if (k.type == kTreeBlockRefKey || k.type == kSharedBlockRefKey) {
       tree_ref_items_[k.objectid].push_back(k);  // a tree block's reference as an item of its own

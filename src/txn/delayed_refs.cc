@@ -94,9 +94,9 @@ Status TxnManager::DeleteTreeBlockItems(uint64_t bytenr, int level) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
   // Every copied block comes here: the context is built only on a failure.
   auto where = [&] { return "dropping tree block " + std::to_string(bytenr); };
-  if (Status st = ext->Delete(Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(level)}); !st.ok()) {
-    return st.WithContext(where());
-  }
+  Status st = ext->Delete(Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(level)});
+  if (st.code() == ENOENT) st = ext->Delete(OldTreeBlockKey(bytenr));  // a block from before skinny-metadata
+  if (!st.ok()) return st.WithContext(where());
   if (auto it = tree_ref_items_.find(bytenr); it != tree_ref_items_.end()) {
     for (const Key& k : it->second) {
       if (Status st = ext->Delete(k); !st.ok()) return st.WithContext(where());
@@ -108,10 +108,27 @@ Status TxnManager::DeleteTreeBlockItems(uint64_t bytenr, int level) {
 
 Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
-  const Key key = p.tree ? Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(p.level)}
-                         : Key{bytenr, kExtentItemKey, p.num_bytes};
+  // Without skinny-metadata a tree block's item is an EXTENT_ITEM with its
+  // level and first key after the header, as the kernel writes it there.
+  const bool old_form = p.tree && !skinny_metadata();
+  const Key key = !p.tree   ? Key{bytenr, kExtentItemKey, p.num_bytes}
+                  : old_form ? OldTreeBlockKey(bytenr)
+                             : Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(p.level)};
   auto where = [&] { return (p.tree ? "adding tree block " : "adding data extent ") + std::to_string(bytenr); };
-  std::vector<uint8_t> item(sizeof(ExtentItem));
+  const size_t refs_start = sizeof(ExtentItem) + (old_form ? sizeof(TreeBlockInfo) : 0);
+  std::vector<uint8_t> item(refs_start);
+  if (old_form) {
+    auto* info = reinterpret_cast<TreeBlockInfo*>(item.data() + sizeof(ExtentItem));
+    info->level = static_cast<uint8_t>(p.level);
+    // The key the block starts with now (the kernel's is the one it had when
+    // allocated; neither it nor btrfs check reads it back).
+    if (const tree::TreeBlock* b = dirty_->Peek(bytenr); b != nullptr && b->nritems() > 0) {
+      const Key first = b->key(0);
+      info->key.objectid = first.objectid;
+      info->key.type = first.type;
+      info->key.offset = first.offset;
+    }
+  }
   uint64_t owner = 0;
   if (!p.tree && simple_quotas()) {
     UB_ASSIGN_OR_RETURN(owner, NewDataOwner(p));
@@ -119,7 +136,7 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
       InlineRef o;
       o.type = kExtentOwnerRefKey;
       o.offset = owner;
-      InsertInlineRef(item, {}, sizeof(ExtentItem), o);
+      InsertInlineRef(item, {}, refs_start, o);
     }
   }
   uint64_t refs = 0;
@@ -130,8 +147,8 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
     if (delta > 1 && !IsDataRef(r.type)) return Status::Error(EIO, "internal: " + where() + ": a tree reference twice");
     refs += static_cast<uint64_t>(delta);
     if (item.size() + InlineSize(r.type) < max_item) {
-      UB_ASSIGN_OR_RETURN(auto have, ParseInlineRefs(item, sizeof(ExtentItem), key));
-      InsertInlineRef(item, have, sizeof(ExtentItem), AsInline(r, delta));
+      UB_ASSIGN_OR_RETURN(auto have, ParseInlineRefs(item, refs_start, key));
+      InsertInlineRef(item, have, refs_start, AsInline(r, delta));
       continue;
     }
     // Too many for the item: a ref item of its own (the first free hash slot
@@ -160,14 +177,22 @@ Status TxnManager::CreateExtent(uint64_t bytenr, const PendingExtent& p) {
 Status TxnManager::ApplyExtent(uint64_t bytenr, const PendingExtent& p) {
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * ext, Writer(kExtentTreeObjectid));
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot * ext_root, vol_->MutableRoot(kExtentTreeObjectid));
-  const Key key = p.tree ? Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(p.level)}
-                         : Key{bytenr, kExtentItemKey, p.num_bytes};
+  Key key = p.tree ? Key{bytenr, kMetadataItemKey, static_cast<uint64_t>(p.level)}
+                   : Key{bytenr, kExtentItemKey, p.num_bytes};
   const std::string where = (p.tree ? "tree block " : "data extent ") + std::to_string(bytenr);
   std::vector<uint8_t> item;
   std::vector<std::pair<Key, std::vector<uint8_t>>> keyed;  // the extent's ref items
+  bool old_form = false;
   {
     Cursor c(dirty_.get(), ext_root->ref);
     UB_RETURN_IF_ERROR(c.Seek(key));
+    if (p.tree && (!c.Valid() || c.key() != key)) {
+      // A block whose item predates skinny-metadata (any block of an image
+      // without it; on one converted by btrfstune -x, those not yet rewritten).
+      key = OldTreeBlockKey(bytenr);
+      old_form = true;
+      UB_RETURN_IF_ERROR(c.Seek(key));
+    }
     if (!c.Valid() || c.key() != key) return Status::Corrupt(where + ": no extent item " + KeyToString(key));
     item.assign(c.data().begin(), c.data().end());
     for (;;) {
@@ -179,8 +204,8 @@ Status TxnManager::ApplyExtent(uint64_t bytenr, const PendingExtent& p) {
       }
     }
   }
-  if (item.size() < sizeof(ExtentItem)) return Status::Corrupt(where + ": short extent item");
-  const size_t refs_start = sizeof(ExtentItem);
+  const size_t refs_start = sizeof(ExtentItem) + (old_form ? sizeof(TreeBlockInfo) : 0);
+  if (item.size() < refs_start) return Status::Corrupt(where + ": short extent item");
   const size_t max_item = (vol_->nodesize() - sizeof(Header)) / 16 - sizeof(Item);
   int64_t refs = static_cast<int64_t>(reinterpret_cast<ExtentItem*>(item.data())->refs.get());
   std::vector<Key> deleted;

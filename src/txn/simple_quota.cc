@@ -71,6 +71,9 @@ Status TxnManager::SquotaExtentDeleted(uint64_t bytenr, bool tree, int level, ui
     UB_ASSIGN_OR_RETURN(Volume::TreeRoot * ext, vol_->MutableRoot(kExtentTreeObjectid));
     const Key key{bytenr, kMetadataItemKey, static_cast<uint64_t>(level)};
     UB_ASSIGN_OR_RETURN(looked_up, tree::LookupItem(dirty_.get(), ext->ref, key));
+    if (!looked_up) {  // a block from before skinny-metadata
+      UB_ASSIGN_OR_RETURN(looked_up, tree::LookupItem(dirty_.get(), ext->ref, OldTreeBlockKey(bytenr)));
+    }
     if (!looked_up) return Status::Corrupt("extent tree: no item " + KeyToString(key));
     item = &*looked_up;
   }

@@ -42,12 +42,7 @@ Result<std::unique_ptr<TxnManager>> TxnManager::Open(Volume* vol, bool allow_log
 Status TxnManager::Load(bool allow_log) {
   const SuperBlock& sb = vol_->super();
   if (!vol_->writable()) return Status::Error(EROFS, "the image was opened read-only");
-  const uint64_t incompat = sb.incompat_flags.get(), ro = sb.compat_ro_flags.get();
-  if (!(incompat & kIncompatSkinnyMetadata)) {
-    return Status::Unsupported(
-        "writing needs skinny-metadata (the mkfs.btrfs default since 3.18; `btrfstune -x` turns it on, and the "
-        "kernel converts the old extent items as it rewrites them)");
-  }
+  const uint64_t ro = sb.compat_ro_flags.get();
   const bool fst_valid = (ro & kCompatRoFreeSpaceTree) && (ro & kCompatRoFreeSpaceTreeValid);
   if (ro & kCompatRoBlockGroupTree) {
     // The kernel refuses this combination too: its block groups could not be

@@ -272,6 +272,13 @@ class TxnManager final : public tree::BlockAllocator {
   // extent's space and checksums released).
   Status ApplyExtent(uint64_t bytenr, const PendingExtent& p);
   Status CreateExtent(uint64_t bytenr, const PendingExtent& p);
+  // Images without skinny-metadata (mkfs.btrfs before 3.18) keep a tree
+  // block's references in an EXTENT_ITEM (bytenr, nodesize) whose body has
+  // a TreeBlockInfo before the inline refs; converted ones may hold both forms.
+  bool skinny_metadata() const { return vol_->super().incompat_flags.get() & format::kIncompatSkinnyMetadata; }
+  format::Key OldTreeBlockKey(uint64_t bytenr) const {
+    return format::Key{bytenr, format::kExtentItemKey, vol_->nodesize()};
+  }
   // Deletes a tree block's METADATA_ITEM and any keyed ref items of it.
   Status DeleteTreeBlockItems(uint64_t bytenr, int level);
   // A committed tree block shared between trees or referenced by parent:
