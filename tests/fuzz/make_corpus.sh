@@ -63,6 +63,12 @@ truncate -s 128M "$tmp/progs_4k_crc32c"
 mk progs_4k_crc32c mkfs.btrfs -q -f -n 4096 --csum crc32c --rootdir "$src" "$tmp/progs_4k_crc32c"
 truncate -s 128M "$tmp/progs_16k_blake2_single"
 mk progs_16k_blake2_single mkfs.btrfs -q -f -n 16384 --csum blake2 -m single --rootdir "$src" "$tmp/progs_16k_blake2_single"
+# The format of mkfs.btrfs before 3.12: no no-holes (explicit hole items),
+# no skinny-metadata (old tree block extent items), no extended-iref, no
+# free space tree (the writable open builds one).
+truncate -s 128M "$tmp/progs_4k_old_format"
+mk progs_4k_old_format mkfs.btrfs -q -f -n 4096 -O ^no-holes,^skinny-metadata,^extref -R ^free-space-tree \
+  --rootdir "$src" "$tmp/progs_4k_old_format"
 
 # Kernel-written: compressed extents (zstd, zlib, lzo), an inline compressed
 # file, a deleted file, written through a loop mount.
