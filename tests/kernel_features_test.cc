@@ -307,6 +307,32 @@ TEST(FreeSpaceTree, BuiltWhereThereWasNoCacheAtAll) {
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
 }
 
+// A seed device (btrfstune -S 1): the kernel mounts it read-only, and so
+// ubtrfs reads it and refuses to write, saying why.
+TEST(SeedDevice, IsReadAndNotWritten) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-seed");
+  const std::string img = tmp.Sub("img"), src = tmp.Sub("src");
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  WriteHostFile(src + "/f", SeededBytes(200000, 4));
+  ASSERT_EQ(RunMkfs(img, src, 16384, "crc32c", 256ull << 20), "");
+  CommandResult seed = RunCommand({"btrfstune", "-S", "1", img});
+  ASSERT_TRUE(seed.ok()) << seed.Describe();
+  CommandResult ours = RunUbtrfs({"check", img});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  {
+    auto fs = ubtrfs::Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    EXPECT_TRUE(ReadImageFile(**fs, "/f") == SeededBytes(200000, 4));
+  }
+  ubtrfs::OpenOptions o;
+  o.writable = true;
+  auto w = ubtrfs::Filesystem::Open(img, o);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), EROFS);
+  EXPECT_NE(w.status().ToString().find("seed device"), std::string::npos) << w.status().ToString();
+}
+
 // Without skinny-metadata (mkfs.btrfs before 3.18) a tree block's extent
 // item is an EXTENT_ITEM (bytenr, nodesize) with its level and first key
 // before the refs. New blocks are written in that form there, and a snapshot

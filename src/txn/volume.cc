@@ -122,7 +122,11 @@ Status Volume::CheckFeatures() {
                            std::to_string(super_.num_devices.get()));
   }
   const uint64_t flags = super_.flags.get();
-  if (flags & kSuperFlagSeeding) return Status::Unsupported("seed device");
+  if ((flags & kSuperFlagSeeding) && options_.writable) {
+    // As the kernel, which mounts a seed read-only: its changes go to a
+    // sprouted device (btrfs device add), which ubtrfs does not make.
+    return Status::Error(EROFS, "a seed device is read-only (btrfstune -S 0 makes it writable)");
+  }
   if (flags & (kSuperFlagChangingFsid | kSuperFlagChangingFsidV2)) {
     return Status::Unsupported("an fsid change was interrupted on this filesystem (run btrfstune)");
   }
