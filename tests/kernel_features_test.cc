@@ -7,7 +7,9 @@
 //   drops the v1 cache, as the kernel's mount with space_cache=v2 does;
 // - no no-holes: explicit hole items wherever a file has no data;
 // - no extended-iref: EMLINK once a file's names in a directory fill an item;
-// - no skinny-metadata: tree block items in the old EXTENT_ITEM form.
+// - no skinny-metadata: tree block items in the old EXTENT_ITEM form;
+// - seed devices (read-only) and filesystems sprouted from them (read with
+//   their seed).
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/stat.h>
@@ -331,6 +333,54 @@ TEST(SeedDevice, IsReadAndNotWritten) {
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), EROFS);
   EXPECT_NE(w.status().ToString().find("seed device"), std::string::npos) << w.status().ToString();
+}
+
+// A filesystem the kernel sprouted from a seed (btrfs device add on the
+// mounted seed, then writes): read with its seed named beside it, in either
+// order; refused for writing (EROFS), and a wrong seed refused by its fsid.
+TEST(SeedDevice, ASproutIsReadWithItsSeed) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel sprouts the filesystem: " << why;
+  TempDir tmp("ubtrfs-sprout");
+  const std::string seed = tmp.Sub("seed"), sprout = tmp.Sub("sprout"), other = tmp.Sub("other");
+  const std::string src = tmp.Sub("src"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  WriteHostFile(src + "/f", SeededBytes(200000, 4));
+  for (const std::string& img : {seed, other}) {
+    ASSERT_EQ(RunMkfs(img, src, 16384, "crc32c", 256ull << 20), "");
+    CommandResult s = RunCommand({"btrfstune", "-S", "1", img});
+    ASSERT_TRUE(s.ok()) << s.Describe();
+  }
+  ASSERT_EQ(MustRun({"truncate", "-s", "256M", sprout}), "");
+  // $0 the seed, $1 the mount point; the sprout's loop device goes away
+  // whatever fails.
+  const std::string script =
+      "d=$(losetup -f --show '" + sprout + "') || exit 1; ok=0; "
+      "if mount -o loop,ro \"$0\" \"$1\"; then "
+      "btrfs device add -f $d \"$1\" >/dev/null && mount -o remount,rw \"$1\" && "
+      "printf 'on the sprout\\n' > \"$1\"/new && ok=1; umount \"$1\"; fi; losetup -d $d; [ $ok = 1 ]";
+  CommandResult k = RunCommand({"sh", "-c", script, seed, mnt});
+  if (!k.ok()) GTEST_SKIP() << "the kernel did not sprout the seed: " << k.Describe();
+  for (const std::string& devs : {sprout + "," + seed, seed + "," + sprout}) {
+    SCOPED_TRACE(devs);
+    CommandResult ours = RunUbtrfs({"check", devs});
+    EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+    CommandResult f = RunUbtrfs({"cat", devs + ":/f"});
+    EXPECT_TRUE(f.ok() && f.out == SeededBytes(200000, 4)) << f.err;
+    CommandResult n = RunUbtrfs({"cat", devs + ":/new"});
+    EXPECT_EQ(n.out, "on the sprout\n") << n.err;
+    CommandResult w = RunUbtrfs({"mkdir", devs + ":/d"});
+    EXPECT_FALSE(w.ok());
+    EXPECT_NE(w.err.find("sprouted from a seed device is opened read-only"), std::string::npos) << w.err;
+  }
+  CommandResult alone = RunUbtrfs({"ls", sprout});
+  EXPECT_NE(alone.err.find("is the seed device this filesystem was sprouted from"), std::string::npos) << alone.err;
+  CommandResult wrong = RunUbtrfs({"ls", sprout + "," + other});
+  EXPECT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.err.find("not the one device 1 of this filesystem was sprouted from"), std::string::npos)
+      << wrong.err;
 }
 
 // Without skinny-metadata (mkfs.btrfs before 3.18) a tree block's extent

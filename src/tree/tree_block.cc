@@ -25,7 +25,9 @@ Status VerifyTreeBlock(std::span<const uint8_t> bytes, const TreeParams& params,
   if (h.bytenr.get() != check.bytenr) {
     return Status::Corrupt(where + ": header bytenr is " + std::to_string(h.bytenr.get()));
   }
-  if (std::memcmp(h.fsid, params.fsid, kFsidSize) != 0) {
+  if (std::memcmp(h.fsid, params.fsid, kFsidSize) != 0 &&
+      std::none_of(params.seed_fsids.begin(), params.seed_fsids.end(),
+                   [&](const auto& f) { return std::memcmp(h.fsid, f.data(), kFsidSize) == 0; })) {
     return Status::Corrupt(where + ": fsid " + UuidToString(h.fsid) + " does not match the filesystem");
   }
   if (h.level >= kMaxLevel) return Status::Corrupt(where + ": level " + std::to_string(h.level) + " is too high");

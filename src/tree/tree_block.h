@@ -4,6 +4,7 @@
 #ifndef UBTRFS_TREE_TREE_BLOCK_H_
 #define UBTRFS_TREE_TREE_BLOCK_H_
 
+#include <array>
 #include <cstdint>
 #include <atomic>
 #include <memory>
@@ -27,6 +28,9 @@ struct TreeParams {
   uint32_t nodesize = 0;
   uint16_t csum_type = 0;
   uint8_t fsid[format::kFsidSize] = {};  // the metadata fsid
+  // A filesystem sprouted from seed devices also reads the blocks the seeds
+  // wrote, which carry the seed's fsid (as the kernel's check_tree_block_fsid).
+  std::vector<std::array<uint8_t, format::kFsidSize>> seed_fsids;
 };
 
 // What the referrer (a parent pointer or the superblock) says the block is.

@@ -69,20 +69,36 @@ Status Volume::LoadDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs) {
     UB_ASSIGN_OR_RETURN(SuperChoice sc, ReadSuperblock(*devs[i]));
     supers.push_back(sc);
   }
-  // The first device names the filesystem; the newest superblock among the
-  // members is the one to follow (the kernel's latest_dev).
-  size_t best = 0;
+  // The first device that is not a seed names the filesystem (a seed alone
+  // is a filesystem of its own); the newest superblock among its members is
+  // the one to follow (the kernel's latest_dev). A seed device of another
+  // fsid is taken as the seed it was sprouted from; CheckDevices holds it
+  // to the sprout's DEV_ITEM.
+  auto is_seed = [&](size_t i) { return (supers[i].sb.flags.get() & kSuperFlagSeeding) != 0; };
+  size_t named = 0;
+  while (named < devs.size() && is_seed(named)) ++named;
+  if (named == devs.size()) named = 0;
+  const SuperBlock& fs_sb = supers[named].sb;
+  size_t best = named;
+  std::vector<bool> seed(devs.size(), false);
   for (size_t i = 0; i < devs.size(); ++i) {
     const SuperBlock& sb = supers[i].sb;
-    if (std::memcmp(sb.fsid, supers[0].sb.fsid, kFsidSize) != 0) {
-      return Status::Invalid(devs[i]->Name() + " belongs to another filesystem (fsid " + UuidToString(sb.fsid) +
-                             ", not " + UuidToString(supers[0].sb.fsid) + ")");
+    if (std::memcmp(sb.fsid, fs_sb.fsid, kFsidSize) != 0) {
+      if (!is_seed(i)) {
+        return Status::Invalid(devs[i]->Name() + " belongs to another filesystem (fsid " + UuidToString(sb.fsid) +
+                               ", not " + UuidToString(fs_sb.fsid) + ")");
+      }
+      seed[i] = true;
+      std::array<uint8_t, kFsidSize> f;
+      std::memcpy(f.data(), MetadataFsid(sb), kFsidSize);
+      seeds_[sb.dev_item.devid.get()] = f;
+      continue;
     }
     if (sb.generation.get() > supers[best].sb.generation.get()) best = i;
   }
   for (size_t i = 0; i < devs.size(); ++i) {
     const uint64_t gen = supers[i].sb.generation.get(), newest = supers[best].sb.generation.get();
-    if (gen < newest) {
+    if (!seed[i] && gen < newest) {
       warnings_.push_back(devs[i]->Name() + " (device " + std::to_string(supers[i].sb.dev_item.devid.get()) +
                           ") was last written at generation " + std::to_string(gen) + ", older than " +
                           std::to_string(newest) + ": blocks it holds may be stale (other copies are used)");
@@ -165,6 +181,7 @@ Status Volume::LoadChunks() {
   params.nodesize = nodesize();
   params.csum_type = csum_type();
   std::memcpy(params.fsid, MetadataFsid(super_), kFsidSize);
+  for (const auto& [devid, fsid] : seeds_) params.seed_fsids.push_back(fsid);
   reader_ = std::make_unique<tree::BlockReader>(io_.get(), params, options_.node_cache_bytes);
 
   tree::Cursor c(reader_.get(), chunk_tree());
@@ -200,8 +217,27 @@ Status Volume::CheckDevices() {
                              ", which the filesystem does not list (a device removed from it?)");
     }
   }
+  // A sprouted filesystem lists its seed devices under their own fsid.
+  bool sprouted = false;
   for (const auto& [devid, item] : dev_items_) {
-    if (!devs_->Has(devid)) missing_.push_back(devid);
+    const bool of_seed = std::memcmp(item.fsid, super_.fsid, kFsidSize) != 0;
+    sprouted |= of_seed;
+    auto given = seeds_.find(devid);
+    if (given != seeds_.end() && (!of_seed || std::memcmp(item.fsid, given->second.data(), kFsidSize) != 0)) {
+      return Status::Invalid(devs_->Get(devid)->Name() + " is a seed device (fsid " + UuidToString(given->second.data()) +
+                             "), but not the one device " + std::to_string(devid) + " of this filesystem was sprouted from");
+    }
+    if (!devs_->Has(devid)) {
+      missing_.push_back(devid);
+      if (of_seed) {
+        warnings_.push_back("device " + std::to_string(devid) + " is the seed device this filesystem was sprouted "
+                            "from (fsid " + UuidToString(item.fsid) + "): name it with the others (IMG,SEED)");
+      }
+    }
+  }
+  if (sprouted && options_.writable) {
+    return Status::Error(EROFS, "a filesystem sprouted from a seed device is opened read-only (ubtrfs writes no "
+                                "sprout; the kernel does, with the seed mounted)");
   }
   for (const auto& [logical, ci] : chunks_->chunks()) {
     for (const alloc::StripeLoc& s : ci.stripes) {

@@ -6,6 +6,7 @@
 #define UBTRFS_TXN_VOLUME_H_
 
 #include <functional>
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -157,6 +158,9 @@ class Volume {
   std::unique_ptr<alloc::ChunkIo> io_;
   std::map<uint64_t, format::DevItem> dev_items_;
   std::vector<uint64_t> missing_;
+  // Seed devices given with a filesystem sprouted from them: devid -> the
+  // fsid of the seed (its own superblock's; the sprout's DEV_ITEM says it).
+  std::map<uint64_t, std::array<uint8_t, format::kFsidSize>> seeds_;
   VolumeOptions options_;
   format::SuperBlock super_{};
   std::mutex super_mu_;  // SuperLock()
