@@ -397,7 +397,7 @@ TEST(SkinnyMetadata, OffImagesKeepTheirFormAndConvertedOnesMixBoth) {
     const std::string img = tmp.Sub("img");
     const std::string src = tmp.Sub("seed");
     ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
-    TreeGenOptions gen = ScaledTreeOptions(300);
+    TreeGenOptions gen = ScaledTreeOptions(120);
     gen.devices = false;
     GenerateTree(src, 5, gen);
     // mkfs.btrfs 6.2 --rootdir keeps whole seconds of file times only.
@@ -435,6 +435,9 @@ TEST(SkinnyMetadata, OffImagesKeepTheirFormAndConvertedOnesMixBoth) {
       EXPECT_EQ(skinny, 0u) << "a skinny item on an image without the feature";
       EXPECT_GT(CountItems(img, "extent", "EXTENT_ITEM 16384"), old_items);
     }
+    // The kernel's writes and ubtrfs's after them, once: the old form is
+    // what differs from every other image these tests exercise.
+    if (converted) continue;
     std::vector<std::pair<std::string, std::string>> existing = {{"after-snapshot", SeededBytes(300000, 8)},
                                                                  {"snap/in-snapshot", SeededBytes(5000, 9)}};
     const std::string seed = tmp.Sub("seed-and-snapshot");
@@ -601,7 +604,7 @@ TEST(NoHoles, OffImagesTakeWritesWithHoleItems) {
   for (const char* name : {"sparse.bin", "past", "grown", "tiny", "punched", "clone"}) {
     existing.emplace_back(name, ReadHostFile(model + "/" + name));
   }
-  ExerciseImage(tmp, img, true, existing);
+  ExerciseImage(tmp, img, true, existing, "", /*mib_scale=*/1);
 }
 
 }  // namespace
