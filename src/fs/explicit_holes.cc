@@ -29,7 +29,6 @@ Status FilesystemImpl::FillHoles(InodeId file, uint64_t size) {
   struct Gap {
     uint64_t from, to;
     std::optional<Key> grow;  // a hole item ending at `from`
-    uint64_t grow_len = 0;
   };
   std::vector<Gap> gaps;
   {
@@ -38,44 +37,39 @@ Status FilesystemImpl::FillHoles(InodeId file, uint64_t size) {
     UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kExtentDataKey, 0}));
     uint64_t pos = 0;
     std::optional<Key> last_hole;  // the item before `pos`, when it is a hole ending there
-    uint64_t last_hole_len = 0;
     for (; c.Valid();) {
       const Key k = c.key();
       if (k.objectid != file.ino || k.type != kExtentDataKey || k.offset >= end) break;
-      if (k.offset > pos) gaps.push_back(Gap{pos, k.offset, last_hole, last_hole_len});
+      if (k.offset > pos) gaps.push_back(Gap{pos, k.offset, last_hole});
       const auto d = c.data();
       if (d.size() < kFileExtentInlineDataStart) return Status::Corrupt(InodeName(file) + ": short extent item");
       const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
-      uint64_t len;
       bool hole = false;
-      if (fe->type == kFileExtentInline) {
-        len = (fe->ram_bytes.get() + ss - 1) / ss * ss;
-      } else {
+      if (fe->type != kFileExtentInline) {
         if (d.size() < sizeof(FileExtentItem)) return Status::Corrupt(InodeName(file) + ": short extent item");
-        len = fe->num_bytes.get();
         hole = fe->disk_bytenr.get() == 0 && fe->type == kFileExtentReg && fe->offset.get() == 0;
       }
-      const uint64_t e = k.offset + len;
+      const uint64_t e = FileExtentEnd(k, d, ss);
       if (e >= pos) {
         last_hole = hole ? std::optional<Key>(k) : std::nullopt;
-        last_hole_len = len;
         pos = e;
       }
       UB_RETURN_IF_ERROR(c.Next());
     }
-    if (pos < end) gaps.push_back(Gap{pos, end, last_hole, last_hole_len});
+    if (pos < end) gaps.push_back(Gap{pos, end, last_hole});
   }
   if (gaps.empty()) return Status::Ok();
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(file.root));
   for (const Gap& g : gaps) {
-    const FileExtentItem fe = HoleExtentItem(txn_->transid(), (g.grow ? g.grow_len : 0) + (g.to - g.from));
+    const uint64_t start = g.grow ? g.grow->offset : g.from;
+    const FileExtentItem fe = HoleExtentItem(txn_->transid(), g.to - start);
     const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(&fe), sizeof fe);
     if (g.grow) {
       UB_RETURN_IF_ERROR(w->Update(*g.grow, bytes));
     } else {
       UB_RETURN_IF_ERROR(w->Insert(Key{file.ino, kExtentDataKey, g.from}, bytes));
     }
-    NoteExtentRange(file, g.grow ? g.grow->offset : g.from, g.to, /*new_inode=*/false);
+    NoteExtentRange(file, start, g.to, /*new_inode=*/false);
   }
   return Status::Ok();
 }

@@ -82,6 +82,18 @@ inline FileExtentItem HoleExtentItem(uint64_t transid, uint64_t len) {
   return fe;
 }
 
+// Where a file extent item's range ends: an inline extent covers its bytes
+// rounded up to a sector, as btrfs check and the kernel count it; an item
+// too short to say covers one sector.
+inline uint64_t FileExtentEnd(const Key& k, std::span<const uint8_t> d, uint32_t ss) {
+  if (d.size() < kFileExtentInlineDataStart) return k.offset + ss;
+  const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
+  if (fe->type == kFileExtentInline || d.size() < sizeof(FileExtentItem)) {
+    return k.offset + (fe->ram_bytes.get() + ss - 1) / ss * ss;
+  }
+  return k.offset + fe->num_bytes.get();
+}
+
 // A DIR_ITEM / XATTR_ITEM entry: the header, the name, then the data.
 inline std::vector<uint8_t> DirItemBytes(const Key& location, uint64_t transid, uint8_t type, std::string_view name,
                                   std::string_view data) {

@@ -383,14 +383,7 @@ Status FilesystemImpl::LogExtents(InodeId id, const InodeItem& ii, std::vector<s
   // A logged item that reaches outside a range widens it: it goes, and
   // what the tree has over all of it is logged again. Only the items at
   // either end of a range can reach outside it (logged items never overlap).
-  auto extent_end = [&](const Key& k, const std::vector<uint8_t>& d) -> uint64_t {
-    if (d.size() < kFileExtentInlineDataStart) return k.offset + ss;
-    const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
-    if (fe->type == kFileExtentInline || d.size() < sizeof(FileExtentItem)) {
-      return k.offset + (fe->ram_bytes.get() + ss - 1) / ss * ss;
-    }
-    return k.offset + fe->num_bytes.get();
-  };
+  auto extent_end = [&](const Key& k, const std::vector<uint8_t>& d) { return FileExtentEnd(k, d, ss); };
   for (auto& [s, e] : merged) {
     if (auto before = tree_log_->ItemAtOrBefore(id.root, Key{id.ino, kExtentDataKey, s})) {
       if (extent_end(before->first, *before->second) > s) {
