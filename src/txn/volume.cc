@@ -80,25 +80,24 @@ Status Volume::LoadDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs) {
   if (named == devs.size()) named = 0;
   const SuperBlock& fs_sb = supers[named].sb;
   size_t best = named;
-  std::vector<bool> seed(devs.size(), false);
+  auto member = [&](size_t i) { return std::memcmp(supers[i].sb.fsid, fs_sb.fsid, kFsidSize) == 0; };
   for (size_t i = 0; i < devs.size(); ++i) {
     const SuperBlock& sb = supers[i].sb;
-    if (std::memcmp(sb.fsid, fs_sb.fsid, kFsidSize) != 0) {
+    if (!member(i)) {
       if (!is_seed(i)) {
         return Status::Invalid(devs[i]->Name() + " belongs to another filesystem (fsid " + UuidToString(sb.fsid) +
                                ", not " + UuidToString(fs_sb.fsid) + ")");
       }
-      seed[i] = true;
-      std::array<uint8_t, kFsidSize> f;
-      std::memcpy(f.data(), MetadataFsid(sb), kFsidSize);
-      seeds_[sb.dev_item.devid.get()] = f;
+      Seed& s = seeds_[sb.dev_item.devid.get()];
+      std::memcpy(s.fsid.data(), sb.fsid, kFsidSize);
+      std::memcpy(s.metadata_fsid.data(), MetadataFsid(sb), kFsidSize);
       continue;
     }
     if (sb.generation.get() > supers[best].sb.generation.get()) best = i;
   }
   for (size_t i = 0; i < devs.size(); ++i) {
     const uint64_t gen = supers[i].sb.generation.get(), newest = supers[best].sb.generation.get();
-    if (!seed[i] && gen < newest) {
+    if (member(i) && gen < newest) {
       warnings_.push_back(devs[i]->Name() + " (device " + std::to_string(supers[i].sb.dev_item.devid.get()) +
                           ") was last written at generation " + std::to_string(gen) + ", older than " +
                           std::to_string(newest) + ": blocks it holds may be stale (other copies are used)");
@@ -181,7 +180,7 @@ Status Volume::LoadChunks() {
   params.nodesize = nodesize();
   params.csum_type = csum_type();
   std::memcpy(params.fsid, MetadataFsid(super_), kFsidSize);
-  for (const auto& [devid, fsid] : seeds_) params.seed_fsids.push_back(fsid);
+  for (const auto& [devid, seed] : seeds_) params.seed_fsids.push_back(seed.metadata_fsid);
   reader_ = std::make_unique<tree::BlockReader>(io_.get(), params, options_.node_cache_bytes);
 
   tree::Cursor c(reader_.get(), chunk_tree());
@@ -223,8 +222,9 @@ Status Volume::CheckDevices() {
     const bool of_seed = std::memcmp(item.fsid, super_.fsid, kFsidSize) != 0;
     sprouted |= of_seed;
     auto given = seeds_.find(devid);
-    if (given != seeds_.end() && (!of_seed || std::memcmp(item.fsid, given->second.data(), kFsidSize) != 0)) {
-      return Status::Invalid(devs_->Get(devid)->Name() + " is a seed device (fsid " + UuidToString(given->second.data()) +
+    if (given != seeds_.end() && (!of_seed || std::memcmp(item.fsid, given->second.fsid.data(), kFsidSize) != 0)) {
+      return Status::Invalid(devs_->Get(devid)->Name() + " is a seed device (fsid " +
+                             UuidToString(given->second.fsid.data()) +
                              "), but not the one device " + std::to_string(devid) + " of this filesystem was sprouted from");
     }
     if (!devs_->Has(devid)) {

@@ -158,9 +158,13 @@ class Volume {
   std::unique_ptr<alloc::ChunkIo> io_;
   std::map<uint64_t, format::DevItem> dev_items_;
   std::vector<uint64_t> missing_;
-  // Seed devices given with a filesystem sprouted from them: devid -> the
-  // fsid of the seed (its own superblock's; the sprout's DEV_ITEM says it).
-  std::map<uint64_t, std::array<uint8_t, format::kFsidSize>> seeds_;
+  // Seed devices given with a filesystem sprouted from them, by devid: the
+  // seed's fsid (the sprout's DEV_ITEM names it) and the fsid its blocks
+  // carry (its metadata uuid, when it has one).
+  struct Seed {
+    std::array<uint8_t, format::kFsidSize> fsid, metadata_fsid;
+  };
+  std::map<uint64_t, Seed> seeds_;
   VolumeOptions options_;
   format::SuperBlock super_{};
   std::mutex super_mu_;  // SuperLock()
