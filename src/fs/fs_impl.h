@@ -37,6 +37,7 @@
 #include "io/undo_device.h"
 #include "log/tree_log.h"
 #include "stats/stats.h"
+#include "txn/clock.h"
 #include "txn/space_reserve.h"
 #include "txn/super_info.h"
 #include "txn/transaction.h"
@@ -92,6 +93,19 @@ inline uint64_t FileExtentEnd(const Key& k, std::span<const uint8_t> d, uint32_t
     return k.offset + (fe->ram_bytes.get() + ss - 1) / ss * ss;
   }
   return k.offset + fe->num_bytes.get();
+}
+
+// Inode timestamps come from the coarse clock, as the kernel's current_time()
+// does (tick resolution): reading it costs no time-stamp-counter read, and
+// every create reads it twice (the inode, its directory).
+inline Time Now() {
+  const timespec ts = txn::WallClock(/*coarse=*/true);
+  return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
+}
+
+inline void SetTime(Timespec& ts, const Time& t) {
+  ts.sec = static_cast<uint64_t>(t.sec);
+  ts.nsec = t.nsec;
 }
 
 // A DIR_ITEM / XATTR_ITEM entry: the header, the name, then the data.
@@ -241,6 +255,24 @@ class FilesystemImpl final : public Filesystem {
   // The entry `name` in `dir` for subvolume `id` (DIR_ITEM, DIR_INDEX,
   // ROOT_REF/ROOT_BACKREF) and its UUID tree item.
   Status LinkSubvolume(InodeId dir, std::string_view name, uint64_t id, const uint8_t (&uuid)[16]);
+  // Deletes subvolume `target`, named `name` in `dir`: its entry now, its
+  // tree to the end (committing between steps).
+  Status RemoveSubvolume(InodeId dir, std::string_view name, InodeId target);
+  // subvolume_entries.cc: entries that name subvolumes, under rmdir and
+  // rename. What a directory entry names: an inode of the directory's own
+  // tree, the top of another subvolume, or a snapshot's empty stub of a
+  // nested subvolume (an entry without a matching ROOT_REF).
+  enum class EntryKind { kInode, kSubvolume, kStub };
+  static EntryKind KindOf(InodeId dir, InodeId target);
+  // DIR_ITEM, DIR_INDEX and the ROOT_REF/ROOT_BACKREF pair; the UUID tree
+  // is the caller's.
+  Status LinkSubvolumeEntry(InodeId dir, std::string_view name, uint64_t id);
+  Status UnlinkSubvolumeEntry(InodeId dir, std::string_view name, uint64_t id);
+  Status RemoveStubEntry(InodeId dir, std::string_view name, InodeId stub);
+  Status RmdirSubvolumeEntry(InodeId dir, std::string_view name, InodeId target);
+  // A rename where either side names a subvolume or a stub.
+  Status RenameSubvolumeEntry(InodeId old_dir, std::string_view old_name, InodeId src, InodeId new_dir,
+                              std::string_view new_name, std::optional<InodeId> dst, unsigned flags);
   // The next free subvolume id (never one this view deleted).
   Result<uint64_t> NewSubvolumeId();
   uint64_t min_subvol_id_ = 0;

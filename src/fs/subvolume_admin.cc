@@ -20,16 +20,6 @@ using namespace ubtrfs::format;
 
 namespace {
 
-std::vector<uint8_t> RootRefBytes(uint64_t dirid, uint64_t index, std::string_view name) {
-  std::vector<uint8_t> b(sizeof(RootRef) + name.size());
-  auto* rr = reinterpret_cast<RootRef*>(b.data());
-  rr->dirid = dirid;
-  rr->sequence = index;
-  rr->name_len = static_cast<uint16_t>(name.size());
-  std::memcpy(b.data() + sizeof(RootRef), name.data(), name.size());
-  return b;
-}
-
 Key UuidKey(const uint8_t* uuid, uint8_t type) {
   return Key{LoadLe<uint64_t>(uuid), type, LoadLe<uint64_t>(uuid + 8)};
 }
@@ -101,19 +91,7 @@ Status FilesystemImpl::CheckNewSubvolumeEntry(InodeId dir, std::string_view name
 }
 
 Status FilesystemImpl::LinkSubvolume(InodeId dir, std::string_view name, uint64_t id, const uint8_t (&uuid)[16]) {
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
-  auto entry = DirItemBytes(Key{id, kRootItemKey, UINT64_MAX}, txn_->transid(), kFtDir, name, {});
-  const uint32_t hash = static_cast<uint32_t>(NameHash(name));
-  UB_RETURN_IF_ERROR(FlushDirItems(dir));
-  dir_items_->NoteInserted(dir.root, dir.ino, hash);
-  UB_RETURN_IF_ERROR(InsertDirItem(w, dir, hash, entry));
-  UB_ASSIGN_OR_RETURN(uint64_t index, NextDirIndex(dir));
-  UB_RETURN_IF_ERROR(w->Insert(Key{dir.ino, kDirIndexKey, index}, entry));
-  const auto ref = RootRefBytes(dir.ino, index, name);
-  UB_RETURN_IF_ERROR(rootw->Insert(Key{dir.root, kRootRefKey, id}, ref));
-  UB_RETURN_IF_ERROR(rootw->Insert(Key{id, kRootBackrefKey, dir.root}, ref));
-  UB_RETURN_IF_ERROR(TouchDir(dir, 2 * static_cast<int64_t>(name.size())));
+  UB_RETURN_IF_ERROR(LinkSubvolumeEntry(dir, name, id));
   // The UUID tree finds subvolumes by uuid (send/receive). An image
   // without one gets it from the kernel's next mount, which rescans.
   if (!vol_->FindRoot(kUuidTreeObjectid).ok()) return Status::Ok();
@@ -219,50 +197,44 @@ Status FilesystemImpl::DeleteSubvolume(InodeId dir, std::string_view name) {
   return Change({dir}, txn::ReserveFor::kDelete, kItemsPerDeleteSubvol, [&]() -> Status {
     UB_RETURN_IF_ERROR(CheckName(name));
     UB_ASSIGN_OR_RETURN(InodeId target, LookupChild(dir, name));
-    auto top = SubvolTop(*vol_, target);
-    if (target.root == dir.root || !top.ok()) {
+    if (KindOf(dir, target) != EntryKind::kSubvolume || !SubvolTop(*vol_, target).ok()) {
       return Status::Error(EINVAL, std::string(name) + " is not a subvolume");
     }
-    const uint64_t id = target.root;
-    UB_ASSIGN_OR_RETURN(const uint64_t def, DefaultSubvolumeId());
-    if (id == def) return Status::Error(EPERM, std::string(name) + " is the default subvolume");
-    if (id == root_.root) return Status::Error(EBUSY, std::string(name) + " is where this view's paths start");
-    UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
-    {
-      tree::Cursor c(vol_->source(), rootw->LiveRef());
-      UB_RETURN_IF_ERROR(c.Seek(Key{id, kRootRefKey, 0}));
-      if (c.Valid() && c.key().objectid == id && c.key().type == kRootRefKey) {
-        return Status::Error(ENOTEMPTY, std::string(name) + " holds other subvolumes");
-      }
-    }
-    // The tree as committed: the drop reads every block from disk.
-    UB_RETURN_IF_ERROR(CommitImpl());
-    // The entry: DIR_ITEM, then the index the ROOT_REF records.
-    UB_RETURN_IF_ERROR(DropNameFromDirItem(dir, name));
-    const Key ref_key{dir.root, kRootRefKey, id};
-    UB_ASSIGN_OR_RETURN(auto ref, tree::LookupItem(vol_->source(), rootw->LiveRef(), ref_key));
-    if (!ref || ref->size() < sizeof(RootRef)) return Status::Corrupt("subvolume " + std::to_string(id) + ": no ROOT_REF");
-    const uint64_t index = reinterpret_cast<const RootRef*>(ref->data())->sequence.get();
-    UB_RETURN_IF_ERROR(rootw->Delete(ref_key));
-    UB_RETURN_IF_ERROR(rootw->Delete(Key{id, kRootBackrefKey, dir.root}));
-    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(dir.root));
-    UB_RETURN_IF_ERROR(w->Delete(Key{dir.ino, kDirIndexKey, index}).WithContext("dir index of '" + std::string(name) + "'"));
-    UB_RETURN_IF_ERROR(TouchDir(dir, -2 * static_cast<int64_t>(name.size())));
-    // The UUID tree items that name it.
-    if (vol_->FindRoot(kUuidTreeObjectid).ok()) {
-      UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
-      for (auto [uuid, type] : {std::pair{top->item.uuid, kUuidKeySubvol}, std::pair{top->item.received_uuid, kUuidKeyReceivedSubvol}}) {
-        if (!IsZeroUuid(uuid)) UB_RETURN_IF_ERROR(RemoveUuidEntry(vol_->source(), uw, uuid, type, id));
-      }
-    }
-    UB_RETURN_IF_ERROR(txn_->MarkTreeDead(id));
-    min_subvol_id_ = std::max(min_subvol_id_, id + 1);
-    subvols_->Forget();
-    // Committed dead, the subvolume is gone for good: a crash from here on
-    // leaves the drop to whoever opens the image next.
-    UB_RETURN_IF_ERROR(CommitImpl());
-    return DropDeadTree(id);
+    return RemoveSubvolume(dir, name, target);
   });
+}
+
+Status FilesystemImpl::RemoveSubvolume(InodeId dir, std::string_view name, InodeId target) {
+  UB_ASSIGN_OR_RETURN(auto top, SubvolTop(*vol_, target));
+  const uint64_t id = target.root;
+  UB_ASSIGN_OR_RETURN(const uint64_t def, DefaultSubvolumeId());
+  if (id == def) return Status::Error(EPERM, std::string(name) + " is the default subvolume");
+  if (id == root_.root) return Status::Error(EBUSY, std::string(name) + " is where this view's paths start");
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn_->Writer(kRootTreeObjectid));
+  {
+    tree::Cursor c(vol_->source(), rootw->LiveRef());
+    UB_RETURN_IF_ERROR(c.Seek(Key{id, kRootRefKey, 0}));
+    if (c.Valid() && c.key().objectid == id && c.key().type == kRootRefKey) {
+      return Status::Error(ENOTEMPTY, std::string(name) + " holds other subvolumes");
+    }
+  }
+  // The tree as committed: the drop reads every block from disk.
+  UB_RETURN_IF_ERROR(CommitImpl());
+  UB_RETURN_IF_ERROR(UnlinkSubvolumeEntry(dir, name, id));
+  // The UUID tree items that name it.
+  if (vol_->FindRoot(kUuidTreeObjectid).ok()) {
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * uw, txn_->Writer(kUuidTreeObjectid));
+    for (auto [uuid, type] : {std::pair{top.item.uuid, kUuidKeySubvol}, std::pair{top.item.received_uuid, kUuidKeyReceivedSubvol}}) {
+      if (!IsZeroUuid(uuid)) UB_RETURN_IF_ERROR(RemoveUuidEntry(vol_->source(), uw, uuid, type, id));
+    }
+  }
+  UB_RETURN_IF_ERROR(txn_->MarkTreeDead(id));
+  min_subvol_id_ = std::max(min_subvol_id_, id + 1);
+  subvols_->Forget();
+  // Committed dead, the subvolume is gone for good: a crash from here on
+  // leaves the drop to whoever opens the image next.
+  UB_RETURN_IF_ERROR(CommitImpl());
+  return DropDeadTree(id);
 }
 
 Status FilesystemImpl::SetDefaultSubvolume(uint64_t id) {

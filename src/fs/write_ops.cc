@@ -27,19 +27,6 @@ constexpr uint64_t kMaxExtent = 128ull << 20;
 // bound costs no batch quality. A commit flushes everything.
 constexpr size_t kDelayedFlushThreshold = 4096;
 
-// Inode timestamps come from the coarse clock, as the kernel's current_time()
-// does (tick resolution): reading it costs no time-stamp-counter read, and
-// every create reads it twice (the inode, its directory).
-Time Now() {
-  const timespec ts = txn::WallClock(/*coarse=*/true);
-  return Time{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
-}
-
-void SetTime(Timespec& ts, const Time& t) {
-  ts.sec = static_cast<uint64_t>(t.sec);
-  ts.nsec = t.nsec;
-}
-
 template <typename T>
 std::vector<uint8_t> AsBytes(const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
@@ -706,9 +693,9 @@ Status FilesystemImpl::LinkImpl(InodeId inode, InodeId dir, std::string_view nam
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_RETURN_IF_ERROR(CheckName(name));
-  if (inode.root != dir.root) return Status::Error(EXDEV, "hard link across subvolumes");
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(inode));
   if (S_ISDIR(ii.mode.get())) return Status::Error(EPERM, "hard link to a directory");
+  if (inode.root != dir.root) return Status::Error(EXDEV, "hard link across subvolumes");
   UB_ASSIGN_OR_RETURN(InodeItem parent, LoadInode(dir));
   if (!S_ISDIR(parent.mode.get())) return Status::Error(ENOTDIR, InodeName(dir) + " is not a directory");
   auto existing = LookupChild(dir, name);
@@ -726,7 +713,7 @@ Status FilesystemImpl::UnlinkImpl(InodeId dir, std::string_view name) {
   auto guard = Guard();
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_ASSIGN_OR_RETURN(InodeId id, LookupChild(dir, name));
-  if (id.root != dir.root) return Status::Unsupported("removing a subvolume entry");
+  if (id.root != dir.root) return Status::Error(EISDIR, std::string(name) + " is a subvolume");
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
   if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, std::string(name) + " is a directory");
   UB_RETURN_IF_ERROR(RemoveLink(dir, name, id, nullptr));
@@ -743,7 +730,7 @@ Status FilesystemImpl::RmdirImpl(InodeId dir, std::string_view name) {
   if (name == ".") return Status::Invalid("rmdir of '.'");
   if (name == "..") return Status::Error(ENOTEMPTY, "rmdir of '..'");
   UB_ASSIGN_OR_RETURN(InodeId id, LookupChild(dir, name));
-  if (id.root != dir.root) return Status::Unsupported("removing a subvolume entry");
+  if (id.root != dir.root) return RmdirSubvolumeEntry(dir, name, id);
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
   if (!S_ISDIR(ii.mode.get())) return Status::Error(ENOTDIR, std::string(name) + " is not a directory");
   UB_ASSIGN_OR_RETURN(auto entries, ReadDir(id));
@@ -770,13 +757,9 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
   UB_RETURN_IF_ERROR(CheckWritable());
   UB_RETURN_IF_ERROR(CheckName(new_name));
   if ((flags & kRenameNoReplace) && (flags & kRenameExchange)) return Status::Invalid("NOREPLACE with EXCHANGE");
-  if (old_dir.root != new_dir.root) return Status::Error(EXDEV, "rename across subvolumes");
   UB_ASSIGN_OR_RETURN(InodeId src, LookupChild(old_dir, old_name));
-  if (src.root != old_dir.root) return Status::Unsupported("renaming a subvolume");
-  UB_ASSIGN_OR_RETURN(InodeItem src_ii, LoadInode(src));
   UB_ASSIGN_OR_RETURN(InodeItem nd, LoadInode(new_dir));
   if (!S_ISDIR(nd.mode.get())) return Status::Error(ENOTDIR, InodeName(new_dir) + " is not a directory");
-  const bool src_dir = S_ISDIR(src_ii.mode.get());
   auto dst_r = LookupChild(new_dir, new_name);
   if (!dst_r.ok() && dst_r.status().code() != ENOENT) return dst_r.status();
   const std::optional<InodeId> dst = dst_r.ok() ? std::optional<InodeId>(*dst_r) : std::nullopt;
@@ -784,8 +767,13 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
   // NOREPLACE, a missing one under EXCHANGE, then a directory moved into itself.
   if (dst && (flags & kRenameNoReplace)) return Status::Error(EEXIST, std::string(new_name) + ": exists");
   if (!dst && (flags & kRenameExchange)) return Status::NotFound(std::string(new_name) + ": no such entry to exchange with");
-  if (dst && dst->root != new_dir.root) return Status::Unsupported("replacing a subvolume");
   if (dst && *dst == src) return Status::Ok();  // the same inode under both names: nothing happens
+  if (src.root != old_dir.root || (dst && dst->root != new_dir.root)) {
+    return RenameSubvolumeEntry(old_dir, old_name, src, new_dir, new_name, dst, flags);
+  }
+  if (old_dir.root != new_dir.root) return Status::Error(EXDEV, "rename across subvolumes");
+  UB_ASSIGN_OR_RETURN(InodeItem src_ii, LoadInode(src));
+  const bool src_dir = S_ISDIR(src_ii.mode.get());
   if (src_dir) {
     UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(src, new_dir));
     if (loop) return Status::Invalid("cannot move a directory into itself");
