@@ -337,8 +337,11 @@ TEST(SeedDevice, IsReadAndNotWritten) {
 
 // A filesystem the kernel sprouted from a seed (btrfs device add on the
 // mounted seed, then writes): read with its seed named beside it, in either
-// order; refused for writing (EROFS), and a wrong seed refused by its fsid.
-TEST(SeedDevice, ASproutIsReadWithItsSeed) {
+// order, and written as the kernel writes it: new chunks and superblocks on
+// the sprout only, the seed's block groups read-only, the seed's bytes
+// unchanged. Both checkers pass it, the kernel mounts it with the same
+// content and changes it again; a wrong seed is refused by its fsid.
+TEST(SeedDevice, ASproutIsReadAndWrittenWithItsSeed) {
   if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
   std::string why;
   if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel sprouts the filesystem: " << why;
@@ -348,6 +351,7 @@ TEST(SeedDevice, ASproutIsReadWithItsSeed) {
   ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
   ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
   WriteHostFile(src + "/f", SeededBytes(200000, 4));
+  WriteHostFile(src + "/g", SeededBytes(300000, 5));
   for (const std::string& img : {seed, other}) {
     ASSERT_EQ(RunMkfs(img, src, 16384, "crc32c", 256ull << 20), "");
     CommandResult s = RunCommand({"btrfstune", "-S", "1", img});
@@ -363,6 +367,7 @@ TEST(SeedDevice, ASproutIsReadWithItsSeed) {
       "printf 'on the sprout\\n' > \"$1\"/new && ok=1; umount \"$1\"; fi; losetup -d $d; [ $ok = 1 ]";
   CommandResult k = RunCommand({"sh", "-c", script, seed, mnt});
   if (!k.ok()) GTEST_SKIP() << "the kernel did not sprout the seed: " << k.Describe();
+  const std::string seed_bytes = ReadHostFile(seed);
   for (const std::string& devs : {sprout + "," + seed, seed + "," + sprout}) {
     SCOPED_TRACE(devs);
     CommandResult ours = RunUbtrfs({"check", devs});
@@ -371,16 +376,61 @@ TEST(SeedDevice, ASproutIsReadWithItsSeed) {
     EXPECT_TRUE(f.ok() && f.out == SeededBytes(200000, 4)) << f.err;
     CommandResult n = RunUbtrfs({"cat", devs + ":/new"});
     EXPECT_EQ(n.out, "on the sprout\n") << n.err;
-    CommandResult w = RunUbtrfs({"mkdir", devs + ":/d"});
-    EXPECT_FALSE(w.ok());
-    EXPECT_NE(w.err.find("sprouted from a seed device is opened read-only"), std::string::npos) << w.err;
   }
+  // Changes: new data (more than the sprout's first data chunk holds, so
+  // ubtrfs adds chunks), a file of the seed deleted (its extent freed in a
+  // read-only group), one rewritten in place, a directory.
+  const std::string big = tmp.Sub("big");
+  WriteHostFile(big, SeededBytes(12u << 20, 6));
+  for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
+           {"cp", big, sprout + "," + seed + ":/big"},
+           {"rm", sprout + "," + seed + ":/f"},
+           {"mkdir", seed + "," + sprout + ":/d"}}) {
+    CommandResult r = RunUbtrfs(argv);
+    EXPECT_TRUE(r.ok()) << ShellJoin(argv) << ": " << r.Describe();
+  }
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    o.devices = {seed};
+    auto fs = ubtrfs::Filesystem::Open(sprout, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto g = (*fs)->Lookup("/g");
+    ASSERT_TRUE(g.ok());
+    auto w = (*fs)->Write(*g, 4096, std::vector<uint8_t>(8192, 'z'));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  EXPECT_TRUE(ReadHostFile(seed) == seed_bytes) << "the seed was written";
+  CommandResult ours = RunUbtrfs({"check", sprout + "," + seed});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  std::string g_bytes = SeededBytes(300000, 5);
+  std::fill(g_bytes.begin() + 4096, g_bytes.begin() + 4096 + 8192, 'z');
+  WriteHostFile(tmp.Sub("g"), g_bytes);
+  // The kernel: btrfs check, the content, and a change of its own.
+  const std::string kscript =
+      "s=$(losetup -f --show -r \"$0\") || exit 1; d=$(losetup -f --show \"$1\") || { losetup -d $s; exit 1; }; "
+      "ok=0; btrfs device scan $s $d >/dev/null; "
+      "if btrfs check $d >/dev/null 2>&1; then echo check-clean; fi; "
+      "if mount $d \"$2\"; then "
+      "cmp \"$2\"/big \"$3\"/big && cmp \"$2\"/g \"$3\"/g && [ ! -e \"$2\"/f ] && [ -d \"$2\"/d ] && "
+      "printf 'kernel again\\n' > \"$2\"/d/k && ok=1; umount \"$2\"; fi; losetup -d $s $d; [ $ok = 1 ]";
+  CommandResult kc = RunCommand({"sh", "-c", kscript, seed, sprout, mnt, tmp.path()});
+  EXPECT_TRUE(kc.ok()) << kc.Describe();
+  EXPECT_NE(kc.out.find("check-clean"), std::string::npos) << kc.Describe();
+  CommandResult again = RunUbtrfs({"cat", sprout + "," + seed + ":/d/k"});
+  EXPECT_EQ(again.out, "kernel again\n") << again.err;
+  EXPECT_TRUE(ReadHostFile(seed) == seed_bytes) << "the seed was written";
+
   CommandResult alone = RunUbtrfs({"ls", sprout});
   EXPECT_NE(alone.err.find("is the seed device this filesystem was sprouted from"), std::string::npos) << alone.err;
   CommandResult wrong = RunUbtrfs({"ls", sprout + "," + other});
   EXPECT_FALSE(wrong.ok());
   EXPECT_NE(wrong.err.find("not the one device 1 of this filesystem was sprouted from"), std::string::npos)
       << wrong.err;
+  CommandResult resize = RunUbtrfs({"device", "remove", sprout + "," + seed, "1"});
+  EXPECT_FALSE(resize.ok());
+  EXPECT_NE(resize.err.find("sprouted from a seed device"), std::string::npos) << resize.err;
 }
 
 // Without skinny-metadata (mkfs.btrfs before 3.18) a tree block's extent

@@ -185,7 +185,7 @@ std::optional<uint64_t> BlockGroup::FindRun(uint64_t from, uint64_t end, uint64_
 
 std::optional<uint64_t> BlockGroup::Allocate(uint64_t len, uint64_t align) {
   if (align == 0) align = unit_;
-  if (len == 0 || len % unit_ != 0 || align % unit_ != 0) return std::nullopt;
+  if (len == 0 || len % unit_ != 0 || align % unit_ != 0 || read_only_) return std::nullopt;
   const uint64_t n = len >> unit_shift_;
   if (n > nbits_ - used_units_ - pinned_units_) return std::nullopt;
   const uint64_t a = align >> unit_shift_;

@@ -100,6 +100,11 @@ class BlockGroup {
   Status Truncate(uint64_t length);
   // The next search starts at the group's start again.
   void Rewind() { cursor_ = 0; }
+  // A read-only group hands out nothing and counts no free space, as the
+  // kernel's read-only block groups (a seed device's, under a sprout); what
+  // is freed in it is still tracked, for its item and the free space tree.
+  void set_read_only() { read_only_ = true; }
+  bool read_only() const { return read_only_; }
 
   uint64_t start() const { return start_; }
   uint64_t length() const { return nbits_ * unit_; }
@@ -110,7 +115,7 @@ class BlockGroup {
 
   uint64_t used_bytes() const { return used_units_ * unit_; }
   uint64_t pinned_bytes() const { return pinned_units_ * unit_; }
-  uint64_t free_bytes() const { return (nbits_ - used_units_ - pinned_units_) * unit_; }
+  uint64_t free_bytes() const { return read_only_ ? 0 : (nbits_ - used_units_ - pinned_units_) * unit_; }
   bool has_clone() const { return clone_ != nullptr || sealed_ != nullptr; }
   const Stats& stats() const { return stats_; }
 
@@ -163,6 +168,7 @@ class BlockGroup {
   uint64_t used_units_ = 0;
   uint64_t pinned_units_ = 0;
   uint64_t cursor_ = 0;  // next-fit: unit index where the next search starts
+  bool read_only_ = false;
   Stats stats_;
 };
 

@@ -78,6 +78,14 @@ Status SpaceManager::TruncateGroup(uint64_t start, uint64_t length) {
   return it->second->Truncate(length);
 }
 
+Status SpaceManager::SetReadOnly(uint64_t start) {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(start);
+  if (it == groups_.end()) return Status::NotFound("no block group at " + std::to_string(start));
+  it->second->set_read_only();
+  return Status::Ok();
+}
+
 Status SpaceManager::Free(uint64_t start, uint64_t len) {
   std::lock_guard lock(mu_);
   UB_ASSIGN_OR_RETURN(BlockGroup * g, GroupForRangeLocked("freeing", start, len));
@@ -204,7 +212,7 @@ std::optional<SpaceManager::GroupInfo> SpaceManager::FindGroup(uint64_t logical)
   if (it == groups_.begin()) return std::nullopt;
   const BlockGroup& g = *std::prev(it)->second;
   if (!g.Contains(logical)) return std::nullopt;
-  return GroupInfo{g.start(), g.length(), g.flags(), g.used_bytes(), g.pinned_bytes(), g.free_bytes(), g.has_clone()};
+  return GroupInfo{g.start(), g.length(), g.flags(), g.used_bytes(), g.pinned_bytes(), g.free_bytes(), g.has_clone(), g.read_only()};
 }
 
 void SpaceManager::ForEachGroup(const std::function<void(const BlockGroup&)>& fn) const {

@@ -54,6 +54,7 @@ class SpaceManager {
     uint64_t pinned_bytes = 0;
     uint64_t free_bytes = 0;
     bool has_clone = false;
+    bool read_only = false;
   };
 
   // unit: the bitmap granularity of every group (the sectorsize).
@@ -71,6 +72,8 @@ class SpaceManager {
   Status MarkUsed(uint64_t start, uint64_t len);
   // BlockGroup::Truncate of the group that starts at `start`.
   Status TruncateGroup(uint64_t start, uint64_t length);
+  // BlockGroup::set_read_only of the group that starts at `start`.
+  Status SetReadOnly(uint64_t start);
 
   void set_new_chunk_hook(NewChunkFn fn);
 

@@ -61,6 +61,12 @@ class Scrubber {
   int Copies(const alloc::ChunkInfo& c) const { return Parity(c) ? 1 : static_cast<int>(c.mirrors()); }
 
   Status Rewrite(const alloc::ChunkInfo& c, uint64_t logical, std::span<const uint8_t> good, int m) {
+    for (const alloc::StripeLoc& st : c.stripes) {
+      if (vol_.IsSeedDevice(st.devid)) {
+        return Status::Error(EROFS, "logical " + std::to_string(logical) + " lies on seed device " +
+                                        std::to_string(st.devid) + ", which is never written");
+      }
+    }
     if (!Parity(c)) return io_.WriteMirror(logical, good, m);
     // The rebuilt data agrees with the row's parity: writing it back where
     // it belongs makes the row whole again without touching P or Q.
@@ -79,6 +85,7 @@ class Scrubber {
     bool bad = false;
     std::vector<uint8_t> buf(kSuperInfoSize);
     for (uint64_t devid : vol_.devices().Devids()) {
+      if (vol_.IsSeedDevice(devid)) continue;  // the seed's own, of its own filesystem
       io::BlockDevice* dev = vol_.devices().Get(devid);
       for (int m = 0; m < kSuperMirrorMax; ++m) {
         const uint64_t off = SuperblockOffset(m);

@@ -29,6 +29,12 @@ std::vector<uint8_t> Bytes(const void* p, size_t n) {
 Status TxnManager::LoadBlockGroups() {
   for (const auto& [logical, c] : vol_->chunks().chunks()) {
     UB_RETURN_IF_ERROR(space_->AddGroup(logical, c.length, c.type & (kBlockGroupTypeMask | kBlockGroupProfileMask)));
+    for (const alloc::StripeLoc& st : c.stripes) {
+      if (vol_->IsSeedDevice(st.devid)) {
+        UB_RETURN_IF_ERROR(space_->SetReadOnly(logical));
+        break;
+      }
+    }
   }
   UB_RETURN_IF_ERROR(ExcludeSuperStripes());
   UB_ASSIGN_OR_RETURN(auto extent, vol_->FindRoot(kExtentTreeObjectid));

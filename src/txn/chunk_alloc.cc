@@ -121,7 +121,7 @@ Status ChunkAllocator::Load() {
   device_end_ = 0;
   for (const auto& [devid, item] : vol->dev_items()) {
     io::BlockDevice* bd = vol->devices().Get(devid);
-    if (bd == nullptr) continue;  // missing: nothing goes there
+    if (bd == nullptr || vol->IsSeedDevice(devid)) continue;  // missing, or a seed: nothing goes there
     Dev& d = devs_[devid];
     d.item = item;
     d.end = std::min<uint64_t>(item.total_bytes.get(), bd->Size());

@@ -86,7 +86,16 @@ Result<std::vector<std::unique_ptr<io::BlockDevice>>> OpenDevices(const DeviceSp
   std::vector<std::unique_ptr<io::BlockDevice>> out;
   std::set<std::string> named;
   for (const auto& p : spec.paths) {
-    UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(p, io::OpenFlags{spec.writable}, spec.where));
+    UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(p, io::OpenFlags{}, spec.where));
+    // A seed stays open read-only under a writable sprout: nothing is ever
+    // written to it, and it may well be a read-only file or device.
+    if (spec.writable) {
+      auto sb = ReadSuperblock(*dev);
+      if (!sb.ok() || !(sb->sb.flags.get() & kSuperFlagSeeding)) {
+        dev.reset();
+        UB_ASSIGN_OR_RETURN(dev, io::OpenImage(p, io::OpenFlags{true}, spec.where));
+      }
+    }
     std::error_code ec;
     named.insert(std::filesystem::weakly_canonical(p, ec).string());
     out.push_back(std::move(dev));

@@ -363,6 +363,9 @@ Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceC
   vo.writable = true;
   vo.node_cache_bytes = 16ull << 20;
   UB_ASSIGN_OR_RETURN(set.o.vol, txn::Volume::Open(std::move(devs), vo));
+  if (set.o.vol->sprouted()) {
+    return Status::Unsupported("changing the devices of a filesystem sprouted from a seed device");
+  }
   for (uint64_t id : set.o.vol->devices().Devids()) set.names[id] = set.o.vol->devices().Get(id)->Name();
   UB_ASSIGN_OR_RETURN(set.o.txn, txn::TxnManager::Open(set.o.vol.get()));
   if (set.o.txn->HasChanges()) UB_RETURN_IF_ERROR(set.o.txn->Commit());

@@ -187,7 +187,9 @@ Result<bool> TxnManager::AllocDataAt(uint64_t logical, uint64_t len) {
   // At a group's start the extent being grown ends in the group before:
   // one extent must not span two groups (btrfs check, the kernel's tree
   // checker), however adjacent the two are in logical space.
-  if (!g || !(g->flags & kBlockGroupData) || logical == g->start || logical + len > g->start + g->length) return false;
+  if (!g || !(g->flags & kBlockGroupData) || g->read_only || logical == g->start || logical + len > g->start + g->length) {
+    return false;
+  }
   if (!space_->MarkUsed(logical, len).ok()) return false;  // in use or pinned
   MarkGroupDirty(logical);
   new_data_[logical] = len;

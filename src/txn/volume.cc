@@ -62,6 +62,18 @@ format::DevItem* Volume::mutable_dev_item(uint64_t devid) {
   return it == dev_items_.end() ? nullptr : &it->second;
 }
 
+bool Volume::IsSeedDevice(uint64_t devid) const {
+  auto it = dev_items_.find(devid);
+  return it != dev_items_.end() && std::memcmp(it->second.fsid, super_.fsid, kFsidSize) != 0;
+}
+
+bool Volume::sprouted() const {
+  for (const auto& [devid, item] : dev_items_) {
+    if (IsSeedDevice(devid)) return true;
+  }
+  return false;
+}
+
 Status Volume::LoadDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs) {
   devs_ = std::make_unique<io::DeviceSet>();
   std::vector<SuperChoice> supers;
@@ -217,10 +229,8 @@ Status Volume::CheckDevices() {
     }
   }
   // A sprouted filesystem lists its seed devices under their own fsid.
-  bool sprouted = false;
   for (const auto& [devid, item] : dev_items_) {
-    const bool of_seed = std::memcmp(item.fsid, super_.fsid, kFsidSize) != 0;
-    sprouted |= of_seed;
+    const bool of_seed = IsSeedDevice(devid);
     auto given = seeds_.find(devid);
     if (given != seeds_.end() && (!of_seed || std::memcmp(item.fsid, given->second.fsid.data(), kFsidSize) != 0)) {
       return Status::Invalid(devs_->Get(devid)->Name() + " is a seed device (fsid " +
@@ -234,10 +244,6 @@ Status Volume::CheckDevices() {
                             "from (fsid " + UuidToString(item.fsid) + "): name it with the others (IMG,SEED)");
       }
     }
-  }
-  if (sprouted && options_.writable) {
-    return Status::Error(EROFS, "a filesystem sprouted from a seed device is opened read-only (ubtrfs writes no "
-                                "sprout; the kernel does, with the seed mounted)");
   }
   for (const auto& [logical, ci] : chunks_->chunks()) {
     for (const alloc::StripeLoc& s : ci.stripes) {
@@ -351,6 +357,7 @@ Volume::SealedSupers Volume::SealSuperblocks() {
   super_.chunk_root_generation = chunk_tree_.generation;
   SealedSupers out;
   for (uint64_t devid : devs_->Devids()) {
+    if (IsSeedDevice(devid)) continue;
     out.per_device.emplace_back(devid, SuperFor(super_, devid));
     if (devid == super_.dev_item.devid.get()) super_.dev_item = out.per_device.back().second.dev_item;
   }
@@ -379,6 +386,7 @@ Status Volume::WriteLogSuperblock(uint64_t log_root, uint8_t log_root_level) {
   base.log_root = log_root;
   base.log_root_level = log_root_level;
   for (uint64_t devid : devs_->Devids()) {
+    if (IsSeedDevice(devid)) continue;
     UB_RETURN_IF_ERROR(WriteSuperCopy(devs_->Get(devid), SuperFor(base, devid), 0)
                            .WithContext("writing the tree log's superblock"));
   }

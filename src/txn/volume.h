@@ -80,6 +80,12 @@ class Volume {
   // bytes_used); superblocks carry their device's.
   const std::map<uint64_t, format::DevItem>& dev_items() const { return dev_items_; }
   format::DevItem* mutable_dev_item(uint64_t devid);
+  // A seed device under a sprouted filesystem (its DEV_ITEM carries the
+  // seed's fsid): read, never written. It gets no chunk and no superblock,
+  // and the groups of its chunks are read-only (txn/block_groups.cc), as
+  // the kernel treats it.
+  bool IsSeedDevice(uint64_t devid) const;
+  bool sprouted() const;
   // Offline device add and remove (txn/relocate.cc): a device joins the set
   // with its DEV_ITEM, or leaves it (handed back, to wipe its superblocks).
   // The caller changes the chunk tree and the superblock, and commits. Both
