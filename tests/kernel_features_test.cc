@@ -412,12 +412,25 @@ TEST(SeedDevice, ASproutIsReadAndWrittenWithItsSeed) {
       "s=$(losetup -f --show -r \"$0\") || exit 1; d=$(losetup -f --show \"$1\") || { losetup -d $s; exit 1; }; "
       "ok=0; btrfs device scan $s $d >/dev/null; "
       "if btrfs check $d >/dev/null 2>&1; then echo check-clean; fi; "
-      "if mount $d \"$2\"; then "
+      "if mount $d \"$2\"; then stat -f -c 'statfs %b %f %a' \"$2\"; "
       "cmp \"$2\"/big \"$3\"/big && cmp \"$2\"/g \"$3\"/g && [ ! -e \"$2\"/f ] && [ -d \"$2\"/d ] && "
       "printf 'kernel again\\n' > \"$2\"/d/k && ok=1; umount \"$2\"; fi; losetup -d $s $d; [ $ok = 1 ]";
+  std::string statfs;
+  {
+    // What df shows: the seed's free space is not available, as the kernel counts it.
+    ubtrfs::OpenOptions o;
+    o.devices = {seed};
+    auto fs = ubtrfs::Filesystem::Open(sprout, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto st = (*fs)->StatFs();
+    ASSERT_TRUE(st.ok());
+    statfs = "statfs " + std::to_string(st->total_bytes / 4096) + " " + std::to_string(st->free_bytes / 4096) + " " +
+             std::to_string(st->avail_bytes / 4096) + "\n";
+  }
   CommandResult kc = RunCommand({"sh", "-c", kscript, seed, sprout, mnt, tmp.path()});
   EXPECT_TRUE(kc.ok()) << kc.Describe();
   EXPECT_NE(kc.out.find("check-clean"), std::string::npos) << kc.Describe();
+  EXPECT_NE(kc.out.find(statfs), std::string::npos) << "ours: " << statfs << "kernel: " << kc.out;
   CommandResult again = RunUbtrfs({"cat", sprout + "," + seed + ":/d/k"});
   EXPECT_EQ(again.out, "kernel again\n") << again.err;
   EXPECT_TRUE(ReadHostFile(seed) == seed_bytes) << "the seed was written";

@@ -138,7 +138,7 @@ StatFsFigures KernelStatFs(const StatFsInput& in) {
     disk_used += used * p.ncopies;
     if (g.flags & kBlockGroupData) {
       // On read-only devices every block group is read-only: no free space.
-      if (in.devices_writable) free_data += (g.length - used) * p.ncopies;
+      if (in.devices_writable && !g.read_only) free_data += (g.length - used) * p.ncopies;
       data_profile = have_data ? std::max(data_profile, IndexOf(p)) : IndexOf(p);
       have_data = true;
     }
@@ -211,6 +211,7 @@ Result<StatFsInput> StatFsInputFromVolume(txn::Volume& vol) {
     StatFsGroup g;
     g.flags = chunk.type & (kBlockGroupTypeMask | kBlockGroupProfileMask);
     g.length = chunk.length;
+    for (const alloc::StripeLoc& st : chunk.stripes) g.read_only |= vol.IsSeedDevice(st.devid);
     const Key k{logical, kBlockGroupItemKey, chunk.length};
     UB_RETURN_IF_ERROR(c.Seek(k));
     if (c.Valid() && c.key() == k && c.data().size() >= sizeof(BlockGroupItem)) {
@@ -220,7 +221,7 @@ Result<StatFsInput> StatFsInputFromVolume(txn::Volume& vol) {
   }
   const auto& missing = vol.missing_devices();
   for (const auto& [devid, item] : vol.dev_items()) {
-    if (std::find(missing.begin(), missing.end(), devid) != missing.end()) continue;
+    if (std::find(missing.begin(), missing.end(), devid) != missing.end() || vol.IsSeedDevice(devid)) continue;
     in.devices.push_back({item.total_bytes.get(), item.bytes_used.get()});
   }
   UB_RETURN_IF_ERROR(AddReserveTrees(vol, &in));
@@ -236,7 +237,8 @@ Result<StatFsInput> StatFsInputFromTxn(txn::TxnManager& txn) {
       // Pinned space (freed by the running transaction) is not used: the
       // kernel drops it from a group's used bytes when it frees it.
       const uint64_t excluded = txn.ExcludedIn(g.start());
-      in.groups.push_back({g.flags(), g.length(), g.used_bytes() > excluded ? g.used_bytes() - excluded : 0});
+      in.groups.push_back(
+          {g.flags(), g.length(), g.used_bytes() > excluded ? g.used_bytes() - excluded : 0, g.read_only()});
     });
     for (auto [total, used] : txn.chunk_alloc().DeviceUsage()) in.devices.push_back({total, used});
     // The kernel learns that metadata cannot grow when a chunk allocation

@@ -51,6 +51,7 @@ struct StatFsGroup {
   uint64_t flags = 0;   // BLOCK_GROUP_* type and profile bits
   uint64_t length = 0;  // logical bytes
   uint64_t used = 0;    // logical bytes used (as the block group item has it)
+  bool read_only = false;  // a seed device's group under a sprout: its free space is not available
 };
 
 struct StatFsDevice {
@@ -63,7 +64,7 @@ struct StatFsInput {
   uint32_t nodesize = 16384;
   uint64_t super_total_bytes = 0;
   std::vector<StatFsGroup> groups;
-  std::vector<StatFsDevice> devices;  // the present devices
+  std::vector<StatFsDevice> devices;  // the present devices, seeds left out (the kernel lists them apart)
   // Whether the block devices are writable (see above): block groups are
   // writable and the data profile is the one new chunks get.
   bool devices_writable = true;
