@@ -431,6 +431,13 @@ class UBTRFS_API Filesystem {
     return Status::Error(95 /* EOPNOTSUPP */, "subvolumes are not supported here");
   }
 
+  // ---- Quotas ----
+  // Counts every quota group anew from the extents and the subvolumes that
+  // reach them, as `btrfs quota rescan` does, and clears the quota status's
+  // INCONSISTENT flag; committed when the call returns. ENOENT when quotas
+  // are off, EINVAL with simple quotas (always exact: nothing to rescan).
+  virtual Status RescanQuotas() { return Status::Error(95 /* EOPNOTSUPP */, "quotas are not supported here"); }
+
   // ---- Reflinks ----
   // Makes [dst_offset, dst_offset + len) of `dst` share the data of
   // [src_offset, src_offset + len) of `src`, as the kernel's FICLONERANGE:

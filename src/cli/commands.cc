@@ -35,6 +35,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterStats(app);
   RegisterProperty(app);
   RegisterSubvolume(app);
+  RegisterQuota(app);
   RegisterReceive(app);
   RegisterSend(app);
   RegisterVerbs(app, nullptr);

@@ -29,6 +29,7 @@ void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)
 void RegisterStats(CLI::App& app);         // stats
 void RegisterProperty(CLI::App& app);
 void RegisterSubvolume(CLI::App& app);     // subvolume create|snapshot|delete|list      // property get|set (a subvolume's ro flag)
+void RegisterQuota(CLI::App& app);          // quota rescan
 void RegisterReceive(CLI::App& app);        // receive (a btrfs send stream into an image)
 void RegisterSend(CLI::App& app);           // send (a full stream of a read-only subvolume)
 void RegisterEdit(CLI::App& app);          // edit (edit_command.cc); the verbs: verbs.h

@@ -249,6 +249,7 @@ class FilesystemImpl final : public Filesystem {
     return DefaultSubvolumeId();
   }
   Status SetDefaultSubvolume(uint64_t id) override;
+  Status RescanQuotas() override;  // quotas.cc
   // `name` is free in directory `dir` for a new subvolume's entry (EEXIST,
   // ENOTDIR and name errors otherwise).
   Status CheckNewSubvolumeEntry(InodeId dir, std::string_view name);

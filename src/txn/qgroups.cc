@@ -25,6 +25,8 @@
 
 #include "format/ondisk.h"
 #include "txn/extent_refs.h"
+#include "txn/qgroup_recount.h"
+#include "txn/root_walk.h"
 #include "txn/transaction.h"
 
 namespace ubtrfs::txn {
@@ -34,137 +36,11 @@ using tree::Cursor;
 
 namespace {
 
-constexpr int kMaxBackrefDepth = 2 * kMaxLevel;
-
 template <typename T>
 std::vector<uint8_t> Bytes(const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
   return std::vector<uint8_t>(p, p + sizeof(T));
 }
-
-// The subvolumes whose trees reach extent `bytenr` in one state of the
-// filesystem (the committed one, or the one being committed), as the
-// kernel's backref walk finds them: a reference by parent leads to that
-// block; a reference by tree (TREE_BLOCK_REF, EXTENT_DATA_REF) names the
-// tree that holds the pointer, so the tree is searched for the block that
-// holds it, and that block's own references are followed in turn (it may
-// be shared with snapshots). A tree's root block is reached by that tree.
-// Memoized per walk: parents are shared by many children.
-class RootWalk {
- public:
-  using TreeRootOf = std::function<std::optional<tree::RootPtr>(uint64_t)>;
-  RootWalk(tree::BlockSource* src, tree::RootPtr ext, TreeRootOf root_of)
-      : src_(src), ext_(ext), root_of_(std::move(root_of)) {}
-
-  Result<std::set<uint64_t>> Roots(uint64_t bytenr, int depth = 0) {
-    if (auto it = memo_.find(bytenr); it != memo_.end()) return it->second;
-    if (depth > kMaxBackrefDepth) {
-      return Status::Corrupt("extent tree: back references of " + std::to_string(bytenr) + " nest too deep");
-    }
-    std::set<uint64_t> roots;
-    std::vector<uint64_t> parents, by_tree;                      // blocks: parents, trees holding it
-    std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> data;  // data: (root, ino, offset)
-    int level = 0;
-    Cursor c(src_, ext_);
-    UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
-    while (c.Valid() && c.key().objectid == bytenr) {
-      const Key k = c.key();
-      auto d = c.data();
-      if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
-        if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
-        const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
-        size_t start = sizeof(ExtentItem);
-        if (k.type == kMetadataItemKey) {
-          level = static_cast<int>(k.offset);
-        } else if (ei->flags.get() & kExtentFlagTreeBlock) {
-          if (d.size() < start + sizeof(TreeBlockInfo)) return Status::Corrupt("extent tree: short " + KeyToString(k));
-          level = reinterpret_cast<const TreeBlockInfo*>(d.data() + start)->level;
-          start += sizeof(TreeBlockInfo);
-        }
-        const std::vector<uint8_t> item(d.begin(), d.end());
-        UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, start, k));
-        for (const InlineRef& r : refs) {
-          if (r.type == kTreeBlockRefKey) by_tree.push_back(r.offset);
-          if (r.type == kExtentDataRefKey) data.push_back({r.root, r.objectid, r.data_offset});
-          if (r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) parents.push_back(r.offset);
-        }
-      } else if (k.type == kTreeBlockRefKey) {
-        by_tree.push_back(k.offset);
-      } else if (k.type == kSharedBlockRefKey || k.type == kSharedDataRefKey) {
-        parents.push_back(k.offset);
-      } else if (k.type == kExtentDataRefKey) {
-        if (d.size() < sizeof(ExtentDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
-        const auto* r = reinterpret_cast<const ExtentDataRef*>(d.data());
-        data.push_back({r->root.get(), r->objectid.get(), r->offset.get()});
-      }
-      UB_RETURN_IF_ERROR(c.Next());
-    }
-    for (uint64_t t : by_tree) {
-      UB_ASSIGN_OR_RETURN(std::optional<uint64_t> parent, ParentInTree(t, bytenr, level));
-      if (!parent) {
-        roots.insert(t);  // the tree's root block (or a tree this state no longer has)
-      } else {
-        parents.push_back(*parent);
-      }
-    }
-    for (const auto& [root, ino, off] : data) UB_RETURN_IF_ERROR(LeavesInTree(root, ino, off, bytenr, &parents));
-    for (uint64_t p : parents) {
-      UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
-      roots.insert(up.begin(), up.end());
-    }
-    memo_[bytenr] = roots;
-    return roots;
-  }
-
- private:
-  // The block of tree `t` that points at block `bytenr` (level `level`), or
-  // nothing when it is t's root block.
-  Result<std::optional<uint64_t>> ParentInTree(uint64_t t, uint64_t bytenr, int level) {
-    std::optional<tree::RootPtr> root = root_of_(t);
-    if (!root || root->bytenr == bytenr || root->level <= level) return std::optional<uint64_t>{};
-    UB_ASSIGN_OR_RETURN(tree::BlockRef b, src_->Read(tree::BlockCheck{bytenr, level, 0, {}}));
-    if (b->nritems() == 0) return std::optional<uint64_t>{};
-    const Key first = b->key(0);
-    UB_ASSIGN_OR_RETURN(tree::BlockRef n, src_->Read(tree::BlockCheck{root->bytenr, root->level, 0, {}}));
-    while (n->level() > level + 1) {
-      int slot = 0;
-      while (slot + 1 < n->nritems() && n->key(slot + 1) <= first) ++slot;
-      UB_ASSIGN_OR_RETURN(n, src_->Read(tree::BlockCheck{n->child_bytenr(slot), n->level() - 1, 0, {}}));
-    }
-    for (int i = 0; i < n->nritems(); ++i) {
-      if (n->child_bytenr(i) == bytenr) return std::optional<uint64_t>{n->bytenr()};
-    }
-    return std::optional<uint64_t>{};  // not where its key says: no parent in this tree
-  }
-
-  // The leaves of tree `root` whose file extent items of inode `ino` map
-  // data extent `bytenr` at file offset - extent offset == `off`.
-  Status LeavesInTree(uint64_t root, uint64_t ino, uint64_t off, uint64_t bytenr, std::vector<uint64_t>* leaves) {
-    std::optional<tree::RootPtr> r = root_of_(root);
-    if (!r) return Status::Ok();
-    Cursor c(src_, *r);
-    UB_RETURN_IF_ERROR(c.Seek(Key{ino, kExtentDataKey, off}));
-    uint64_t last_leaf = 0;
-    while (c.Valid() && c.key().objectid == ino && c.key().type == kExtentDataKey) {
-      auto d = c.data();
-      if (d.size() >= sizeof(FileExtentItem)) {
-        const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
-        if (fe->type != kFileExtentInline && fe->disk_bytenr.get() == bytenr &&
-            c.key().offset - fe->offset.get() == off && c.leaf().bytenr() != last_leaf) {
-          last_leaf = c.leaf().bytenr();
-          leaves->push_back(last_leaf);
-        }
-      }
-      UB_RETURN_IF_ERROR(c.Next());
-    }
-    return Status::Ok();
-  }
-
-  tree::BlockSource* src_;
-  tree::RootPtr ext_;
-  TreeRootOf root_of_;
-  std::map<uint64_t, std::set<uint64_t>> memo_;
-};
 
 }  // namespace
 
@@ -185,9 +61,9 @@ Status TxnManager::LoadQuotas() {
       if (!(st->flags.get() & kQgroupStatusOn)) {
         return Status::Unsupported("writing to an image whose quotas are being turned off (mount it once)");
       }
-      if (st->flags.get() & kQgroupStatusRescan) {
-        return Status::Unsupported("writing to an image during a quota rescan (the kernel finishes it at mount)");
-      }
+      // A rescan the kernel had not finished: done at this open, as the
+      // kernel's mount resumes it (TxnManager::Load).
+      state->rescan_at_open = st->flags.get() & kQgroupStatusRescan;
       state->simple = st->flags.get() & kQgroupStatusSimpleMode;
       if (state->simple != bool(vol_->super().incompat_flags.get() & kIncompatSimpleQuota)) {
         return Status::Unsupported("writing to an image whose quota status and SIMPLE_QUOTA flag disagree");
@@ -272,11 +148,10 @@ Status TxnManager::NewQgroup(uint64_t root, uint64_t inherit_from, uint64_t dir_
   if (inherit_from) {
     auto src = quotas_->groups.find(inherit_from);
     if (src == quotas_->groups.end()) return Status::Ok();  // the source has no qgroup: start from zero
-    if (!src->second.parents.empty()) {
-      // The kernel marks quotas inconsistent here unless told which groups
-      // the snapshot joins; refuse rather than leave numbers that are wrong.
-      return Status::Unsupported("a snapshot of a subvolume in a higher-level qgroup with quotas enabled");
-    }
+    // The groups above the source keep their numbers, which are wrong
+    // from now on (the snapshot joins none of them): the kernel marks the
+    // quotas inconsistent, and a rescan (RescanQuotas) mends them.
+    if (!src->second.parents.empty()) quotas_->mark_inconsistent = true;
     g.limit = src->second.limit;
     UB_ASSIGN_OR_RETURN(auto from, vol_->FindRoot(inherit_from));
     UB_ASSIGN_OR_RETURN(auto to, vol_->FindRoot(root));
@@ -433,12 +308,53 @@ Status TxnManager::WriteQgroupItems() {
     UB_ASSIGN_OR_RETURN(auto have_limit, tree::LookupItem(dirty_.get(), root->ref, lk));
     if (!have_limit) UB_RETURN_IF_ERROR(w->Insert(lk, Bytes(g.limit)));
   }
-  if (!any) return Status::Ok();
+  if (!any && !q.mark_inconsistent) return Status::Ok();
   // The status item's generation says the numbers are of this transaction.
   const Key sk{0, kQgroupStatusKey, 0};
   UB_ASSIGN_OR_RETURN(auto st, tree::LookupItem(dirty_.get(), root->ref, sk));
   if (!st || st->size() < sizeof(QgroupStatusItem)) return Status::Corrupt("quota tree has no status item");
-  reinterpret_cast<QgroupStatusItem*>(st->data())->generation = transid();
+  auto* status = reinterpret_cast<QgroupStatusItem*>(st->data());
+  status->generation = transid();
+  if (q.mark_inconsistent) status->flags = status->flags.get() | kQgroupStatusInconsistent;
+  q.mark_inconsistent = false;
+  return w->Update(sk, *st);
+}
+
+// Every extent of the committed state walked up to the subvolumes that
+// reach it; each qgroup gets the numbers that gives, and the status loses
+// its INCONSISTENT and RESCAN flags (the kernel's rescan worker).
+Status TxnManager::RescanQuotas() {
+  if (!quotas_) return Status::Error(ENOENT, "quotas are not enabled on this filesystem");
+  QuotaState& q = *quotas_;
+  if (q.simple) return Status::Invalid("simple quotas are counted as extents come and go: there is nothing to rescan");
+  if (!q.inherits.empty()) return Status::Invalid("a quota rescan after a snapshot needs it committed first");
+  RootWalk walk(vol_->reader(), q.committed_extent, [&](uint64_t id) -> std::optional<tree::RootPtr> {
+    auto r = vol_->FindRoot(id);
+    if (!r.ok() || r->item.bytenr.get() == 0) return std::nullopt;
+    return r->ref;
+  });
+  std::map<uint64_t, std::vector<uint64_t>> parents;
+  std::set<uint64_t> ids;
+  for (const auto& [id, g] : q.groups) {
+    ids.insert(id);
+    if (!g.parents.empty()) parents[id] = g.parents;
+  }
+  UB_ASSIGN_OR_RETURN(auto counts, RecountQgroups(vol_->reader(), q.committed_extent, vol_->nodesize(), &walk, parents, ids));
+  for (auto& [id, g] : q.groups) {
+    const QgroupCount& c = counts[id];
+    g.rfer = g.rfer_cmpr = c.rfer;
+    g.excl = g.excl_cmpr = c.excl;
+    g.dirty = true;
+  }
+  q.mark_inconsistent = false;
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kQuotaTreeObjectid));
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * root, vol_->MutableRoot(kQuotaTreeObjectid));
+  const Key sk{0, kQgroupStatusKey, 0};
+  UB_ASSIGN_OR_RETURN(auto st, tree::LookupItem(dirty_.get(), root->ref, sk));
+  if (!st || st->size() < sizeof(QgroupStatusItem)) return Status::Corrupt("quota tree has no status item");
+  auto* status = reinterpret_cast<QgroupStatusItem*>(st->data());
+  status->flags = status->flags.get() & ~(kQgroupStatusInconsistent | kQgroupStatusRescan);
+  status->rescan = UINT64_MAX;  // done
   return w->Update(sk, *st);
 }
 

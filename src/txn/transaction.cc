@@ -81,7 +81,9 @@ Status TxnManager::Load(bool allow_log) {
   });
   if (!fst_valid) UB_RETURN_IF_ERROR(RebuildFreeSpaceTree());
   uuid_tree_current_ = sb.uuid_tree_generation.get() == sb.generation.get() && vol_->FindRoot(kUuidTreeObjectid).ok();
-  return LoadQuotas();
+  UB_RETURN_IF_ERROR(LoadQuotas());
+  if (quotas_ && quotas_->rescan_at_open) return RescanQuotas().WithContext("finishing the kernel's quota rescan");
+  return Status::Ok();
 }
 
 Result<tree::TreeWriter*> TxnManager::Writer(uint64_t objectid) {

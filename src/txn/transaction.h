@@ -198,6 +198,12 @@ class TxnManager final : public tree::BlockAllocator {
   // EDQUOT when `bytes` more data in subvolume `root` would pass a limit of
   // its qgroups (counting what this transaction has written so far).
   Status CheckQuota(uint64_t root, uint64_t bytes);
+  // Counts every qgroup anew from the committed state (txn/qgroup_recount.h)
+  // and clears the status's INCONSISTENT and RESCAN flags, as the kernel's
+  // rescan does; this transaction's own changes are counted at its commit
+  // as always. ENOENT without quotas; EINVAL for simple quotas, or after a
+  // snapshot in this transaction (commit first).
+  Status RescanQuotas();
   // The qgroup of a new subvolume; of a snapshot (just made by
   // SnapshotTree) when inherit_from is its source: the source's numbers are
   // inherited at the next commit. dir_root is the subvolume whose directory
@@ -335,6 +341,8 @@ class TxnManager final : public tree::BlockAllocator {
     // inserted. A later commit round may free one again (a global tree's
     // block emptied), and by then it is in no tree and not on disk to read.
     std::map<uint64_t, uint64_t> new_blocks;
+    bool rescan_at_open = false;     // the kernel's rescan was not finished
+    bool mark_inconsistent = false;  // set INCONSISTENT in the status at the next write
   };
   Status LoadQuotas();
   std::set<uint64_t> QgroupsOf(const std::set<uint64_t>& roots) const;

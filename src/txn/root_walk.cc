@@ -1,0 +1,118 @@
+#include "txn/root_walk.h"
+
+#include <tuple>
+
+#include "format/ondisk.h"
+#include "txn/extent_refs.h"
+
+namespace ubtrfs::txn {
+
+using namespace ubtrfs::format;
+using tree::Cursor;
+
+namespace {
+
+constexpr int kMaxBackrefDepth = 2 * kMaxLevel;
+
+}  // namespace
+
+Result<std::set<uint64_t>> RootWalk::Roots(uint64_t bytenr, int depth) {
+  if (auto it = memo_.find(bytenr); it != memo_.end()) return it->second;
+  if (depth > kMaxBackrefDepth) {
+    return Status::Corrupt("extent tree: back references of " + std::to_string(bytenr) + " nest too deep");
+  }
+  std::set<uint64_t> roots;
+  std::vector<uint64_t> parents, by_tree;                      // blocks: parents, trees holding it
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> data;  // data: (root, ino, offset)
+  int level = 0;
+  Cursor c(src_, ext_);
+  UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
+  while (c.Valid() && c.key().objectid == bytenr) {
+    const Key k = c.key();
+    auto d = c.data();
+    if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
+      if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+      const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
+      size_t start = sizeof(ExtentItem);
+      if (k.type == kMetadataItemKey) {
+        level = static_cast<int>(k.offset);
+      } else if (ei->flags.get() & kExtentFlagTreeBlock) {
+        if (d.size() < start + sizeof(TreeBlockInfo)) return Status::Corrupt("extent tree: short " + KeyToString(k));
+        level = reinterpret_cast<const TreeBlockInfo*>(d.data() + start)->level;
+        start += sizeof(TreeBlockInfo);
+      }
+      const std::vector<uint8_t> item(d.begin(), d.end());
+      UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, start, k));
+      for (const InlineRef& r : refs) {
+        if (r.type == kTreeBlockRefKey) by_tree.push_back(r.offset);
+        if (r.type == kExtentDataRefKey) data.push_back({r.root, r.objectid, r.data_offset});
+        if (r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) parents.push_back(r.offset);
+      }
+    } else if (k.type == kTreeBlockRefKey) {
+      by_tree.push_back(k.offset);
+    } else if (k.type == kSharedBlockRefKey || k.type == kSharedDataRefKey) {
+      parents.push_back(k.offset);
+    } else if (k.type == kExtentDataRefKey) {
+      if (d.size() < sizeof(ExtentDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+      const auto* r = reinterpret_cast<const ExtentDataRef*>(d.data());
+      data.push_back({r->root.get(), r->objectid.get(), r->offset.get()});
+    }
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  for (uint64_t t : by_tree) {
+    UB_ASSIGN_OR_RETURN(std::optional<uint64_t> parent, ParentInTree(t, bytenr, level));
+    if (!parent) {
+      roots.insert(t);  // the tree's root block (or a tree this state no longer has)
+    } else {
+      parents.push_back(*parent);
+    }
+  }
+  for (const auto& [root, ino, off] : data) UB_RETURN_IF_ERROR(LeavesInTree(root, ino, off, bytenr, &parents));
+  for (uint64_t p : parents) {
+    UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
+    roots.insert(up.begin(), up.end());
+  }
+  memo_[bytenr] = roots;
+  return roots;
+}
+
+Result<std::optional<uint64_t>> RootWalk::ParentInTree(uint64_t t, uint64_t bytenr, int level) {
+  std::optional<tree::RootPtr> root = root_of_(t);
+  if (!root || root->bytenr == bytenr || root->level <= level) return std::optional<uint64_t>{};
+  UB_ASSIGN_OR_RETURN(tree::BlockRef b, src_->Read(tree::BlockCheck{bytenr, level, 0, {}}));
+  if (b->nritems() == 0) return std::optional<uint64_t>{};
+  const Key first = b->key(0);
+  UB_ASSIGN_OR_RETURN(tree::BlockRef n, src_->Read(tree::BlockCheck{root->bytenr, root->level, 0, {}}));
+  while (n->level() > level + 1) {
+    int slot = 0;
+    while (slot + 1 < n->nritems() && n->key(slot + 1) <= first) ++slot;
+    UB_ASSIGN_OR_RETURN(n, src_->Read(tree::BlockCheck{n->child_bytenr(slot), n->level() - 1, 0, {}}));
+  }
+  for (int i = 0; i < n->nritems(); ++i) {
+    if (n->child_bytenr(i) == bytenr) return std::optional<uint64_t>{n->bytenr()};
+  }
+  return std::optional<uint64_t>{};  // not where its key says: no parent in this tree
+}
+
+Status RootWalk::LeavesInTree(uint64_t root, uint64_t ino, uint64_t off, uint64_t bytenr, std::vector<uint64_t>* leaves) {
+  std::optional<tree::RootPtr> r = root_of_(root);
+  if (!r) return Status::Ok();
+  Cursor c(src_, *r);
+  UB_RETURN_IF_ERROR(c.Seek(Key{ino, kExtentDataKey, off}));
+  uint64_t last_leaf = 0;
+  while (c.Valid() && c.key().objectid == ino && c.key().type == kExtentDataKey) {
+    auto d = c.data();
+    if (d.size() >= sizeof(FileExtentItem)) {
+      const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
+      if (fe->type != kFileExtentInline && fe->disk_bytenr.get() == bytenr &&
+          c.key().offset - fe->offset.get() == off && c.leaf().bytenr() != last_leaf) {
+        last_leaf = c.leaf().bytenr();
+        leaves->push_back(last_leaf);
+      }
+    }
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  return Status::Ok();
+}
+
+}  // namespace ubtrfs::txn
