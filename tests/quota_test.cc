@@ -17,7 +17,10 @@
 
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
+#include "support/open_txn.h"
 #include "support/test_util.h"
+#include "format/ondisk.h"
+#include "tree/cursor.h"
 #include "ubtrfs/check.h"
 #include "ubtrfs/filesystem.h"
 
@@ -222,6 +225,45 @@ TEST(Quotas, RescanMendsNumbersMarkedInconsistent) {
   EXPECT_NE(status().find("INCONSISTENT"), std::string::npos) << status();
   CommandResult r = RunUbtrfs({"quota", "rescan", img});
   ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(status(), "flags ON scan 18446744073709551615");
+  EXPECT_EQ(OurCheck(img), "");
+
+  // A rescan the kernel began and did not finish (its first step zeroes
+  // every count and sets RESCAN): ubtrfs check expects the difference, and
+  // the next writable open finishes the rescan.
+  {
+    namespace f = ubtrfs::format;
+    auto o = OpenForWrite(img);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    auto w = o->txn->Writer(f::kQuotaTreeObjectid);
+    ASSERT_TRUE(w.ok());
+    const f::Key sk{0, f::kQgroupStatusKey, 0};
+    auto st = ubtrfs::tree::LookupItem(o->txn->source(), (*w)->LiveRef(), sk);
+    ASSERT_TRUE(st.ok() && *st);
+    auto* si = reinterpret_cast<f::QgroupStatusItem*>((*st)->data());
+    si->flags = f::kQgroupStatusOn | f::kQgroupStatusRescan;
+    si->rescan = 257;
+    ASSERT_TRUE((*w)->Update(sk, **st).ok());
+    for (uint64_t id : {5ull, 256ull, 257ull, 258ull, 259ull, (1ull << 48) | 100, (2ull << 48) | 1}) {
+      const f::Key ik{0, f::kQgroupInfoKey, id};
+      auto info = ubtrfs::tree::LookupItem(o->txn->source(), (*w)->LiveRef(), ik);
+      ASSERT_TRUE(info.ok() && *info) << id;
+      auto* ii = reinterpret_cast<f::QgroupInfoItem*>((*info)->data());
+      ii->rfer = ii->excl = ii->rfer_cmpr = ii->excl_cmpr = 0;
+      ASSERT_TRUE((*w)->Update(ik, **info).ok());
+    }
+    ASSERT_TRUE(o->txn->Commit().ok());
+  }
+  const std::string unfinished = OurCheck(img);
+  EXPECT_EQ(unfinished.find("error:"), std::string::npos) << unfinished;
+  EXPECT_NE(unfinished.find("a rescan is not finished"), std::string::npos) << unfinished;
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
   EXPECT_EQ(status(), "flags ON scan 18446744073709551615");
   EXPECT_EQ(OurCheck(img), "");
   CommandResult bc = RunCommand({"btrfs", "check", "--readonly", img});
