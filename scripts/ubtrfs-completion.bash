@@ -4,7 +4,7 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device check scrub mount stats property subvolume receive send mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device check scrub mount stats property subvolume quota receive send mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
 # The subcommands of the subcommands that have them.
@@ -12,6 +12,7 @@ _ubtrfs_nested() {
   case "$1" in
     subvolume) echo "create snapshot delete list get-default set-default" ;;
     property) echo "get set" ;;
+    quota) echo "rescan" ;;
     device) echo "add remove delete" ;;
   esac
 }
@@ -25,6 +26,7 @@ _ubtrfs_options() {
     "subvolume snapshot") echo "-h --help -r --subvol --subvolid"; return ;;
     "subvolume list") echo "-h --help --json --subvol --subvolid"; return ;;
     "subvolume get-default") echo "-h --help --json"; return ;;
+    "quota rescan") echo "-h --help"; return ;;
     "device add") echo "-h --help -f --force -q --quiet"; return ;;
     "device remove"|"device delete") echo "-h --help -q --quiet"; return ;;
   esac
@@ -35,7 +37,7 @@ _ubtrfs_options() {
       common="$common --subvol --subvolid" ;;
   esac
   case "$1" in
-    property|subvolume|device) echo "$common" ;;
+    property|subvolume|device|quota) echo "$common" ;;
     receive) echo "$common -f --file --dump -v --verbose" ;;
     send) echo "$common -f --file -p --parent -c --clone-src --proto --compressed-data -v --verbose" ;;
     info) echo "$common --json" ;;

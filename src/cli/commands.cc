@@ -44,7 +44,7 @@ void RegisterCommands(CLI::App& app) {
   for (auto* cmd : app.get_subcommands({})) {
     // Every subcommand that opens an image's file tree; not the ones that
     // read its trees raw, mkfs, and those with options of their own.
-    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "scrub", "stats", "mkfs", "resize", "device", "mount", "property", "subvolume", "send"};
+    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "scrub", "stats", "mkfs", "resize", "device", "mount", "property", "subvolume", "send", "quota"};
     if (!kNoSubvol.count(cmd->get_name())) AddSubvolOptions(cmd);
   }
 }

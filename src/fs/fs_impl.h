@@ -1039,6 +1039,9 @@ class FilesystemImpl final : public Filesystem {
   // The last name of `id` (ii as loaded) is gone: drops the inode, or, while
   // it is pinned (an open file), keeps it with nlink 0 and an orphan item.
   Status DropOrOrphan(InodeId id, InodeItem ii);
+  // A name of `id` was just removed: with its last one (a directory has
+  // only one) it goes (DropOrOrphan), else it has a link less.
+  Status DropName(InodeId id, bool is_dir, const Time& now);
   std::mutex pins_mu_;
   struct Pin {
     uint32_t opens = 0;

@@ -188,16 +188,7 @@ Status FilesystemImpl::RenameSubvolumeEntry(InodeId old_dir, std::string_view ol
   UB_RETURN_IF_ERROR(unlink(old_dir, old_name, src, ks));
   if (dst) {
     UB_RETURN_IF_ERROR(unlink(new_dir, new_name, *dst, kd));
-    if (!exchange && kd == EntryKind::kInode) {
-      UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(*dst));
-      if (dst_dir || ii.nlink.get() <= 1) {
-        UB_RETURN_IF_ERROR(DropOrOrphan(*dst, ii));
-      } else {
-        ii.nlink = ii.nlink.get() - 1;
-        SetTime(ii.ctime, now);
-        UB_RETURN_IF_ERROR(StoreInode(*dst, ii));
-      }
-    }
+    if (!exchange && kd == EntryKind::kInode) UB_RETURN_IF_ERROR(DropName(*dst, dst_dir, now));
   }
   UB_RETURN_IF_ERROR(link(new_dir, new_name, src, ks, src_ii));
   if (exchange) UB_RETURN_IF_ERROR(link(old_dir, old_name, *dst, kd, *dst_ii));

@@ -596,6 +596,14 @@ Status FilesystemImpl::DropInode(InodeId id) {
   return Status::Ok();
 }
 
+Status FilesystemImpl::DropName(InodeId id, bool is_dir, const Time& now) {
+  UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
+  if (is_dir || ii.nlink.get() <= 1) return DropOrOrphan(id, ii);
+  ii.nlink = ii.nlink.get() - 1;
+  SetTime(ii.ctime, now);
+  return StoreInode(id, ii);
+}
+
 Status FilesystemImpl::DropOrOrphan(InodeId id, InodeItem ii) {
   bool pinned;
   {
@@ -717,11 +725,7 @@ Status FilesystemImpl::UnlinkImpl(InodeId dir, std::string_view name) {
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
   if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, std::string(name) + " is a directory");
   UB_RETURN_IF_ERROR(RemoveLink(dir, name, id, nullptr));
-  UB_ASSIGN_OR_RETURN(ii, LoadInode(id));
-  if (ii.nlink.get() <= 1) return DropOrOrphan(id, ii);
-  ii.nlink = ii.nlink.get() - 1;
-  SetTime(ii.ctime, Now());
-  return StoreInode(id, ii);
+  return DropName(id, false, Now());
 }
 
 Status FilesystemImpl::RmdirImpl(InodeId dir, std::string_view name) {
@@ -812,14 +816,7 @@ Status FilesystemImpl::RenameImpl(InodeId old_dir, std::string_view old_name, In
       if (!entries.empty()) return Status::Error(ENOTEMPTY, std::string(new_name) + ": directory not empty");
     }
     UB_RETURN_IF_ERROR(RemoveLink(new_dir, new_name, *dst, nullptr));
-    UB_ASSIGN_OR_RETURN(dst_ii, LoadInode(*dst));
-    if (dst_dir || dst_ii.nlink.get() <= 1) {
-      UB_RETURN_IF_ERROR(DropOrOrphan(*dst, dst_ii));
-    } else {
-      dst_ii.nlink = dst_ii.nlink.get() - 1;
-      SetTime(dst_ii.ctime, now);
-      UB_RETURN_IF_ERROR(StoreInode(*dst, dst_ii));
-    }
+    UB_RETURN_IF_ERROR(DropName(*dst, dst_dir, now));
   }
   UB_RETURN_IF_ERROR(RemoveLink(old_dir, old_name, src, nullptr));
   UB_RETURN_IF_ERROR(AddLink(new_dir, new_name, src, FileTypeOfMode(src_ii.mode.get()), nullptr));
