@@ -71,6 +71,7 @@ const std::vector<Call>& Calls() {
       {Op::kRename, "sts/ff", "sts/n1", EISDIR},
       {Op::kRename, "sts/dd", "sts/n2", 0},            // a directory onto a stub
       {Op::kRename, "g2", "sts/n3", 0},                // a subvolume onto a stub
+      {Op::kRename, "sts/sub", "sts/sub/n5", EINVAL},  // a directory onto a stub inside it
       {Op::kRename, "rop/inner", "rop/inner2", EROFS},
       {Op::kRename, "x", "rop/x", EROFS},
       {Op::kLink, "f", "s2/ff", EPERM},                // f is a subvolume now
@@ -175,6 +176,8 @@ std::string Populate(const std::string& img) {
                         "rop", "s2/b2", "par/nest", "st/n1", "st/n2", "st/n3", "st/n4", "rop/inner"}) {
     subvol(s);
   }
+  mkdir_("st/sub");
+  subvol("st/sub/n5");
   file("b/x");
   for (const char* d : {"d", "e", "s2/full", "s2/empty"}) mkdir_(d);
   for (const char* p : {"f", "s2/g", "s2/full/x", "par/file"}) file(p);

@@ -127,13 +127,13 @@ Status FilesystemImpl::RenameSubvolumeEntry(InodeId old_dir, std::string_view ol
   if (exchange && kd == EntryKind::kStub) {
     return Status::Error(ENOENT, std::string(new_name) + ": a stub of a subvolume cannot be exchanged with");
   }
-  // Like a directory, a subvolume moved into itself.
-  if (ks == EntryKind::kSubvolume) {
-    UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(src, new_dir));
-    if (loop) return Status::Invalid("cannot move a subvolume into itself");
-  }
   UB_ASSIGN_OR_RETURN(InodeItem src_ii, LoadInode(src));
   const bool src_dir = S_ISDIR(src_ii.mode.get());
+  // A directory (a subvolume's top is one) moved into itself.
+  if (src_dir) {
+    UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(src, new_dir));
+    if (loop) return Status::Invalid("cannot move a directory into itself");
+  }
   std::optional<InodeItem> dst_ii;
   if (dst && kd != EntryKind::kStub) {
     UB_ASSIGN_OR_RETURN(dst_ii, LoadInode(*dst));
