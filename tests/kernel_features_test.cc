@@ -309,6 +309,19 @@ TEST(FreeSpaceTree, BuiltWhereThereWasNoCacheAtAll) {
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid);
 }
 
+// `btrfstune -m` gives the filesystem a new fsid and keeps the old one as
+// its metadata uuid: tree blocks and DEV_ITEMs keep the old. Such a device
+// is a member, not a seed (the sprout rules must not take it for one).
+TEST(MetadataUuid, ImagesWithAChangedFsidAreWritten) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("ubtrfs-metadata-uuid");
+  const std::string img = tmp.Sub("img");
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 512ull << 20), "");
+  CommandResult m = RunCommand({"btrfstune", "-f", "-m", img});
+  ASSERT_TRUE(m.ok()) << m.Describe();
+  ExerciseImage(tmp, img, true, {}, "", 1);
+}
+
 // A seed device (btrfstune -S 1): the kernel mounts it read-only, and so
 // ubtrfs reads it and refuses to write, saying why.
 TEST(SeedDevice, IsReadAndNotWritten) {

@@ -62,9 +62,12 @@ format::DevItem* Volume::mutable_dev_item(uint64_t devid) {
   return it == dev_items_.end() ? nullptr : &it->second;
 }
 
+// A member's DEV_ITEM carries the filesystem's metadata uuid (its fsid when
+// it has none: `btrfstune -m` changes the fsid and leaves the items); a
+// seed's carries the seed's fsid.
 bool Volume::IsSeedDevice(uint64_t devid) const {
   auto it = dev_items_.find(devid);
-  return it != dev_items_.end() && std::memcmp(it->second.fsid, super_.fsid, kFsidSize) != 0;
+  return it != dev_items_.end() && std::memcmp(it->second.fsid, MetadataFsid(super_), kFsidSize) != 0;
 }
 
 bool Volume::sprouted() const {
