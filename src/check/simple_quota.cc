@@ -5,18 +5,13 @@
 
 #include "format/ondisk.h"
 #include "tree/cursor.h"
+#include "txn/qgroup_recount.h"
 
 namespace ubtrfs::check {
 
 using namespace ubtrfs::format;
 
-namespace {
-
-std::string QgroupName(uint64_t id) {
-  return std::to_string(id >> 48) + "/" + std::to_string(id & ((uint64_t{1} << 48) - 1));
-}
-
-}  // namespace
+using txn::QgroupName;
 
 void SimpleQuotaCount::Load(tree::BlockReader* reader, const tree::RootPtr& quota_root, bool incompat_simple,
                             Report* report) {

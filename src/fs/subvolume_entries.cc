@@ -1,6 +1,6 @@
 // The directory entries that name subvolumes, and what rmdir(2), unlink(2)
 // and rename(2) do to them, with the kernel's answers (checked on a loop
-// mount of kernel 6.18; tests/fs/subvolume_entries_test.cc):
+// mount of kernel 6.18; tests/subvolume_entries_test.cc):
 // - rmdir of an empty subvolume deletes it (as `btrfs subvolume delete`),
 //   read-only or not; ENOTEMPTY when it has entries, EPERM for the default
 //   subvolume. rmdir of a snapshot's stub of a nested subvolume removes the

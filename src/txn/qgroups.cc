@@ -130,8 +130,7 @@ Status TxnManager::CheckQuota(uint64_t root, uint64_t bytes) {
     const uint64_t rfer = q.rfer + q.reserved + bytes, excl = q.excl + q.reserved + bytes;
     if (((flags & kQgroupLimitMaxRfer) && rfer > q.limit.max_rfer.get()) ||
         ((flags & kQgroupLimitMaxExcl) && excl > q.limit.max_excl.get())) {
-      return Status::Error(EDQUOT, "the quota of qgroup " + std::to_string(g >> 48) + "/" +
-                                       std::to_string(g & ((1ull << 48) - 1)) + " is exceeded");
+      return Status::Error(EDQUOT, "the quota of qgroup " + QgroupName(g) + " is exceeded");
     }
   }
   for (uint64_t g : groups) quotas_->groups[g].reserved += bytes;
