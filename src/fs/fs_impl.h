@@ -271,9 +271,6 @@ class FilesystemImpl final : public Filesystem {
   Status UnlinkSubvolumeEntry(InodeId dir, std::string_view name, uint64_t id);
   Status RemoveStubEntry(InodeId dir, std::string_view name, InodeId stub);
   Status RmdirSubvolumeEntry(InodeId dir, std::string_view name, InodeId target);
-  // A rename where either side names a subvolume or a stub.
-  Status RenameSubvolumeEntry(InodeId old_dir, std::string_view old_name, InodeId src, InodeId new_dir,
-                              std::string_view new_name, std::optional<InodeId> dst, unsigned flags);
   // The next free subvolume id (never one this view deleted).
   Result<uint64_t> NewSubvolumeId();
   uint64_t min_subvol_id_ = 0;

@@ -18,7 +18,8 @@
 // parent's, ROOT_REF/ROOT_BACKREF in the root tree). The tree log carries
 // only the first, so each of these changes commits before it returns, as
 // subvolume creation does; the kernel forces a full commit on the next
-// fsync instead.
+// fsync instead. Rename takes every kind of entry in one place
+// (RenameImpl, write_ops.cc), with the helpers here.
 #include <sys/stat.h>
 
 #include <cstring>
@@ -116,83 +117,6 @@ Status FilesystemImpl::RmdirSubvolumeEntry(InodeId dir, std::string_view name, I
   if (!entries.empty()) return Status::Error(ENOTEMPTY, std::string(name) + ": directory not empty");
   UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerDeleteSubvol, txn::ReserveFor::kDelete));
   return RemoveSubvolume(dir, name, target);
-}
-
-Status FilesystemImpl::RenameSubvolumeEntry(InodeId old_dir, std::string_view old_name, InodeId src, InodeId new_dir,
-                                            std::string_view new_name, std::optional<InodeId> dst, unsigned flags) {
-  const EntryKind ks = KindOf(old_dir, src);
-  const EntryKind kd = dst ? KindOf(new_dir, *dst) : EntryKind::kInode;  // used only with dst
-  if (ks == EntryKind::kStub) return Status::Error(ENOTEMPTY, std::string(old_name) + ": a stub of a subvolume cannot move");
-  const bool exchange = flags & kRenameExchange;
-  if (exchange && kd == EntryKind::kStub) {
-    return Status::Error(ENOENT, std::string(new_name) + ": a stub of a subvolume cannot be exchanged with");
-  }
-  UB_ASSIGN_OR_RETURN(InodeItem src_ii, LoadInode(src));
-  const bool src_dir = S_ISDIR(src_ii.mode.get());
-  // A directory (a subvolume's top is one) moved into itself.
-  if (src_dir) {
-    UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(src, new_dir));
-    if (loop) return Status::Invalid("cannot move a directory into itself");
-  }
-  std::optional<InodeItem> dst_ii;
-  if (dst && kd != EntryKind::kStub) {
-    UB_ASSIGN_OR_RETURN(dst_ii, LoadInode(*dst));
-  }
-  const bool dst_dir = dst && (kd == EntryKind::kStub || S_ISDIR(dst_ii->mode.get()));
-  if (exchange) {
-    if (dst_dir) {
-      UB_ASSIGN_OR_RETURN(bool loop, IsAncestor(*dst, old_dir));
-      if (loop) return Status::Invalid("cannot move a directory into itself");
-    }
-    if (old_dir.root != new_dir.root && (ks != EntryKind::kSubvolume || kd != EntryKind::kSubvolume)) {
-      return Status::Error(EXDEV, "only subvolumes are exchanged across subvolumes");
-    }
-  } else if (dst) {
-    UB_ASSIGN_OR_RETURN(bool holds_src, IsAncestor(*dst, old_dir));
-    if (holds_src) return Status::Error(ENOTEMPTY, std::string(new_name) + ": directory not empty");
-    if (src_dir && !dst_dir) return Status::Error(ENOTDIR, std::string(new_name) + " is not a directory");
-    if (!src_dir && dst_dir) return Status::Error(EISDIR, std::string(new_name) + " is a directory");
-    if (kd == EntryKind::kSubvolume) return Status::Error(ENOTEMPTY, std::string(new_name) + " is a subvolume");
-  }
-  if (ks == EntryKind::kInode && old_dir.root != new_dir.root) return Status::Error(EXDEV, "rename across subvolumes");
-  // Moving a directory rewrites its ".."; the kernel asks for write access
-  // to it, which a read-only subvolume's top refuses.
-  if (!(old_dir == new_dir)) {
-    std::vector<uint64_t> moved;
-    if (ks == EntryKind::kSubvolume) moved.push_back(src.root);
-    if (exchange && kd == EntryKind::kSubvolume) moved.push_back(dst->root);
-    for (uint64_t root : moved) {
-      UB_ASSIGN_OR_RETURN(bool ro, subvols_->ReadOnly(root));
-      if (ro) return Status::Error(EROFS, "subvolume " + std::to_string(root) + " is read-only");
-    }
-  }
-  if (dst && !exchange && kd == EntryKind::kInode && dst_dir) {
-    UB_ASSIGN_OR_RETURN(auto entries, ReadDir(*dst));
-    if (!entries.empty()) return Status::Error(ENOTEMPTY, std::string(new_name) + ": directory not empty");
-  }
-
-  const Time now = Now();
-  auto unlink = [&](InodeId dir, std::string_view name, InodeId id, EntryKind kind) -> Status {
-    if (kind == EntryKind::kSubvolume) return UnlinkSubvolumeEntry(dir, name, id.root);
-    if (kind == EntryKind::kStub) return RemoveStubEntry(dir, name, id);
-    return RemoveLink(dir, name, id, nullptr);
-  };
-  auto link = [&](InodeId dir, std::string_view name, InodeId id, EntryKind kind, const InodeItem& ii) -> Status {
-    if (kind == EntryKind::kSubvolume) return LinkSubvolumeEntry(dir, name, id.root);
-    UB_RETURN_IF_ERROR(AddLink(dir, name, id, FileTypeOfMode(ii.mode.get()), nullptr));
-    // A subvolume's top keeps its ctime: the kernel changes it in memory only.
-    UB_ASSIGN_OR_RETURN(InodeItem now_ii, LoadInode(id));
-    SetTime(now_ii.ctime, now);
-    return StoreInode(id, now_ii);
-  };
-  UB_RETURN_IF_ERROR(unlink(old_dir, old_name, src, ks));
-  if (dst) {
-    UB_RETURN_IF_ERROR(unlink(new_dir, new_name, *dst, kd));
-    if (!exchange && kd == EntryKind::kInode) UB_RETURN_IF_ERROR(DropName(*dst, dst_dir, now));
-  }
-  UB_RETURN_IF_ERROR(link(new_dir, new_name, src, ks, src_ii));
-  if (exchange) UB_RETURN_IF_ERROR(link(old_dir, old_name, *dst, kd, *dst_ii));
-  return hold_commits_ ? Status::Ok() : CommitImpl();
 }
 
 }  // namespace ubtrfs::fsimpl
