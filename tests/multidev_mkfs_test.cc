@@ -364,6 +364,36 @@ TEST(MultiDeviceAddRemove, RemoveRestripesChunksOverTheOtherDevices) {
   if (!skipped.empty()) GTEST_SKIP() << skipped;
 }
 
+// The same with device 2 lost for good (`remove ... missing`): each chunk
+// is laid out anew over the devices left from what the others give (the
+// RAID10 partner copy; RAID5/6 data rebuilt from parity).
+TEST(MultiDeviceAddRemove, RemoveMissingRestripesOverTheOthers) {
+  TempDir dir("ubtrfs-restripe-missing");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  if (HasFatalFailure()) return;
+  std::string skipped;
+  for (const Layout& p : {Layout{"raid10", "raid10", 4}, Layout{"raid5", "raid5", 3}, Layout{"raid6", "raid6", 4}}) {
+    SCOPED_TRACE(p.data + " over " + std::to_string(p.devices));
+    auto images = MakeImages(dir, p.data + "-", p.devices, 256 * kMiB);
+    ASSERT_EQ(Mkfs(images, p.data, p.meta, src).exit_code, 0);
+    images.erase(images.begin() + 1);
+    std::vector<std::string> rm_args{"device", "remove"};
+    rm_args.insert(rm_args.end(), images.begin(), images.end());
+    rm_args.push_back("missing");
+    auto rm = RunUbtrfs(rm_args);
+    ASSERT_EQ(rm.exit_code, 0) << rm.Describe();
+    EXPECT_NE(rm.out.find("restriped 3 chunks"), std::string::npos) << rm.out;
+    ExpectExactDevices(images, ProfileBits(p.data), ProfileBits(p.meta));
+    ExpectSameAsSource(src, images);
+    skipped = ExpectCleanEverywhere(dir, images);
+    if (skipped.empty()) {
+      for (size_t i = 0; i < images.size(); ++i) ubtrfs_test::ExpectKernelReadsAllWithout(images, {i}, dir.Sub("mnt"));
+    }
+  }
+  if (!skipped.empty()) GTEST_SKIP() << skipped;
+}
+
 // A RAID5/6 array written until it is full: the copy that does not fit
 // fails with ENOSPC and a clear message, everything committed stays
 // readable and check-clean, and small files still go in where metadata has

@@ -66,6 +66,10 @@ struct DeviceChangeOptions {
   std::vector<std::string> scan_dirs;
   // AddDevice: overwrite a btrfs filesystem on the new device.
   bool force = false;
+  // Go on although devices of the filesystem are missing (the kernel's
+  // -o degraded); ENODEV without it. RemoveDevice of a missing device
+  // needs no flag: naming it asks for it.
+  bool degraded = false;
 };
 
 struct DeviceChangeResult {
@@ -88,9 +92,12 @@ struct DeviceChangeResult {
 UBTRFS_API Status AddDevice(const std::vector<std::string>& devices, const std::string& new_device,
                             const DeviceChangeOptions& options, DeviceChangeResult* result);
 
-// Removes a device (`which`: its devid, or its path as named or found) from
+// Removes a device (`which`: its devid, its path as named or found, or
+// "missing": the first device the filesystem lists that is not there) from
 // the filesystem over `devices`: every chunk stripe on it moves to another
-// device first (one commit per stripe, as ResizeImage moves them), then
+// device first (one commit per stripe, as ResizeImage moves them; a stripe
+// of a missing device is made again from its chunk's other copies or
+// parity, as the kernel's `btrfs device remove missing` does), then
 // one commit drops its DEV_ITEM and shrinks the device count and size, and
 // the magic of its superblock copies is cleared. Refused (EINVAL, nothing
 // changed) for the only device and where a profile in use would have fewer
@@ -99,7 +106,10 @@ UBTRFS_API Status AddDevice(const std::vector<std::string>& devices, const std::
 // other device is restriped over them (same logical address and length,
 // fewer and longer stripes, every used element copied), which needs room
 // for the new stripes beside the old ones; without it EINVAL names the
-// chunk and nothing more changes.
+// chunk and nothing more changes. A missing device whose chunks cannot be
+// rebuilt (SINGLE, DUP or RAID0 data on it, or more devices missing than a
+// profile tolerates) is refused with EINVAL before anything moves, unless
+// those chunks are empty.
 UBTRFS_API Status RemoveDevice(const std::vector<std::string>& devices, const std::string& which,
                                const DeviceChangeOptions& options, DeviceChangeResult* result);
 

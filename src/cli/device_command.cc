@@ -45,6 +45,7 @@ DeviceChangeOptions Options(const DeviceArgs& a) {
   DeviceChangeOptions o;
   o.scan_dirs = Placement().scan_dirs;
   o.force = a.force;
+  o.degraded = Placement().degraded;
   return o;
 }
 
@@ -97,7 +98,10 @@ void RegisterDevice(CLI::App& app) {
   auto* rm = dev->add_subcommand(
       "remove", "Move every chunk off a device (DEVID or PATH) and take it out of the filesystem");
   rm->alias("delete");
-  rm->add_option("devices", remove_args.args, "IMAGE... (the filesystem's devices) then DEVID or PATH")->required();
+  rm->add_option("devices", remove_args.args,
+                 "IMAGE... (the filesystem's devices) then DEVID, PATH or 'missing' (a device that is gone: its "
+                 "chunks rebuilt from the other copies or parity)")
+      ->required();
   rm->add_flag("-q,--quiet", remove_args.quiet, "Print nothing on success");
   rm->fallthrough();
   rm->callback([] { CmdRemove(remove_args); });

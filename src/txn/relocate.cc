@@ -10,6 +10,7 @@
 #include "format/superblock.h"
 #include "alloc/chunk_io.h"
 #include "alloc/chunk_map.h"
+#include "alloc/stripe_rebuild.h"
 #include "txn/volume.h"
 #include "txn/transaction.h"
 
@@ -406,13 +407,18 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, 
   });
   io::BlockDevice* src = vol->devices().Get(from.devid);
   io::BlockDevice* dst = vol->devices().Get(devid);
-  if (!src || !dst) return Status::IoError(where + ": a device is missing");
+  if (!dst) return Status::IoError(where + ": the target device is missing");
+  // A copy on a missing device is made again from the rest of its chunk.
+  auto read = [&](uint64_t physical, std::span<uint8_t> out) {
+    if (src) return src->ReadAt(physical, out);
+    return alloc::RebuildStripeRange(vol->chunk_io(), *ci, index, physical - from.physical, out);
+  };
   std::vector<uint8_t> buf;
   auto copy_bytes = [&](uint64_t physical, uint64_t len) -> Status {
     for (uint64_t off = 0; off < len;) {
       const uint64_t n = std::min(kCopyBytes, len - off);
       buf.resize(n);
-      UB_RETURN_IF_ERROR(src->ReadAt(physical + off, buf).WithContext(where));
+      UB_RETURN_IF_ERROR(read(physical + off, buf).WithContext(where));
       UB_RETURN_IF_ERROR(dst->WriteAt(to + (physical - from.physical) + off, buf).WithContext(where));
       *copied += n;
       off += n;
@@ -459,6 +465,7 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, 
 
   // From here on, blocks of this transaction go to the new place only.
   UB_RETURN_IF_ERROR(vol->mutable_chunks()->SetStripe(logical, index, to, devid));
+  TrackMissing(from.devid);
   ca.devs_[from.devid].extents.erase(s.physical);
   ca.devs_[devid].extents[to] = s.length;
   if (devid != from.devid) {
@@ -561,11 +568,6 @@ Status DeviceLayout::CheckRemovable(uint64_t devid) const {
     for (const auto& [d, item] : vol->dev_items()) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
     return Status::Invalid("the filesystem has no device " + std::to_string(devid) + " (its devices: " + ids + ")");
   }
-  if (!vol->devices().Has(devid)) {
-    return Status::Unsupported("device " + std::to_string(devid) +
-                               " is missing: removing a missing device (its chunks rebuilt from the other copies) "
-                               "is not supported offline");
-  }
   const uint64_t num = vol->super().num_devices.get();
   if (num <= 1) return Status::Invalid("unable to remove the only device of the filesystem");
   std::set<uint64_t> profiles;
@@ -580,6 +582,34 @@ Status DeviceLayout::CheckRemovable(uint64_t devid) const {
     }
   }
   return Status::Ok();
+}
+
+Status DeviceLayout::CheckRebuildable(const Stripe& s) const {
+  Volume* vol = txn_->vol_;
+  if (vol->devices().Has(s.devid)) return Status::Ok();
+  const alloc::ChunkInfo* ci = vol->chunks().Find(s.logical);
+  if (!ci) return Status::Invalid("no chunk at " + std::to_string(s.logical));
+  const std::string why = alloc::WhyNotRebuildable(*ci, vol->devices());
+  if (why.empty()) return Status::Ok();
+  uint64_t used = 0;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() == s.logical) used = g.used_bytes();
+  });
+  // An unused chunk loses nothing: it moves as it is.
+  if (used == 0) return Status::Ok();
+  return Status::Invalid(why + ": its " + std::to_string(used) +
+                         " bytes in use cannot be rebuilt, so device " + std::to_string(s.devid) +
+                         " cannot be removed");
+}
+
+void DeviceLayout::TrackMissing(uint64_t devid) {
+  ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const auto item = txn_->vol_->dev_items().find(devid);
+  if (ca.devs_.count(devid) || item == txn_->vol_->dev_items().end()) return;
+  ChunkAllocator::Dev& gone = ca.devs_[devid];
+  gone.item = item->second;
+  gone.end = 0;
+  gone.bytes_used = item->second.bytes_used.get();
 }
 
 void DeviceLayout::StopAllocating(uint64_t devid) {
@@ -770,9 +800,10 @@ Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_ru
   alloc::ChunkMap next(vol->devices().Sizes());
   UB_RETURN_IF_ERROR(next.AddChunk(logical, fresh, vol->sectorsize()).WithContext(where));
 
-  // The bytes: every used range, read through the old layout (its first
-  // copy; RAID5/6: the stored data) and written through the new one (every
-  // copy; RAID5/6: with the new rows' parity).
+  // The bytes: every used range, read through the old layout (a copy that
+  // reads; RAID5/6: the stored data, rebuilt where a device is missing) and
+  // written through the new one (every copy; RAID5/6: with the new rows'
+  // parity).
   std::vector<std::pair<uint64_t, uint64_t>> used;
   txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
     if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
@@ -783,7 +814,7 @@ Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_ru
     for (uint64_t off = 0; off < l;) {
       const uint64_t n = std::min(kCopyBytes, l - off);
       buf.resize(n);
-      UB_RETURN_IF_ERROR(vol->chunk_io().Read(a + off, buf, 0).WithContext(where));
+      UB_RETURN_IF_ERROR(alloc::ReadFromAnyCopy(vol->chunk_io(), a + off, buf).WithContext(where));
       UB_RETURN_IF_ERROR(next_io.Write(a + off, buf).WithContext(where));
       *copied += n;
       off += n;
@@ -836,6 +867,7 @@ Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_ru
   if (!de || de->size() < sizeof(DevExtent)) return Status::Corrupt(where + ": no dev extent " + KeyToString(first));
   std::set<uint64_t> touched;
   for (const alloc::StripeLoc& st : old.stripes) {
+    TrackMissing(st.devid);
     UB_RETURN_IF_ERROR(dev_w->Delete(Key{st.devid, kDevExtentKey, st.physical}));
     auto it = ca.devs_.find(st.devid);
     if (it != ca.devs_.end()) {
@@ -873,6 +905,7 @@ Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats
     if (on.empty()) break;
     for (const auto& s : on) {
       if (checked) break;
+      UB_RETURN_IF_ERROR(layout.CheckRebuildable(s));
       uint64_t id = 0, to = 0;
       if (layout.NeedsRestripe(s, devid)) {
         UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/true, nullptr));

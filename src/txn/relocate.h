@@ -96,6 +96,10 @@ class DeviceLayout {
   // devices than a profile in use needs afterwards (the kernel's
   // btrfs_check_raid_min_devices), or not a device of the filesystem.
   Status CheckRemovable(uint64_t devid) const;
+  // For a stripe on a missing device: EINVAL when its chunk cannot make it
+  // again (one copy, or more stripes lost than the profile tolerates) and
+  // the chunk holds something. MoveStripe and RestripeOff rebuild it.
+  Status CheckRebuildable(const Stripe& s) const;
   // No new chunk goes on `devid` from now on (before moving its stripes off).
   void StopAllocating(uint64_t devid);
   // Where stripe `s` goes when its device leaves: a present device other
@@ -143,6 +147,10 @@ class DeviceLayout {
   // devid 0: the stripe stays on its device.
   Status UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical, uint64_t devid = 0);
   Status UpdateDevItem();
+  // A missing device, which the allocator leaves out, tracked from here
+  // with no room (nothing goes there) once a stripe leaves it, so that its
+  // DEV_ITEM's bytes_used keeps matching its dev extents until it goes.
+  void TrackMissing(uint64_t devid);
   // Device `devid`'s DEV_ITEM as the chunk tree holds it now.
   Result<std::vector<uint8_t>> DevItemBytes(uint64_t devid) const;
   struct RestripePlan {

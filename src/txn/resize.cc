@@ -50,6 +50,7 @@ Result<Opened> OpenForResize(const std::string& path) {
   UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(path, io::OpenFlags{true}, io::Placement{}));
   txn::VolumeOptions vo;
   vo.writable = true;
+  vo.degraded = true;  // CheckDegraded decides, before anything is written
   vo.node_cache_bytes = 16ull << 20;
   Opened o;
   UB_ASSIGN_OR_RETURN(o.vol, txn::Volume::Open(std::move(dev), vo));
@@ -344,7 +345,24 @@ struct OpenedSet {
   Opened o;
 };
 
-Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceChangeOptions& options) {
+// Whether a filesystem with devices missing may be changed: with
+// options.degraded, or when the change is the removal of the one device
+// that is missing (`removing`: what RemoveDevice was asked to remove).
+Status CheckDegraded(const txn::Volume& vol, const DeviceChangeOptions& options, const std::string& removing) {
+  const std::vector<uint64_t>& missing = vol.missing_devices();
+  if (missing.empty() || options.degraded) return Status::Ok();
+  if (missing.size() == 1 && (removing == "missing" || removing == std::to_string(missing.front()))) {
+    return Status::Ok();
+  }
+  std::string list;
+  for (uint64_t d : missing) list += (list.empty() ? "" : ", ") + std::to_string(d);
+  return Status::Error(ENODEV, "device" + std::string(missing.size() > 1 ? "s " : " ") + list +
+                                   (missing.size() > 1 ? " are" : " is") +
+                                   " missing: a degraded filesystem is changed only when asked (--degraded)");
+}
+
+Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceChangeOptions& options,
+                          const std::string& removing = "") {
   OpenedSet set;
   txn::DeviceSpec spec;
   for (const std::string& d : devices) {
@@ -361,11 +379,13 @@ Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceC
   }
   txn::VolumeOptions vo;
   vo.writable = true;
+  vo.degraded = true;  // CheckDegraded decides, before anything is written
   vo.node_cache_bytes = 16ull << 20;
   UB_ASSIGN_OR_RETURN(set.o.vol, txn::Volume::Open(std::move(devs), vo));
   if (set.o.vol->sprouted()) {
     return Status::Unsupported("changing the devices of a filesystem sprouted from a seed device");
   }
+  UB_RETURN_IF_ERROR(CheckDegraded(*set.o.vol, options, removing));
   for (uint64_t id : set.o.vol->devices().Devids()) set.names[id] = set.o.vol->devices().Get(id)->Name();
   UB_ASSIGN_OR_RETURN(set.o.txn, txn::TxnManager::Open(set.o.vol.get()));
   if (set.o.txn->HasChanges()) UB_RETURN_IF_ERROR(set.o.txn->Commit());
@@ -458,10 +478,14 @@ Status AddDevice(const std::vector<std::string>& devices, const std::string& new
 Status RemoveDevice(const std::vector<std::string>& devices, const std::string& which,
                     const DeviceChangeOptions& options, DeviceChangeResult* result) {
   DeviceChangeResult r;
-  UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options));
+  UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options, which));
   txn::Volume& vol = *set.o.vol;
+  const std::vector<uint64_t> missing = vol.missing_devices();
   uint64_t devid = 0;
-  if (!which.empty() && which.find_first_not_of("0123456789") == std::string::npos && which.size() < 20) {
+  if (which == "missing") {
+    if (missing.empty()) return Status::Invalid("no device of the filesystem is missing");
+    devid = *std::min_element(missing.begin(), missing.end());
+  } else if (!which.empty() && which.find_first_not_of("0123456789") == std::string::npos && which.size() < 20) {
     devid = std::stoull(which);
   } else {
     const std::string real = RealPath(which);
