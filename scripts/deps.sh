@@ -9,7 +9,8 @@ PKGS=(build-essential cmake ninja-build pkg-config ccache clang lld libclang-rt-
       btrfs-progs e2fsprogs util-linux attr xfsprogs hyperfine fsmark dbench fio gnuplot-nox time tree
       git rsync tar zstd make gcc man-db groff-base bash-completion
       python3-pytest python3-setuptools python3-venv python3-pip
-      ceph-mon ceph-osd ceph-common librbd-dev librados-dev uuid-runtime)
+      ceph-mon ceph-osd ceph-common librbd-dev librados-dev uuid-runtime
+      gdb)  # backtraces of a test that hangs (tests/support/deadline.cc)
 
 missing=()
 for p in "${PKGS[@]}"; do
