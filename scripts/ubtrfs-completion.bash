@@ -13,7 +13,7 @@ _ubtrfs_nested() {
     subvolume) echo "create snapshot delete list get-default set-default" ;;
     property) echo "get set" ;;
     quota) echo "rescan" ;;
-    device) echo "add remove delete" ;;
+    device) echo "add remove delete replace" ;;
   esac
 }
 
@@ -29,6 +29,7 @@ _ubtrfs_options() {
     "quota rescan") echo "-h --help"; return ;;
     "device add") echo "-h --help -f --force -q --quiet"; return ;;
     "device remove"|"device delete") echo "-h --help -q --quiet"; return ;;
+    "device replace") echo "-h --help -f --force -q --quiet"; return ;;
   esac
   local common="-h --help --offset --partition --scan --degraded"
   # The subcommands that reach files by path also choose a subvolume.

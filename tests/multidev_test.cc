@@ -503,6 +503,59 @@ TEST_P(MultiDeviceTest, RemovingAMissingDeviceRebuildsItsStripes) {
   for (size_t i = 0; i < images_.size(); ++i) ubtrfs_test::ExpectKernelReadsAllWithout(images_, {i}, mnt_);
 }
 
+// `device replace`: a new device takes device 2's place under its devid,
+// as the kernel's `btrfs replace start`: copied from device 2 where it is
+// there (single, raid0), made again from the other copies or parity where
+// it is lost (the profiles that tolerate a loss). The array then opens
+// whole without --degraded, both checkers find it clean, the kernel shows
+// the same files, the old device carries no superblock, and every device
+// can be lost in turn with every file still read.
+TEST_P(MultiDeviceTest, ReplaceTakesADevicesPlace) {
+  const Profile& p = GetParam();
+  const bool lost = p.tolerates > 0;
+  const std::string fresh = dir_->Sub("new.img"), small = dir_->Sub("small.img");
+  std::string err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(fresh, 256 * kMiB, &err)) << err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(small, 64 * kMiB, &err)) << err;
+  auto replace = [&](const std::string& with) {
+    std::vector<std::string> args{"device", "replace"};
+    for (const std::string& img : lost ? Without(1) : images_) args.push_back(img);
+    args.push_back("2");
+    args.push_back(with);
+    return ubtrfs_test::RunUbtrfs(args);
+  };
+  auto r = replace(small);
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.err.find("at least as large"), std::string::npos) << r.err;
+  r = replace(fresh);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.out.find("Replaced device 2"), std::string::npos) << r.out;
+  if (!lost) {
+    auto old = io::OpenFileDevice(images_[1]);
+    ASSERT_TRUE(old.ok());
+    EXPECT_FALSE(txn::ReadSuperblock(**old).ok()) << "the replaced device still carries a superblock";
+  }
+  images_[1] = fresh;
+  {
+    OpenOptions rw;
+    rw.writable = true;
+    auto fs = Filesystem::Open(AllImages(), rw);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    EXPECT_EQ((*fs)->Info().num_devices, images_.size());
+    EXPECT_TRUE((*fs)->Info().devices_missing.empty());
+  }
+  CompareWithSource(AllImages());
+  auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", AllImages()});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  auto scrub = ubtrfs_test::RunUbtrfs({"scrub", "--readonly", "--json", AllImages()});
+  EXPECT_EQ(scrub.exit_code, 0) << scrub.Describe();
+  EXPECT_NE(scrub.out.find("\"parity_errors\": 0,"), std::string::npos) << scrub.out;
+  auto progs = ArrayMount::CheckOnce(images_);
+  EXPECT_TRUE(progs.ok()) << progs.Describe();
+  CompareWithKernel(AllImages());
+  for (size_t i = 0; i < images_.size() && lost; ++i) ubtrfs_test::ExpectKernelReadsAllWithout(images_, {i}, mnt_);
+}
+
 INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceTest, testing::ValuesIn(kProfiles), PrintProfile);
 
 // Arrays straight from mkfs.btrfs (small chunks): ubtrfs's writes need new

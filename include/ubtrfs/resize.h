@@ -113,6 +113,20 @@ UBTRFS_API Status AddDevice(const std::vector<std::string>& devices, const std::
 UBTRFS_API Status RemoveDevice(const std::vector<std::string>& devices, const std::string& which,
                                const DeviceChangeOptions& options, DeviceChangeResult* result);
 
+// Replaces a device (`which` as RemoveDevice takes it; present or
+// missing) by `new_device` (as AddDevice takes it, at least as large as
+// the device's size in the filesystem), as `btrfs replace start`: the new
+// device takes the old one's devid and every chunk stripe it had, each
+// copied to the same place on it (from the old device, or made again from
+// the other copies or parity where it is missing or a read fails), in one
+// commit after the copying; the old device's superblocks lose their magic.
+// result->devid is the devid, bytes_copied what was copied. EINVAL for a
+// smaller device, or a missing device whose chunks in use cannot be
+// rebuilt; nothing changes then.
+UBTRFS_API Status ReplaceDevice(const std::vector<std::string>& devices, const std::string& which,
+                                const std::string& new_device, const DeviceChangeOptions& options,
+                                DeviceChangeResult* result);
+
 // Grows or shrinks one device (`devid`) of the filesystem over `devices`
 // (as AddDevice takes them) to `target`, as `btrfs filesystem resize
 // DEVID:SIZE` does, offline; ResizeResult's sizes are that device's.

@@ -83,11 +83,31 @@ void CmdRemove(const DeviceArgs& a) {
   fmt::print("\n");
 }
 
+void CmdReplace(const DeviceArgs& a) {
+  if (!CheckArgs("replace", a)) return;
+  if (a.args.size() < 3) {
+    fmt::print(stderr, "ubtrfs device replace: name the filesystem's devices, the device to replace (its devid, path "
+                       "or 'missing') and the new device\n");
+    return SetExitCode(2);
+  }
+  const std::vector<std::string> devices(a.args.begin(), a.args.end() - 2);
+  const std::string& which = a.args[a.args.size() - 2];
+  const std::string& dev = a.args.back();
+  DeviceChangeResult r;
+  if (Status s = ReplaceDevice(devices, which, dev, Options(a), &r); !s.ok()) {
+    fmt::print(stderr, "ubtrfs device replace: {}: {}\n", which, s.ToString());
+    return SetExitCode(1);
+  }
+  if (a.quiet) return;
+  fmt::print("Replaced device {} ({}) by {}: {} copied\n", r.devid, which, dev, Human(r.bytes_copied));
+}
+
 }  // namespace
 
 void RegisterDevice(CLI::App& app) {
-  static DeviceArgs add_args, remove_args;
-  auto* dev = app.add_subcommand("device", "Add a device to a filesystem or remove one, offline (as btrfs device)");
+  static DeviceArgs add_args, remove_args, replace_args;
+  auto* dev = app.add_subcommand("device", "Add, remove or replace a device of a filesystem, offline (as btrfs device "
+                                            "and btrfs replace)");
   dev->require_subcommand(1);
   auto* add = dev->add_subcommand("add", "Add NEWDEV (an existing image file or block device) to the filesystem");
   add->add_option("devices", add_args.args, "IMAGE... (the filesystem's devices) then NEWDEV")->required();
@@ -105,6 +125,14 @@ void RegisterDevice(CLI::App& app) {
   rm->add_flag("-q,--quiet", remove_args.quiet, "Print nothing on success");
   rm->fallthrough();
   rm->callback([] { CmdRemove(remove_args); });
+  auto* rep = dev->add_subcommand(
+      "replace", "Copy a device (DEVID, PATH or 'missing') onto NEWDEV, which takes its place (as btrfs replace)");
+  rep->add_option("devices", replace_args.args, "IMAGE... (the filesystem's devices), the device to replace, NEWDEV")
+      ->required();
+  rep->add_flag("-f,--force", replace_args.force, "Overwrite a btrfs filesystem on NEWDEV");
+  rep->add_flag("-q,--quiet", replace_args.quiet, "Print nothing on success");
+  rep->fallthrough();
+  rep->callback([] { CmdReplace(replace_args); });
 }
 
 }  // namespace ubtrfs::cli

@@ -385,6 +385,63 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uin
   return MoveStripe(logical, index, ci->stripes[index].devid, to, copied);
 }
 
+Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io::BlockDevice* dst, uint64_t to,
+                                     uint64_t* copied) {
+  Volume* vol = txn_->vol_;
+  const uint64_t logical = c.logical;
+  const alloc::StripeLoc from = c.stripes[index];
+  // The bytes: only what the group uses (free space holds nothing), as the
+  // stripe holds them (every element of a striped chunk that lies in it).
+  std::vector<std::pair<uint64_t, uint64_t>> used;
+  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
+  });
+  io::BlockDevice* src = vol->devices().Get(from.devid);
+  // A copy on a missing device, or one that does not read, is made again
+  // from the rest of its chunk.
+  auto read = [&](uint64_t physical, std::span<uint8_t> out) {
+    Status st = src ? src->ReadAt(physical, out) : Status::IoError("device " + std::to_string(from.devid) + " is missing");
+    if (st.ok() || c.stripes.size() < 2) return st;
+    Status rebuilt = alloc::RebuildStripeRange(vol->chunk_io(), c, index, physical - from.physical, out);
+    return rebuilt.ok() ? rebuilt : st.WithContext(rebuilt.ToString());
+  };
+  std::vector<uint8_t> buf;
+  auto copy_bytes = [&](uint64_t physical, uint64_t len) -> Status {
+    for (uint64_t off = 0; off < len;) {
+      const uint64_t n = std::min(kCopyBytes, len - off);
+      buf.resize(n);
+      UB_RETURN_IF_ERROR(read(physical + off, buf));
+      UB_RETURN_IF_ERROR(dst->WriteAt(to + (physical - from.physical) + off, buf));
+      *copied += n;
+      off += n;
+    }
+    return Status::Ok();
+  };
+  if (c.parity_stripes() > 0) {
+    // RAID5/6: the stripe holds data of some rows and P or Q of others;
+    // every row with used bytes has its element here copied whole.
+    const uint64_t sl = c.stripe_len, row_bytes = sl * c.data_stripes();
+    std::set<uint64_t> rows;
+    for (auto [a, l] : used) {
+      for (uint64_t r = (a - logical) / row_bytes; r <= (a + l - 1 - logical) / row_bytes; ++r) rows.insert(r);
+    }
+    for (uint64_t r : rows) UB_RETURN_IF_ERROR(copy_bytes(from.physical + r * sl, sl));
+    used.clear();
+  }
+  for (auto [a, l] : used) {
+    UB_ASSIGN_OR_RETURN(auto copies, vol->chunks().Map(a, l));
+    for (const auto& copy : copies) {
+      for (const alloc::Piece& p : copy) {
+        if (p.devid != from.devid || p.physical < from.physical || p.physical >= from.physical + c.stripe_size) {
+          continue;
+        }
+        UB_RETURN_IF_ERROR(copy_bytes(p.physical, p.length));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, uint64_t to, uint64_t* copied) {
   Volume* vol = txn_->vol_;
   ChunkAllocator& ca = *txn_->chunk_alloc_;
@@ -399,52 +456,9 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, 
                             " to device " + std::to_string(devid) + " offset " + std::to_string(to);
   if (!PlaceOk(s, devid, to)) return Status::Invalid(where + ": the target is not free device space");
 
-  // The bytes: only what the group uses (free space holds nothing), as the
-  // stripe holds them (every element of a striped chunk that lies in it).
-  std::vector<std::pair<uint64_t, uint64_t>> used;
-  txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
-    if (g.start() == logical) g.ForEachUsedExtent([&](uint64_t a, uint64_t l) { used.push_back({a, l}); });
-  });
-  io::BlockDevice* src = vol->devices().Get(from.devid);
   io::BlockDevice* dst = vol->devices().Get(devid);
   if (!dst) return Status::IoError(where + ": the target device is missing");
-  // A copy on a missing device is made again from the rest of its chunk.
-  auto read = [&](uint64_t physical, std::span<uint8_t> out) {
-    if (src) return src->ReadAt(physical, out);
-    return alloc::RebuildStripeRange(vol->chunk_io(), *ci, index, physical - from.physical, out);
-  };
-  std::vector<uint8_t> buf;
-  auto copy_bytes = [&](uint64_t physical, uint64_t len) -> Status {
-    for (uint64_t off = 0; off < len;) {
-      const uint64_t n = std::min(kCopyBytes, len - off);
-      buf.resize(n);
-      UB_RETURN_IF_ERROR(read(physical + off, buf).WithContext(where));
-      UB_RETURN_IF_ERROR(dst->WriteAt(to + (physical - from.physical) + off, buf).WithContext(where));
-      *copied += n;
-      off += n;
-    }
-    return Status::Ok();
-  };
-  if (ci->parity_stripes() > 0) {
-    // RAID5/6: the stripe holds data of some rows and P or Q of others;
-    // every row with used bytes has its element here copied whole.
-    const uint64_t sl = ci->stripe_len, row_bytes = sl * ci->data_stripes();
-    std::set<uint64_t> rows;
-    for (auto [a, l] : used) {
-      for (uint64_t r = (a - logical) / row_bytes; r <= (a + l - 1 - logical) / row_bytes; ++r) rows.insert(r);
-    }
-    for (uint64_t r : rows) UB_RETURN_IF_ERROR(copy_bytes(from.physical + r * sl, sl));
-    used.clear();
-  }
-  for (auto [a, l] : used) {
-    UB_ASSIGN_OR_RETURN(auto copies, vol->chunks().Map(a, l));
-    for (const auto& copy : copies) {
-      for (const alloc::Piece& p : copy) {
-        if (p.devid != from.devid || p.physical < from.physical || p.physical >= from.physical + s.length) continue;
-        UB_RETURN_IF_ERROR(copy_bytes(p.physical, p.length));
-      }
-    }
-  }
+  UB_RETURN_IF_ERROR(CopyStripeBytes(*ci, index, dst, to, copied).WithContext(where));
 
   // Superblock copies inside the new place: their 64 KiB of the chunk is
   // taken out of use (PlaceOk made sure it is free).
@@ -931,18 +945,18 @@ Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats
   std::unique_ptr<io::BlockDevice> gone;
   UB_RETURN_IF_ERROR(layout.RemoveDevice(devid, &gone));
   UB_RETURN_IF_ERROR(txn->Commit());
-  // The removed device no longer claims to belong: its superblock copies
-  // lose their magic (as the kernel's btrfs_scratch_superblocks).
-  if (gone) {
-    const std::vector<uint8_t> zero(sizeof(uint64_t), 0);
-    for (int m = 0; m < kSuperMirrorMax; ++m) {
-      const uint64_t off = SuperblockOffset(m);
-      if (off + kSuperInfoSize > gone->Size()) break;
-      UB_RETURN_IF_ERROR(gone->WriteAt(off + offsetof(SuperBlock, magic), zero));
-    }
-    UB_RETURN_IF_ERROR(gone->Flush());
-  }
+  if (gone) UB_RETURN_IF_ERROR(ScratchSuperblocks(*gone));
   return Status::Ok();
+}
+
+Status ScratchSuperblocks(io::BlockDevice& dev) {
+  const std::vector<uint8_t> zero(sizeof(uint64_t), 0);
+  for (int m = 0; m < kSuperMirrorMax; ++m) {
+    const uint64_t off = SuperblockOffset(m);
+    if (off + kSuperInfoSize > dev.Size()) break;
+    UB_RETURN_IF_ERROR(dev.WriteAt(off + offsetof(SuperBlock, magic), zero));
+  }
+  return dev.Flush();
 }
 
 }  // namespace ubtrfs::txn

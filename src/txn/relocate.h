@@ -123,6 +123,21 @@ class DeviceLayout {
   // Hands the device back for wiping once the commit is written.
   Status RemoveDevice(uint64_t devid, std::unique_ptr<io::BlockDevice>* out);
 
+  // `btrfs replace`, offline: `target` takes the place of device `devid`
+  // (present or missing) under the same devid. Every stripe's bytes in use
+  // are copied to the same offset on it (from the old device, or made again
+  // from the rest of the chunk where it is missing or a read fails), then
+  // the volume swaps the devices and the DEV_ITEM and every chunk stripe on
+  // it take `uuid`; dev extents and sizes stay. Nothing is changed before
+  // the copies are written: until the caller's commit, the committed
+  // filesystem still names the old device. Hands the old device (if it
+  // was there) back in *old, to scratch its superblocks after the commit.
+  // EINVAL when `target` is smaller than the device's total_bytes, or a
+  // missing device's chunk in use cannot be rebuilt.
+  Status ReplaceDevice(uint64_t devid, std::unique_ptr<io::BlockDevice> target,
+                       const std::array<uint8_t, format::kUuidSize>& uuid, uint64_t* copied,
+                       std::unique_ptr<io::BlockDevice>* old);
+
   // DEV_ITEM.total_bytes and the superblock's sizes. EINVAL below the end
   // of the last stripe. The caller commits.
   Status SetDeviceSize(uint64_t bytes);
@@ -144,6 +159,12 @@ class DeviceLayout {
   std::vector<std::pair<uint64_t, uint64_t>> OtherDevices(uint64_t leaving) const;
   // Devices a stripe may move to when `leaving` goes (FindNewHome's choice).
   std::vector<uint64_t> HomesFor(const Stripe& s, uint64_t leaving) const;
+  // Copies what copy `index` of chunk `c` holds in use (RAID5/6: the whole
+  // element of every row with used bytes) to `dst` at `to` (where the copy
+  // starts there). A copy on a missing device, or one whose read fails, is
+  // made again from the rest of the chunk (alloc/stripe_rebuild.h).
+  Status CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io::BlockDevice* dst, uint64_t to,
+                         uint64_t* copied);
   // devid 0: the stripe stays on its device.
   Status UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical, uint64_t devid = 0);
   Status UpdateDevItem();
@@ -174,6 +195,11 @@ struct RemoveStats {
 // checked before the first moves; one commit each), RemoveDevice and its
 // commit, then the removed device's superblock magic cleared.
 Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats);
+
+// A device that left the filesystem no longer claims to belong: the magic
+// of its superblock copies is cleared (as the kernel's
+// btrfs_scratch_superblocks).
+Status ScratchSuperblocks(io::BlockDevice& dev);
 
 }  // namespace ubtrfs::txn
 

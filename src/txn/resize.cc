@@ -407,9 +407,19 @@ void Summarize(const txn::Volume& vol, DeviceChangeResult* r) {
 
 }  // namespace
 
-Status AddDevice(const std::vector<std::string>& devices, const std::string& new_device,
-                 const DeviceChangeOptions& options, DeviceChangeResult* result) {
-  DeviceChangeResult r;
+namespace {
+
+// A device to join the filesystem over `devices` (add, replace): it
+// exists, is large enough, is not a member, holds no other btrfs unless
+// forced; locked, open for writing, and its first MiB wiped (old
+// signatures and the old primary superblock; the commit writes the new
+// superblock copies).
+struct NewDevice {
+  std::unique_ptr<ImageLock> lock;
+  std::unique_ptr<io::BlockDevice> dev;
+};
+Result<NewDevice> OpenNewDevice(const std::vector<std::string>& devices, const std::string& new_device,
+                                const DeviceChangeOptions& options) {
   struct stat st;
   if (::stat(new_device.c_str(), &st) != 0) {
     const int e = errno;
@@ -429,15 +439,17 @@ Status AddDevice(const std::vector<std::string>& devices, const std::string& new
       }
     }
   }
-  ImageLock new_lock;
-  UB_RETURN_IF_ERROR(new_lock.Take(new_device));
-  UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(new_device, io::OpenFlags{true}, io::Placement{}));
-  if (dev->Size() < kMinNewDevice) {
-    return Status::Invalid(new_device + " is too small: " + std::to_string(dev->Size()) + " bytes; a device needs at least " +
+  NewDevice nd;
+  nd.lock = std::make_unique<ImageLock>();
+  UB_RETURN_IF_ERROR(nd.lock->Take(new_device));
+  UB_ASSIGN_OR_RETURN(nd.dev, io::OpenImage(new_device, io::OpenFlags{true}, io::Placement{}));
+  io::BlockDevice& dev = *nd.dev;
+  if (dev.Size() < kMinNewDevice) {
+    return Status::Invalid(new_device + " is too small: " + std::to_string(dev.Size()) + " bytes; a device needs at least " +
                            std::to_string(kMinNewDevice) + " (16 MiB)");
   }
   // A member of this filesystem (left out of `devices`), or another one.
-  if (auto sc = txn::ReadSuperblock(*dev); sc.ok()) {
+  if (auto sc = txn::ReadSuperblock(dev); sc.ok()) {
     const std::vector<std::string> first = txn::SplitDeviceList(devices.empty() ? std::string() : devices.front());
     if (!first.empty()) {
       if (auto fdev = io::OpenImage(first.front(), io::OpenFlags{}, io::Placement{}); fdev.ok()) {
@@ -454,6 +466,41 @@ Status AddDevice(const std::vector<std::string>& devices, const std::string& new
                              format::UuidToString(sc->sb.fsid) + "); use --force to overwrite it");
     }
   }
+  return nd;
+}
+
+// Wipes the new device's first MiB, once nothing can refuse it any more.
+Status WipeStart(io::BlockDevice& dev) {
+  std::vector<uint8_t> zeros(1u << 20, 0);
+  return dev.WriteAt(0, std::span(zeros).subspan(0, std::min<uint64_t>(zeros.size(), dev.Size())));
+}
+
+// The set's devid for `which` (a devid, "missing", or a path as named or
+// found); EINVAL listing the devices when none.
+Result<uint64_t> WhichDevice(const OpenedSet& set, const std::string& which) {
+  const std::vector<uint64_t>& missing = set.o.vol->missing_devices();
+  if (which == "missing") {
+    if (missing.empty()) return Status::Invalid("no device of the filesystem is missing");
+    return *std::min_element(missing.begin(), missing.end());
+  }
+  if (!which.empty() && which.find_first_not_of("0123456789") == std::string::npos && which.size() < 20) {
+    return std::stoull(which);
+  }
+  const std::string real = RealPath(which);
+  for (const auto& [id, name] : set.names) {
+    if (name == which || RealPath(name) == real) return id;
+  }
+  std::string names;
+  for (const auto& [id, name] : set.names) names += (names.empty() ? "" : ", ") + std::to_string(id) + " " + name;
+  return Status::Invalid(which + " is not a device of this filesystem (its devices: " + names + ")");
+}
+
+}  // namespace
+
+Status AddDevice(const std::vector<std::string>& devices, const std::string& new_device,
+                 const DeviceChangeOptions& options, DeviceChangeResult* result) {
+  DeviceChangeResult r;
+  UB_ASSIGN_OR_RETURN(NewDevice nd, OpenNewDevice(devices, new_device, options));
   UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options));
   const std::string real = RealPath(new_device);
   for (const auto& [id, name] : set.names) {
@@ -461,15 +508,37 @@ Status AddDevice(const std::vector<std::string>& devices, const std::string& new
       return Status::Invalid(new_device + " is device " + std::to_string(id) + " of this filesystem already");
     }
   }
-  // Old signatures and the old primary superblock go; the commit writes
-  // the new superblock copies.
-  std::vector<uint8_t> zeros(1u << 20, 0);
-  UB_RETURN_IF_ERROR(dev->WriteAt(0, std::span(zeros).subspan(0, std::min<uint64_t>(zeros.size(), dev->Size()))));
+  UB_RETURN_IF_ERROR(WipeStart(*nd.dev));
   std::array<uint8_t, format::kUuidSize> uuid{};
   UB_RETURN_IF_ERROR(txn::NewUuid(uuid.data()));
   txn::DeviceLayout layout(set.o.txn.get());
-  UB_RETURN_IF_ERROR(layout.AddDevice(std::move(dev), uuid, &r.devid));
+  UB_RETURN_IF_ERROR(layout.AddDevice(std::move(nd.dev), uuid, &r.devid));
   UB_RETURN_IF_ERROR(set.o.txn->Commit());
+  Summarize(*set.o.vol, &r);
+  *result = r;
+  return Status::Ok();
+}
+
+Status ReplaceDevice(const std::vector<std::string>& devices, const std::string& which, const std::string& new_device,
+                     const DeviceChangeOptions& options, DeviceChangeResult* result) {
+  DeviceChangeResult r;
+  UB_ASSIGN_OR_RETURN(NewDevice nd, OpenNewDevice(devices, new_device, options));
+  UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options, which));
+  const std::string real = RealPath(new_device);
+  for (const auto& [id, name] : set.names) {
+    if (RealPath(name) == real) {
+      return Status::Invalid(new_device + " is device " + std::to_string(id) + " of this filesystem already");
+    }
+  }
+  UB_ASSIGN_OR_RETURN(r.devid, WhichDevice(set, which));
+  UB_RETURN_IF_ERROR(WipeStart(*nd.dev));
+  std::array<uint8_t, format::kUuidSize> uuid{};
+  UB_RETURN_IF_ERROR(txn::NewUuid(uuid.data()));
+  txn::DeviceLayout layout(set.o.txn.get());
+  std::unique_ptr<io::BlockDevice> old;
+  UB_RETURN_IF_ERROR(layout.ReplaceDevice(r.devid, std::move(nd.dev), uuid, &r.bytes_copied, &old));
+  UB_RETURN_IF_ERROR(set.o.txn->Commit());
+  if (old) UB_RETURN_IF_ERROR(txn::ScratchSuperblocks(*old));
   Summarize(*set.o.vol, &r);
   *result = r;
   return Status::Ok();
@@ -480,24 +549,7 @@ Status RemoveDevice(const std::vector<std::string>& devices, const std::string& 
   DeviceChangeResult r;
   UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options, which));
   txn::Volume& vol = *set.o.vol;
-  const std::vector<uint64_t> missing = vol.missing_devices();
-  uint64_t devid = 0;
-  if (which == "missing") {
-    if (missing.empty()) return Status::Invalid("no device of the filesystem is missing");
-    devid = *std::min_element(missing.begin(), missing.end());
-  } else if (!which.empty() && which.find_first_not_of("0123456789") == std::string::npos && which.size() < 20) {
-    devid = std::stoull(which);
-  } else {
-    const std::string real = RealPath(which);
-    for (const auto& [id, name] : set.names) {
-      if (name == which || RealPath(name) == real) devid = id;
-    }
-    if (devid == 0) {
-      std::string names;
-      for (const auto& [id, name] : set.names) names += (names.empty() ? "" : ", ") + std::to_string(id) + " " + name;
-      return Status::Invalid(which + " is not a device of this filesystem (its devices: " + names + ")");
-    }
-  }
+  UB_ASSIGN_OR_RETURN(const uint64_t devid, WhichDevice(set, which));
   txn::RemoveStats stats;
   UB_RETURN_IF_ERROR(txn::RemoveDeviceCommitted(set.o.txn.get(), devid, &stats));
   r.stripes_moved = stats.stripes_moved;

@@ -57,6 +57,18 @@ std::unique_ptr<io::BlockDevice> Volume::RemoveDevice(uint64_t devid) {
   return devs_->Remove(devid);
 }
 
+std::unique_ptr<io::BlockDevice> Volume::ReplaceDevice(uint64_t devid, std::unique_ptr<io::BlockDevice> dev,
+                                                       const uint8_t* uuid) {
+  auto super_lock = SuperLock();
+  std::unique_ptr<io::BlockDevice> old = devs_->Remove(devid);
+  const uint64_t size = dev->Size();
+  devs_->Add(devid, std::move(dev));
+  std::memcpy(dev_items_[devid].uuid, uuid, format::kUuidSize);
+  std::erase(missing_, devid);
+  chunks_->set_device_size(devid, size);
+  return old;
+}
+
 format::DevItem* Volume::mutable_dev_item(uint64_t devid) {
   auto it = dev_items_.find(devid);
   return it == dev_items_.end() ? nullptr : &it->second;

@@ -92,6 +92,10 @@ class Volume {
   // take SuperLock().
   Status AddDevice(std::unique_ptr<io::BlockDevice> dev, const format::DevItem& item);
   std::unique_ptr<io::BlockDevice> RemoveDevice(uint64_t devid);
+  // Device replace: `dev` serves `devid` from now on (no longer missing),
+  // its DEV_ITEM with `uuid`; the old device (null if missing) comes back.
+  std::unique_ptr<io::BlockDevice> ReplaceDevice(uint64_t devid, std::unique_ptr<io::BlockDevice> dev,
+                                                 const uint8_t* uuid);
 
   tree::RootPtr root_tree() const { return root_tree_; }
   tree::RootPtr chunk_tree() const;
