@@ -536,6 +536,12 @@ TEST_P(MultiDeviceTest, ReplaceTakesADevicesPlace) {
     EXPECT_FALSE(txn::ReadSuperblock(**old).ok()) << "the replaced device still carries a superblock";
   }
   images_[1] = fresh;
+  // The kernel still lists device 2 under its old uuid at the loop device
+  // SetUp's mount used, which another test may hold by now; a mount would
+  // try that one too (EEXIST). After an offline replace, as after any
+  // change of a filesystem's devices behind the kernel's back, stale
+  // entries are forgotten first.
+  (void)RunCommand({"btrfs", "device", "scan", "--forget"});
   {
     OpenOptions rw;
     rw.writable = true;
