@@ -4,7 +4,7 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device check scrub mount stats property subvolume quota receive send mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device balance check scrub mount stats property subvolume quota receive send mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
 # The subcommands of the subcommands that have them.
@@ -48,6 +48,7 @@ _ubtrfs_options() {
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
     mkfs) echo "$common -d --data -m --metadata -b --size -n --nodesize -M --mixed -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -K --nodiscard -f --force -q --quiet" ;;
     resize) echo "$common -q --quiet max min" ;;
+    balance) echo "$common -d --dconvert -m --mconvert -s --sconvert -f --force -q --quiet" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     scrub) echo "$common -r --readonly --json" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;

@@ -1,7 +1,8 @@
 // Offline resizing of a filesystem in an image file (or on a block device):
-// `ubtrfs resize` and `ubtrfs mkfs --shrink`; and adding a device to a
-// filesystem or removing one (`ubtrfs device add|remove`). Nothing may have
-// the images open meanwhile (no mount).
+// `ubtrfs resize` and `ubtrfs mkfs --shrink`; adding a device to a
+// filesystem, removing or replacing one (`ubtrfs device add|remove|
+// replace`); and converting chunks to another profile (`ubtrfs balance`).
+// Nothing may have the images open meanwhile (no mount).
 #ifndef UBTRFS_RESIZE_H_
 #define UBTRFS_RESIZE_H_
 
@@ -138,6 +139,39 @@ UBTRFS_API Status ReplaceDevice(const std::vector<std::string>& devices, const s
 // EINVAL names a stripe that fits nowhere; moves already committed stay.
 UBTRFS_API Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, const ResizeTarget& target,
                                const DeviceChangeOptions& options, ResizeResult* result);
+
+// ---- Profiles ----
+
+struct ConvertOptions {
+  // Where to look for the filesystem's other devices, and whether devices
+  // may be missing (as DeviceChangeOptions).
+  std::vector<std::string> scan_dirs;
+  bool degraded = false;
+  // Target profiles by chunk kind, as btrfs balance's -dconvert, -mconvert
+  // and -sconvert take them ("single", "dup", "raid0", "raid1", "raid1c3",
+  // "raid1c4", "raid10", "raid5", "raid6"); empty: that kind stays. System
+  // chunks follow metadata when only that is given, as btrfs-progs does.
+  std::string data, metadata, system;
+  // Allow metadata or system chunks to keep fewer copies than before.
+  bool force = false;
+};
+
+struct ConvertResult {
+  uint64_t chunks_converted = 0;
+  uint64_t bytes_copied = 0;
+};
+
+// `btrfs balance start -dconvert=... -mconvert=...`, offline: every chunk of
+// each kind asked for that has another profile is laid out anew as the
+// target profile over the devices (same logical address and length, its
+// used bytes copied; one commit per chunk), and new chunks of that kind get
+// it too. EINVAL, with nothing changed, for an unknown profile, one that
+// needs more devices than the filesystem has, or less metadata redundancy
+// without options.force. ENOSPC names a chunk whose new stripes do not fit
+// beside the old ones; the chunks converted before it stay converted (a
+// filesystem with mixed profiles, as after an interrupted balance).
+UBTRFS_API Status ConvertProfiles(const std::vector<std::string>& devices, const ConvertOptions& options,
+                                  ConvertResult* result);
 
 }  // namespace ubtrfs
 

@@ -104,6 +104,9 @@ class BlockGroup {
   // kernel's read-only block groups (a seed device's, under a sprout); what
   // is freed in it is still tracked, for its item and the free space tree.
   void set_read_only() { read_only_ = true; }
+  // A chunk converted to another profile (balance): its type and profile
+  // bits; the space it holds stays as it is.
+  void set_flags(uint64_t flags) { flags_ = flags; }
   bool read_only() const { return read_only_; }
 
   uint64_t start() const { return start_; }

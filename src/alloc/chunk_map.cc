@@ -169,13 +169,18 @@ Status ChunkMap::SetLength(uint64_t logical, uint64_t length) {
   return Status::Ok();
 }
 
-Status ChunkMap::SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size) {
+Status ChunkMap::SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size, uint64_t type,
+                            uint32_t sub_stripes) {
   std::unique_lock lock(mu_);
   auto it = chunks_.find(logical);
   if (it == chunks_.end()) return Status::NotFound("no chunk at logical " + std::to_string(logical));
   if (stripes.empty()) return Status::Invalid("chunk at logical " + std::to_string(logical) + ": no stripes");
   it->second.stripes = std::move(stripes);
   it->second.stripe_size = stripe_size;
+  if (type != 0) {
+    it->second.type = type;
+    it->second.sub_stripes = sub_stripes;
+  }
   return Status::Ok();
 }
 

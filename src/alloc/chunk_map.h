@@ -105,8 +105,10 @@ class ChunkMap {
   // devid 0: the stripe stays on its device.
   Status SetStripe(uint64_t logical, size_t index, uint64_t physical, uint64_t devid = 0);
   // A chunk restriped over other devices (device remove): every stripe and
-  // the stripe size at once; the length stays.
-  Status SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size);
+  // the stripe size at once; the length stays. `type` (with its
+  // sub_stripes) non-zero: converted to that profile too (balance).
+  Status SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size, uint64_t type = 0,
+                    uint32_t sub_stripes = 1);
   void set_device_size(uint64_t devid, uint64_t bytes) { device_sizes_[devid] = bytes; }
 
  private:

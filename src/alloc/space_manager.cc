@@ -86,6 +86,14 @@ Status SpaceManager::SetReadOnly(uint64_t start) {
   return Status::Ok();
 }
 
+Status SpaceManager::SetFlags(uint64_t start, uint64_t flags) {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(start);
+  if (it == groups_.end()) return Status::NotFound("no block group at " + std::to_string(start));
+  it->second->set_flags(flags);
+  return Status::Ok();
+}
+
 Status SpaceManager::Free(uint64_t start, uint64_t len) {
   std::lock_guard lock(mu_);
   UB_ASSIGN_OR_RETURN(BlockGroup * g, GroupForRangeLocked("freeing", start, len));

@@ -29,6 +29,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterMkfs(app);
   RegisterResize(app);
   RegisterDevice(app);
+  RegisterBalance(app);
   RegisterCheck(app);
   RegisterScrub(app);
   RegisterMount(app);
@@ -44,7 +45,7 @@ void RegisterCommands(CLI::App& app) {
   for (auto* cmd : app.get_subcommands({})) {
     // Every subcommand that opens an image's file tree; not the ones that
     // read its trees raw, mkfs, and those with options of their own.
-    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "scrub", "stats", "mkfs", "resize", "device", "mount", "property", "subvolume", "send", "quota"};
+    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "scrub", "stats", "mkfs", "resize", "device", "balance", "mount", "property", "subvolume", "send", "quota"};
     if (!kNoSubvol.count(cmd->get_name())) AddSubvolOptions(cmd);
   }
 }

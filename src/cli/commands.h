@@ -22,7 +22,8 @@ void RegisterMkfs(CLI::App& app);          // mkfs
 // command line of mkfs.ubtrfs (mkfs_main.cc).
 void AddMkfsOptions(CLI::App* cmd);
 void RegisterResize(CLI::App& app);        // resize (offline grow and shrink)
-void RegisterDevice(CLI::App& app);        // device add|remove (offline)
+void RegisterDevice(CLI::App& app);        // device add|remove|replace (offline)
+void RegisterBalance(CLI::App& app);       // balance --dconvert/--mconvert (offline)
 void RegisterCheck(CLI::App& app);         // check
 void RegisterScrub(CLI::App& app);         // scrub (every copy verified, bad ones rewritten)
 void RegisterMount(CLI::App& app);         // mount (FUSE, src/fuse/)

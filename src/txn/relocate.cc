@@ -1,6 +1,7 @@
 #include "txn/relocate.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cstddef>
 #include <cstring>
@@ -626,6 +627,10 @@ void DeviceLayout::TrackMissing(uint64_t devid) {
   gone.bytes_used = item->second.bytes_used.get();
 }
 
+void DeviceLayout::AllocateAs(uint64_t kind, uint64_t profile) {
+  txn_->chunk_alloc_->profile_[std::countr_zero(kind & kBlockGroupTypeMask) % 3] = profile;
+}
+
 void DeviceLayout::StopAllocating(uint64_t devid) {
   auto it = txn_->chunk_alloc_->devs_.find(devid);
   if (it != txn_->chunk_alloc_->devs_.end()) it->second.end = 0;  // no free range left on it
@@ -730,7 +735,6 @@ Status DeviceLayout::RemoveDevice(uint64_t devid, std::unique_ptr<io::BlockDevic
 }
 
 Status DeviceLayout::PlanRestripe(uint64_t logical, uint64_t leaving, RestripePlan* plan) const {
-  const ChunkAllocator& ca = *txn_->chunk_alloc_;
   const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
   if (!ci || ci->logical != logical) return Status::Invalid("no chunk at " + std::to_string(logical));
   const uint64_t profile = ci->profile();
@@ -738,42 +742,84 @@ Status DeviceLayout::PlanRestripe(uint64_t logical, uint64_t leaving, RestripePl
     return Status::Invalid("chunk " + std::to_string(logical) +
                            ": only RAID0, RAID10, RAID5 and RAID6 chunks are restriped");
   }
-  const uint32_t min_devs = alloc::RuleFor(profile).devs_min;
+  return PlanLayout(logical, profile, leaving, plan);
+}
+
+Status DeviceLayout::PlanLayout(uint64_t logical, uint64_t profile, uint64_t leaving, RestripePlan* plan) const {
+  const ChunkAllocator& ca = *txn_->chunk_alloc_;
+  const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
+  if (!ci || ci->logical != logical) return Status::Invalid("no chunk at " + std::to_string(logical));
+  const alloc::ProfileRule rule = alloc::RuleFor(profile);
   const std::string what = "the " + alloc::ProfileName(ci->type) + " chunk at logical " + std::to_string(logical) +
                            " (" + std::to_string(ci->length >> 20) + " MiB over " +
                            std::to_string(ci->stripes.size()) + " devices)";
   const auto others = OtherDevices(leaving);
-  const size_t step = profile == kBlockGroupRaid10 ? 2 : 1;
+  // Stripe counts to try, the widest first: mirrored profiles and DUP have
+  // one; striped ones take as many devices as have room (RAID10 pairs).
+  std::vector<size_t> counts;
+  const bool dup = profile == kBlockGroupDup;
+  if (dup) {
+    counts = {2};
+  } else if (rule.devs_max != 0) {
+    counts = {rule.devs_max};
+  } else {
+    const size_t step = rule.increment;
+    for (size_t m = others.size() - others.size() % step; m >= step && m >= rule.devs_min; m -= step) counts.push_back(m);
+  }
   constexpr uint64_t kFar = UINT64_MAX / 4;  // a stripe not placed yet: no superblock in it
-  for (size_t m = others.size() - others.size() % step; m >= step && m >= min_devs; m -= step) {
+  for (size_t m : counts) {
+    if (!dup && m > others.size()) continue;
     const uint64_t data = alloc::DataStripesFor(profile, static_cast<uint32_t>(m));
-    if (ci->length % (ci->stripe_len * data) != 0) continue;
+    if (data == 0 || ci->length % (ci->stripe_len * data) != 0) continue;
     const uint64_t size = ci->length / data;
     alloc::ChunkInfo layout = *ci;
+    layout.type = (ci->type & ~kBlockGroupProfileMask) | profile;
+    layout.sub_stripes = profile == kBlockGroupRaid10 ? 2 : 1;
     layout.stripe_size = size;
     layout.stripes.assign(m, alloc::StripeLoc{0, kFar});
     std::vector<std::pair<uint64_t, uint64_t>> chosen;
     for (auto [id, largest] : others) {
       if (chosen.size() == m) break;
       if (largest < size) continue;
-      const size_t k = chosen.size();
-      std::set<uint64_t> candidates;
+      // Free places on the device, less what this plan took there (DUP).
+      std::vector<std::pair<uint64_t, uint64_t>> free;
       for (auto [hs, hl] : ca.FreeRanges(ca.devs_.at(id))) {
-        if (hl < size) continue;
-        candidates.insert(hs);
-        for (int mi = 0; mi < kSuperMirrorMax; ++mi) {
-          const uint64_t sb = SuperblockOffset(mi);
-          if (sb >= hs && sb + kStripeLen + size <= hs + hl) candidates.insert(sb + kStripeLen);
+        uint64_t s0 = hs;
+        const uint64_t e0 = hs + hl;
+        for (auto [cid, cto] : chosen) {
+          if (cid != id || cto + size <= s0 || cto >= e0) continue;
+          if (cto > s0) free.push_back({s0, cto - s0});
+          s0 = cto + size;
         }
+        if (e0 > s0) free.push_back({s0, e0 - s0});
       }
-      for (uint64_t to : candidates) {
-        layout.stripes[k] = {id, to};
-        if (SuperRangesFree(layout)) {
-          chosen.push_back({id, to});
-          break;
+      for (size_t want = dup ? 2 : 1; want > 0 && chosen.size() < m; --want) {
+        std::set<uint64_t> candidates;
+        for (auto [hs, hl] : free) {
+          if (hl < size) continue;
+          candidates.insert(hs);
+          for (int mi = 0; mi < kSuperMirrorMax; ++mi) {
+            const uint64_t sb = SuperblockOffset(mi);
+            if (sb >= hs && sb + kStripeLen + size <= hs + hl) candidates.insert(sb + kStripeLen);
+          }
         }
-        layout.stripes[k] = {0, kFar};
+        bool placed = false;
+        for (uint64_t to : candidates) {
+          bool clash = false;
+          for (auto [cid, cto] : chosen) clash = clash || (cid == id && Overlaps(cto, size, to, size));
+          if (clash) continue;
+          const size_t k = chosen.size();
+          layout.stripes[k] = {id, to};
+          if (SuperRangesFree(layout)) {
+            chosen.push_back({id, to});
+            placed = true;
+            break;
+          }
+          layout.stripes[k] = {0, kFar};
+        }
+        if (!placed) break;
       }
+      if (dup && chosen.size() == 1) chosen.clear();  // both on one device, or neither
     }
     if (chosen.size() == m) {
       plan->stripes = std::move(chosen);
@@ -781,19 +827,39 @@ Status DeviceLayout::PlanRestripe(uint64_t logical, uint64_t leaving, RestripePl
       return Status::Ok();
     }
   }
-  return Status::Invalid(what + " has a stripe on every other device: it must be restriped over the other " +
-                         std::to_string(others.size()) + " devices, and they have no room for its new stripes");
+  if (leaving != 0) {
+    return Status::Invalid(what + " has a stripe on every other device: it must be restriped over the other " +
+                           std::to_string(others.size()) + " devices, and they have no room for its new stripes");
+  }
+  return Status::Error(ENOSPC, what + ": no room for it as " + alloc::ProfileName(profile) + " on the " +
+                                   std::to_string(others.size()) + " devices (its new stripes go beside the old ones)");
 }
 
 Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, uint64_t* copied) {
   RestripePlan plan;
   UB_RETURN_IF_ERROR(PlanRestripe(logical, leaving, &plan));
   if (dry_run) return Status::Ok();
+  return Relayout(logical, 0, plan, copied);
+}
+
+Status DeviceLayout::ConvertChunk(uint64_t logical, uint64_t profile, uint64_t* copied) {
+  RestripePlan plan;
+  UB_RETURN_IF_ERROR(PlanLayout(logical, profile, 0, &plan));
+  return Relayout(logical, profile == 0 ? kSingle : profile, plan, copied);
+}
+
+Status DeviceLayout::Relayout(uint64_t logical, uint64_t profile, const RestripePlan& plan, uint64_t* copied) {
   Volume* vol = txn_->vol_;
   ChunkAllocator& ca = *txn_->chunk_alloc_;
   const alloc::ChunkInfo old = *vol->chunks().Find(logical);
-  const std::string where = "restriping chunk " + std::to_string(logical) + " over " +
-                            std::to_string(plan.stripes.size()) + " devices";
+  // kSingle stands for SINGLE (no profile bit); 0 keeps it.
+  const uint64_t new_type = profile == 0 ? old.type
+                                         : (old.type & ~kBlockGroupProfileMask) |
+                                               (profile == kSingle ? 0 : profile);
+  const uint32_t sub_stripes = (new_type & kBlockGroupRaid10) ? 2 : 1;
+  const std::string where = (new_type == old.type ? "restriping chunk " : "converting chunk ") +
+                            std::to_string(logical) + " to " + alloc::ProfileName(new_type) + " over " +
+                            std::to_string(plan.stripes.size()) + " stripes";
 
   // The new chunk item: the old one's fields, the new stripes.
   const Key key{kFirstChunkTreeObjectid, kChunkItemKey, logical};
@@ -802,6 +868,8 @@ Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_ru
   std::vector<uint8_t> fresh(sizeof(Chunk) + plan.stripes.size() * sizeof(format::Stripe));
   std::memcpy(fresh.data(), item->data(), sizeof(Chunk));
   reinterpret_cast<Chunk*>(fresh.data())->num_stripes = static_cast<uint16_t>(plan.stripes.size());
+  reinterpret_cast<Chunk*>(fresh.data())->type = new_type;
+  reinterpret_cast<Chunk*>(fresh.data())->sub_stripes = static_cast<uint16_t>(sub_stripes);
   std::vector<alloc::StripeLoc> locs;
   for (size_t i = 0; i < plan.stripes.size(); ++i) {
     auto [devid, phys] = plan.stripes[i];
@@ -899,8 +967,26 @@ Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_ru
     touched.insert(st.devid);
   }
   UB_RETURN_IF_ERROR(ca.WriteBytesUsed(touched).WithContext(where));
+  if (new_type != old.type) {
+    // The block group item carries the profile too; and the features the
+    // kernel wants named for the new one.
+    UB_ASSIGN_OR_RETURN(tree::TreeWriter * bg_w, txn_->Writer(txn_->block_group_tree()));
+    const Key bg_key{logical, kBlockGroupItemKey, old.length};
+    UB_ASSIGN_OR_RETURN(auto bg, tree::LookupItem(txn_->source(), bg_w->LiveRef(), bg_key));
+    if (!bg || bg->size() < sizeof(BlockGroupItem)) {
+      return Status::Corrupt(where + ": no block group item " + KeyToString(bg_key));
+    }
+    reinterpret_cast<BlockGroupItem*>(bg->data())->flags = new_type;
+    UB_RETURN_IF_ERROR(bg_w->Update(bg_key, *bg));
+    UB_RETURN_IF_ERROR(txn_->space_->SetFlags(logical, new_type).WithContext(where));
+    SuperBlock& sb = vol->mutable_super();
+    if (new_type & (kBlockGroupRaid5 | kBlockGroupRaid6)) sb.incompat_flags = sb.incompat_flags.get() | kIncompatRaid56;
+    if (new_type & (kBlockGroupRaid1c3 | kBlockGroupRaid1c4)) {
+      sb.incompat_flags = sb.incompat_flags.get() | kIncompatRaid1c34;
+    }
+  }
   // From here on, blocks of this transaction go to the new stripes only.
-  return vol->mutable_chunks()->SetStripes(logical, locs, plan.stripe_size);
+  return vol->mutable_chunks()->SetStripes(logical, locs, plan.stripe_size, new_type, sub_stripes);
 }
 
 Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats) {

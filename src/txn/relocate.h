@@ -118,6 +118,24 @@ class DeviceLayout {
   // that it can be done. Must be the first change of a transaction; the
   // caller commits.
   Status RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, uint64_t* copied);
+  // ---- Profiles (ubtrfs balance --dconvert/--mconvert/--sconvert) ----
+
+  // SINGLE as a conversion target (it has no profile bit; the kernel's
+  // BTRFS_AVAIL_ALLOC_BIT_SINGLE).
+  static constexpr uint64_t kSingle = 1ull << 48;
+  // Lays the chunk at `logical` out anew as `profile` (a profile bit, or
+  // kSingle) over the devices with room, at the same logical address and
+  // length: new stripes in free device space beside the old ones, every
+  // used range copied through the old layout into the new one (RAID5/6
+  // with parity), the chunk item (type, stripes, sub_stripes), dev extents,
+  // bytes_used and block group item rewritten, the RAID56/RAID1C34 feature
+  // set where the new profile needs it. Must be the first change of a
+  // transaction; the caller commits. ENOSPC naming the chunk without room.
+  Status ConvertChunk(uint64_t logical, uint64_t profile, uint64_t* copied);
+  // New chunks of `kind` (DATA, METADATA or SYSTEM) get `profile` (a
+  // profile bit or 0 for SINGLE) from now on.
+  void AllocateAs(uint64_t kind, uint64_t profile);
+
   // Takes device `devid` (no stripe left on it) out of the filesystem: its
   // DEV_ITEM (and dev stats item) go, num_devices and total_bytes shrink.
   // Hands the device back for wiping once the commit is written.
@@ -179,6 +197,13 @@ class DeviceLayout {
     uint64_t stripe_size = 0;
   };
   Status PlanRestripe(uint64_t logical, uint64_t leaving, RestripePlan* plan) const;
+  // Where the chunk at `logical` goes as `profile` over the present devices
+  // but `leaving` (0: none): stripes in free space only, the widest layout
+  // that has room.
+  Status PlanLayout(uint64_t logical, uint64_t profile, uint64_t leaving, RestripePlan* plan) const;
+  // Moves the chunk to `plan` (RestripeOff, ConvertChunk); `profile`: the
+  // new one (kSingle for SINGLE), 0 to keep it.
+  Status Relayout(uint64_t logical, uint64_t profile, const RestripePlan& plan, uint64_t* copied);
   // The one device (resize and --shrink work on single-device images).
   auto& Dev() const;
 
