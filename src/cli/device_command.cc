@@ -26,15 +26,14 @@ bool CheckArgs(const char* verb, const DeviceArgs& a) {
     SetExitCode(2);
     return false;
   }
-  if (a.args.size() < 2 && Placement().scan_dirs.empty()) {
+  const std::string v = verb;
+  const std::string what = v == "add"       ? "the new device"
+                           : v == "replace" ? "the device to replace (its devid, path or 'missing') and the new device"
+                                            : "the device to remove (its devid, path or 'missing')";
+  const size_t need = v == "replace" ? 3 : 2;
+  if (a.args.size() < need) {
     fmt::print(stderr, "ubtrfs device {}: name the filesystem's devices (or one with --scan DIR) and then {}\n", verb,
-               std::string(verb) == "add" ? "the new device" : "the device to remove (its devid or path)");
-    SetExitCode(2);
-    return false;
-  }
-  if (a.args.size() < 2) {
-    fmt::print(stderr, "ubtrfs device {}: name one device of the filesystem and then {}\n", verb,
-               std::string(verb) == "add" ? "the new device" : "the device to remove");
+               what);
     SetExitCode(2);
     return false;
   }
@@ -85,11 +84,6 @@ void CmdRemove(const DeviceArgs& a) {
 
 void CmdReplace(const DeviceArgs& a) {
   if (!CheckArgs("replace", a)) return;
-  if (a.args.size() < 3) {
-    fmt::print(stderr, "ubtrfs device replace: name the filesystem's devices, the device to replace (its devid, path "
-                       "or 'missing') and the new device\n");
-    return SetExitCode(2);
-  }
   const std::vector<std::string> devices(a.args.begin(), a.args.end() - 2);
   const std::string& which = a.args[a.args.size() - 2];
   const std::string& dev = a.args.back();
