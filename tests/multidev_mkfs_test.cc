@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -768,18 +769,15 @@ namespace {
 // chunk and moves RAID1 stripes (three recorded devices, writes
 // interleaved): whatever the devices hold then opens -- all three before the
 // final commit, the two left after it -- and every file reads back.
-TEST(MultiDeviceCrash, RemoveDevicePowerCutAtEveryWrite) {
-  TempDir dir("ubtrfs-remove-crash");
-  const std::string src = dir.Sub("src");
-  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
-  std::map<std::string, std::string> model;
-  for (int i = 0; i < 12; ++i) {
-    const std::string name = "f" + std::to_string(i);
-    model[name] = ubtrfs_test::SeededBytes(i == 0 ? 0 : static_cast<size_t>(i) * 97531, 900 + i);
-    ubtrfs_test::WriteHostFile(src + "/" + name, model[name]);
-  }
-  const auto images = MakeImages(dir, "dev", 3, 256 * kMiB);
-  ASSERT_EQ(Mkfs(images, "raid0", "raid1", src).exit_code, 0);
+// Runs `change` over the array in `images` (recorded), then cuts the power
+// after every write of any device, in both crash modes: each cut opens over
+// all the devices or, once the change's last commit may be on them,
+// without device `leaving` (-1: none leaves), every file of `model` reads
+// back, and every 20th cut is ubtrfs-check clean. Returns the cuts that
+// opened with all devices and without `leaving`.
+std::pair<size_t, size_t> PowerCutAtEveryWrite(const std::vector<std::string>& images,
+                                               const std::map<std::string, std::string>& model, int leaving,
+                                               const std::function<void(txn::TxnManager*)>& change) {
   std::vector<std::unique_ptr<io::RecordingDevice>> recs;
   for (size_t i = 0; i < images.size(); ++i) {
     const std::string bytes = ubtrfs_test::ReadHostFile(images[i]);
@@ -789,7 +787,6 @@ TEST(MultiDeviceCrash, RemoveDevicePowerCutAtEveryWrite) {
   }
   std::vector<int> order;
   std::mutex mu;
-  txn::RemoveStats stats;
   {
     std::vector<std::unique_ptr<io::BlockDevice>> devs;
     for (size_t i = 0; i < recs.size(); ++i) {
@@ -798,45 +795,42 @@ TEST(MultiDeviceCrash, RemoveDevicePowerCutAtEveryWrite) {
     txn::VolumeOptions vo;
     vo.writable = true;
     auto vol = txn::Volume::Open(std::move(devs), vo);
-    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    EXPECT_TRUE(vol.ok()) << vol.status().ToString();
+    if (!vol.ok()) return {0, 0};
     auto txm = txn::TxnManager::Open(vol->get());
-    ASSERT_TRUE(txm.ok()) << txm.status().ToString();
-    Status st = txn::RemoveDeviceCommitted(txm->get(), 2, &stats);
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(txm.ok()) << txm.status().ToString();
+    if (!txm.ok()) return {0, 0};
+    change(txm->get());
   }
-  EXPECT_GE(stats.chunks_restriped, 1u);
-  EXPECT_GE(stats.stripes_moved, 1u);
   std::vector<std::unique_ptr<io::CrashReplayer>> reps;
   for (auto& r : recs) {
     reps.push_back(std::make_unique<io::CrashReplayer>(r.get()));
     for (int m = 0; m < format::kSuperMirrorMax; ++m) reps.back()->AddAtomicRange(format::SuperblockOffset(m), 4096);
   }
-  size_t points = 0, failures = 0, three = 0, two = 0;
+  size_t points = 0, failures = 0, all_devices = 0, fewer = 0;
   std::vector<size_t> done(recs.size(), 0);
   for (size_t k = 0; k <= order.size(); ++k) {
     if (k > 0) ++done[static_cast<size_t>(order[k - 1])];
     for (io::CrashMode mode : {io::CrashMode::kPrefix, io::CrashMode::kDropUnflushed}) {
       ++points;
-      auto materialize = [&](bool with_removed) {
+      auto materialize = [&](bool with_leaving) {
         std::vector<std::unique_ptr<io::BlockDevice>> devs;
         for (size_t i = 0; i < reps.size(); ++i) {
-          if (i == 1 && !with_removed) continue;
+          if (static_cast<int>(i) == leaving && !with_leaving) continue;
           auto img = reps[i]->Materialize(io::CrashPoint{done[i], mode, 0});
           EXPECT_TRUE(img.ok());
           if (img.ok()) devs.push_back(std::move(*img));
         }
         return devs;
       };
-      // The three devices while device 2 belongs; the other two once the
-      // final commit is on them.
       auto fs = OpenOnDevices(materialize(true), OpenOptions{});
       bool all = fs.ok();
-      if (!fs.ok()) fs = OpenOnDevices(materialize(false), OpenOptions{});
+      if (!fs.ok() && leaving >= 0) fs = OpenOnDevices(materialize(false), OpenOptions{});
       std::string why;
       if (!fs.ok()) {
         why = fs.status().ToString();
       } else {
-        (all ? three : two)++;
+        (all ? all_devices : fewer)++;
         for (const auto& [name, data] : model) {
           if (ubtrfs_test::ReadImageFile(**fs, "/" + name) != data) why += " /" + name + " differs;";
         }
@@ -856,12 +850,72 @@ TEST(MultiDeviceCrash, RemoveDevicePowerCutAtEveryWrite) {
     }
     if (failures > 5) break;
   }
-  std::printf("device remove crash: %zu log entries over 3 devices, %zu crash points (%zu open with 3 devices, %zu "
-              "with 2), %zu failures\n",
-              order.size(), points, three, two, failures);
+  std::printf("%zu log entries over %zu devices, %zu crash points (%zu open with every device, %zu without the "
+              "leaving one), %zu failures\n",
+              order.size(), images.size(), points, all_devices, fewer, failures);
   EXPECT_EQ(failures, 0u);
+  return {all_devices, fewer};
+}
+
+// Files of seeded bytes in `src`, as `model` has them.
+void MakeModel(const std::string& src, std::map<std::string, std::string>* model) {
+  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    (*model)[name] = ubtrfs_test::SeededBytes(i == 0 ? 0 : static_cast<size_t>(i) * 97531, 900 + i);
+    ubtrfs_test::WriteHostFile(src + "/" + name, (*model)[name]);
+  }
+}
+
+TEST(MultiDeviceCrash, RemoveDevicePowerCutAtEveryWrite) {
+  TempDir dir("ubtrfs-remove-crash");
+  const std::string src = dir.Sub("src");
+  std::map<std::string, std::string> model;
+  MakeModel(src, &model);
+  const auto images = MakeImages(dir, "dev", 3, 256 * kMiB);
+  ASSERT_EQ(Mkfs(images, "raid0", "raid1", src).exit_code, 0);
+  txn::RemoveStats stats;
+  auto [three, two] = PowerCutAtEveryWrite(images, model, 1, [&](txn::TxnManager* txm) {
+    Status st = txn::RemoveDeviceCommitted(txm, 2, &stats);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  });
+  EXPECT_GE(stats.chunks_restriped, 1u);
+  EXPECT_GE(stats.stripes_moved, 1u);
   EXPECT_GT(three, 0u);
   EXPECT_GT(two, 0u);
+}
+
+// A profile conversion (balance) over 2 devices: data RAID0 to RAID1,
+// metadata and system RAID1 to DUP, each chunk laid out anew in one commit;
+// a cut anywhere leaves every chunk in its old layout or its new one.
+TEST(MultiDeviceCrash, ConvertPowerCutAtEveryWrite) {
+  TempDir dir("ubtrfs-convert-crash");
+  const std::string src = dir.Sub("src");
+  std::map<std::string, std::string> model;
+  MakeModel(src, &model);
+  // (room for the RAID1 copies of mkfs's RAID0 data chunk beside it)
+  const auto images = MakeImages(dir, "dev", 2, 512 * kMiB);
+  ASSERT_EQ(Mkfs(images, "raid0", "raid1", src).exit_code, 0);
+  uint64_t copied = 0, converted = 0;
+  PowerCutAtEveryWrite(images, model, -1, [&](txn::TxnManager* txm) {
+    txn::DeviceLayout layout(txm);
+    layout.AllocateAs(format::kBlockGroupData, format::kBlockGroupRaid1);
+    layout.AllocateAs(format::kBlockGroupMetadata, format::kBlockGroupDup);
+    layout.AllocateAs(format::kBlockGroupSystem, format::kBlockGroupDup);
+    std::vector<std::pair<uint64_t, uint64_t>> todo;  // logical, profile
+    for (const auto& [logical, c] : txm->volume()->chunks().chunks()) {
+      todo.push_back({logical, (c.type & format::kBlockGroupData) ? format::kBlockGroupRaid1 : format::kBlockGroupDup});
+    }
+    for (auto [logical, profile] : todo) {
+      Status st = layout.ConvertChunk(logical, profile, &copied);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      st = txm->Commit();
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ++converted;
+    }
+  });
+  EXPECT_GE(converted, 3u);
+  EXPECT_GT(copied, 0u);
 }
 
 }  // namespace

@@ -781,19 +781,19 @@ Status DeviceLayout::PlanLayout(uint64_t logical, uint64_t profile, uint64_t lea
     for (auto [id, largest] : others) {
       if (chosen.size() == m) break;
       if (largest < size) continue;
-      // Free places on the device, less what this plan took there (DUP).
-      std::vector<std::pair<uint64_t, uint64_t>> free;
-      for (auto [hs, hl] : ca.FreeRanges(ca.devs_.at(id))) {
-        uint64_t s0 = hs;
-        const uint64_t e0 = hs + hl;
-        for (auto [cid, cto] : chosen) {
-          if (cid != id || cto + size <= s0 || cto >= e0) continue;
-          if (cto > s0) free.push_back({s0, cto - s0});
-          s0 = cto + size;
-        }
-        if (e0 > s0) free.push_back({s0, e0 - s0});
-      }
       for (size_t want = dup ? 2 : 1; want > 0 && chosen.size() < m; --want) {
+        // Free places on the device, less what this plan took there (DUP).
+        std::vector<std::pair<uint64_t, uint64_t>> free;
+        for (auto [hs, hl] : ca.FreeRanges(ca.devs_.at(id))) {
+          uint64_t s0 = hs;
+          const uint64_t e0 = hs + hl;
+          for (auto [cid, cto] : chosen) {
+            if (cid != id || cto + size <= s0 || cto >= e0) continue;
+            if (cto > s0) free.push_back({s0, cto - s0});
+            s0 = cto + size;
+          }
+          if (e0 > s0) free.push_back({s0, e0 - s0});
+        }
         std::set<uint64_t> candidates;
         for (auto [hs, hl] : free) {
           if (hl < size) continue;
@@ -906,6 +906,8 @@ Status DeviceLayout::Relayout(uint64_t logical, uint64_t profile, const Restripe
   // Superblock stripes of the new layout leave use (PlanRestripe made sure
   // they are free).
   alloc::ChunkInfo layout = old;
+  layout.type = new_type;
+  layout.sub_stripes = sub_stripes;
   layout.stripes = locs;
   layout.stripe_size = plan.stripe_size;
   for (auto [start, len] : NewSuperRanges(layout)) {
