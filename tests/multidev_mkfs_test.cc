@@ -722,6 +722,18 @@ TEST(MultiDeviceArgs, WrongArgumentsGiveClearErrorsAndChangeNothing) {
   ExpectFails({"device", "add", pair[0], pair[1], pair[1]}, "is named as a device of the filesystem already");
   ExpectFails({"device", "add", pair[0], pair[1], dir.Sub("missing.img")}, "does not exist");
   ExpectFails({"device", "add", pair[0], pair[1]}, "it is a device of the filesystem already");  // pair[1]: NEWDEV
+  // One member alone is a degraded filesystem: resize, remove, replace and
+  // balance refuse it without --degraded.
+  ExpectFails({"resize", pair[0], "100M"}, "degraded");
+  ExpectFails({"device", "remove", pair[0], "1"}, "--degraded");
+  const auto fresh = MakeImages(dir, "fresh", 1, 128 * kMiB);
+  ExpectFails({"device", "replace", pair[0], "1", fresh[0]}, "--degraded");
+  ExpectFails({"balance", "--dconvert", "single", pair[0]}, "--degraded");
+  ExpectFails({"balance", "--dconvert", "raid1", "--mconvert", "raid7", pair[0], pair[1]}, "unknown metadata profile");
+  // Nothing to do: nothing written.
+  auto same = RunUbtrfs({"balance", "--dconvert", "raid1", pair[0], pair[1]});
+  EXPECT_EQ(same.exit_code, 0) << same.Describe();
+  EXPECT_NE(same.out.find("Converted 0 chunks"), std::string::npos) << same.out;
   EXPECT_EQ(Digests(pair), pair_before);
   // Another filesystem on the new device needs --force.
   ExpectFails({"device", "add", pair[0], pair[1], one[0]}, "use --force to overwrite it");

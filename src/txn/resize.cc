@@ -53,7 +53,6 @@ Result<Opened> OpenForResize(const std::string& path) {
   UB_ASSIGN_OR_RETURN(auto dev, io::OpenImage(path, io::OpenFlags{true}, io::Placement{}));
   txn::VolumeOptions vo;
   vo.writable = true;
-  vo.degraded = true;  // CheckDegraded decides, before anything is written
   vo.node_cache_bytes = 16ull << 20;
   Opened o;
   UB_ASSIGN_OR_RETURN(o.vol, txn::Volume::Open(std::move(dev), vo));
