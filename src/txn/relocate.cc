@@ -612,9 +612,8 @@ Status DeviceLayout::CheckRebuildable(const Stripe& s) const {
   });
   // An unused chunk loses nothing: it moves as it is.
   if (used == 0) return Status::Ok();
-  return Status::Invalid(why + ": its " + std::to_string(used) +
-                         " bytes in use cannot be rebuilt, so device " + std::to_string(s.devid) +
-                         " cannot be removed");
+  return Status::Invalid(why + ": its " + std::to_string(used) + " bytes in use cannot be rebuilt from the devices " +
+                         "present, so device " + std::to_string(s.devid) + "'s stripes cannot be made again");
 }
 
 void DeviceLayout::TrackMissing(uint64_t devid) {

@@ -348,8 +348,8 @@ struct OpenedSet {
 };
 
 // Whether a filesystem with devices missing may be changed: with
-// options.degraded, or when the change is the removal of the one device
-// that is missing (`removing`: what RemoveDevice was asked to remove).
+// options.degraded, or when the change takes out the one device that is
+// missing (`removing`: what RemoveDevice or ReplaceDevice was named).
 Status CheckDegraded(const txn::Volume& vol, const DeviceChangeOptions& options, const std::string& removing) {
   const std::vector<uint64_t>& missing = vol.missing_devices();
   if (missing.empty() || options.degraded) return Status::Ok();
@@ -413,9 +413,8 @@ namespace {
 
 // A device to join the filesystem over `devices` (add, replace): it
 // exists, is large enough, is not a member, holds no other btrfs unless
-// forced; locked, open for writing, and its first MiB wiped (old
-// signatures and the old primary superblock; the commit writes the new
-// superblock copies).
+// forced; locked and open for writing (WipeStart clears it once nothing
+// can refuse it any more).
 struct NewDevice {
   std::unique_ptr<ImageLock> lock;
   std::unique_ptr<io::BlockDevice> dev;
@@ -471,7 +470,8 @@ Result<NewDevice> OpenNewDevice(const std::vector<std::string>& devices, const s
   return nd;
 }
 
-// Wipes the new device's first MiB, once nothing can refuse it any more.
+// The new device's first MiB: old signatures and the old primary
+// superblock go; the commit writes the new superblock copies.
 Status WipeStart(io::BlockDevice& dev) {
   std::vector<uint8_t> zeros(1u << 20, 0);
   return dev.WriteAt(0, std::span(zeros).subspan(0, std::min<uint64_t>(zeros.size(), dev.Size())));
