@@ -142,6 +142,17 @@ class MultiDeviceTest : public testing::TestWithParam<Profile> {
     EXPECT_TRUE(kscrub.ok()) << kscrub.Describe();
     EXPECT_NE(kscrub.out.find("no errors found"), std::string::npos) << kscrub.out;
   }
+  // ubtrfs check --check-data-csum, ubtrfs scrub (every copy good, and on
+  // RAID5/6 every row's P and Q as its data gives) and btrfs check: clean.
+  void ExpectCheckersClean() {
+    auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", AllImages()});
+    EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+    auto scrub = ubtrfs_test::RunUbtrfs({"scrub", "--readonly", "--json", AllImages()});
+    EXPECT_EQ(scrub.exit_code, 0) << scrub.Describe();
+    EXPECT_NE(scrub.out.find("\"parity_errors\": 0,"), std::string::npos) << scrub.out;
+    auto progs = ArrayMount::CheckOnce(images_);
+    EXPECT_TRUE(progs.ok()) << progs.Describe();
+  }
   // After a device change behind the kernel's back (remove, replace): no
   // device missing (a plain writable open), every file as the source has
   // it, ubtrfs check, scrub (RAID5/6 parity too) and btrfs check clean, the
@@ -162,13 +173,7 @@ class MultiDeviceTest : public testing::TestWithParam<Profile> {
       EXPECT_TRUE((*fs)->Info().devices_missing.empty());
     }
     CompareWithSource(AllImages());
-    auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", AllImages()});
-    EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-    auto scrub = ubtrfs_test::RunUbtrfs({"scrub", "--readonly", "--json", AllImages()});
-    EXPECT_EQ(scrub.exit_code, 0) << scrub.Describe();
-    EXPECT_NE(scrub.out.find("\"parity_errors\": 0,"), std::string::npos) << scrub.out;
-    auto progs = ArrayMount::CheckOnce(images_);
-    EXPECT_TRUE(progs.ok()) << progs.Describe();
+    ExpectCheckersClean();
     CompareWithKernel(AllImages());
     for (size_t i = 0; i < images_.size() && redundant; ++i) {
       ubtrfs_test::ExpectKernelReadsAllWithout(images_, {i}, mnt_);
@@ -226,14 +231,7 @@ TEST_P(MultiDeviceTest, WritesKeepBtrfsCheckAndTheKernelHappy) {
     const std::string patch = ubtrfs_test::SeededBytes(200000, 99);
     f.write(patch.data(), static_cast<std::streamsize>(patch.size()));
   }
-  auto ours = ubtrfs_test::RunUbtrfs({"check", "--check-data-csum", AllImages()});
-  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
-  // Every copy good, and on RAID5/6 every row's P and Q as its data gives.
-  auto scrub = ubtrfs_test::RunUbtrfs({"scrub", "--readonly", "--json", AllImages()});
-  EXPECT_EQ(scrub.exit_code, 0) << scrub.Describe();
-  EXPECT_NE(scrub.out.find("\"parity_errors\": 0,"), std::string::npos) << scrub.out;
-  auto progs = ArrayMount::CheckOnce(images_);
-  EXPECT_TRUE(progs.ok()) << progs.Describe();
+  ExpectCheckersClean();
   // The kernel sees the same files, and finds every copy good.
   {
     ArrayMount m;
