@@ -73,9 +73,10 @@ class SpaceManager {
   // BlockGroup::Truncate of the group that starts at `start`.
   Status TruncateGroup(uint64_t start, uint64_t length);
   // BlockGroup::set_read_only of the group that starts at `start`.
-  // A group whose chunk was converted to another profile (balance).
-  Status SetFlags(uint64_t start, uint64_t flags);
   Status SetReadOnly(uint64_t start);
+  // BlockGroup::set_flags: a group whose chunk was converted to another
+  // profile (balance).
+  Status SetFlags(uint64_t start, uint64_t flags);
 
   void set_new_chunk_hook(NewChunkFn fn);
 

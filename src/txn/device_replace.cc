@@ -56,13 +56,9 @@ Status DeviceLayout::ReplaceDevice(uint64_t devid, std::unique_ptr<io::BlockDevi
     std::memcpy(it->second.item.uuid, uuid.data(), kUuidSize);  // new chunks' stripes name it
   }
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
-  const Key dev_key{kDevItemsObjectid, kDevItemKey, devid};
-  UB_ASSIGN_OR_RETURN(auto dev_item, tree::LookupItem(txn_->source(), vol->chunk_tree(), dev_key));
-  if (!dev_item || dev_item->size() < sizeof(DevItem)) {
-    return Status::Corrupt("chunk tree: no DEV_ITEM for device " + std::to_string(devid));
-  }
-  std::memcpy(reinterpret_cast<DevItem*>(dev_item->data())->uuid, uuid.data(), kUuidSize);
-  UB_RETURN_IF_ERROR(chunk_w->Update(dev_key, *dev_item));
+  UB_ASSIGN_OR_RETURN(std::vector<uint8_t> dev_item, DevItemBytes(devid));
+  std::memcpy(reinterpret_cast<DevItem*>(dev_item.data())->uuid, uuid.data(), kUuidSize);
+  UB_RETURN_IF_ERROR(chunk_w->Update(Key{kDevItemsObjectid, kDevItemKey, devid}, dev_item));
   for (const Stripe& s : on) {
     const alloc::ChunkInfo* ci = vol->chunks().Find(s.logical);
     UB_RETURN_IF_ERROR(UpdateChunkItem(s.logical, ci->length, s.index, s.physical, devid));

@@ -803,10 +803,7 @@ Status DeviceLayout::PlanLayout(uint64_t logical, uint64_t profile, uint64_t lea
           }
         }
         bool placed = false;
-        for (uint64_t to : candidates) {
-          bool clash = false;
-          for (auto [cid, cto] : chosen) clash = clash || (cid == id && Overlaps(cto, size, to, size));
-          if (clash) continue;
+        for (uint64_t to : candidates) {  // (inside `free`: clear of the stripes chosen)
           const size_t k = chosen.size();
           layout.stripes[k] = {id, to};
           if (SuperRangesFree(layout)) {
@@ -902,7 +899,7 @@ Status DeviceLayout::Relayout(uint64_t logical, uint64_t profile, const Restripe
     }
   }
 
-  // Superblock stripes of the new layout leave use (PlanRestripe made sure
+  // Superblock stripes of the new layout leave use (PlanLayout made sure
   // they are free).
   alloc::ChunkInfo layout = old;
   layout.type = new_type;

@@ -413,8 +413,8 @@ namespace {
 
 // A device to join the filesystem over `devices` (add, replace): it
 // exists, is large enough, is not a member, holds no other btrfs unless
-// forced; locked and open for writing (WipeStart clears it once nothing
-// can refuse it any more).
+// forced; locked and open for writing (Claim clears it once nothing can
+// refuse it any more).
 struct NewDevice {
   std::unique_ptr<ImageLock> lock;
   std::unique_ptr<io::BlockDevice> dev;
@@ -470,11 +470,26 @@ Result<NewDevice> OpenNewDevice(const std::vector<std::string>& devices, const s
   return nd;
 }
 
-// The new device's first MiB: old signatures and the old primary
-// superblock go; the commit writes the new superblock copies.
-Status WipeStart(io::BlockDevice& dev) {
+// `new_device` is not one of the opened devices under another name.
+Status CheckNotMember(const OpenedSet& set, const std::string& new_device) {
+  const std::string real = RealPath(new_device);
+  for (const auto& [id, name] : set.names) {
+    if (RealPath(name) == real) {
+      return Status::Invalid(new_device + " is device " + std::to_string(id) + " of this filesystem already");
+    }
+  }
+  return Status::Ok();
+}
+
+// The new device, once nothing can refuse it any more: its first MiB
+// cleared (old signatures and the old primary superblock go; the commit
+// writes the new superblock copies), and its new device uuid.
+Result<std::array<uint8_t, format::kUuidSize>> Claim(io::BlockDevice& dev) {
   std::vector<uint8_t> zeros(1u << 20, 0);
-  return dev.WriteAt(0, std::span(zeros).subspan(0, std::min<uint64_t>(zeros.size(), dev.Size())));
+  UB_RETURN_IF_ERROR(dev.WriteAt(0, std::span(zeros).subspan(0, std::min<uint64_t>(zeros.size(), dev.Size()))));
+  std::array<uint8_t, format::kUuidSize> uuid{};
+  UB_RETURN_IF_ERROR(txn::NewUuid(uuid.data()));
+  return uuid;
 }
 
 // The set's devid for `which` (a devid, "missing", or a path as named or
@@ -504,15 +519,8 @@ Status AddDevice(const std::vector<std::string>& devices, const std::string& new
   DeviceChangeResult r;
   UB_ASSIGN_OR_RETURN(NewDevice nd, OpenNewDevice(devices, new_device, options));
   UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options));
-  const std::string real = RealPath(new_device);
-  for (const auto& [id, name] : set.names) {
-    if (RealPath(name) == real) {
-      return Status::Invalid(new_device + " is device " + std::to_string(id) + " of this filesystem already");
-    }
-  }
-  UB_RETURN_IF_ERROR(WipeStart(*nd.dev));
-  std::array<uint8_t, format::kUuidSize> uuid{};
-  UB_RETURN_IF_ERROR(txn::NewUuid(uuid.data()));
+  UB_RETURN_IF_ERROR(CheckNotMember(set, new_device));
+  UB_ASSIGN_OR_RETURN(const auto uuid, Claim(*nd.dev));
   txn::DeviceLayout layout(set.o.txn.get());
   UB_RETURN_IF_ERROR(layout.AddDevice(std::move(nd.dev), uuid, &r.devid));
   UB_RETURN_IF_ERROR(set.o.txn->Commit());
@@ -526,16 +534,9 @@ Status ReplaceDevice(const std::vector<std::string>& devices, const std::string&
   DeviceChangeResult r;
   UB_ASSIGN_OR_RETURN(NewDevice nd, OpenNewDevice(devices, new_device, options));
   UB_ASSIGN_OR_RETURN(OpenedSet set, OpenSet(devices, options, which));
-  const std::string real = RealPath(new_device);
-  for (const auto& [id, name] : set.names) {
-    if (RealPath(name) == real) {
-      return Status::Invalid(new_device + " is device " + std::to_string(id) + " of this filesystem already");
-    }
-  }
+  UB_RETURN_IF_ERROR(CheckNotMember(set, new_device));
   UB_ASSIGN_OR_RETURN(r.devid, WhichDevice(set, which));
-  UB_RETURN_IF_ERROR(WipeStart(*nd.dev));
-  std::array<uint8_t, format::kUuidSize> uuid{};
-  UB_RETURN_IF_ERROR(txn::NewUuid(uuid.data()));
+  UB_ASSIGN_OR_RETURN(const auto uuid, Claim(*nd.dev));
   txn::DeviceLayout layout(set.o.txn.get());
   std::unique_ptr<io::BlockDevice> old;
   UB_RETURN_IF_ERROR(layout.ReplaceDevice(r.devid, std::move(nd.dev), uuid, &r.bytes_copied, &old));
