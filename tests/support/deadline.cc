@@ -8,22 +8,23 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include <fmt/core.h>
+
+#include "support/host_files.h"
 
 extern char** environ;
 
 namespace ubtrfs_test {
 namespace {
 
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// /proc/PID/cmdline with its NULs as spaces ("" once the process is gone).
+std::string CommandLine(long pid) {
+  std::string cmd = ReadHostFile(fmt::format("/proc/{}/cmdline", pid));
+  for (char& c : cmd) c = c == '\0' ? ' ' : c;
+  return cmd;
 }
 
 // Pids whose /proc/PID/cmdline contains one of `watch`, this process left out.
@@ -35,8 +36,7 @@ std::vector<pid_t> Watched(const std::vector<std::string>& watch) {
     char* end = nullptr;
     const long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
-    std::string cmd = ReadSmallFile(fmt::format("/proc/{}/cmdline", pid));
-    for (char& c : cmd) c = c == '\0' ? ' ' : c;
+    const std::string cmd = CommandLine(pid);
     for (const std::string& w : watch) {
       if (cmd.find(w) != std::string::npos) {
         out.push_back(static_cast<pid_t>(pid));
@@ -54,22 +54,20 @@ std::string StuckReport(const std::vector<std::string>& watch) {
   std::string r;
   const bool gdb = !FindProgram("gdb").empty();
   for (pid_t pid : Watched(watch)) {
-    std::string cmd = ReadSmallFile(fmt::format("/proc/{}/cmdline", pid));
-    for (char& c : cmd) c = c == '\0' ? ' ' : c;
-    r += fmt::format("--- pid {}: {}\n", pid, cmd);
+    r += fmt::format("--- pid {}: {}\n", pid, CommandLine(pid));
     const std::string tasks = fmt::format("/proc/{}/task", pid);
     if (DIR* d = opendir(tasks.c_str())) {
       while (dirent* e = readdir(d)) {
         if (e->d_name[0] == '.') continue;
         const std::string t = tasks + "/" + e->d_name;
-        std::string comm = ReadSmallFile(t + "/comm");
+        std::string comm = ReadHostFile(t + "/comm");
         if (!comm.empty() && comm.back() == '\n') comm.pop_back();
         std::string state;
-        std::istringstream st(ReadSmallFile(t + "/status"));
+        std::istringstream st(ReadHostFile(t + "/status"));
         for (std::string line; std::getline(st, line);) {
           if (line.rfind("State:", 0) == 0) state = line.substr(6);
         }
-        r += fmt::format("  thread {} {} state{} wchan {}\n", e->d_name, comm, state, ReadSmallFile(t + "/wchan"));
+        r += fmt::format("  thread {} {} state{} wchan {}\n", e->d_name, comm, state, ReadHostFile(t + "/wchan"));
       }
       closedir(d);
     }
@@ -120,14 +118,14 @@ CommandResult RunCommandWithDeadline(const std::vector<std::string>& argv, const
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
       res.exit_code = -2;
-      res.out = ReadSmallFile(log_path);
+      res.out = ReadHostFile(log_path);
       return res;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
   else if (WIFSIGNALED(status)) res.exit_code = 128 + WTERMSIG(status);
-  res.out = ReadSmallFile(log_path);
+  res.out = ReadHostFile(log_path);
   return res;
 }
 

@@ -13,17 +13,11 @@
 #include <sstream>
 #include <thread>
 
+#include "support/host_files.h"
 #include "support/mkfs_util.h"
 
 namespace ubtrfs_test {
 namespace {
-
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 pid_t Spawn(const std::string& image, const std::string& mountpoint, const std::string& log,
             const std::vector<std::string>& extra) {
@@ -82,7 +76,7 @@ bool MountProcess::Start(const std::string& image, const std::string& mountpoint
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      const std::string out = ReadWhole(log);
+      const std::string out = ReadHostFile(log);
       for (const char* s : {"Operation not permitted", "No such device", "device not found",
                             "failed to open /dev/fuse", "Permission denied"}) {
         if (out.find(s) != std::string::npos) return *skip = "FUSE mounts are refused here: " + out, false;
@@ -91,7 +85,7 @@ bool MountProcess::Start(const std::string& image, const std::string& mountpoint
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return *error = "the mount did not appear within 30 s; log: " + ReadWhole(log), false;
+  return *error = "the mount did not appear within 30 s; log: " + ReadHostFile(log), false;
 }
 
 int MountProcess::Unmount(std::string* error) {
@@ -115,7 +109,7 @@ int MountProcess::Wait(int seconds) {
   return -1;
 }
 
-std::string MountProcess::Log() const { return ReadWhole(log_); }
+std::string MountProcess::Log() const { return ReadHostFile(log_); }
 
 std::map<std::string, uint64_t> MountProcess::Counters() const {
   std::map<std::string, uint64_t> out;
