@@ -402,8 +402,8 @@ TEST(MultiDeviceAddRemove, RemoveMissingRestripesOverTheOthers) {
 // the kernel (btrfs device add, then btrfs balance start -dconvert=...
 // -mconvert=...): mkfs.btrfs makes it on one device (data single, metadata
 // dup), a second device joins and every chunk becomes RAID1; a third, data
-// RAID5 and metadata RAID1C3; then RAID0 and RAID6; and back to single and
-// dup. After each step every chunk has the profile asked for with the
+// RAID5 and metadata RAID1C3; then RAID0 and RAID6; a fourth, RAID10 and
+// RAID1C4; and back to single and dup. After each step every chunk has the profile asked for with the
 // stripes it needs, every file reads back, both checkers find it clean,
 // the kernel shows the same files and, where the profiles keep copies or
 // parity, reads all of them without each device in turn.
@@ -413,7 +413,7 @@ TEST(MultiDeviceBalance, ConvertsEveryChunkToTheProfileAsked) {
   const std::string src = dir.Sub("src");
   MakeSource(src);
   if (HasFatalFailure()) return;
-  const auto images = MakeImages(dir, "dev", 3, 256 * kMiB);
+  const auto images = MakeImages(dir, "dev", 4, 256 * kMiB);
   auto mk = RunCommand({"mkfs.btrfs", "-q", "-f", "-d", "single", "-m", "dup", "--rootdir", src, images[0]});
   ASSERT_TRUE(mk.ok()) << mk.Describe();
   std::vector<std::string> fs{images[0]};
@@ -444,9 +444,10 @@ TEST(MultiDeviceBalance, ConvertsEveryChunkToTheProfileAsked) {
     bool redundant;
   };
   for (const Step& step : {Step{"raid1", "raid1", true}, Step{"raid5", "raid1c3", true}, Step{"raid0", "raid6", false},
-                           Step{"single", "dup", false}}) {
+                           Step{"raid10", "raid1c4", true}, Step{"single", "dup", false}}) {
     SCOPED_TRACE(step.data + "/" + step.meta);
     if (step.data == "raid5") add(images[2]);
+    if (step.data == "raid10") add(images[3]);
     r = balance({"--dconvert", step.data, "--mconvert", step.meta});
     ASSERT_EQ(r.exit_code, 0) << r.Describe();
     EXPECT_NE(r.out.find("Converted"), std::string::npos) << r.out;
