@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   if (!full.ok || !legacy.ok) return 1;
   Print("leaf-sized batches (ubtrfs)", full, n);
   Print("batches limited to the leaf's free space (old kernel behaviour)", legacy, n);
-  bool clean = BtrfsCheckClean(base + ".full.img") & BtrfsCheckClean(base + ".legacy.img");
+  const bool full_clean = BtrfsCheckClean(base + ".full.img");  // (both checked, whatever the first says)
+  const bool clean = BtrfsCheckClean(base + ".legacy.img") && full_clean;
   if (!keep) {
     ::unlink((base + ".full.img").c_str());
     ::unlink((base + ".legacy.img").c_str());

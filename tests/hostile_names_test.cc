@@ -103,13 +103,13 @@ class HostileNamesTest : public ::testing::Test {
     ASSERT_EQ(::mkdir((sandbox_ + "/victim").c_str(), 0755), 0);
     ASSERT_EQ(::mkdir((sandbox_ + "/out").c_str(), 0755), 0);
     ASSERT_EQ(::mkdir((sandbox_ + "/out/deep").c_str(), 0755), 0);
-    ASSERT_TRUE(WriteHostFile(sandbox_ + "/out/deep/f", "precious\n"));
+    ASSERT_TRUE(TryWriteHostFile(sandbox_ + "/out/deep/f", "precious\n"));
 
     const std::string src = tmp_.Sub("src");
     ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
     auto dir = [&](const std::string& p) { ASSERT_EQ(::mkdir((src + "/" + p).c_str(), 0755), 0) << p; };
     auto file = [&](const std::string& p, const std::string& data) {
-      ASSERT_TRUE(WriteHostFile(src + "/" + p, data)) << p;
+      ASSERT_TRUE(TryWriteHostFile(src + "/" + p, data)) << p;
       good_[p] = data;
     };
     // Good entries, to be copied whatever else the image holds.
@@ -345,7 +345,7 @@ TEST_F(HostileNamesTest, CpOutRefusesToWriteThroughAnExistingSymlink) {
   ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
   ASSERT_EQ(::symlink((sandbox_ + "/victim").c_str(), (dest + "/good").c_str()), 0);
   // And a file there that is a hard link to a file outside: replaced, not written through.
-  ASSERT_TRUE(WriteHostFile(sandbox_ + "/victim-file", "outside\n"));
+  ASSERT_TRUE(TryWriteHostFile(sandbox_ + "/victim-file", "outside\n"));
   ASSERT_EQ(::link((sandbox_ + "/victim-file").c_str(), (dest + "/keep.txt").c_str()), 0);
   auto r = CpOut("/", dest);
   EXPECT_EQ(r.exit_code, 1) << r.Describe();
@@ -426,7 +426,7 @@ class ExportPrivilegeTest : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "making a device node and trusted.* xattrs for the image needs root";
     const std::string src = tmp_.Sub("src");
     ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
-    ASSERT_TRUE(WriteHostFile(src + "/suid", "#!/bin/sh\n"));
+    ASSERT_TRUE(TryWriteHostFile(src + "/suid", "#!/bin/sh\n"));
     ASSERT_EQ(::chmod((src + "/suid").c_str(), 06755), 0);
     ASSERT_EQ(::mknod((src + "/null").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
     ASSERT_EQ(::mkfifo((src + "/fifo").c_str(), 0644), 0);

@@ -188,7 +188,8 @@ std::vector<uint8_t> FullStream(bool extent_as_sent = true) {
                                  std::tuple{kEncodedLzo4k, format::kCompressLzo, uint64_t{131072}}}) {
     auto z = fs::Compress(type, pspan, 4096);
     EXPECT_TRUE(z.ok());
-    b.Path(kCmdEncodedWrite, "enc", [&](StreamWriter& w) {
+    // (copies: a lambda may not name a structured binding before clang 16)
+    b.Path(kCmdEncodedWrite, "enc", [&, comp = comp, off = off](StreamWriter& w) {
       w.U64(kAttrFileOffset, off);
       w.U64(kAttrUnencodedFileLen, 65536);
       w.U64(kAttrUnencodedLen, 131072);

@@ -19,8 +19,6 @@ using tree::Cursor;
 
 namespace {
 
-constexpr uint64_t kStripeLen = 64 * 1024;
-
 std::vector<uint8_t> Bytes(const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
   return std::vector<uint8_t>(b, b + n);

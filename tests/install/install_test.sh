@@ -14,6 +14,9 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
+# The compilers of the build (ctest passes them): a sanitized library needs its own runtime.
+cc=${CC:-cc}
+cxx=${CXX:-c++}
 rm -rf "$work"
 mkdir -p "$work"
 prefix="$work/prefix"
@@ -51,8 +54,14 @@ done
 
 # mkfs.ubtrfs is held to mkfs.btrfs's memory: it maps no C++ runtime, fmt,
 # FUSE or line editor (all linked statically or not at all), except in a
-# sanitizer build, where the runtime wants them shared.
-if ! readelf -d "$prefix/bin/mkfs.ubtrfs" | grep -qE 'NEEDED.*lib(asan|tsan|ubsan)'; then
+# sanitizer build, where the runtime wants them shared (gcc links the
+# runtime as a library, clang into the program).
+sanitized() {
+  # (grep reads to the end: with -q readelf could die of SIGPIPE, and pipefail)
+  readelf -d "$1" | grep -E 'NEEDED.*lib(asan|tsan|ubsan)' >/dev/null ||
+    readelf --dyn-syms "$1" | grep -E ' __(asan|tsan)_init$' >/dev/null
+}
+if ! sanitized "$prefix/bin/mkfs.ubtrfs"; then
   if readelf -d "$prefix/bin/mkfs.ubtrfs" | grep -E 'NEEDED.*lib(stdc\+\+|fmt|fuse3|edit|rbd|rados|archive)\.' >&2; then
     fail "mkfs.ubtrfs maps a library it should not"
   fi
@@ -92,37 +101,38 @@ check() {
 step "each installed header compiles alone"
 for h in "$prefix"/include/ubtrfs/*.h; do
   # shellcheck disable=SC2086
-  echo "#include <ubtrfs/$(basename "$h")>" | c++ -std=c++20 -Wall -Wextra -Werror $cflags -x c++ -fsyntax-only - ||
+  echo "#include <ubtrfs/$(basename "$h")>" | "$cxx" -std=c++20 -Wall -Wextra -Werror $cflags -x c++ -fsyntax-only - ||
     fail "$(basename "$h") does not compile alone"
 done
 # shellcheck disable=SC2086
-echo "#include <ubtrfs/ubtrfs.h>" | cc -std=c99 -Wall -Wextra -Werror -pedantic-errors $cflags -x c -fsyntax-only - ||
+echo "#include <ubtrfs/ubtrfs.h>" | "$cc" -std=c99 -Wall -Wextra -Werror -pedantic-errors $cflags -x c -fsyntax-only - ||
   fail "ubtrfs.h does not compile as C99"
 echo "$(ls "$prefix"/include/ubtrfs/*.h | wc -l) headers"
 
 step "C program with pkg-config (image from ubtrfs_mkfs)"
 # shellcheck disable=SC2086
-cc -std=c99 -Wall -Wextra -Werror -pedantic-errors "$here/consumer.c" $cflags $libs -o "$work/consumer_c"
+"$cc" -std=c99 -Wall -Wextra -Werror -pedantic-errors "$here/consumer.c" $cflags $libs -o "$work/consumer_c"
 "$work/consumer_c" "$work/c.img" --mkfs
 check "$work/c.img"
 
 step "C++ program with pkg-config (image from the installed ubtrfs mkfs)"
 "$prefix/bin/ubtrfs" mkfs -q --size 128M "$work/cxx.img"
 # shellcheck disable=SC2086
-c++ -std=c++20 -Wall -Wextra -Werror "$here/consumer.cc" $cflags $libs -o "$work/consumer_cxx"
+"$cxx" -std=c++20 -Wall -Wextra -Werror "$here/consumer.cc" $cflags $libs -o "$work/consumer_cxx"
 "$work/consumer_cxx" "$work/cxx.img"
 check "$work/cxx.img"
 
 step "C program against libubtrfs.a (pkg-config --static)"
 static_libs=$(pkg-config --static --libs ubtrfs | sed 's/-lubtrfs\b//')
 # shellcheck disable=SC2086
-cc -std=c99 "$here/consumer.c" $cflags "$prefix/lib/libubtrfs.a" $static_libs -o "$work/consumer_static"
+"$cc" -std=c99 "$here/consumer.c" $cflags "$prefix/lib/libubtrfs.a" $static_libs -o "$work/consumer_static"
 if readelf -d "$work/consumer_static" | grep -q 'libubtrfs'; then fail "consumer_static needs libubtrfs.so"; fi
 "$work/consumer_static" "$work/static.img" --mkfs
 check "$work/static.img"
 
 step "CMake project with find_package(ubtrfs)"
 cmake -S "$here/cmake_project" -B "$work/cmake_project" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=Release >"$work/cmake_project.log" 2>&1 || { cat "$work/cmake_project.log"; fail "configure"; }
 ninja -C "$work/cmake_project" >>"$work/cmake_project.log" 2>&1 || { cat "$work/cmake_project.log"; fail "build"; }
 # (an image mkfs.btrfs made, where btrfs-progs is installed)

@@ -15,7 +15,7 @@ std::string BuildDamageHostTree(const std::string& root, std::map<std::string, s
     if (::mkdir((root + d).c_str(), 0755) != 0) return "mkdir " + root + d + ": " + std::strerror(errno);
   }
   auto add = [&](const std::string& p, std::string data) -> std::string {
-    if (!WriteHostFile(root + p, data)) return "write " + root + p + ": " + std::strerror(errno);
+    if (!TryWriteHostFile(root + p, data)) return "write " + root + p + ": " + std::strerror(errno);
     (*contents)[p] = std::move(data);
     return "";
   };
