@@ -17,6 +17,7 @@
 
 #include "support/mkfs_util.h"
 #include "ubtrfs/filesystem.h"
+#include "ubtrfs/mkfs.h"
 #include "ubtrfs/stats.h"
 
 namespace {
@@ -154,7 +155,7 @@ void Compare(Filesystem& fs, const std::vector<ThreadModel>& models, const char*
   EXPECT_EQ(entries->size(), expected_shared) << when;
 }
 
-// A scratch directory with a fresh 256 MiB image made by ubtrfs mkfs in it.
+// A scratch directory with a fresh 256 MiB image in it.
 struct ScratchImage {
   stdfs::path dir;
   std::string img;
@@ -164,8 +165,11 @@ void MakeScratchImage(const char* name, ScratchImage* out) {
   ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
   out->dir = tmpl;
   out->img = (out->dir / "img").string();
-  const std::string mkfs = std::string(UBTRFS_CLI_PATH) + " mkfs --size 256M " + out->img + " >/dev/null";
-  ASSERT_EQ(std::system(mkfs.c_str()), 0) << mkfs;
+  ubtrfs::MkfsSpec spec;  // (the library's, so the TSan tree needs no ubtrfs command)
+  spec.images = {out->img};
+  spec.size = 256ull << 20;
+  ubtrfs::Status st = ubtrfs::Mkfs(spec);
+  ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
 // tiny_cache: a node cache of four blocks, so the threads' reads miss it and
