@@ -729,6 +729,8 @@ TEST(MultiDeviceArgs, WrongArgumentsGiveClearErrorsAndChangeNothing) {
   ExpectFails({"device", "remove", pair[0], "1"}, "--degraded");
   const auto fresh = MakeImages(dir, "fresh", 1, 128 * kMiB);
   ExpectFails({"device", "replace", pair[0], "1", fresh[0]}, "--degraded");
+  ExpectFails({"device", "replace", pair[0], pair[1], "7", fresh[0]}, "has no device 7");
+  ExpectFails({"device", "replace", pair[0], pair[1], "2", dir.Sub("missing.img")}, "does not exist");
   ExpectFails({"balance", "--dconvert", "single", pair[0]}, "--degraded");
   ExpectFails({"balance", "--dconvert", "raid1", "--mconvert", "raid7", pair[0], pair[1]}, "unknown metadata profile");
   // Nothing to do: nothing written.

@@ -1,8 +1,6 @@
 // The public device changes of ubtrfs/resize.h (device add, replace,
 // remove) over txn::DeviceLayout: relocate.cc moves and rebuilds the
 // stripes, device_replace.cc swaps a device in.
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -39,17 +37,13 @@ struct NewDevice {
 };
 Result<NewDevice> OpenNewDevice(const std::vector<std::string>& devices, const std::string& new_device,
                                 const DeviceChangeOptions& options) {
-  struct stat st;
-  if (::stat(new_device.c_str(), &st) != 0) {
-    const int e = errno;
-    if (e == ENOENT) {
+  uint64_t file_size = 0;
+  if (auto kind = txn::IsRegular(new_device, &file_size); !kind.ok()) {
+    if (kind.status().code() == ENOENT) {
       return Status::Error(ENOENT, new_device + " does not exist; create it first (an image file: truncate -s SIZE " +
                                        new_device + ")");
     }
-    return Status::Error(e, new_device + ": " + std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
-    return Status::Invalid(new_device + ": not an image file or block device");
+    return kind.status();
   }
   for (const std::string& d : devices) {
     for (const std::string& p : txn::SplitDeviceList(d)) {
@@ -125,9 +119,7 @@ Result<uint64_t> WhichDevice(const OpenedSet& set, const std::string& which) {
   for (const auto& [id, name] : set.names) {
     if (name == which || RealPath(name) == real) return id;
   }
-  std::string names;
-  for (const auto& [id, name] : set.names) names += (names.empty() ? "" : ", ") + std::to_string(id) + " " + name;
-  return Status::Invalid(which + " is not a device of this filesystem (its devices: " + names + ")");
+  return Status::Invalid(which + " is not a device of this filesystem (its devices: " + set.Listing() + ")");
 }
 
 }  // namespace

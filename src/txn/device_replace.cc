@@ -21,11 +21,7 @@ Status DeviceLayout::ReplaceDevice(uint64_t devid, std::unique_ptr<io::BlockDevi
                                    std::unique_ptr<io::BlockDevice>* old) {
   Volume* vol = txn_->vol_;
   const auto item = vol->dev_items().find(devid);
-  if (item == vol->dev_items().end()) {
-    std::string ids;
-    for (const auto& [d, i] : vol->dev_items()) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
-    return Status::Invalid("the filesystem has no device " + std::to_string(devid) + " (its devices: " + ids + ")");
-  }
+  if (item == vol->dev_items().end()) return NoSuchDevice(devid);
   if (vol->IsSeedDevice(devid)) return Status::Unsupported("replacing a seed device");
   const uint64_t need = item->second.total_bytes.get();
   if (target->Size() < need) {

@@ -115,6 +115,12 @@ Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceC
   return set;
 }
 
+std::string OpenedSet::Listing() const {
+  std::string out;
+  for (const auto& [id, name] : names) out += (out.empty() ? "" : ", ") + std::to_string(id) + " " + name;
+  return out;
+}
+
 void Close(OpenedSet* set) {
   set->o.txn.reset();
   set->o.vol.reset();

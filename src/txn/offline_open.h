@@ -56,6 +56,9 @@ struct OpenedSet {
   std::vector<std::unique_ptr<ImageLock>> locks;
   std::map<uint64_t, std::string> names;  // devid -> the path it was opened by
   Opened o;
+
+  // "1 PATH, 2 PATH": for messages that name the devices there are.
+  std::string Listing() const;
 };
 
 // Whether a filesystem with devices missing may be changed: with

@@ -576,13 +576,15 @@ Status DeviceLayout::AddDevice(std::unique_ptr<io::BlockDevice> dev, const std::
   return Status::Ok();
 }
 
+Status DeviceLayout::NoSuchDevice(uint64_t devid) const {
+  std::string ids;
+  for (const auto& [d, item] : txn_->vol_->dev_items()) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
+  return Status::Invalid("the filesystem has no device " + std::to_string(devid) + " (its devices: " + ids + ")");
+}
+
 Status DeviceLayout::CheckRemovable(uint64_t devid) const {
   Volume* vol = txn_->vol_;
-  if (!vol->dev_items().count(devid)) {
-    std::string ids;
-    for (const auto& [d, item] : vol->dev_items()) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
-    return Status::Invalid("the filesystem has no device " + std::to_string(devid) + " (its devices: " + ids + ")");
-  }
+  if (!vol->dev_items().count(devid)) return NoSuchDevice(devid);
   const uint64_t num = vol->super().num_devices.get();
   if (num <= 1) return Status::Invalid("unable to remove the only device of the filesystem");
   std::set<uint64_t> profiles;

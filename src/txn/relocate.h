@@ -165,6 +165,8 @@ class DeviceLayout {
   Status SetDeviceSize(uint64_t devid, uint64_t bytes);
 
  private:
+  // EINVAL for a devid the filesystem does not have, naming the ones it has.
+  Status NoSuchDevice(uint64_t devid) const;
   uint64_t UsedEnd(uint64_t logical) const;
   bool PlaceOk(const Stripe& s, uint64_t devid, uint64_t to) const;
   // Superblock ranges of the chunk were stripe `index` at (devid, to) that

@@ -257,9 +257,8 @@ Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, con
   UB_ASSIGN_OR_RETURN(txn::OpenedSet set, txn::OpenSet(devices, options));
   auto name = set.names.find(devid);
   if (name == set.names.end()) {
-    std::string names;
-    for (const auto& [id, n] : set.names) names += (names.empty() ? "" : ", ") + std::to_string(id) + " " + n;
-    return Status::Invalid("no device " + std::to_string(devid) + " in this filesystem (its devices: " + names + ")");
+    return Status::Invalid("no device " + std::to_string(devid) + " in this filesystem (its devices: " +
+                           set.Listing() + ")");
   }
   const std::string path = name->second;
   uint64_t file_size = 0;
