@@ -521,6 +521,138 @@ std::pair<uint64_t, uint64_t> LargestDataExtent(txn::Volume& vol) {
   return best;
 }
 
+// Copies smashed in place (they read without error; only their checksums
+// tell): 4 KiB of junk at each (devid, physical).
+void SmashSpots(const std::map<uint64_t, std::string>& by_devid,
+                const std::vector<std::pair<uint64_t, uint64_t>>& at) {
+  for (auto [devid, phys] : at) {
+    auto d = io::OpenFileDevice(by_devid.at(devid), io::OpenFlags{true});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    ASSERT_TRUE((*d)->WriteAt(phys, std::vector<uint8_t>(4096, 0x5a)).ok());
+  }
+}
+
+// Where the copies of every 8th checksummed data sector (the first 16 MiB
+// of each data chunk) and, with `roots`, of the fs and csum tree roots lie,
+// as (logical, its copies). (Not the extent tree's: the first commit of a
+// device remove moves it, and the old block is not copied.)
+using Copies = std::vector<std::pair<uint64_t, std::vector<alloc::Piece>>>;
+Copies SectorsAndRoots(const std::vector<std::string>& images, bool roots) {
+  Copies out;
+  auto vol = OpenArray(images);
+  EXPECT_TRUE(vol.ok()) << vol.status().ToString();
+  if (!vol.ok()) return out;
+  const uint32_t ss = (*vol)->sectorsize();
+  auto add = [&](uint64_t logical) {
+    auto m = (*vol)->chunks().Map(logical, 4096);
+    EXPECT_TRUE(m.ok());
+    if (!m.ok()) return;
+    std::vector<alloc::Piece> copies;
+    for (const auto& copy : *m) copies.push_back(copy.at(0));
+    out.push_back({logical, copies});
+  };
+  for (const auto& [logical, c] : (*vol)->chunks().chunks()) {
+    if (!(c.type & format::kBlockGroupData)) continue;
+    const size_t n = std::min<uint64_t>(c.length, 16 * kMiB) / ss;
+    std::vector<uint8_t> csums;
+    std::vector<bool> present;
+    EXPECT_TRUE((*vol)->LookupCsums(logical, n, &csums, &present).ok());
+    for (size_t i = 0; i < present.size(); i += 8) {
+      if (present[i]) add(logical + i * ss);
+    }
+  }
+  for (uint64_t id : {format::kFsTreeObjectid, format::kCsumTreeObjectid}) {
+    if (!roots) break;
+    auto r = (*vol)->FindRoot(id);
+    EXPECT_TRUE(r.ok());
+    if (r.ok()) add(r->ref.bytenr);
+  }
+  return out;
+}
+
+// Moves verify what they read (txn/copy_check.h), as the kernel's replace
+// does. On a RAID1 array over 3 devices, the copies on the device that goes
+// are smashed (data sectors and tree roots), then it is removed: each
+// smashed copy is taken from the other copy, so both checkers find the
+// array clean. Then copy 1 of data sectors, which a balance to single reads
+// first: the single copies are good. Then one sector of the single copy,
+// and a balance back to RAID1: with no good copy it is copied as read, and
+// named.
+TEST(MultiDeviceMoves, CopiesAreVerifiedAsTheyAreRead) {
+  TempDir dir("ubtrfs-copy-check");
+  const std::string src = dir.Sub("src");
+  MakeSource(src);
+  if (HasFatalFailure()) return;
+  auto images = MakeImages(dir, "raid1-", 3, 256 * kMiB);
+  ASSERT_EQ(Mkfs(images, "raid1", "raid1", src).exit_code, 0);
+  std::map<uint64_t, std::string> by_devid{{1, images[0]}, {2, images[1]}, {3, images[2]}};
+  auto run = [&](std::vector<std::string> args, const std::vector<std::string>& tail = {}) {
+    args.insert(args.end(), images.begin(), images.end());
+    args.insert(args.end(), tail.begin(), tail.end());
+    return RunUbtrfs(args);
+  };
+  auto expect_clean = [&]() {
+    ExpectSameAsSource(src, images);
+    auto check = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
+    EXPECT_EQ(check.exit_code, 0) << check.Describe();
+    auto scrub = RunUbtrfs({"scrub", "--readonly", JoinDevices(images)});
+    EXPECT_EQ(scrub.exit_code, 0) << scrub.Describe();
+  };
+
+  // Device remove: the copies on the device that holds the second copy of
+  // the first data sector.
+  Copies spots = SectorsAndRoots(images, true);
+  ASSERT_FALSE(spots.empty());
+  const uint64_t victim = spots.front().second.at(1).devid;
+  std::vector<std::pair<uint64_t, uint64_t>> smash;
+  for (const auto& [logical, copies] : spots) {
+    for (const auto& p : copies) {
+      if (p.devid == victim) smash.push_back({p.devid, p.physical});
+    }
+  }
+  ASSERT_GT(smash.size(), 20u);
+  SmashSpots(by_devid, smash);
+  auto r = run({"device", "remove", "-q"}, {std::to_string(victim)});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.err.find(": " + std::to_string(smash.size()) + " copied from another copy that verifies, 0 with no"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("checksum mismatch; copied from copy "), std::string::npos) << r.err;
+  images.erase(images.begin() + static_cast<long>(victim - 1));
+  by_devid.erase(victim);
+  expect_clean();
+
+  // Balance to single: copy 1 of data sectors smashed.
+  smash.clear();
+  for (const auto& [logical, copies] : SectorsAndRoots(images, false)) {
+    smash.push_back({copies.at(0).devid, copies.at(0).physical});
+  }
+  ASSERT_GT(smash.size(), 20u);
+  SmashSpots(by_devid, smash);
+  r = run({"balance", "-q", "--dconvert", "single"});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.err.find(": " + std::to_string(smash.size()) + " copied from another copy that verifies, 0 with no"),
+            std::string::npos)
+      << r.err;
+  expect_clean();
+
+  // Back to RAID1 with one bad sector in the only copy.
+  const auto one = SectorsAndRoots(images, false).at(3);
+  SmashSpots(by_devid, {{one.second.at(0).devid, one.second.at(0).physical}});
+  r = run({"balance", "-q", "--dconvert", "raid1"});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.err.find("data sector at logical " + std::to_string(one.first) +
+                       ": checksum mismatch; no copy verifies, copied as read"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(": 1 tree blocks and data sectors failed verification as read: 0 copied from another copy "
+                       "that verifies, 1 with no such copy copied as read"),
+            std::string::npos)
+      << r.err;
+  auto check = RunUbtrfs({"check", "--check-data-csum", JoinDevices(images)});
+  EXPECT_EQ(check.exit_code, 1) << check.Describe();
+}
+
 // A data sector damaged in place on its device (it reads without error;
 // only its checksum tells), then a small file written into the next free
 // space: the same row, the same column of the next data element. The
@@ -911,7 +1043,8 @@ TEST(MultiDeviceCrash, ConvertPowerCutAtEveryWrite) {
   // (room for the RAID1 copies of mkfs's RAID0 data chunk beside it)
   const auto images = MakeImages(dir, "dev", 2, 512 * kMiB);
   ASSERT_EQ(Mkfs(images, "raid0", "raid1", src).exit_code, 0);
-  uint64_t copied = 0, converted = 0;
+  txn::CopyStats copied;
+  uint64_t converted = 0;
   PowerCutAtEveryWrite(images, model, -1, [&](txn::TxnManager* txm) {
     txn::DeviceLayout layout(txm);
     layout.AllocateAs(format::kBlockGroupData, format::kBlockGroupRaid1);
@@ -930,7 +1063,7 @@ TEST(MultiDeviceCrash, ConvertPowerCutAtEveryWrite) {
     }
   });
   EXPECT_GE(converted, 3u);
-  EXPECT_GT(copied, 0u);
+  EXPECT_GT(copied.bytes, 0u);
 }
 
 }  // namespace

@@ -552,6 +552,63 @@ TEST_P(MultiDeviceTest, ReplaceTakesADevicesPlace) {
   ExpectWholeAgain(lost);
 }
 
+// `device replace` of a present device verifies what it copies, as the
+// kernel's replace does: the old device's copies of data sectors and tree
+// roots, smashed in place (they read without error), are taken from the
+// other copy, so the new device holds good ones and scrub --readonly finds
+// nothing (it would find each smashed copy again on the new device had
+// they been copied as read). RAID1 and RAID10 (mirrors within stripes)
+// stand for the mirrored profiles; the kernel made the array.
+TEST_P(MultiDeviceTest, ReplaceVerifiesWhatItCopies) {
+  const Profile& p = GetParam();
+  if (p.name != "raid1" && p.name != "raid10") GTEST_SKIP() << p.name << ": raid1 and raid10 stand for the mirrors";
+  std::vector<std::pair<uint64_t, uint64_t>> smash;  // (devid, physical) on device 2
+  {
+    auto vol = OpenVolume();
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto on_device_2 = [&](uint64_t logical) {
+      auto m = (*vol)->chunks().Map(logical, 4096);
+      ASSERT_TRUE(m.ok());
+      for (const auto& copy : *m) {
+        if (copy.at(0).devid == 2) smash.push_back({2, copy.at(0).physical});
+      }
+    };
+    const uint32_t ss = (*vol)->sectorsize();
+    for (const auto& [logical, c] : (*vol)->chunks().chunks()) {
+      if (!(c.type & format::kBlockGroupData)) continue;
+      const size_t n = std::min<uint64_t>(c.length, 32 * kMiB) / ss;
+      std::vector<uint8_t> csums;
+      std::vector<bool> present;
+      ASSERT_TRUE((*vol)->LookupCsums(logical, n, &csums, &present).ok());
+      for (size_t i = 0; i < n; i += 16) {
+        if (present[i]) on_device_2(logical + i * ss);
+      }
+    }
+    for (uint64_t id : {format::kFsTreeObjectid, format::kCsumTreeObjectid, format::kExtentTreeObjectid}) {
+      auto r = (*vol)->FindRoot(id);
+      ASSERT_TRUE(r.ok());
+      on_device_2(r->ref.bytenr);
+    }
+  }
+  ASSERT_GT(smash.size(), 50u);
+  Smash(smash, 0x5a);
+  const std::string fresh = dir_->Sub("new.img");
+  std::string err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(fresh, 256 * kMiB, &err)) << err;
+  std::vector<std::string> args{"device", "replace"};
+  args.insert(args.end(), images_.begin(), images_.end());
+  args.push_back("2");
+  args.push_back(fresh);
+  auto r = ubtrfs_test::RunUbtrfs(args);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.err.find(": " + std::to_string(smash.size()) + " copied from another copy that verifies, 0 with no"),
+            std::string::npos)
+      << r.err;
+  images_[1] = fresh;
+  CompareWithSource(AllImages());
+  ExpectCheckersClean();
+}
+
 INSTANTIATE_TEST_SUITE_P(Profiles, MultiDeviceTest, testing::ValuesIn(kProfiles), PrintProfile);
 
 // Arrays straight from mkfs.btrfs (small chunks): ubtrfs's writes need new

@@ -182,9 +182,9 @@ TEST(ResizeTest, ShrinkMovesChunksPastTheEnd) {
       top -= it->length;
       top -= top % (64 << 10);
       moved_from = it->physical;
-      uint64_t copied = 0;
+      ubtrfs::txn::CopyStats copied;
       ASSERT_TRUE(layout.MoveStripe(it->logical, it->index, top, &copied).ok());
-      EXPECT_GT(copied, 0u);
+      EXPECT_GT(copied.bytes, 0u);
       ASSERT_TRUE((*txn)->Commit().ok());
     }
   }

@@ -37,12 +37,27 @@ UBTRFS_API Status ParseByteSize(std::string_view text, uint64_t* bytes);
 // "10G", "+512M", "-1G", "max", "min" (sizes as ParseByteSize takes them).
 UBTRFS_API Status ParseResizeTarget(std::string_view text, ResizeTarget* out);
 
+// Every copy of a chunk that resize, device remove and replace, and balance
+// move or make is verified as it is read, as the kernel's replace does:
+// each tree block (checksum, bytenr, fsid, structure) and each data sector
+// the csum tree has a checksum for. One that fails is taken from another
+// copy of its chunk (a mirror, or RAID5/6 parity) that passes; with none,
+// it is copied as read and named here (`ubtrfs scrub` and `check` find it
+// too). RAID5/6 stripes copied row by row (resize, device remove and
+// replace of a RAID5/6 device) are not verified this way.
+struct CopyCheck {
+  uint64_t repaired = 0;       // tree blocks and data sectors taken from another copy
+  uint64_t unrecoverable = 0;  // those no copy of which verified
+  std::vector<std::string> errors;  // what failed, by logical address (the first 100)
+};
+
 struct ResizeResult {
   uint64_t old_bytes = 0;       // the filesystem's size before
   uint64_t new_bytes = 0;       // and after (the image file is cut or extended to it)
   uint64_t stripes_moved = 0;   // chunk copies moved down the device
   uint64_t bytes_copied = 0;    // bytes those moves copied
   uint64_t bytes_trimmed = 0;   // device bytes taken from chunks' unused tails (ShrinkImageToFit)
+  CopyCheck copy_check;         // what those moves read
 };
 
 // Grows or shrinks the filesystem in `path` to `target`, committing each
@@ -79,7 +94,8 @@ struct DeviceChangeResult {
   uint64_t total_bytes = 0;    // and its size
   uint64_t stripes_moved = 0;     // RemoveDevice: chunk stripes moved to the other devices
   uint64_t chunks_restriped = 0;  // RAID0/RAID10 chunks laid out anew over fewer devices
-  uint64_t bytes_copied = 0;      // bytes those moves copied
+  uint64_t bytes_copied = 0;      // bytes those moves copied (ReplaceDevice: the copy)
+  CopyCheck copy_check;           // what they read
 };
 
 // Adds `new_device` (an image file or block device that exists, at least
@@ -159,6 +175,7 @@ struct ConvertOptions {
 struct ConvertResult {
   uint64_t chunks_converted = 0;
   uint64_t bytes_copied = 0;
+  CopyCheck copy_check;  // what the conversions read
 };
 
 // `btrfs balance start -dconvert=... -mconvert=...`, offline: every chunk of

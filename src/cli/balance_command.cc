@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/image_options.h"
 #include "cli/progress_line.h"
+#include "cli/text.h"
 #include "ubtrfs/resize.h"
 
 namespace ubtrfs::cli {
@@ -34,8 +35,10 @@ void CmdBalance(BalanceArgs& a) {
   ConvertResult r;
   if (Status s = ConvertProfiles(a.devices, a.o, &r); !s.ok()) {
     fmt::print(stderr, "ubtrfs balance: {}\n", s.ToString());
+    PrintCopyCheck("balance", r.copy_check);
     return SetExitCode(1);
   }
+  PrintCopyCheck("balance", r.copy_check);
   if (a.quiet) return;
   fmt::print("Converted {} chunks ({} copied)\n", r.chunks_converted, Human(r.bytes_copied));
 }

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/image_options.h"
 #include "cli/progress_line.h"
+#include "cli/text.h"
 #include "ubtrfs/resize.h"
 
 namespace ubtrfs::cli {
@@ -71,6 +72,7 @@ void CmdRemove(const DeviceArgs& a) {
     fmt::print(stderr, "ubtrfs device remove: {}: {}\n", which, s.ToString());
     return SetExitCode(1);
   }
+  PrintCopyCheck("device remove", r.copy_check);
   if (a.quiet) return;
   fmt::print("Removed device {} ({}): {} devices left, {} bytes ({})", r.devid, which, r.num_devices, r.total_bytes,
              Human(r.total_bytes));
@@ -92,6 +94,7 @@ void CmdReplace(const DeviceArgs& a) {
     fmt::print(stderr, "ubtrfs device replace: {}: {}\n", which, s.ToString());
     return SetExitCode(1);
   }
+  PrintCopyCheck("device replace", r.copy_check);
   if (a.quiet) return;
   fmt::print("Replaced device {} ({}) by {}: {} copied\n", r.devid, which, dev, Human(r.bytes_copied));
 }

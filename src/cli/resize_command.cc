@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/image_options.h"
 #include "cli/progress_line.h"
+#include "cli/text.h"
 #include "ubtrfs/resize.h"
 
 namespace ubtrfs::cli {
@@ -51,6 +52,7 @@ void CmdResize(const ResizeArgs& a) {
     SetExitCode(1);
     return;
   }
+  PrintCopyCheck("resize", r.copy_check);
   if (a.quiet) return;
   const std::string what = several || devid != 0 ? "device " + std::to_string(devid == 0 ? 1 : devid) + " of " + a.image
                                                   : a.image;

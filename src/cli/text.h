@@ -1,4 +1,4 @@
-// How the CLI shows modes, times, names and JSON strings.
+// How the CLI shows modes, times, names, JSON strings and a move's copy check.
 #ifndef UBTRFS_CLI_TEXT_H_
 #define UBTRFS_CLI_TEXT_H_
 
@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "ubtrfs/filesystem.h"
+#include "ubtrfs/resize.h"
 
 namespace ubtrfs::cli {
 
@@ -19,6 +20,10 @@ std::string Printable(const std::string& name);
 // A JSON string literal (quotes included); bytes that are not UTF-8 text
 // are written as \u00NN of the byte, as btrfs names may hold any byte.
 std::string JsonString(std::string_view s);
+// What verifying a move's reads found, on stderr as `command`'s warnings
+// (nothing when every copy read verified); quiet or not, as the data may
+// be damaged.
+void PrintCopyCheck(std::string_view command, const CopyCheck& c);
 
 }  // namespace ubtrfs::cli
 

@@ -88,6 +88,7 @@ Status ConvertProfiles(const std::vector<std::string>& devices, const ConvertOpt
   txn::DeviceLayout layout(set.o.txn.get());
   for (const Target& t : targets) layout.AllocateAs(t.kind, t.profile);
   ConvertResult r;
+  txn::CopyStats copied;
   auto target_of = [&](const alloc::ChunkInfo& c) -> const Target* {
     for (const Target& t : targets) {
       if ((c.type & t.kind) && c.profile() != t.profile) return &t;
@@ -106,14 +107,16 @@ Status ConvertProfiles(const std::vector<std::string>& devices, const ConvertOpt
       }
     }
     if (!found) break;
-    Status st = layout.ConvertChunk(logical, profile, &r.bytes_copied);
+    Status st = layout.ConvertChunk(logical, profile, &copied);
     if (!st.ok()) {
+      txn::Report(copied, &r);
       *result = r;
       return st.WithContext(std::to_string(r.chunks_converted) + " chunks converted before");
     }
     UB_RETURN_IF_ERROR(set.o.txn->Commit());
     ++r.chunks_converted;
   }
+  txn::Report(copied, &r);
   *result = r;
   return Status::Ok();
 }

@@ -149,7 +149,9 @@ Status ReplaceDevice(const std::vector<std::string>& devices, const std::string&
   UB_ASSIGN_OR_RETURN(const auto uuid, Claim(*nd.dev));
   txn::DeviceLayout layout(set.o.txn.get());
   std::unique_ptr<io::BlockDevice> old;
-  UB_RETURN_IF_ERROR(layout.ReplaceDevice(r.devid, std::move(nd.dev), uuid, &r.bytes_copied, &old));
+  txn::CopyStats copied;
+  UB_RETURN_IF_ERROR(layout.ReplaceDevice(r.devid, std::move(nd.dev), uuid, &copied, &old));
+  txn::Report(copied, &r);
   UB_RETURN_IF_ERROR(set.o.txn->Commit());
   if (old) UB_RETURN_IF_ERROR(txn::ScratchSuperblocks(*old));
   Summarize(*set.o.vol, &r);
@@ -167,7 +169,7 @@ Status RemoveDevice(const std::vector<std::string>& devices, const std::string& 
   UB_RETURN_IF_ERROR(txn::RemoveDeviceCommitted(set.o.txn.get(), devid, &stats));
   r.stripes_moved = stats.stripes_moved;
   r.chunks_restriped = stats.chunks_restriped;
-  r.bytes_copied = stats.bytes_copied;
+  txn::Report(stats.copied, &r);
   r.devid = devid;
   Summarize(vol, &r);
   *result = r;

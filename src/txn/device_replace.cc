@@ -17,7 +17,7 @@ namespace ubtrfs::txn {
 using namespace ubtrfs::format;
 
 Status DeviceLayout::ReplaceDevice(uint64_t devid, std::unique_ptr<io::BlockDevice> target,
-                                   const std::array<uint8_t, kUuidSize>& uuid, uint64_t* copied,
+                                   const std::array<uint8_t, kUuidSize>& uuid, CopyStats* copied,
                                    std::unique_ptr<io::BlockDevice>* old) {
   Volume* vol = txn_->vol_;
   const auto item = vol->dev_items().find(devid);

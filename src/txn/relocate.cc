@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "format/key.h"
@@ -378,7 +379,7 @@ uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t devid, uint64_t limit
   return 0;
 }
 
-Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uint64_t* copied) {
+Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, CopyStats* copied) {
   const alloc::ChunkInfo* ci = txn_->vol_->chunks().Find(logical);
   if (!ci || ci->logical != logical || index >= ci->stripes.size()) {
     return Status::Invalid("no copy " + std::to_string(index) + " of a chunk at " + std::to_string(logical));
@@ -387,7 +388,7 @@ Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t to, uin
 }
 
 Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io::BlockDevice* dst, uint64_t to,
-                                     uint64_t* copied) {
+                                     CopyStats* copied) {
   Volume* vol = txn_->vol_;
   const uint64_t logical = c.logical;
   const alloc::StripeLoc from = c.stripes[index];
@@ -407,13 +408,16 @@ Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io
     return rebuilt.ok() ? rebuilt : st.WithContext(rebuilt.ToString());
   };
   std::vector<uint8_t> buf;
-  auto copy_bytes = [&](uint64_t physical, uint64_t len) -> Status {
+  // `logical`: where [physical, +len) lies in the chunk, to verify it (none
+  // for RAID5/6 rows: data and parity elements copied whole unverified).
+  auto copy_bytes = [&](uint64_t physical, uint64_t len, std::optional<uint64_t> logical) -> Status {
     for (uint64_t off = 0; off < len;) {
       const uint64_t n = std::min(kCopyBytes, len - off);
       buf.resize(n);
       UB_RETURN_IF_ERROR(read(physical + off, buf));
+      if (logical) UB_RETURN_IF_ERROR(VerifyCopy(*vol, *logical + off, buf, &copied->check));
       UB_RETURN_IF_ERROR(dst->WriteAt(to + (physical - from.physical) + off, buf));
-      *copied += n;
+      copied->bytes += n;
       off += n;
     }
     return Status::Ok();
@@ -426,7 +430,7 @@ Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io
     for (auto [a, l] : used) {
       for (uint64_t r = (a - logical) / row_bytes; r <= (a + l - 1 - logical) / row_bytes; ++r) rows.insert(r);
     }
-    for (uint64_t r : rows) UB_RETURN_IF_ERROR(copy_bytes(from.physical + r * sl, sl));
+    for (uint64_t r : rows) UB_RETURN_IF_ERROR(copy_bytes(from.physical + r * sl, sl, std::nullopt));
     used.clear();
   }
   for (auto [a, l] : used) {
@@ -436,14 +440,14 @@ Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io
         if (p.devid != from.devid || p.physical < from.physical || p.physical >= from.physical + c.stripe_size) {
           continue;
         }
-        UB_RETURN_IF_ERROR(copy_bytes(p.physical, p.length));
+        UB_RETURN_IF_ERROR(copy_bytes(p.physical, p.length, a + p.buf_offset));
       }
     }
   }
   return Status::Ok();
 }
 
-Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, uint64_t to, uint64_t* copied) {
+Status DeviceLayout::MoveStripe(uint64_t logical, size_t index, uint64_t devid, uint64_t to, CopyStats* copied) {
   Volume* vol = txn_->vol_;
   ChunkAllocator& ca = *txn_->chunk_alloc_;
   const alloc::ChunkInfo* ci = vol->chunks().Find(logical);
@@ -833,20 +837,20 @@ Status DeviceLayout::PlanLayout(uint64_t logical, uint64_t profile, uint64_t lea
                                    std::to_string(others.size()) + " devices (its new stripes go beside the old ones)");
 }
 
-Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, uint64_t* copied) {
+Status DeviceLayout::RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, CopyStats* copied) {
   RestripePlan plan;
   UB_RETURN_IF_ERROR(PlanRestripe(logical, leaving, &plan));
   if (dry_run) return Status::Ok();
   return Relayout(logical, 0, plan, copied);
 }
 
-Status DeviceLayout::ConvertChunk(uint64_t logical, uint64_t profile, uint64_t* copied) {
+Status DeviceLayout::ConvertChunk(uint64_t logical, uint64_t profile, CopyStats* copied) {
   RestripePlan plan;
   UB_RETURN_IF_ERROR(PlanLayout(logical, profile, 0, &plan));
   return Relayout(logical, profile == 0 ? kSingle : profile, plan, copied);
 }
 
-Status DeviceLayout::Relayout(uint64_t logical, uint64_t profile, const RestripePlan& plan, uint64_t* copied) {
+Status DeviceLayout::Relayout(uint64_t logical, uint64_t profile, const RestripePlan& plan, CopyStats* copied) {
   Volume* vol = txn_->vol_;
   ChunkAllocator& ca = *txn_->chunk_alloc_;
   const alloc::ChunkInfo old = *vol->chunks().Find(logical);
@@ -895,8 +899,9 @@ Status DeviceLayout::Relayout(uint64_t logical, uint64_t profile, const Restripe
       const uint64_t n = std::min(kCopyBytes, l - off);
       buf.resize(n);
       UB_RETURN_IF_ERROR(alloc::ReadFromAnyCopy(vol->chunk_io(), a + off, buf).WithContext(where));
+      UB_RETURN_IF_ERROR(VerifyCopy(*vol, a + off, buf, &copied->check).WithContext(where));
       UB_RETURN_IF_ERROR(next_io.Write(a + off, buf).WithContext(where));
-      *copied += n;
+      copied->bytes += n;
       off += n;
     }
   }
@@ -1018,12 +1023,12 @@ Status RemoveDeviceCommitted(TxnManager* txn, uint64_t devid, RemoveStats* stats
     const auto& s = on.front();
     if (layout.NeedsRestripe(s, devid)) {
       // A striped chunk on every other device already: over fewer devices.
-      UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/false, &stats->bytes_copied));
+      UB_RETURN_IF_ERROR(layout.RestripeOff(s.logical, devid, /*dry_run=*/false, &stats->copied));
       ++stats->chunks_restriped;
     } else {
       uint64_t to_dev = 0, to = 0;
       UB_RETURN_IF_ERROR(layout.FindNewHome(s, devid, &to_dev, &to));
-      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to_dev, to, &stats->bytes_copied));
+      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to_dev, to, &stats->copied));
       ++stats->stripes_moved;
     }
     UB_RETURN_IF_ERROR(txn->Commit());

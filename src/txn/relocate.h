@@ -38,6 +38,7 @@
 #include "alloc/chunk_map.h"
 #include "format/ondisk.h"
 #include "io/block_device.h"
+#include "txn/copy_check.h"
 
 #include "ubtrfs/status.h"
 
@@ -73,10 +74,11 @@ class DeviceLayout {
   // Moves copy `index` of the chunk at `logical` to device offset `to`
   // (unallocated, not overlapping the copy's current place). Must be the
   // first change of a transaction; the caller commits. Adds the bytes
-  // copied (only the used ranges) to *copied.
-  Status MoveStripe(uint64_t logical, size_t index, uint64_t to, uint64_t* copied);
+  // copied (only the used ranges) and what verifying them found
+  // (txn/copy_check.h) to *copied; so do the other moves below.
+  Status MoveStripe(uint64_t logical, size_t index, uint64_t to, CopyStats* copied);
   // The same onto device `devid` (another one: device remove).
-  Status MoveStripe(uint64_t logical, size_t index, uint64_t devid, uint64_t to, uint64_t* copied);
+  Status MoveStripe(uint64_t logical, size_t index, uint64_t devid, uint64_t to, CopyStats* copied);
 
   // The lowest offset below `limit` on the stripe's device (or on `devid`)
   // where copy `s` may go: unallocated, not overlapping it, and with every
@@ -117,7 +119,7 @@ class DeviceLayout {
   // item, dev extents and bytes_used rewritten. With dry_run only checks
   // that it can be done. Must be the first change of a transaction; the
   // caller commits.
-  Status RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, uint64_t* copied);
+  Status RestripeOff(uint64_t logical, uint64_t leaving, bool dry_run, CopyStats* copied);
   // ---- Profiles (ubtrfs balance --dconvert/--mconvert/--sconvert) ----
 
   // SINGLE as a conversion target (it has no profile bit; the kernel's
@@ -131,7 +133,7 @@ class DeviceLayout {
   // bytes_used and block group item rewritten, the RAID56/RAID1C34 feature
   // set where the new profile needs it. Must be the first change of a
   // transaction; the caller commits. ENOSPC naming the chunk without room.
-  Status ConvertChunk(uint64_t logical, uint64_t profile, uint64_t* copied);
+  Status ConvertChunk(uint64_t logical, uint64_t profile, CopyStats* copied);
   // New chunks of `kind` (DATA, METADATA or SYSTEM) get `profile` (a
   // profile bit or 0 for SINGLE) from now on.
   void AllocateAs(uint64_t kind, uint64_t profile);
@@ -153,7 +155,7 @@ class DeviceLayout {
   // EINVAL when `target` is smaller than the device's total_bytes, or a
   // missing device's chunk in use cannot be rebuilt.
   Status ReplaceDevice(uint64_t devid, std::unique_ptr<io::BlockDevice> target,
-                       const std::array<uint8_t, format::kUuidSize>& uuid, uint64_t* copied,
+                       const std::array<uint8_t, format::kUuidSize>& uuid, CopyStats* copied,
                        std::unique_ptr<io::BlockDevice>* old);
 
   // DEV_ITEM.total_bytes and the superblock's sizes. EINVAL below the end
@@ -184,7 +186,7 @@ class DeviceLayout {
   // starts there). A copy on a missing device, or one whose read fails, is
   // made again from the rest of the chunk (alloc/stripe_rebuild.h).
   Status CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io::BlockDevice* dst, uint64_t to,
-                         uint64_t* copied);
+                         CopyStats* copied);
   // devid 0: the stripe stays on its device.
   Status UpdateChunkItem(uint64_t logical, uint64_t length, size_t index, uint64_t physical, uint64_t devid = 0);
   Status UpdateDevItem();
@@ -205,7 +207,7 @@ class DeviceLayout {
   Status PlanLayout(uint64_t logical, uint64_t profile, uint64_t leaving, RestripePlan* plan) const;
   // Moves the chunk to `plan` (RestripeOff, ConvertChunk); `profile`: the
   // new one (kSingle for SINGLE), 0 to keep it.
-  Status Relayout(uint64_t logical, uint64_t profile, const RestripePlan& plan, uint64_t* copied);
+  Status Relayout(uint64_t logical, uint64_t profile, const RestripePlan& plan, CopyStats* copied);
   // The one device (resize and --shrink work on single-device images).
   auto& Dev() const;
 
@@ -215,7 +217,7 @@ class DeviceLayout {
 struct RemoveStats {
   uint64_t stripes_moved = 0;
   uint64_t chunks_restriped = 0;
-  uint64_t bytes_copied = 0;
+  CopyStats copied;
 };
 // `ubtrfs device remove` over an open TxnManager: CheckRemovable, every
 // stripe off the device (FindNewHome + MoveStripe, or RestripeOff; all

@@ -78,7 +78,7 @@ Result<uint64_t> WantedSize(const ResizeTarget& target, uint64_t old_bytes, uint
 
 // Moves the copy that ends last down as far as it goes, as long as one
 // does: the smallest end the current chunks can have. Commits each move.
-Status CompactDown(txn::TxnManager* txn, ResizeResult* r, uint64_t only_devid = 0) {
+Status CompactDown(txn::TxnManager* txn, ResizeResult* r, txn::CopyStats* copied, uint64_t only_devid = 0) {
   txn::DeviceLayout layout(txn);
   for (int guard = 0; guard < 100000; ++guard) {
     auto stripes = layout.Stripes();
@@ -89,7 +89,7 @@ Status CompactDown(txn::TxnManager* txn, ResizeResult* r, uint64_t only_devid = 
     });
     const uint64_t to = layout.FindPlace(last, last.physical);
     if (to == 0) return Status::Ok();
-    UB_RETURN_IF_ERROR(layout.MoveStripe(last.logical, last.index, to, &r->bytes_copied));
+    UB_RETURN_IF_ERROR(layout.MoveStripe(last.logical, last.index, to, copied));
     UB_RETURN_IF_ERROR(txn->Commit());
     ++r->stripes_moved;
   }
@@ -158,6 +158,7 @@ Status ParseByteSize(std::string_view text, uint64_t* bytes) {
 
 Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeResult* result) {
   ResizeResult r;
+  txn::CopyStats copied;
   Resizing resizing;
   UB_RETURN_IF_ERROR(resizing.Begin(path));
   Opened& o = resizing.o;
@@ -173,7 +174,7 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
 
   uint64_t want = 0;
   if (target.kind == ResizeTarget::kMin) {
-    UB_RETURN_IF_ERROR(CompactDown(o.txn.get(), &r));
+    UB_RETURN_IF_ERROR(CompactDown(o.txn.get(), &r, &copied));
     want = layout.DeviceExtentEnd();
   } else {
     UB_ASSIGN_OR_RETURN(want, WantedSize(target, r.old_bytes, file_size, "filesystem"));
@@ -224,7 +225,7 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
                              std::to_string(s.physical) + ") does not fit in the free device space below it " +
                              "(largest free range " + Mib(largest) + "); `resize IMAGE min` gives the smallest size");
     }
-    UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to, &r.bytes_copied));
+    UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to, &copied));
     UB_RETURN_IF_ERROR(o.txn->Commit());
     ++r.stripes_moved;
   }
@@ -232,11 +233,13 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
     UB_RETURN_IF_ERROR(layout.SetDeviceSize(want));
     UB_RETURN_IF_ERROR(o.txn->Commit());
   }
+  txn::Report(copied, &r);
   return resizing.Finish(path, want, r, result);
 }
 
 Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
   ResizeResult r;
+  txn::CopyStats copied;
   Resizing resizing;
   UB_RETURN_IF_ERROR(resizing.Begin(path));
   Opened& o = resizing.o;
@@ -244,16 +247,18 @@ Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
   txn::DeviceLayout layout(o.txn.get());
   UB_RETURN_IF_ERROR(layout.TrimChunks(&r.bytes_trimmed));
   UB_RETURN_IF_ERROR(o.txn->Commit());
-  UB_RETURN_IF_ERROR(CompactDown(o.txn.get(), &r));
+  UB_RETURN_IF_ERROR(CompactDown(o.txn.get(), &r, &copied));
   const uint64_t want = layout.DeviceExtentEnd();
   UB_RETURN_IF_ERROR(layout.SetDeviceSize(want));
   UB_RETURN_IF_ERROR(o.txn->Commit());
+  txn::Report(copied, &r);
   return resizing.Finish(path, want, r, result);
 }
 
 Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, const ResizeTarget& target,
                     const DeviceChangeOptions& options, ResizeResult* result) {
   ResizeResult r;
+  txn::CopyStats copied;
   UB_ASSIGN_OR_RETURN(txn::OpenedSet set, txn::OpenSet(devices, options));
   auto name = set.names.find(devid);
   if (name == set.names.end()) {
@@ -269,7 +274,7 @@ Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, con
   const uint32_t ss = set.o.vol->sectorsize();
   uint64_t want = 0;
   if (target.kind == ResizeTarget::kMin) {
-    UB_RETURN_IF_ERROR(CompactDown(set.o.txn.get(), &r, devid));
+    UB_RETURN_IF_ERROR(CompactDown(set.o.txn.get(), &r, &copied, devid));
     want = txn::DeviceLayout(set.o.txn.get()).DeviceExtentEnd(devid);
   } else {
     UB_ASSIGN_OR_RETURN(want, WantedSize(target, r.old_bytes, file_size, "device"));
@@ -301,7 +306,7 @@ Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, con
     std::sort(past.begin(), past.end(), [](const auto& a, const auto& b) { return a.length > b.length; });
     const auto& s = past.front();
     if (const uint64_t to = layout.FindPlace(s, want); to != 0) {
-      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to, &r.bytes_copied));
+      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to, &copied));
     } else {
       uint64_t other = 0, to_other = 0;
       if (Status st = layout.FindNewHome(s, devid, &other, &to_other); !st.ok()) {
@@ -310,7 +315,7 @@ Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, con
                                std::to_string(s.logical) + " fits neither below that on the device nor elsewhere (" +
                                st.message() + ")");
       }
-      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, other, to_other, &r.bytes_copied));
+      UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, other, to_other, &copied));
     }
     UB_RETURN_IF_ERROR(set.o.txn->Commit());
     ++r.stripes_moved;
@@ -320,6 +325,7 @@ Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, con
   txn::Close(&set);
   if (regular && want < file_size) UB_RETURN_IF_ERROR(SetFileSize(path, want));
   r.new_bytes = want;
+  txn::Report(copied, &r);
   *result = r;
   return Status::Ok();
 }
