@@ -43,8 +43,8 @@ UBTRFS_API Status ParseResizeTarget(std::string_view text, ResizeTarget* out);
 // the csum tree has a checksum for. One that fails is taken from another
 // copy of its chunk (a mirror, or RAID5/6 parity) that passes; with none,
 // it is copied as read and named here (`ubtrfs scrub` and `check` find it
-// too). RAID5/6 stripes copied row by row (resize, device remove and
-// replace of a RAID5/6 device) are not verified this way.
+// too). Where a RAID5/6 stripe is copied row by row (resize, device
+// remove and replace), its P and Q elements are copied as they are.
 struct CopyCheck {
   uint64_t repaired = 0;       // tree blocks and data sectors taken from another copy
   uint64_t unrecoverable = 0;  // those no copy of which verified

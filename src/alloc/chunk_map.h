@@ -48,6 +48,13 @@ struct ChunkInfo {
   uint32_t parity_stripes() const;
   // Stripes that hold data in one row (RAID5/6: num_stripes - parity).
   uint32_t data_stripes() const;
+  // RAID5/6: the element of row `row` that stripe `index` holds (data
+  // 0..data_stripes()-1, then P, then Q): row r puts its element e on
+  // stripe (e + r) % num_stripes, so parity rotates one device per row.
+  uint64_t RowElement(uint64_t row, size_t index) const {
+    const uint64_t n = stripes.size();
+    return (index + n - row % n) % n;
+  }
   // Where each stripe starts on its device (single-device tools: resize).
   std::vector<uint64_t> physical() const {
     std::vector<uint64_t> out;

@@ -98,8 +98,7 @@ Status RebuildStripeRange(ChunkIo& io, const ChunkInfo& c, size_t index, uint64_
       UB_RETURN_IF_ERROR(ReadFromAnyCopy(io, c.logical + (row * k + col) * sl + in, dst).WithContext(Where(c, index)));
       continue;
     }
-    // Row `row` puts its element s (data 0..k-1, P, Q) on stripe (s + row) % n.
-    const uint64_t s = (index + n - row % n) % n;
+    const uint64_t s = c.RowElement(row, index);
     if (s < k) {
       UB_RETURN_IF_ERROR(ReadFromAnyCopy(io, c.logical + (row * k + s) * sl + in, dst).WithContext(Where(c, index)));
       continue;

@@ -5,7 +5,6 @@
 #include <cctype>
 #include <cstddef>
 #include <cstring>
-#include <optional>
 #include <set>
 
 #include "format/key.h"
@@ -408,14 +407,14 @@ Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io
     return rebuilt.ok() ? rebuilt : st.WithContext(rebuilt.ToString());
   };
   std::vector<uint8_t> buf;
-  // `logical`: where [physical, +len) lies in the chunk, to verify it (none
-  // for RAID5/6 rows: data and parity elements copied whole unverified).
-  auto copy_bytes = [&](uint64_t physical, uint64_t len, std::optional<uint64_t> logical) -> Status {
+  // With `verify`, `logical` is where [physical, +len) lies in the chunk
+  // (a RAID5/6 P or Q element has no such place, and is not verified).
+  auto copy_bytes = [&](uint64_t physical, uint64_t len, bool verify, uint64_t logical) -> Status {
     for (uint64_t off = 0; off < len;) {
       const uint64_t n = std::min(kCopyBytes, len - off);
       buf.resize(n);
       UB_RETURN_IF_ERROR(read(physical + off, buf));
-      if (logical) UB_RETURN_IF_ERROR(VerifyCopy(*vol, *logical + off, buf, &copied->check));
+      if (verify) UB_RETURN_IF_ERROR(VerifyCopy(*vol, logical + off, buf, &copied->check));
       UB_RETURN_IF_ERROR(dst->WriteAt(to + (physical - from.physical) + off, buf));
       copied->bytes += n;
       off += n;
@@ -424,13 +423,19 @@ Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io
   };
   if (c.parity_stripes() > 0) {
     // RAID5/6: the stripe holds data of some rows and P or Q of others;
-    // every row with used bytes has its element here copied whole.
+    // every row with used bytes has its element here copied whole, a data
+    // element verified as any copy is, a P or Q as it is (scrub checks it
+    // against the row's data).
     const uint64_t sl = c.stripe_len, row_bytes = sl * c.data_stripes();
     std::set<uint64_t> rows;
     for (auto [a, l] : used) {
       for (uint64_t r = (a - logical) / row_bytes; r <= (a + l - 1 - logical) / row_bytes; ++r) rows.insert(r);
     }
-    for (uint64_t r : rows) UB_RETURN_IF_ERROR(copy_bytes(from.physical + r * sl, sl, std::nullopt));
+    const uint64_t k = c.data_stripes();
+    for (uint64_t r : rows) {
+      const uint64_t e = c.RowElement(r, index);
+      UB_RETURN_IF_ERROR(copy_bytes(from.physical + r * sl, sl, e < k, logical + (r * k + e) * sl));
+    }
     used.clear();
   }
   for (auto [a, l] : used) {
@@ -440,7 +445,7 @@ Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io
         if (p.devid != from.devid || p.physical < from.physical || p.physical >= from.physical + c.stripe_size) {
           continue;
         }
-        UB_RETURN_IF_ERROR(copy_bytes(p.physical, p.length, a + p.buf_offset));
+        UB_RETURN_IF_ERROR(copy_bytes(p.physical, p.length, true, a + p.buf_offset));
       }
     }
   }
