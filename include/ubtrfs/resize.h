@@ -48,7 +48,9 @@ UBTRFS_API Status ParseResizeTarget(std::string_view text, ResizeTarget* out);
 struct CopyCheck {
   uint64_t repaired = 0;       // tree blocks and data sectors taken from another copy
   uint64_t unrecoverable = 0;  // those no copy of which verified
-  std::vector<std::string> errors;  // what failed, by logical address (the first 100)
+  // What failed, by logical address, and any range left unverified as its
+  // extent or csum tree could not be read (the first 100 lines).
+  std::vector<std::string> errors;
 };
 
 struct ResizeResult {

@@ -75,11 +75,11 @@ std::string JsonString(std::string_view s) {
 }
 
 void PrintCopyCheck(std::string_view command, const CopyCheck& c) {
-  if (c.repaired == 0 && c.unrecoverable == 0) return;
   for (const std::string& line : c.errors) fmt::print(stderr, "ubtrfs {}: {}\n", command, line);
+  if (c.repaired == 0 && c.unrecoverable == 0) return;
   const uint64_t named = c.errors.size();
   if (named < c.repaired + c.unrecoverable) {
-    fmt::print(stderr, "ubtrfs {}: ... and {} more\n", command, c.repaired + c.unrecoverable - named);
+    fmt::print(stderr, "ubtrfs {}: (only the first {} named)\n", command, named);
   }
   fmt::print(stderr,
              "ubtrfs {}: {} tree blocks and data sectors failed verification as read: {} copied from another copy "

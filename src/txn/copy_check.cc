@@ -104,12 +104,17 @@ Status DataSectors(Volume& vol, uint64_t logical, std::span<uint8_t> buf, CopyCh
 
 }  // namespace
 
-Status VerifyCopy(Volume& vol, uint64_t logical, std::span<uint8_t> buf, CopyCheck* check) {
+void VerifyCopy(Volume& vol, uint64_t logical, std::span<uint8_t> buf, CopyCheck* check) {
   const alloc::ChunkInfo* c = vol.chunks().Find(logical);
-  if (c == nullptr) return Status::Ok();
-  if (c->type & (kBlockGroupMetadata | kBlockGroupSystem)) UB_RETURN_IF_ERROR(TreeBlocks(vol, logical, buf, check));
-  if (c->type & kBlockGroupData) UB_RETURN_IF_ERROR(DataSectors(vol, logical, buf, check));
-  return Status::Ok();
+  if (c == nullptr) return;
+  // A tree that cannot be read leaves the range unverified, not the move
+  // undone: replacing a lost device must not hinge on an unrelated leaf.
+  auto unverified = [&](const Status& st) {
+    if (!st.ok()) Note(check, "[" + std::to_string(logical) + ", +" + std::to_string(buf.size()) +
+                                  ") copied unverified: " + st.ToString());
+  };
+  if (c->type & (kBlockGroupMetadata | kBlockGroupSystem)) unverified(TreeBlocks(vol, logical, buf, check));
+  if (c->type & kBlockGroupData) unverified(DataSectors(vol, logical, buf, check));
 }
 
 }  // namespace ubtrfs::txn

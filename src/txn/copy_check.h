@@ -37,10 +37,11 @@ void Report(const CopyStats& s, Result* r) {
 // one that fails is read from every copy of the chunk in turn (mirrors,
 // RAID5/6 rebuilds), and the first that verifies replaces it in `buf`
 // (check->repaired). With none it stays as read (check->unrecoverable).
-// Either way a line in check->errors names it. Must run before the
-// transaction changes the extent tree (the moves are the first change of
-// theirs). Fails only when the extent or csum tree cannot be read.
-Status VerifyCopy(Volume& vol, uint64_t logical, std::span<uint8_t> buf, CopyCheck* check);
+// Either way a line in check->errors names it; so does a range left
+// unverified because the extent or csum tree could not be read there. Must
+// run before the transaction changes the extent tree (the moves are the
+// first change of theirs).
+void VerifyCopy(Volume& vol, uint64_t logical, std::span<uint8_t> buf, CopyCheck* check);
 
 }  // namespace ubtrfs::txn
 
