@@ -542,7 +542,6 @@ Copies SectorsAndRoots(const std::vector<std::string>& images, bool roots) {
   auto vol = OpenArray(images);
   EXPECT_TRUE(vol.ok()) << vol.status().ToString();
   if (!vol.ok()) return out;
-  const uint32_t ss = (*vol)->sectorsize();
   auto add = [&](uint64_t logical) {
     auto m = (*vol)->chunks().Map(logical, 4096);
     EXPECT_TRUE(m.ok());
@@ -551,16 +550,7 @@ Copies SectorsAndRoots(const std::vector<std::string>& images, bool roots) {
     for (const auto& copy : *m) copies.push_back(copy.at(0));
     out.push_back({logical, copies});
   };
-  for (const auto& [logical, c] : (*vol)->chunks().chunks()) {
-    if (!(c.type & format::kBlockGroupData)) continue;
-    const size_t n = std::min<uint64_t>(c.length, 16 * kMiB) / ss;
-    std::vector<uint8_t> csums;
-    std::vector<bool> present;
-    EXPECT_TRUE((*vol)->LookupCsums(logical, n, &csums, &present).ok());
-    for (size_t i = 0; i < present.size(); i += 8) {
-      if (present[i]) add(logical + i * ss);
-    }
-  }
+  for (uint64_t logical : ubtrfs_test::SampledDataSectors(**vol, 16 * kMiB, 8)) add(logical);
   for (uint64_t id : {format::kFsTreeObjectid, format::kCsumTreeObjectid}) {
     if (!roots) break;
     auto r = (*vol)->FindRoot(id);

@@ -576,17 +576,7 @@ TEST_P(MultiDeviceTest, ReplaceVerifiesWhatItCopies) {
         if (copy.at(0).devid == 2) smash.push_back({2, copy.at(0).physical});
       }
     };
-    const uint32_t ss = (*vol)->sectorsize();
-    for (const auto& [logical, c] : (*vol)->chunks().chunks()) {
-      if (!(c.type & format::kBlockGroupData)) continue;
-      const size_t n = std::min<uint64_t>(c.length, 32 * kMiB) / ss;
-      std::vector<uint8_t> csums;
-      std::vector<bool> present;
-      ASSERT_TRUE((*vol)->LookupCsums(logical, n, &csums, &present).ok());
-      for (size_t i = 0; i < n; i += 16) {
-        if (present[i]) on_device_2(logical + i * ss);
-      }
-    }
+    for (uint64_t logical : ubtrfs_test::SampledDataSectors(**vol, 32 * kMiB, 16)) on_device_2(logical);
     for (uint64_t id : {format::kFsTreeObjectid, format::kCsumTreeObjectid, format::kExtentTreeObjectid}) {
       auto r = (*vol)->FindRoot(id);
       ASSERT_TRUE(r.ok());

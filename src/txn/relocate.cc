@@ -426,12 +426,11 @@ Status DeviceLayout::CopyStripeBytes(const alloc::ChunkInfo& c, size_t index, io
     // every row with used bytes has its element here copied whole, a data
     // element verified as any copy is, a P or Q as it is (scrub checks it
     // against the row's data).
-    const uint64_t sl = c.stripe_len, row_bytes = sl * c.data_stripes();
+    const uint64_t sl = c.stripe_len, k = c.data_stripes(), row_bytes = sl * k;
     std::set<uint64_t> rows;
     for (auto [a, l] : used) {
       for (uint64_t r = (a - logical) / row_bytes; r <= (a + l - 1 - logical) / row_bytes; ++r) rows.insert(r);
     }
-    const uint64_t k = c.data_stripes();
     for (uint64_t r : rows) {
       const uint64_t e = c.RowElement(r, index);
       UB_RETURN_IF_ERROR(copy_bytes(from.physical + r * sl, sl, e < k, logical + (r * k + e) * sl));

@@ -9,6 +9,7 @@
 
 #include "support/host_files.h"
 #include "support/tree_compare.h"
+#include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
@@ -107,6 +108,24 @@ void ExpectKernelReadsAllWithout(const std::vector<std::string>& images, const s
   ASSERT_EQ(m.Mount(left, mnt, "degraded,ro"), "");
   auto diffs = CompareTreeToImage(mnt, **fs, KernelMountCompareOptions());
   EXPECT_TRUE(diffs.empty()) << JoinDevices(diffs, "\n");
+}
+
+std::vector<uint64_t> SampledDataSectors(ubtrfs::txn::Volume& vol, uint64_t first_bytes, size_t step) {
+  std::vector<uint64_t> out;
+  const uint32_t ss = vol.sectorsize();
+  for (const auto& [logical, c] : vol.chunks().chunks()) {
+    if (!(c.type & ubtrfs::format::kBlockGroupData)) continue;
+    const size_t n = std::min<uint64_t>(c.length, first_bytes) / ss;
+    std::vector<uint8_t> csums;
+    std::vector<bool> present;
+    ubtrfs::Status st = vol.LookupCsums(logical, n, &csums, &present);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (!st.ok()) break;
+    for (size_t i = 0; i < n; i += step) {
+      if (present[i]) out.push_back(logical + i * ss);
+    }
+  }
+  return out;
 }
 
 }  // namespace ubtrfs_test

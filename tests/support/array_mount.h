@@ -11,6 +11,10 @@
 #include "io/recording_device.h"
 #include "support/test_util.h"
 
+namespace ubtrfs::txn {
+class Volume;
+}
+
 namespace ubtrfs_test {
 
 class ArrayMount {
@@ -49,6 +53,11 @@ void ExpectKernelReadsAllWithout(const std::vector<std::string>& images, const s
 // multi-element files (the largest `largest` bytes), a directory tree (one
 // of mode 0700), a symlink, 50 small files. Fails the test if it cannot.
 void MakeArraySource(const std::string& src, size_t largest);
+
+// The logical address of every `step`-th sector of the first `first_bytes`
+// of each data chunk that the csum tree has a checksum for: data in use,
+// whose copies a test damages. Fails the test if the csum tree does not read.
+std::vector<uint64_t> SampledDataSectors(ubtrfs::txn::Volume& vol, uint64_t first_bytes, size_t step);
 
 // Forwards to a recording device and notes, in one order shared by the
 // devices of an array, which device each logged write or flush went to
