@@ -10,6 +10,7 @@ PKGS=(build-essential cmake ninja-build pkg-config ccache clang lld libclang-rt-
       git rsync tar zstd make gcc man-db groff-base bash-completion
       python3-pytest python3-setuptools python3-venv python3-pip
       ceph-mon ceph-osd ceph-common librbd-dev librados-dev uuid-runtime
+      fsverity  # fsverity-utils: the independent Merkle trees tests/verity_test.cc compares with
       llvm  # llvm-symbolizer: file:line in the reports of the clang-built ASan tree (./test)
       gdb)  # backtraces of a test that hangs (tests/support/deadline.cc)
 

@@ -265,6 +265,24 @@ struct SubvolumeInfo {
   bool read_only = false;
 };
 
+// fs-verity, as the kernel's FS_IOC_ENABLE_VERITY takes it: how a file's
+// Merkle tree is built.
+struct VerityParams {
+  uint8_t hash_algorithm = 1;      // 1: SHA-256, 2: SHA-512
+  uint32_t block_size = 4096;      // a power of two from 1024 up to the sector size
+  std::vector<uint8_t> salt;       // at most 32 bytes
+  std::vector<uint8_t> signature;  // stored as given (the kernel's built-in signatures); not checked here
+};
+// What FS_IOC_MEASURE_VERITY and FS_IOC_READ_VERITY_METADATA tell of a file.
+struct VerityInfo {
+  VerityParams params;
+  uint64_t data_size = 0;
+  std::vector<uint8_t> root_hash;  // of the Merkle tree
+  std::vector<uint8_t> digest;     // the file's digest, as `fsverity measure` prints it
+};
+// In Stat::flags: the file has fs-verity (the inode's RO_VERITY flag).
+inline constexpr uint64_t kStatFlagVerity = 1ull << 32;
+
 class UBTRFS_API Filesystem {
  public:
   // `path`: an image file, a block device, or rbd:POOL/IMAGE[@SNAP][:KEY=VALUE...]
@@ -450,11 +468,31 @@ class UBTRFS_API Filesystem {
   // the range if shorter; its mtime and ctime are set. EISDIR for a
   // directory, EINVAL for other non-regular files, bad alignment, a range
   // past the end of `src`, overlapping ranges or files that differ in
-  // NODATASUM; EPERM for an immutable `dst`; EROFS when `dst` is in a
-  // read-only subvolume (`src` may be).
+  // NODATASUM; EPERM for an immutable `dst` or one with fs-verity; EROFS
+  // when `dst` is in a read-only subvolume (`src` may be).
   virtual Status Clone(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len) {
     (void)src, (void)src_offset, (void)dst, (void)dst_offset, (void)len;
     return Status::Error(95 /* EOPNOTSUPP */, "reflinks are not supported here");
+  }
+
+  // ---- fs-verity ----
+  // Makes `file` verifiable and its data unchangeable for good, as the
+  // kernel's FS_IOC_ENABLE_VERITY: builds the Merkle tree of its data,
+  // stores it and the descriptor in the file's items, and sets the file's
+  // VERITY flag and the filesystem's verity feature. From then on Write, a
+  // SetAttr size, Fallocate and a Clone into the file fail with EPERM;
+  // renames, links, unlink, attributes and xattrs work as before. EEXIST
+  // when it has verity already, EINVAL for bad params or a file that is not
+  // regular, EROFS in a read-only subvolume. Joins the running transaction.
+  virtual Status EnableVerity(InodeId file, const VerityParams& params) {
+    (void)file, (void)params;
+    return Status::Error(95 /* EOPNOTSUPP */, "fs-verity is not supported here");
+  }
+  // The file's verity descriptor; nullopt when it has none. EUCLEAN when
+  // its items are damaged.
+  virtual Result<std::optional<VerityInfo>> GetVerity(InodeId file) {
+    (void)file;
+    return std::optional<VerityInfo>();
   }
 
   // For a caller that keeps regular files' mtime and ctime itself and sets

@@ -73,6 +73,8 @@ void FsTreeChecker::Item(const tree::TreeBlock& leaf, int slot, const Key& key) 
     case kDirIndexKey: OnDirItems(rec, key, d); break;
     case kXattrItemKey: OnXattrItems(key, d); break;
     case kExtentDataKey: OnFileExtent(rec, key, d, leaf.owner()); break;
+    case kVerityDescItemKey:
+    case kVerityMerkleItemKey: verity_.Add(key, d); break;
     default: break;
   }
 }
@@ -349,9 +351,16 @@ void FsTreeChecker::FinishInode(uint64_t ino) {
   if (it == recs_.end()) return;
   InodeRec& rec = it->second;
   rec.done = true;
+  const std::string who = "inode " + std::to_string(ino);
+  if (rec.have_item && (rec.flags & kInodeRoVerity)) {
+    if ((rec.mode & kModeTypeMask) != kModeReg) Error(who + ": the VERITY flag on a file that is not regular");
+    for (const std::string& p : verity_.Finish(rec.isize)) Error(who + ": " + p);
+  } else if (verity_.any()) {
+    stray_verity_.push_back(ino);
+  }
+  verity_.Reset();
   if (!rec.have_item) return;  // reported at the end, unless it never mattered
   ++inodes_;
-  const std::string who = "inode " + std::to_string(ino);
   switch (rec.mode & ~uint32_t{07777}) {  // a file type and nothing above it
     case kModeReg: case kModeDir: case kModeLnk: case kModeChr: case kModeBlk: case kModeFifo: case kModeSock:
       break;
@@ -446,6 +455,12 @@ void FsTreeChecker::ReportUnsettled(uint64_t ino, const InodeRec& rec) {
 void FsTreeChecker::Finish() {
   if (have_cur_) FinishInode(cur_ino_);
   have_cur_ = false;
+  for (uint64_t ino : stray_verity_) {
+    if (!orphans_.count(ino)) {
+      Error("inode " + std::to_string(ino) + ": fs-verity items without the VERITY flag or an orphan item");
+    }
+  }
+  stray_verity_.clear();
   for (const auto& [ino, rec] : recs_) {
     if (ino == env_.root_dirid) {
       CheckRootDir(rec);

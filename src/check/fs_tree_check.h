@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "check/report.h"
+#include "check/verity_check.h"
 #include "format/key.h"
 #include "tree/tree_block.h"
 
@@ -96,6 +97,10 @@ class FsTreeChecker {
   FsTreeEnv env_;
   std::map<uint64_t, InodeRec> recs_;
   std::set<uint64_t> orphans_;  // ORPHAN_ITEM offsets: inodes being deleted
+  VerityItemsCheck verity_;     // the current inode's
+  // Inodes with fs-verity items but no VERITY flag: left by an enable a
+  // crash cut short, which the orphan item of the inode then undoes.
+  std::vector<uint64_t> stray_verity_;
   bool have_cur_ = false;
   uint64_t cur_ino_ = 0;
   uint64_t inodes_ = 0;

@@ -41,11 +41,12 @@ void RegisterCommands(CLI::App& app) {
   RegisterSend(app);
   RegisterVerbs(app, nullptr);
   RegisterEdit(app);
+  RegisterVerity(app);
   for (auto* cmd : app.get_subcommands({})) AddPlacementOptions(cmd);
   for (auto* cmd : app.get_subcommands({})) {
     // Every subcommand that opens an image's file tree; not the ones that
     // read its trees raw, mkfs, and those with options of their own.
-    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "scrub", "stats", "mkfs", "resize", "device", "balance", "mount", "property", "subvolume", "send", "quota"};
+    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "scrub", "stats", "mkfs", "resize", "device", "balance", "mount", "property", "subvolume", "send", "quota", "fsverity"};
     if (!kNoSubvol.count(cmd->get_name())) AddSubvolOptions(cmd);
   }
 }

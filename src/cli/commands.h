@@ -34,6 +34,7 @@ void RegisterQuota(CLI::App& app);          // quota rescan
 void RegisterReceive(CLI::App& app);        // receive (a btrfs send stream into an image)
 void RegisterSend(CLI::App& app);           // send (a full stream of a read-only subvolume)
 void RegisterEdit(CLI::App& app);          // edit (edit_command.cc); the verbs: verbs.h
+void RegisterVerity(CLI::App& app);        // fsverity enable|measure (verity_command.cc)
 
 // mount.fuse3 runs an /etc/fstab entry of type fuse.ubtrfs as
 //   ubtrfs SOURCE MOUNTPOINT -o OPTIONS

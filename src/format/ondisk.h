@@ -184,6 +184,10 @@ inline constexpr uint64_t kInodeNodump = 1ULL << 8;
 inline constexpr uint64_t kInodeNoatime = 1ULL << 9;
 inline constexpr uint64_t kInodeDirsync = 1ULL << 10;
 inline constexpr uint64_t kInodeCompress = 1ULL << 11;
+// The upper 32 bits are the kernel's ro_flags: flags a read-write mount must
+// understand. RO_VERITY: the file has fs-verity (its VERITY items below);
+// its data never changes again.
+inline constexpr uint64_t kInodeRoVerity = 1ULL << 32;
 
 // ---- Directory entry types (dir_item.type) ------------------------------------
 enum FileType : uint8_t {
@@ -528,6 +532,30 @@ inline constexpr uint64_t kExtentFlagData = 1ULL << 0;
 inline constexpr uint64_t kExtentFlagTreeBlock = 1ULL << 1;
 inline constexpr uint64_t kBlockFlagFullBackref = 1ULL << 8;
 
+// ---- fs-verity -----------------------------------------------------------------
+// (ino, VERITY_DESC_ITEM, 0) holds this; the descriptor's bytes follow in
+// (ino, VERITY_DESC_ITEM, 1 + position) items, and the Merkle tree in
+// (ino, VERITY_MERKLE_ITEM, position) items. Reserved words must be zero.
+struct VerityDescriptorItem {
+  Le64 size;  // bytes of the descriptor (with its signature)
+  Le64 reserved[2];
+  uint8_t encryption;
+};
+
+// fs-verity's own descriptor (struct fsverity_descriptor), followed by
+// sig_size bytes of signature.
+struct FsverityDescriptor {
+  uint8_t version;  // 1
+  uint8_t hash_algorithm;
+  uint8_t log_blocksize;
+  uint8_t salt_size;
+  Le32 sig_size;
+  Le64 data_size;
+  uint8_t root_hash[64];
+  uint8_t salt[32];
+  uint8_t reserved[144];
+};
+
 // root_item.flags
 inline constexpr uint64_t kRootSubvolRdonly = 1ULL << 0;
 // A subvolume being deleted (its ROOT_ITEM refs are 0; the kernel sets it).
@@ -559,6 +587,10 @@ static_assert(sizeof(RootItem) == 439);
 static_assert(kRootItemV1Size == 239);
 static_assert(sizeof(RootRef) == 18);
 static_assert(sizeof(FileExtentItem) == 53);
+static_assert(sizeof(VerityDescriptorItem) == 25);
+static_assert(sizeof(FsverityDescriptor) == 256);
+static_assert(offsetof(FsverityDescriptor, root_hash) == 16);
+static_assert(offsetof(FsverityDescriptor, salt) == 80);
 static_assert(kFileExtentInlineDataStart == 21);
 static_assert(sizeof(ExtentItem) == 24);
 static_assert(sizeof(TreeBlockInfo) == 18);

@@ -112,6 +112,7 @@ Status FilesystemImpl::Fallocate(InodeId file, int mode, uint64_t offset, uint64
     UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(file));
     if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, InodeName(file) + " is a directory");
     if (!S_ISREG(ii.mode.get())) return Status::Error(ENODEV, InodeName(file) + " is not a regular file");
+    UB_RETURN_IF_ERROR(DataMayChange(file, ii));
     const uint32_t ss = vol_->sectorsize();
     const uint64_t size = ii.size.get();
     const bool csum = !(ii.flags.get() & kInodeNodatasum);

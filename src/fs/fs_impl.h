@@ -27,6 +27,7 @@
 #include "fs/dir_names.h"
 #include "fs/statfs.h"
 #include "format/superblock.h"
+#include "format/verity.h"
 #include "fs/compress.h"
 #include "fs/compress_write.h"
 #include "fs/subvolume.h"
@@ -275,6 +276,8 @@ class FilesystemImpl final : public Filesystem {
   Result<uint64_t> NewSubvolumeId();
   uint64_t min_subvol_id_ = 0;
   Status Clone(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len) override;  // reflink.cc
+  Status EnableVerity(InodeId file, const VerityParams& params) override;  // verity.cc
+  Result<std::optional<VerityInfo>> GetVerity(InodeId file) override;
   void SetCallerKeepsFileTimes(bool on) override { caller_keeps_file_times_.store(on, std::memory_order_relaxed); }
   bool CallerKeepsFileTimes() const { return caller_keeps_file_times_.load(std::memory_order_relaxed); }
 
@@ -1089,6 +1092,12 @@ class FilesystemImpl final : public Filesystem {
   Status InheritCompressionProperty(InodeId dir, InodeId child);
   Status TruncateLocked(InodeId id, uint64_t new_size);
   Status CloneImpl(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len);
+  // fs-verity (verity.cc). EPERM when the file's data may not change (it has verity).
+  static Status DataMayChange(InodeId id, const InodeItem& ii);
+  Result<std::optional<format::VerityDescriptor>> LoadVerityDescriptor(InodeId id);
+  Status EnableVerityImpl(InodeId id, const VerityParams& params);
+  // Deletes the file's verity items (what an interrupted enable left).
+  Status DropVerityItems(InodeId id);
   Result<bool> IsAncestor(InodeId maybe_ancestor, InodeId dir);
   Status PutXattrItem(InodeId id, const format::Key& key, std::vector<uint8_t> item);
 

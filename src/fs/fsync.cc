@@ -253,6 +253,12 @@ Status FilesystemImpl::LogOneInode(InodeId id, LogMode mode, std::vector<std::pa
     return Status::Ok();
   }
   const InodeItem ii = *ii_r;
+  // No replay copies fs-verity's items (the kernel's replay_one_buffer
+  // knows none): a log would bring back the flag without them. An inode
+  // that changed in this transaction with the flag may have just got it.
+  if ((ii.flags.get() & kInodeRoVerity) && ii.transid.get() == transid) {
+    return Status::Error(EAGAIN, "fs-verity enabled in this transaction");
+  }
   const bool is_dir = S_ISDIR(ii.mode.get());
   const bool is_new = ii.generation.get() > committed_gen;
   if (!is_dir) mode = LogMode::kAll;

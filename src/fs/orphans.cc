@@ -71,8 +71,15 @@ Status FilesystemImpl::CleanOrphans() {
       UB_RETURN_IF_ERROR(Change({}, txn::ReserveFor::kDelete, 4, [&]() -> Status {
         auto ii = LoadInode(id);
         if (!ii.ok() && ii.status().code() != ENOENT) return ii.status();
-        // With names (the kernel's truncate orphans), the inode stays.
+        // With names (the kernel's truncate orphans, and its marker of an
+        // fs-verity enable a crash cut short), the inode stays; what such
+        // an enable wrote goes, as the kernel's orphan cleanup drops it.
+        // (The kernel drops it even under a VERITY flag; here a finished
+        // enable's items stay, since without them the file is unreadable.)
         if (ii.ok() && ii->nlink.get() == 0) UB_RETURN_IF_ERROR(DropInode(id));
+        if (ii.ok() && ii->nlink.get() != 0 && !(ii->flags.get() & kInodeRoVerity)) {
+          UB_RETURN_IF_ERROR(DropVerityItems(id));
+        }
         UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
         return w->Delete(OrphanKey(ino));
       }).WithContext("removing orphan inode " + std::to_string(ino) + " of subvolume " + std::to_string(sv.id)));

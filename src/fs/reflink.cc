@@ -76,6 +76,7 @@ Status FilesystemImpl::CloneImpl(InodeId src, uint64_t src_offset, InodeId dst, 
   if (S_ISDIR(smode) || S_ISDIR(dmode)) return Status::Error(EISDIR, "clone of a directory");
   if (!S_ISREG(smode) || !S_ISREG(dmode)) return Status::Invalid("clone of a file that is not a regular file");
   if (di.flags.get() & kInodeImmutable) return Status::Error(EPERM, InodeName(dst) + " is immutable");
+  UB_RETURN_IF_ERROR(DataMayChange(dst, di));  // a verity source is fine: only its extents are shared
   // A destination must not end up partly checksummed.
   if ((si.flags.get() & kInodeNodatasum) != (di.flags.get() & kInodeNodatasum)) {
     return Status::Invalid("clone between a file with data checksums and one without (NODATASUM)");

@@ -1052,6 +1052,7 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(file));
   if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, InodeName(file) + " is a directory");
   if (!S_ISREG(ii.mode.get())) return Status::Invalid(InodeName(file) + " is not a regular file");
+  UB_RETURN_IF_ERROR(DataMayChange(file, ii));
   if (data.empty()) return size_t{0};
   if (offset + data.size() < offset || offset + data.size() > (1ull << 62)) return Status::Error(EFBIG, "file too large");
   const uint32_t ss = vol_->sectorsize();
@@ -1159,6 +1160,8 @@ Status FilesystemImpl::TruncateLocked(InodeId id, uint64_t new_size) {
   UB_ASSIGN_OR_RETURN(InodeItem ii, LoadInode(id));
   if (S_ISDIR(ii.mode.get())) return Status::Error(EISDIR, InodeName(id) + " is a directory");
   if (!S_ISREG(ii.mode.get())) return Status::Invalid(InodeName(id) + " is not a regular file");
+  // Even to the size it has, as the kernel's setattr_prepare.
+  UB_RETURN_IF_ERROR(DataMayChange(id, ii));
   const uint64_t old_size = ii.size.get();
   if (new_size == old_size) return Status::Ok();
   const uint32_t ss = vol_->sectorsize();

@@ -643,6 +643,9 @@ void Adapter::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // check does, not only the first write.
     auto ro = fs_.SubvolumeReadOnly(InodeId{id->root, kSubvolTopIno});
     if (ro.ok() && *ro) return Err(req, EROFS);
+    // A file with fs-verity is never opened for writing (fsverity_file_open).
+    auto st = fs_.GetStat(*id);
+    if (st.ok() && (st->flags & kStatFlagVerity)) return Err(req, EPERM);
   }
   if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
     // With atomic O_TRUNC (libfuse's default) the truncation is ours, and so

@@ -171,7 +171,8 @@ std::string InodeFlagsText(uint64_t flags) {
                    {{kInodeNodatasum, "NODATASUM"}, {kInodeNodatacow, "NODATACOW"}, {kInodeReadonly, "READONLY"},
                     {kInodeNocompress, "NOCOMPRESS"}, {kInodePrealloc, "PREALLOC"}, {kInodeSync, "SYNC"},
                     {kInodeImmutable, "IMMUTABLE"}, {kInodeAppend, "APPEND"}, {kInodeNodump, "NODUMP"},
-                    {kInodeNoatime, "NOATIME"}, {kInodeDirsync, "DIRSYNC"}, {kInodeCompress, "COMPRESS"}},
+                    {kInodeNoatime, "NOATIME"}, {kInodeDirsync, "DIRSYNC"}, {kInodeCompress, "COMPRESS"},
+                    {kInodeRoVerity, "VERITY"}},
                    "none");
 }
 
@@ -421,6 +422,14 @@ class Dumper {
         else TooSmall("DIR_LOG item", d.size(), 8);
         return;
       case kOrphanItemKey: fmt::print(out_, "\t\torphan item\n"); return;
+      case kVerityDescItemKey:
+        if (k.offset != 0) {
+          fmt::print(out_, "\t\tverity descriptor bytes {}\n", d.size());
+        } else if (auto size = Need<Le64>(d, 0, "VERITY_DESC_ITEM")) {
+          fmt::print(out_, "\t\tverity descriptor size {}\n", size->get());
+        }
+        return;
+      case kVerityMerkleItemKey: fmt::print(out_, "\t\tverity merkle bytes {}\n", d.size()); return;
       case kExtentDataKey: return PrintFileExtent(d);
       case kExtentCsumKey: return PrintCsum(k, d);
       case kRootItemKey: return PrintRootItem(d);

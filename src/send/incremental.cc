@@ -527,6 +527,16 @@ class Engine {
       w_.U64(kAttrMode, mode & 07777);
       UB_RETURN_IF_ERROR(End());
     }
+    // fs-verity enabled since the parent (or on a new file), after its
+    // data, as the kernel's send (protocol 3 only).
+    const bool verity = S_ISREG(mode) && (ni.flags.get() & kInodeRoVerity);
+    if (verity && w_.version() >= 3 && (fresh || !(c.o.item.flags.get() & kInodeRoVerity))) {
+      UB_ASSIGN_OR_RETURN(auto v, fs_.GetVerity(InodeId{new_.id, ino}));
+      if (!v) return Status::Corrupt(p + ": the VERITY flag without a descriptor");
+      UB_RETURN_IF_ERROR(PutEnableVerity(w_, p, v->params.hash_algorithm, v->params.block_size, v->params.salt,
+                                         v->params.signature));
+      ++res_->commands;
+    }
     return Status::Ok();
   }
 

@@ -164,8 +164,19 @@ class Receiver {
         return c.U64(kAttrFileattr).status();
       case kCmdEncodedWrite:
         return EncodedWrite(c);
-      case kCmdEnableVerity:
-        return c.Error(EOPNOTSUPP, "fs-verity is not supported");
+      case kCmdEnableVerity: {
+        // As btrfs receive: the tree is built anew here from the received
+        // data, with the sender's parameters.
+        UB_ASSIGN_OR_RETURN(InodeId id, ResolveAttr(c, kAttrPath));
+        VerityParams p;
+        UB_ASSIGN_OR_RETURN(p.hash_algorithm, c.U8(kAttrVerityAlgorithm));
+        UB_ASSIGN_OR_RETURN(p.block_size, c.U32(kAttrVerityBlockSize));
+        UB_ASSIGN_OR_RETURN(auto salt, c.Bytes(kAttrVeritySaltData));
+        UB_ASSIGN_OR_RETURN(auto sig, c.Bytes(kAttrVeritySigData));
+        p.salt.assign(salt.begin(), salt.end());
+        p.signature.assign(sig.begin(), sig.end());
+        return fs_.EnableVerity(id, p);
+      }
       default:
         return c.Error(EINVAL, "unexpected command");
     }

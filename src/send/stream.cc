@@ -315,4 +315,15 @@ Status StreamWriter::End() {
   return write_(cmd_);
 }
 
+Status PutEnableVerity(StreamWriter& w, std::string_view path, uint8_t algorithm, uint32_t block_size,
+                       std::span<const uint8_t> salt, std::span<const uint8_t> signature) {
+  w.Begin(kCmdEnableVerity);
+  w.String(kAttrPath, path);
+  w.U8(kAttrVerityAlgorithm, algorithm);
+  w.U32(kAttrVerityBlockSize, block_size);
+  w.Bytes(kAttrVeritySaltData, salt);
+  w.Bytes(kAttrVeritySigData, signature);
+  return w.End();
+}
+
 }  // namespace ubtrfs::send

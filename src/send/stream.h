@@ -214,6 +214,11 @@ class StreamWriter {
   bool too_long_ = false;
 };
 
+// ENABLE_VERITY (protocol 3) for the file at `path`: the parameters its
+// descriptor holds, from which the receiver builds the tree anew.
+Status PutEnableVerity(StreamWriter& w, std::string_view path, uint8_t algorithm, uint32_t block_size,
+                       std::span<const uint8_t> salt, std::span<const uint8_t> signature);
+
 }  // namespace ubtrfs::send
 
 #endif  // UBTRFS_SEND_STREAM_H_

@@ -48,7 +48,10 @@ Status TxnManager::Load(bool allow_log) {
     if (!fst_valid) return Status::Corrupt("the block-group-tree feature is set without a valid free space tree");
     bg_tree_ = kBlockGroupTreeObjectid;
   }
-  if (uint64_t extra = ro & ~(kCompatRoFreeSpaceTree | kCompatRoFreeSpaceTreeValid | kCompatRoBlockGroupTree)) {
+  // Verity files refuse changes to their data themselves (fs/verity.cc).
+  constexpr uint64_t kKnownRo = kCompatRoFreeSpaceTree | kCompatRoFreeSpaceTreeValid | kCompatRoBlockGroupTree |
+                                kCompatRoVerity;
+  if (uint64_t extra = ro & ~kKnownRo) {
     return Status::Unsupported("writing to an image with read-only-compatible features " + CompatRoNames(extra));
   }
   if (sb.log_root.get() != 0 && !allow_log) {
