@@ -4,7 +4,7 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device balance check scrub mount stats property subvolume quota receive send mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device balance check scrub mount stats property subvolume quota receive send fsverity mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
 # The subcommands of the subcommands that have them.
@@ -14,6 +14,7 @@ _ubtrfs_nested() {
     property) echo "get set" ;;
     quota) echo "rescan" ;;
     device) echo "add remove delete replace" ;;
+    fsverity) echo "enable measure verify" ;;
   esac
 }
 
@@ -27,6 +28,8 @@ _ubtrfs_options() {
     "subvolume list") echo "-h --help --json --subvol --subvolid"; return ;;
     "subvolume get-default") echo "-h --help --json"; return ;;
     "quota rescan") echo "-h --help"; return ;;
+    "fsverity enable") echo "-h --help --hash-alg --block-size --salt --signature --subvol --subvolid"; return ;;
+    "fsverity measure"|"fsverity verify") echo "-h --help --subvol --subvolid"; return ;;
     "device add") echo "-h --help -f --force -q --quiet"; return ;;
     "device remove"|"device delete") echo "-h --help -q --quiet"; return ;;
     "device replace") echo "-h --help -f --force -q --quiet"; return ;;
@@ -38,7 +41,7 @@ _ubtrfs_options() {
       common="$common --subvol --subvolid" ;;
   esac
   case "$1" in
-    property|subvolume|device|quota) echo "$common" ;;
+    property|subvolume|device|quota|fsverity) echo "$common" ;;
     receive) echo "$common -f --file --dump -v --verbose" ;;
     send) echo "$common -f --file -p --parent -c --clone-src --proto --compressed-data -v --verbose" ;;
     info) echo "$common --json" ;;

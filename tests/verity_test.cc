@@ -15,6 +15,8 @@
 // - fsync of a file just made verity commits (no replay, the kernel's
 //   included, copies verity items), and a tree log written beside a verity
 //   file replays (ubtrfs's replay and the kernel's) with the file intact;
+// - `ubtrfs fsverity verify` names a data block that no longer matches its
+//   tree and a tree damaged above its data hashes;
 // - check names damaged verity items; items a crash left without the flag
 //   are dropped by the orphan cleanup of the next writable open.
 #include <fcntl.h>
@@ -529,6 +531,62 @@ TEST(Verity, FsyncAfterEnableSurvivesAPowerCut) {
   EXPECT_EQ(LogRootOf(by_kernel), 0u);
   check(by_kernel);
   EXPECT_EQ(BtrfsCheck(by_kernel), "");
+}
+
+TEST(Verity, VerifyFindsDataAndTreesThatDisagree) {
+  TempDir tmp("ubtrfs-verity");
+  // A file without data checksums: damage to its data only fs-verity sees.
+  const std::string root = tmp.Sub("root"), img = tmp.Sub("v.img");
+  std::filesystem::create_directory(root);
+  const std::string data = SeededBytes(3 << 20, 20);
+  WriteHostFile(root + "/f", data);
+  ASSERT_EQ(MustRun({UBTRFS_CLI_PATH, "mkfs", "--size", "256M", "--rootdir", root, "--inode-flags", "nodatasum:f", img}),
+            "");
+  ASSERT_EQ(MustRun({UBTRFS_CLI_PATH, "fsverity", "enable", img + ":/f"}), "");
+  CommandResult r = RunUbtrfs({"fsverity", "verify", img + ":/f"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  uint64_t ino = 0;
+  {
+    auto fs = Filesystem::Open(img);
+    ASSERT_TRUE(fs.ok());
+    ino = MustLookup(**fs, "/f").ino;
+  }
+
+  // One byte of data block 300 changed in place.
+  const std::string bad_data = tmp.Sub("bad_data.img");
+  std::filesystem::copy_file(img, bad_data);
+  {
+    const std::string image = ReadHostFile(bad_data);
+    const size_t at = image.find(data.substr(300 * 4096, 4096));
+    ASSERT_NE(at, std::string::npos);
+    const int fd = ::open(bad_data.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    const char x = static_cast<char>(image[at + 17] ^ 1);
+    ASSERT_EQ(::pwrite(fd, &x, 1, static_cast<off_t>(at + 17)), 1);
+    ::close(fd);
+  }
+  r = RunUbtrfs({"fsverity", "verify", bad_data + ":/f"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("data block 300 (bytes 1228800..) does not match"), std::string::npos) << r.Describe();
+
+  // A hash in the tree's top level changed: the data matches, the tree
+  // does not hash to itself.
+  const std::string bad_tree = tmp.Sub("bad_tree.img");
+  std::filesystem::copy_file(img, bad_tree);
+  {
+    std::string top = ItemBytes(bad_tree, ino, fmt_::kVerityMerkleItemKey, 0, true);
+    ASSERT_EQ(top.size(), 2048u);
+    top[5] ^= 1;
+    auto o = OpenForWrite(bad_tree);
+    ASSERT_TRUE(o.ok());
+    auto w = o->txn->Writer(fmt_::kFsTreeObjectid);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Update(fmt_::Key{ino, fmt_::kVerityMerkleItemKey, 0}, SpanOf(top)).ok());
+    ASSERT_TRUE(o->txn->Commit().ok());
+  }
+  r = RunUbtrfs({"fsverity", "verify", bad_tree + ":/f"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("upper levels are damaged"), std::string::npos) << r.Describe();
 }
 
 TEST(Verity, CheckNamesDamageAndTheOrphanCleanupDropsAnUnfinishedEnable) {

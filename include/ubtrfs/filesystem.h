@@ -494,6 +494,14 @@ class UBTRFS_API Filesystem {
     (void)file;
     return std::optional<VerityInfo>();
   }
+  // Reads the whole file and checks it against its Merkle tree and the
+  // tree against the descriptor's root hash, as the kernel checks each
+  // block it reads (Read does not). EIO naming the first data block that
+  // does not match, or the tree's damage; ENODATA without fs-verity.
+  virtual Status VerifyVerity(InodeId file) {
+    (void)file;
+    return Status::Error(95 /* EOPNOTSUPP */, "fs-verity is not supported here");
+  }
 
   // For a caller that keeps regular files' mtime and ctime itself and sets
   // them with SetAttr: a FUSE mount with writeback caching, where the kernel

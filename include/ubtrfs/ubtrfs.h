@@ -309,6 +309,16 @@ UBTRFS_C_API int ubtrfs_subvol_set_readonly(ubtrfs_fs *fs, ubtrfs_ino subvol, in
  * end); whole sectors, or up to src's end. */
 UBTRFS_C_API int ubtrfs_clone(ubtrfs_fs *fs, ubtrfs_ino src, uint64_t src_offset, ubtrfs_ino dst, uint64_t dst_offset,
                               uint64_t len);
+/* fs-verity, as FS_IOC_ENABLE_VERITY: hash_alg 1 (SHA-256) or 2 (SHA-512),
+ * block_size 0 for 4096, salt_len bytes of salt (salt may be NULL when 0).
+ * From then on the file's data cannot change (EPERM). */
+UBTRFS_C_API int ubtrfs_enable_verity(ubtrfs_fs *fs, ubtrfs_ino file, int hash_alg, uint32_t block_size,
+                                      const void *salt, size_t salt_len);
+/* The file's fs-verity digest, as FS_IOC_MEASURE_VERITY: its algorithm in
+ * *hash_alg, its bytes in digest (room for 64) and their count in
+ * *digest_len. ENODATA when the file has no fs-verity. */
+UBTRFS_C_API int ubtrfs_measure_verity(ubtrfs_fs *fs, ubtrfs_ino file, int *hash_alg, uint8_t digest[64],
+                                       size_t *digest_len);
 
 #ifdef __cplusplus
 }

@@ -410,6 +410,32 @@ def test_subvolumes_snapshots_and_reflinks(tmp_path, btrfs_check):
     btrfs_check(img)
 
 
+def test_verity(tmp_path, btrfs_check):
+    img = tmp_path / "v.img"
+    ubtrfs.mkfs(img, 128 << 20)
+    with ubtrfs.open(img, writable=True) as fs:
+        fs.write_bytes("/v", BLOB)
+        with pytest.raises(OSError) as e:
+            fs.measure_verity("/v")
+        assert e.value.errno == errno.ENODATA
+        fs.enable_verity("/v", hash_alg="sha512", salt=b"\x01\x02")
+        digest = fs.measure_verity("/v")
+        with pytest.raises(PermissionError):
+            fs.write_bytes("/v", b"changed")
+    host = tmp_path / "v"
+    host.write_bytes(BLOB)
+    fsverity = shutil.which("fsverity")
+    if fsverity:
+        out = subprocess.run([fsverity, "digest", str(host), "--hash-alg=sha512", "--salt=0102"],
+                             check=True, capture_output=True, text=True).stdout
+        assert digest == out.split()[0]
+    else:
+        assert digest.startswith("sha512:") and len(digest) == 7 + 128
+    with ubtrfs.open(img) as fs:
+        assert fs.read_bytes("/v") == BLOB
+    btrfs_check(img)
+
+
 def test_public_api_has_docstrings():
     assert ubtrfs.__doc__ and "OSError" in ubtrfs.__doc__
     for obj in (ubtrfs.open, ubtrfs.mkfs, ubtrfs.Filesystem, ubtrfs.File, ubtrfs.DirEntry):

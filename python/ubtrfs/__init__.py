@@ -164,6 +164,8 @@ _SIGNATURES = {
     "ubtrfs_subvol_get_readonly": (_c_int, [_FS, _Ino, _P(_c_int)]),
     "ubtrfs_subvol_set_readonly": (_c_int, [_FS, _Ino, _c_int]),
     "ubtrfs_clone": (_c_int, [_FS, _Ino, _c_u64, _Ino, _c_u64, _c_u64]),
+    "ubtrfs_enable_verity": (_c_int, [_FS, _Ino, _c_int, _c_u32, _c_void, _c_size]),
+    "ubtrfs_measure_verity": (_c_int, [_FS, _Ino, _P(_c_int), _c_void, _P(_c_size)]),
 }
 
 _lib = None
@@ -831,6 +833,24 @@ class Filesystem:
                 pass
         _check(self._lib.ubtrfs_clone(self._handle(), s, src_offset, self._lookup(dst), dst_offset, length),
                os.fsdecode(os.fspath(src)), os.fsdecode(os.fspath(dst)))
+
+    def enable_verity(self, path, hash_alg="sha256", block_size=4096, salt=b""):
+        """Give the file at `path` fs-verity, as `fsverity enable`: its data cannot change from then on."""
+        algs = {"sha256": 1, "sha512": 2}
+        if hash_alg not in algs:
+            raise ValueError(f"hash_alg must be sha256 or sha512, not {hash_alg!r}")
+        salt = bytes(salt)
+        _check(self._lib.ubtrfs_enable_verity(self._handle(), self._lookup(path), algs[hash_alg], block_size,
+                                              salt, len(salt)), os.fsdecode(os.fspath(path)))
+
+    def measure_verity(self, path):
+        """The fs-verity digest of the file at `path` as `fsverity measure` prints it ("sha256:HEX")."""
+        alg = ctypes.c_int()
+        digest = ctypes.create_string_buffer(64)
+        n = ctypes.c_size_t()
+        _check(self._lib.ubtrfs_measure_verity(self._handle(), self._lookup(path), ctypes.byref(alg), digest,
+                                               ctypes.byref(n)), os.fsdecode(os.fspath(path)))
+        return {1: "sha256", 2: "sha512"}.get(alg.value, f"alg{alg.value}") + ":" + digest.raw[:n.value].hex()
 
     def export(self, path, dest, strict=False, devices=True, xattrs=True):
         """Copy the image's `path` (a directory recursively) to the host path `dest`.

@@ -800,6 +800,36 @@ int ubtrfs_clone(ubtrfs_fs* fs, ubtrfs_ino src, uint64_t src_offset, ubtrfs_ino 
   });
 }
 
+int ubtrfs_enable_verity(ubtrfs_fs* fs, ubtrfs_ino file, int hash_alg, uint32_t block_size, const void* salt,
+                         size_t salt_len) {
+  return Call<int>("enable_verity", [&]() -> int {
+    if (int e = CheckFs("enable_verity", fs)) return e;
+    if (hash_alg < 0 || hash_alg > 255) return Fail("enable_verity", EINVAL, "hash_alg");
+    if (salt_len && !salt) return Fail("enable_verity", EINVAL, "salt is NULL");
+    ubtrfs::VerityParams p;
+    p.hash_algorithm = static_cast<uint8_t>(hash_alg);
+    if (block_size) p.block_size = block_size;
+    const auto* s = static_cast<const uint8_t*>(salt);
+    if (salt_len) p.salt.assign(s, s + salt_len);
+    Status st = fs->fs->EnableVerity(Id(file), p);
+    return st.ok() ? 0 : FailStatus("enable_verity", st);
+  });
+}
+
+int ubtrfs_measure_verity(ubtrfs_fs* fs, ubtrfs_ino file, int* hash_alg, uint8_t digest[64], size_t* digest_len) {
+  return Call<int>("measure_verity", [&]() -> int {
+    if (int e = CheckFs("measure_verity", fs)) return e;
+    if (!hash_alg || !digest || !digest_len) return Fail("measure_verity", EINVAL, "NULL argument");
+    auto v = fs->fs->GetVerity(Id(file));
+    if (!v.ok()) return FailStatus("measure_verity", v.status());
+    if (!*v) return Fail("measure_verity", ENODATA, "the file has no fs-verity");
+    *hash_alg = (*v)->params.hash_algorithm;
+    *digest_len = std::min<size_t>((*v)->digest.size(), 64);
+    std::memcpy(digest, (*v)->digest.data(), *digest_len);
+    return 0;
+  });
+}
+
 int ubtrfs_statfs(ubtrfs_fs* fs, ubtrfs_statfs_t* out) {
   return Call<int>("statfs", [&]() -> int {
     if (int e = CheckFs("statfs", fs)) return e;

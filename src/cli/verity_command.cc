@@ -1,6 +1,7 @@
 // `ubtrfs fsverity enable IMAGE:PATH` and `ubtrfs fsverity measure
 // IMAGE:PATH...`: fsverity-utils' two commands, on a file in an image
-// (the kernel's ioctls need the file system mounted with verity built in).
+// (the kernel's ioctls need the file system mounted with verity built in);
+// and `verify`, the check the kernel makes on every read, made whole.
 #include <fmt/core.h>
 
 #include <fstream>
@@ -89,7 +90,8 @@ void Enable(const EnableArgs& a) {
   if (Status st = (*fs)->Commit(); !st.ok()) return Fail(image + ": commit", st);
 }
 
-void Measure(const std::vector<std::string>& targets) {
+// measure (print each digest) or verify (read each file against its tree).
+void ForEach(const std::vector<std::string>& targets, bool verify) {
   for (const std::string& t : targets) {
     std::string image, path;
     if (!SplitImagePath(t, &image, &path)) {
@@ -110,6 +112,14 @@ void Measure(const std::vector<std::string>& targets) {
       Fail(t, id.status());
       continue;
     }
+    if (verify) {
+      if (Status st = (*fs)->VerifyVerity(*id); !st.ok()) {
+        Fail(t, st);
+      } else {
+        fmt::print("{}: data matches its Merkle tree\n", t);
+      }
+      continue;
+    }
     auto v = (*fs)->GetVerity(*id);
     if (!v.ok()) {
       Fail(t, v.status());
@@ -126,7 +136,7 @@ void Measure(const std::vector<std::string>& targets) {
 
 void RegisterVerity(CLI::App& app) {
   static EnableArgs enable_args;
-  static std::vector<std::string> measure_targets;
+  static std::vector<std::string> measure_targets, verify_targets;
   auto* cmd = app.add_subcommand("fsverity", "fs-verity on files in an image, as fsverity-utils' fsverity");
   cmd->require_subcommand(1);
   auto* enable = cmd->add_subcommand("enable", "Build a file's Merkle tree and make its data read-only for good");
@@ -140,7 +150,11 @@ void RegisterVerity(CLI::App& app) {
   auto* measure = cmd->add_subcommand("measure", "Print each verity file's digest (ALG:HEX PATH)");
   measure->add_option("targets", measure_targets, "IMAGE:PATH of verity files")->required();
   AddSubvolOptions(measure);
-  measure->callback([] { Measure(measure_targets); });
+  measure->callback([] { ForEach(measure_targets, false); });
+  auto* verify = cmd->add_subcommand("verify", "Read each verity file whole and check it against its Merkle tree");
+  verify->add_option("targets", verify_targets, "IMAGE:PATH of verity files")->required();
+  AddSubvolOptions(verify);
+  verify->callback([] { ForEach(verify_targets, true); });
 }
 
 }  // namespace ubtrfs::cli

@@ -278,6 +278,7 @@ class FilesystemImpl final : public Filesystem {
   Status Clone(InodeId src, uint64_t src_offset, InodeId dst, uint64_t dst_offset, uint64_t len) override;  // reflink.cc
   Status EnableVerity(InodeId file, const VerityParams& params) override;  // verity.cc
   Result<std::optional<VerityInfo>> GetVerity(InodeId file) override;
+  Status VerifyVerity(InodeId file) override;
   void SetCallerKeepsFileTimes(bool on) override { caller_keeps_file_times_.store(on, std::memory_order_relaxed); }
   bool CallerKeepsFileTimes() const { return caller_keeps_file_times_.load(std::memory_order_relaxed); }
 

@@ -74,6 +74,52 @@ Result<std::optional<VerityInfo>> FilesystemImpl::GetVerity(InodeId file) {
   return std::optional(std::move(info));
 }
 
+Status FilesystemImpl::VerifyVerity(InodeId file) {
+  auto guard = Guard();
+  UB_ASSIGN_OR_RETURN(Stat st, GetStat(file));
+  if (!(st.flags & kInodeRoVerity)) return Status::Error(ENODATA, InodeName(file) + " has no fs-verity");
+  UB_ASSIGN_OR_RETURN(auto d, LoadVerityDescriptor(file));
+  if (!d) return Status::Corrupt(InodeName(file) + " has the VERITY flag but no fs-verity descriptor");
+  const std::string what = "the Merkle tree of " + InodeName(file);
+  std::vector<uint8_t> stored;
+  {
+    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
+    Cursor c(vol_->source(), tree);
+    UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kVerityMerkleItemKey, 0}));
+    for (; c.Valid() && c.key().objectid == file.ino && c.key().type == kVerityMerkleItemKey;) {
+      UB_RETURN_IF_ERROR(format::AppendVerityItem(&stored, 0, c.key().offset, c.data(), what));
+      UB_RETURN_IF_ERROR(c.Next());
+    }
+  }
+  const uint64_t want = format::MerkleTreeSize(d->hash_algorithm, d->block_size, d->data_size);
+  if (stored.size() != want) {
+    return Status::Corrupt(what + ": " + std::to_string(stored.size()) + " bytes, " + std::to_string(want) +
+                           " expected");
+  }
+  UB_ASSIGN_OR_RETURN(format::MerkleTree built,
+                      format::BuildMerkleTree(d->hash_algorithm, d->block_size, d->salt, d->data_size,
+                                              [&](uint64_t off, std::span<uint8_t> buf) { return Read(file, off, buf); }));
+  // The data blocks' hashes are the tree's last level (or, for one block,
+  // the root hash itself): the first that differs names the bad block.
+  const size_t ds = format::VerityDigestSize(d->hash_algorithm);
+  const uint64_t blocks = (d->data_size + d->block_size - 1) / d->block_size;
+  const auto bad_block = [&](uint64_t i) {
+    return Status::IoError(InodeName(file) + ": data block " + std::to_string(i) + " (bytes " +
+                           std::to_string(i * d->block_size) + "..) does not match its fs-verity Merkle tree");
+  };
+  if (blocks == 1) {
+    return built.root_hash == d->root_hash ? Status::Ok() : bad_block(0);
+  }
+  const uint64_t level0 = (blocks * ds + d->block_size - 1) / d->block_size * d->block_size;
+  for (uint64_t i = 0; i < blocks && stored.size() >= level0; ++i) {
+    const size_t at = stored.size() - level0 + i * ds;
+    if (!std::equal(built.bytes.begin() + at, built.bytes.begin() + at + ds, stored.begin() + at)) return bad_block(i);
+  }
+  if (built.bytes != stored) return Status::IoError(what + " does not hash to itself (its upper levels are damaged)");
+  if (built.root_hash != d->root_hash) return Status::IoError(what + " does not match the descriptor's root hash");
+  return Status::Ok();
+}
+
 Status FilesystemImpl::EnableVerity(InodeId file, const VerityParams& params) {
   UB_RETURN_IF_ERROR(format::CheckVerityParams(params.hash_algorithm, params.block_size, params.salt.size(),
                                                params.signature.size(), vol_->sectorsize()));

@@ -123,6 +123,18 @@ static void subvolumes(const char *image) {
   OK(ubtrfs_clone(fs, got, 0, copy, 0, 0));
   CHECK(ubtrfs_read(fs, copy, 0, buf, sizeof buf) == (int64_t)sizeof buf && memcmp(buf, data, sizeof buf) == 0);
   CHECK_ERR(ubtrfs_clone(fs, got, 1, copy, 0, 4096), EINVAL, "");
+  {
+    int alg = 0;
+    uint8_t digest[64];
+    size_t n = 0;
+    CHECK_ERR(ubtrfs_measure_verity(fs, copy, &alg, digest, &n), ENODATA, "");
+    CHECK_ERR(ubtrfs_enable_verity(fs, copy, 7, 0, NULL, 0), EINVAL, "");
+    OK(ubtrfs_enable_verity(fs, copy, 1, 0, "salt", 4));
+    OK(ubtrfs_measure_verity(fs, copy, &alg, digest, &n));
+    CHECK(alg == 1 && n == 32);
+    CHECK(ubtrfs_write(fs, copy, 0, data, sizeof data) == -EPERM);
+    CHECK(ubtrfs_read(fs, copy, 0, buf, sizeof buf) == (int64_t)sizeof buf && memcmp(buf, data, sizeof buf) == 0);
+  }
   memset(&l, 0, sizeof l);
   OK(ubtrfs_subvol_list(fs, collect_subvol, &l));
   CHECK(l.count == 2);
