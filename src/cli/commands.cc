@@ -23,6 +23,12 @@ void SubvolOptionsInto(OpenOptions* o) {
   o->subvolid = g_subvolid;
 }
 
+Result<std::unique_ptr<Filesystem>> OpenImage(const std::string& image, OpenOptions o) {
+  SubvolOptionsInto(&o);
+  PlacementInto(&o);
+  return Filesystem::Open(image, o);
+}
+
 void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);
   RegisterDumpTree(app);

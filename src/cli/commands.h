@@ -70,6 +70,9 @@ void SetExitCode(int code);
 // into the options of the open.
 void AddSubvolOptions(CLI::App* cmd);
 void SubvolOptionsInto(OpenOptions* o);
+// Filesystem::Open(image, o) with the subvolume and placement options the
+// command line gave.
+Result<std::unique_ptr<Filesystem>> OpenImage(const std::string& image, OpenOptions o);
 
 }  // namespace ubtrfs::cli
 

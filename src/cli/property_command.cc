@@ -6,7 +6,6 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/image_options.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::cli {
@@ -42,9 +41,7 @@ void Run(const PropertyArgs& a, bool set) {
   }
   OpenOptions o;
   o.writable = set;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto fs = Filesystem::Open(image, o);
+  auto fs = OpenImage(image, o);
   if (!fs.ok()) return Fail(image, fs.status());
   auto id = (*fs)->Lookup(path);
   if (!id.ok()) return Fail(a.target, id.status());

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/image_options.h"
 #include "cli/text.h"
 #include "ubtrfs/export.h"
 #include "ubtrfs/filesystem.h"
@@ -31,9 +30,7 @@ void PrintError(const std::string& what, const Status& st) {
 
 std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {
   OpenOptions o;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto fs = Filesystem::Open(image, o);
+  auto fs = OpenImage(image, o);
   if (!fs.ok()) {
     PrintError(image, fs.status());
     SetExitCode(1);
@@ -88,9 +85,7 @@ void PrintInfo(const FsInfo& i, bool member_alone) {
 
 void CmdInfo(const std::string& image) {
   OpenOptions o;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto opened = Filesystem::Open(image, o);
+  auto opened = OpenImage(image, o);
   if (!opened.ok()) {
     auto member = ReadMemberInfo(image, o);
     if (!member.ok()) {

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/image_options.h"
 #include "ubtrfs/filesystem.h"
 #include "ubtrfs/send.h"
 
@@ -54,9 +53,7 @@ void Run(const ReceiveArgs& a) {
   SplitImagePath(a.target, &image, &dir);
   OpenOptions o;
   o.writable = true;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto fs = Filesystem::Open(image, o);
+  auto fs = OpenImage(image, o);
   if (!fs.ok()) return Fail(image, fs.status());
   auto dest = (*fs)->Lookup(dir);
   if (!dest.ok()) return Fail(a.target, dest.status());

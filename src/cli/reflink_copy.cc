@@ -11,7 +11,6 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
-#include "cli/image_options.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::cli {
@@ -104,9 +103,7 @@ void CopyReflink(const std::string& image, const std::string& src_path, const st
   OpenOptions o;
   o.writable = true;
   o.node_cache_bytes = 16ull << 20;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto opened = Filesystem::Open(image, o);
+  auto opened = OpenImage(image, o);
   if (!opened.ok()) return Fail(image, opened.status());
   Filesystem& fs = **opened;
   for (const auto& w : fs.Warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", image, w);

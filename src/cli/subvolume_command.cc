@@ -59,9 +59,7 @@ Result<std::unique_ptr<Filesystem>> OpenTargets(const std::vector<std::string>& 
   }
   OpenOptions o;
   o.writable = writable;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto fs = Filesystem::Open(image, o);
+  auto fs = OpenImage(image, o);
   if (!fs.ok()) return fs.status().WithContext(image);
   return std::move(*fs);
 }
@@ -129,9 +127,7 @@ void Delete(const SubvolArgs& a) {
 
 void List(const SubvolArgs& a) {
   OpenOptions o;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto fs = Filesystem::Open(a.image, o);
+  auto fs = OpenImage(a.image, o);
   if (!fs.ok()) return Fail(a.image, fs.status());
   auto list = (*fs)->ListSubvolumes();
   if (!list.ok()) return Fail(a.image, list.status());

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/image_options.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::cli {
@@ -80,9 +79,7 @@ void Enable(const EnableArgs& a) {
   }
   OpenOptions o;
   o.writable = true;
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto fs = Filesystem::Open(image, o);
+  auto fs = OpenImage(image, o);
   if (!fs.ok()) return Fail(image, fs.status());
   auto id = (*fs)->Lookup(path);
   if (!id.ok()) return Fail(a.target, id.status());
@@ -100,9 +97,7 @@ void ForEach(const std::vector<std::string>& targets, bool verify) {
       continue;
     }
     OpenOptions o;
-    SubvolOptionsInto(&o);
-    PlacementInto(&o);
-    auto fs = Filesystem::Open(image, o);
+    auto fs = OpenImage(image, o);
     if (!fs.ok()) {
       Fail(image, fs.status());
       continue;

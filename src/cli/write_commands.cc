@@ -5,7 +5,6 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
-#include "cli/image_options.h"
 #include "ubtrfs/devices.h"
 #include "ubtrfs/import.h"
 #include "ubtrfs/filesystem.h"
@@ -23,9 +22,7 @@ std::unique_ptr<Filesystem> OpenWritable(const std::string& image, const Compres
   o.writable = true;
   o.compress = compress;
   o.node_cache_bytes = 16ull << 20;  // writes go through the transaction, not the read cache
-  SubvolOptionsInto(&o);
-  PlacementInto(&o);
-  auto fs = Filesystem::Open(image, o);
+  auto fs = OpenImage(image, o);
   if (!fs.ok()) {
     Report(image, fs.status());
     return nullptr;

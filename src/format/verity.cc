@@ -123,8 +123,9 @@ std::vector<uint8_t> EncodeVerityDescriptor(const VerityDescriptor& d) {
   raw.salt_size = static_cast<uint8_t>(d.salt.size());
   raw.sig_size = static_cast<uint32_t>(d.signature.size());
   raw.data_size = d.data_size;
-  std::memcpy(raw.root_hash, d.root_hash.data(), std::min(d.root_hash.size(), sizeof(raw.root_hash)));
-  std::memcpy(raw.salt, d.salt.data(), std::min(d.salt.size(), sizeof(raw.salt)));
+  // (copy_n: an empty vector's data() may be null, which memcpy may not take)
+  std::copy_n(d.root_hash.begin(), std::min(d.root_hash.size(), sizeof(raw.root_hash)), raw.root_hash);
+  std::copy_n(d.salt.begin(), std::min(d.salt.size(), sizeof(raw.salt)), raw.salt);
   std::vector<uint8_t> out(sizeof(raw) + d.signature.size());
   std::memcpy(out.data(), &raw, sizeof(raw));
   std::copy(d.signature.begin(), d.signature.end(), out.begin() + sizeof(raw));
@@ -149,8 +150,9 @@ Result<MerkleTree> BuildMerkleTree(uint8_t alg, uint32_t block_size, std::span<c
   if (data_size == 0) return t;
 
   // Level 0: the data blocks' hashes, read a run of blocks at a time.
+  // (Not reserved from data_size: a hostile descriptor may name any size;
+  // the level grows only with what is read.)
   std::vector<uint8_t> level;
-  level.reserve((data_size + block_size - 1) / block_size * ds);
   const size_t run = std::max<size_t>(block_size, (1u << 20) / block_size * block_size);
   std::vector<uint8_t> buf(run);
   for (uint64_t at = 0; at < data_size;) {

@@ -80,6 +80,10 @@ Status FilesystemImpl::VerifyVerity(InodeId file) {
   if (!(st.flags & kInodeRoVerity)) return Status::Error(ENODATA, InodeName(file) + " has no fs-verity");
   UB_ASSIGN_OR_RETURN(auto d, LoadVerityDescriptor(file));
   if (!d) return Status::Corrupt(InodeName(file) + " has the VERITY flag but no fs-verity descriptor");
+  if (d->data_size != st.size) {
+    return Status::Corrupt("the fs-verity descriptor of " + InodeName(file) + " is for " +
+                           std::to_string(d->data_size) + " bytes, the file has " + std::to_string(st.size));
+  }
   const std::string what = "the Merkle tree of " + InodeName(file);
   std::vector<uint8_t> stored;
   {

@@ -288,6 +288,16 @@ inline void ReadInode(ubtrfs::Filesystem& fs, ubtrfs::InodeId id, WalkBudget* bu
       budget->read_bytes -= *n;
       stats->bytes += *n;
     }
+    if (st->flags & ubtrfs::kStatFlagVerity) {
+      // The descriptor and tree items are image bytes like any other.
+      auto v = fs.GetVerity(id);
+      if (!v.ok()) {
+        note(v.status());
+      } else if (*v) {
+        stats->checksum += (*v)->data_size + (*v)->digest.size();
+        if (st->size <= (1u << 20)) note(fs.VerifyVerity(id));
+      }
+    }
   } else if (S_ISLNK(st->mode)) {
     auto t = fs.ReadLink(id);
     if (t.ok()) {

@@ -59,6 +59,14 @@ truncate -s 128M "$tmp/ub_16k_xxhash"
 mk ub_16k_xxhash "$ubtrfs" mkfs -q -f -n 16384 --csum xxhash --rootdir "$src" "$tmp/ub_16k_xxhash"
 truncate -s 128M "$tmp/ub_empty_sha256"
 mk ub_empty_sha256 "$ubtrfs" mkfs -q -f -n 4096 --csum sha256 "$tmp/ub_empty_sha256"
+# fs-verity files: one block, two levels with SHA-512 and a salt.
+truncate -s 128M "$tmp/ub_4k_verity"
+mk_verity() {
+  "$ubtrfs" mkfs -q -f -n 4096 --rootdir "$src" "$tmp/ub_4k_verity" &&
+    "$ubtrfs" fsverity enable "$tmp/ub_4k_verity:/hello.txt" &&
+    "$ubtrfs" fsverity enable --hash-alg sha512 --block-size 1024 --salt 0102 "$tmp/ub_4k_verity:/dir/pages.txt"
+}
+mk ub_4k_verity mk_verity
 truncate -s 128M "$tmp/progs_4k_crc32c"
 mk progs_4k_crc32c mkfs.btrfs -q -f -n 4096 --csum crc32c --rootdir "$src" "$tmp/progs_4k_crc32c"
 truncate -s 128M "$tmp/progs_16k_blake2_single"
