@@ -32,7 +32,7 @@
 #endif
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 const std::string kCli = UBTRFS_CLI_PATH;
 

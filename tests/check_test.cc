@@ -37,7 +37,7 @@
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
 #endif
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 namespace fmtd = ubtrfs::format;
 namespace tree = ubtrfs::tree;

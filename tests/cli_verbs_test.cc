@@ -37,7 +37,7 @@
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
 #endif
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs_test;
 const std::string kCli = UBTRFS_CLI_PATH;

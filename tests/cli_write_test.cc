@@ -11,7 +11,7 @@
 #include "support/tree_gen.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;

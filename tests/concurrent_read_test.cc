@@ -13,7 +13,7 @@
 
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 namespace stdfs = std::filesystem;
 

@@ -20,7 +20,7 @@
 #include "ubtrfs/mkfs.h"
 #include "ubtrfs/stats.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 namespace stdfs = std::filesystem;
 using ubtrfs::Filesystem;
@@ -240,7 +240,7 @@ TEST(ConcurrentWrite, EightThreadsQueuedDirItemsMatchTheirModels) { RunEightThre
 
 }  // namespace
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // Creators that never pause (a new shared operation always starts before the
 // last one ends) do not starve a commit: the operation lock prefers the

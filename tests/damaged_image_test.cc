@@ -38,7 +38,7 @@
 #include "tree/cursor.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs::Filesystem;
 using ubtrfs::InodeId;

@@ -17,7 +17,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 CommandResult Cli(const std::vector<std::string>& args) { return RunUbtrfs(args); }
 

@@ -23,7 +23,7 @@
 #include "support/test_util.h"
 #include "ubtrfs/inspect.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs_test::CommandResult;
 using ubtrfs_test::RunCommand;

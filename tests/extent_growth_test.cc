@@ -20,7 +20,7 @@
 #include "support/test_util.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using ubtrfs_test::BtrfsCheck;

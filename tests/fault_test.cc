@@ -28,7 +28,7 @@
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using io::FaultDevice;

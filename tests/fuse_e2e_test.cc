@@ -25,7 +25,7 @@
 #include "support/tree_gen.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs_test::BtrfsCheck;
 using ubtrfs_test::CompareOptions;

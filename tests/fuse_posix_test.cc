@@ -42,7 +42,7 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs_test::BtrfsCheck;
 

@@ -31,7 +31,7 @@
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
 #endif
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs::DirEntry;
 using ubtrfs::Filesystem;
@@ -416,7 +416,7 @@ TEST_F(HostileNamesTest, MountListsNoInvalidOrDuplicateName) {
 
 }  // namespace
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // What a copy out keeps of set-id bits, device nodes and privileged xattrs:
 // everything when privileged; as GNU tar for an ordinary user otherwise.

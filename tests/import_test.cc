@@ -19,7 +19,7 @@
 #include "txn/mkfs.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using ubtrfs_test::BtrfsCheck;

@@ -15,7 +15,7 @@
 #include "ubtrfs/inspect.h"
 #include "ubtrfs/mkfs.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs_test::TempDir;
 

@@ -20,7 +20,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using Param = std::tuple<uint32_t, std::string>;  // nodesize, checksum
 

@@ -32,7 +32,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // The superblock's compat_ro flags and cache_generation, as btrfs-progs reads them.
 struct SuperFacts {
@@ -687,7 +687,7 @@ TEST(NoHoles, OffImagesTakeWritesWithHoleItems) {
 }  // namespace ubtrfs_test
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // A free space tree whose VALID flag is gone (the kernel crashed while
 // building one) is thrown away and built again, as the kernel's mount does.
@@ -732,7 +732,7 @@ TEST(FreeSpaceTree, MarkedInvalidIsBuiltAgain) {
 }  // namespace ubtrfs_test
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // What tests/fixtures/README.md's printf loop wrote into f<i>.txt.
 std::string FixtureDoc(int i) {
@@ -782,7 +782,7 @@ TEST(BlockGroupTree, CurrentMkfsBtrfsImage) {
 }  // namespace ubtrfs_test
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // mkfs.btrfs 6.2 leaves free space entries of the temporary chunks it
 // removed (btrfs check 6.19 reports them: "has no corresponding block

@@ -29,7 +29,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 constexpr uint64_t kInodeNodatasum = 1ull << 0;
 constexpr uint64_t kInodeNodatacow = 1ull << 1;

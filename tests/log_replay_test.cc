@@ -49,7 +49,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::string WriteFsync(const std::string& path, const std::string& data, int flags = O_WRONLY | O_CREAT | O_TRUNC,
                        off_t at = -1) {

@@ -28,7 +28,7 @@
 #endif
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 constexpr char kUuid[] = "3e4807d8-a87a-4125-94b5-25c5eef8b14e";
 

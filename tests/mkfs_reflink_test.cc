@@ -24,7 +24,7 @@
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
 #endif
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs_test::CommandResult;
 using ubtrfs_test::LoopMount;

@@ -36,7 +36,7 @@
 #error "UBTRFS_CLI_PATH must name the ubtrfs executable"
 #endif
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using namespace ubtrfs::format;

@@ -34,7 +34,7 @@
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using ubtrfs_test::ArrayMount;
@@ -876,7 +876,7 @@ TEST(MultiDeviceArgs, WrongArgumentsGiveClearErrorsAndChangeNothing) {
 
 }  // namespace
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // --scan works for device add and remove as for every subcommand (after
 // the images: --scan takes every word up to the next option).
@@ -900,7 +900,7 @@ TEST(MultiDeviceArgs, DeviceAddAndRemoveFindMembersWithScan) {
 
 }  // namespace
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // A power cut at every write of a device remove that restripes a RAID0
 // chunk and moves RAID1 stripes (three recorded devices, writes

@@ -25,7 +25,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // ubtrfs check's verdict, its quota warnings included: it counts every
 // qgroup anew (check/qgroups.h).

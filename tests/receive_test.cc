@@ -33,7 +33,7 @@
 #include "ubtrfs/send.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 constexpr int kSnapshots = 6;
 

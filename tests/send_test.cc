@@ -39,7 +39,7 @@
 #include "ubtrfs/send.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs::InodeId;
 using ubtrfs::Status;

@@ -42,7 +42,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // Not in the uapi headers before 6.7.
 constexpr uint64_t kQuotaCtlEnableSimpleQuota = 4;

@@ -29,7 +29,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 namespace stdfs = std::filesystem;
 using ubtrfs::InodeId;

@@ -24,7 +24,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 size_t CountInDump(const std::string& img, const std::string& word) {
   CommandResult r = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "extent", img});
@@ -192,7 +192,7 @@ TEST(KernelSnapshots, EverySideChangesAloneAndChecksClean) {
 }  // namespace ubtrfs_test
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // Snapshots ubtrfs makes: the kernel lists them with the right parent and
 // flags, mounts them, sends the read-only one, deletes them; each side
@@ -337,7 +337,7 @@ TEST(UbtrfsSnapshots, KernelListsMountsSendsAndDeletesThem) {
 }  // namespace ubtrfs_test
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 uint64_t UsedBytes(const std::string& img) {
   auto fs = ubtrfs::Filesystem::Open(img);
@@ -475,7 +475,7 @@ TEST(UbtrfsSubvolumes, CreateListDeleteAsTheKernelSeesThem) {
 }  // namespace ubtrfs_test
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 CommandResult Cli(const std::vector<std::string>& args) { return RunUbtrfs(args); }
 

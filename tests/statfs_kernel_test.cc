@@ -26,7 +26,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 constexpr uint64_t kMiB = 1ull << 20;
 

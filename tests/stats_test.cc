@@ -12,7 +12,7 @@
 #include "support/test_util.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs_test::RunCommand;
 

@@ -27,7 +27,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::string FileData(int i, int round) { return SeededBytes(5000 + (i % 7) * 100, static_cast<uint64_t>(i * 10 + round)); }
 

@@ -27,7 +27,7 @@
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 #define SKIP_IF_NO_LOOP()                                                                \
   do {                                                                                   \

@@ -34,7 +34,7 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using ubtrfs_test::RunCommand;
@@ -269,7 +269,7 @@ TEST_F(TimestampRules, EachCallMatchesTheKernelsBtrfs) {
 
 }  // namespace
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // SetCallerKeepsFileTimes (the writeback_cache mount, issue 15): the calls
 // that stamp a file's mtime and ctime on their own leave both alone, a time

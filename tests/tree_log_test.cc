@@ -31,7 +31,7 @@
 #include "ubtrfs/stats.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs::Filesystem;
 using ubtrfs::InodeId;

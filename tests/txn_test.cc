@@ -18,7 +18,7 @@
 #include "txn/transaction.h"
 #include "ubtrfs/filesystem.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using namespace ubtrfs::format;

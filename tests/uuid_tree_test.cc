@@ -15,7 +15,7 @@
 #include "support/test_util.h"
 #include "txn/devices.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using namespace ubtrfs::format;

@@ -43,7 +43,7 @@
 #include "ubtrfs/send.h"
 
 namespace ubtrfs_test {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using ubtrfs::Filesystem;
 using ubtrfs::InodeId;

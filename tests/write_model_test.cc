@@ -34,7 +34,7 @@
 #include "ubtrfs/filesystem.h"
 #include "ubtrfs/stats.h"
 
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs;
 using ubtrfs_test::CompareOptions;

@@ -14,7 +14,7 @@
 #include "format/ondisk.h"
 
 namespace ubtrfs::alloc {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using format::kBlockGroupData;
 using format::kBlockGroupDup;

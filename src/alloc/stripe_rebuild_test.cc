@@ -11,7 +11,7 @@
 #include "format/ondisk.h"
 
 namespace ubtrfs::alloc {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs::format;
 

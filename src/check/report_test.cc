@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 namespace ubtrfs::check {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 TEST(CsumIndex, MergesAdjacentAndOverlappingRuns) {
   CsumIndex c;

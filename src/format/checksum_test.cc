@@ -5,7 +5,7 @@
 #include <string>
 
 namespace ubtrfs::format {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::span<const uint8_t> Bytes(const std::string& s) {
   return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());

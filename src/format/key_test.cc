@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace ubtrfs::format {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 TEST(Key, OrdersByObjectidThenTypeThenOffset) {
   EXPECT_LT((Key{1, 200, 500}), (Key{2, 0, 0}));

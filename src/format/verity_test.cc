@@ -5,7 +5,7 @@
 #include <cstring>
 
 namespace ubtrfs::format {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::string Hex(const std::vector<uint8_t>& b) {
   static const char* d = "0123456789abcdef";

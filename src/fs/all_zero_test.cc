@@ -5,7 +5,7 @@
 #include <vector>
 
 namespace ubtrfs::fs {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // Every length across the 64-byte blocks and the tail, and a single set
 // byte at every place of it (unaligned starts too).

@@ -9,7 +9,7 @@
 #include <vector>
 
 namespace ubtrfs::fs {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::string WriteTemp(const std::string& bytes) {
   std::string path = ::testing::TempDir() + "/ubtrfs_ahead_XXXXXX";

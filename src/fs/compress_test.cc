@@ -20,7 +20,7 @@
 #include "format/endian.h"
 
 namespace ubtrfs::fs {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 constexpr uint8_t kZlib = 1;
 constexpr uint8_t kLzo = 2;

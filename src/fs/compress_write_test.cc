@@ -12,7 +12,7 @@
 #include "fs/compress.h"
 
 namespace ubtrfs::fs {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::vector<uint8_t> TextBytes(size_t n) {
   const std::string w = "the kernel writes compressed extents of file data ";

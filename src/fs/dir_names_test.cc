@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 namespace ubtrfs::fsimpl {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::vector<DirEntry> Entries(const std::vector<std::string>& names) {
   std::vector<DirEntry> v;

@@ -5,7 +5,7 @@
 #include "format/ondisk.h"
 
 namespace ubtrfs::fsimpl {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs::format;
 constexpr uint64_t kMiB = 1ull << 20;

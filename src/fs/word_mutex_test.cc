@@ -8,7 +8,7 @@
 #include <vector>
 
 namespace ubtrfs::fs {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 TEST(WordMutex, TryLockFailsWhileHeld) {
   WordMutex mu;

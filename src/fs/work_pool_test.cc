@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace ubtrfs::fs {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // Every index runs once, also with two callers at the same time (one of
 // them runs its items alone) and with a call from inside an item (which

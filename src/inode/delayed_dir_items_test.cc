@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace ubtrfs::inode {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 constexpr uint64_t kRoot = 5;
 

@@ -25,7 +25,7 @@
 #include "tree/writer.h"
 
 namespace ubtrfs::inode {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using format::Key;
 using tree::BlockCheck;

@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace ubtrfs::inode {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 constexpr uint64_t kFsTree = 5;
 
@@ -319,7 +319,7 @@ TEST_P(InodeCacheShardsTest, ConcurrentMixedOperations) {
 }  // namespace ubtrfs::inode
 
 namespace ubtrfs::inode {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // A run of changes without a commit pins every record (dirty): the cache
 // grows past its capacity, and each insert still looks at no more than a

@@ -9,7 +9,7 @@
 #include <vector>
 
 namespace ubtrfs::inode {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using Tree = RadixTree<uint64_t>;
 constexpr uint64_t kMax = ~uint64_t{0};

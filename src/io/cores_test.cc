@@ -4,7 +4,7 @@
 #include <sched.h>
 
 namespace ubtrfs::io {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // The cores counted are the ones the process may use, not the machine's.
 TEST(UsableCores, FollowTheAffinity) {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace ubtrfs::io {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 class FaultDeviceTest : public ::testing::Test {
  protected:

@@ -17,7 +17,7 @@
 #include "io/write_combiner.h"
 
 namespace ubtrfs::io {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::string TempFile() {
   std::string path = ::testing::TempDir() + "/ubtrfs_file_device_XXXXXX";
@@ -103,7 +103,7 @@ TEST(FileDevice, GatheredWriteThroughAFaultDeviceIsOneWritePerPiece) {
 }  // namespace ubtrfs::io
 
 namespace ubtrfs::io {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::string ReadWithAnotherFd(const std::string& path, size_t off, size_t n) {
   std::string out(n, '\0');

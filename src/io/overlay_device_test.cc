@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace ubtrfs::io {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // Random overlapping writes at any alignment: reads through the overlay see
 // them as a plain device would, the device below never changes, and a

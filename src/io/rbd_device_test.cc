@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace ubtrfs::io {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 TEST(RbdSpec, PoolImageSnapAndOptions) {
   auto s = ParseRbdSpec("rbd:vms/disk1@before-upgrade:conf=/etc/ceph/x.conf:id=admin:keyring=/k:rbd_cache=true");

@@ -10,7 +10,7 @@
 #include <random>
 
 namespace ubtrfs::io {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::vector<uint8_t> Fill(size_t n, uint8_t v) { return std::vector<uint8_t>(n, v); }
 

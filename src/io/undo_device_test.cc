@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace ubtrfs::io {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 TEST(UndoDevice, RollbackRestoresEveryByteAfterOverlappingWrites) {
   std::vector<uint8_t> start(1 << 16);

@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace ubtrfs::mem {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 template <typename K, typename V>
 std::vector<std::pair<K, V>> Entries(const FewMap<K, V>& m) {

@@ -18,7 +18,7 @@
 #include "ubtrfs/send.h"
 
 namespace ubtrfs::send {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 class Image {
  public:

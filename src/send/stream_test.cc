@@ -8,7 +8,7 @@
 #include "format/endian.h"
 
 namespace ubtrfs::send {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 std::vector<uint8_t> Build(uint32_t version, const std::function<void(StreamWriter&)>& body) {
   std::vector<uint8_t> out;

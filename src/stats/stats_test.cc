@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace ubtrfs::stats {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 TEST(Stats, Log2BucketsAndPercentiles) {
   Histogram& h = GetHistogram("test.buckets", "ns");

@@ -9,7 +9,7 @@
 #include "ubtrfs/stats.h"
 
 namespace ubtrfs::tree {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 TEST(NodeLock, ModesAndCompatibility) {
   NodeLock l;

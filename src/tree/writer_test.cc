@@ -21,7 +21,7 @@
 #include "format/checksum.h"
 
 namespace ubtrfs::tree {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs::format;
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 namespace ubtrfs::txn {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 // Two threads take the lock, some of the time twice over (as an allocation
 // that makes a chunk does); every increment of the unguarded counter is

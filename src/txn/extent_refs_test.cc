@@ -5,7 +5,7 @@
 #include <vector>
 
 namespace ubtrfs::txn {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 using namespace ubtrfs::format;
 

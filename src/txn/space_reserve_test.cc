@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace ubtrfs::txn {
-namespace {
+namespace UBTRFS_UNITY_ID {
 
 constexpr uint64_t kMiB = 1ull << 20;
 
