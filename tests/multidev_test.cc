@@ -583,7 +583,10 @@ TEST_P(MultiDeviceTest, ReplaceVerifiesWhatItCopies) {
       on_device_2(r->ref.bytenr);
     }
   }
-  ASSERT_GT(smash.size(), 50u);
+  // How many land on device 2 follows the kernel's placement, which moves
+  // with the machine's load (30 in one ASan run beside a TSan build, over
+  // 50 alone); any dozen makes the exact repaired count below a real test.
+  ASSERT_GT(smash.size(), 12u);
   Smash(smash, 0x5a);
   const std::string fresh = dir_->Sub("new.img");
   std::string err;

@@ -26,6 +26,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "support/open_txn.h"
 #include "support/test_util.h"
 #include "tree/cursor.h"
+#include "tree/writer.h"
 #include "ubtrfs/filesystem.h"
 #include "ubtrfs/send.h"
 
@@ -94,6 +96,29 @@ size_t CountVerityItems(const std::string& img, uint64_t ino) {
     ++n;
   }
   return n;
+}
+
+// A copy of `img` named `name`, its top subvolume's tree changed item by
+// item by `change` below the API (damage, or what a crash leaves), committed.
+std::string EditedCopy(TempDir& tmp, const std::string& img, const std::string& name,
+                       const std::function<Status(ubtrfs::tree::TreeWriter&)>& change) {
+  const std::string copy = tmp.Sub(name);
+  std::filesystem::copy_file(img, copy);
+  auto o = OpenForWrite(copy);
+  if (!o.ok()) {
+    ADD_FAILURE() << name << ": " << o.status().ToString();
+    return copy;
+  }
+  auto w = o->txn->Writer(fmt_::kFsTreeObjectid);
+  if (!w.ok()) {
+    ADD_FAILURE() << name << ": " << w.status().ToString();
+    return copy;
+  }
+  Status st = change(**w);
+  EXPECT_TRUE(st.ok()) << name << ": " << st.ToString();
+  st = o->txn->Commit();
+  EXPECT_TRUE(st.ok()) << name << ": " << st.ToString();
+  return copy;
 }
 
 std::string Hex(const std::vector<uint8_t>& b) {
@@ -571,19 +596,12 @@ TEST(Verity, VerifyFindsDataAndTreesThatDisagree) {
 
   // A hash in the tree's top level changed: the data matches, the tree
   // does not hash to itself.
-  const std::string bad_tree = tmp.Sub("bad_tree.img");
-  std::filesystem::copy_file(img, bad_tree);
-  {
-    std::string top = ItemBytes(bad_tree, ino, fmt_::kVerityMerkleItemKey, 0, true);
-    ASSERT_EQ(top.size(), 2048u);
-    top[5] ^= 1;
-    auto o = OpenForWrite(bad_tree);
-    ASSERT_TRUE(o.ok());
-    auto w = o->txn->Writer(fmt_::kFsTreeObjectid);
-    ASSERT_TRUE(w.ok());
-    ASSERT_TRUE((*w)->Update(fmt_::Key{ino, fmt_::kVerityMerkleItemKey, 0}, SpanOf(top)).ok());
-    ASSERT_TRUE(o->txn->Commit().ok());
-  }
+  std::string top = ItemBytes(img, ino, fmt_::kVerityMerkleItemKey, 0, true);
+  ASSERT_EQ(top.size(), 2048u);
+  top[5] ^= 1;
+  const std::string bad_tree = EditedCopy(tmp, img, "bad_tree.img", [&](ubtrfs::tree::TreeWriter& w) {
+    return w.Update(fmt_::Key{ino, fmt_::kVerityMerkleItemKey, 0}, SpanOf(top));
+  });
   r = RunUbtrfs({"fsverity", "verify", bad_tree + ":/f"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("upper levels are damaged"), std::string::npos) << r.Describe();
@@ -605,34 +623,20 @@ TEST(Verity, CheckNamesDamageAndTheOrphanCleanupDropsAnUnfinishedEnable) {
   }
   ASSERT_TRUE(RunUbtrfs({"check", img}).ok());
   // One Merkle item gone: a gap in the tree.
-  const std::string gap = tmp.Sub("gap.img");
-  std::filesystem::copy_file(img, gap);
-  {
-    auto o = OpenForWrite(gap);
-    ASSERT_TRUE(o.ok());
-    auto w = o->txn->Writer(fmt_::kFsTreeObjectid);
-    ASSERT_TRUE(w.ok());
-    ASSERT_TRUE((*w)->Delete(fmt_::Key{ino, fmt_::kVerityMerkleItemKey, 2048}).ok());
-    ASSERT_TRUE(o->txn->Commit().ok());
-  }
+  const std::string gap = EditedCopy(tmp, img, "gap.img", [&](ubtrfs::tree::TreeWriter& w) {
+    return w.Delete(fmt_::Key{ino, fmt_::kVerityMerkleItemKey, 2048});
+  });
   CommandResult r = RunUbtrfs({"check", gap});
   EXPECT_FALSE(r.ok());
   EXPECT_NE((r.out + r.err).find("Merkle tree item at 4096 where 2048 was due"), std::string::npos) << r.Describe();
   // The descriptor item's reserved bytes set: GetVerity refuses it too.
-  const std::string reserved = tmp.Sub("reserved.img");
-  std::filesystem::copy_file(img, reserved);
-  {
-    auto o = OpenForWrite(reserved);
-    ASSERT_TRUE(o.ok());
-    auto w = o->txn->Writer(fmt_::kFsTreeObjectid);
-    ASSERT_TRUE(w.ok());
+  const std::string reserved = EditedCopy(tmp, img, "reserved.img", [&](ubtrfs::tree::TreeWriter& w) {
     fmt_::VerityDescriptorItem head{};
     head.size = 256;
     head.encryption = 1;
-    ASSERT_TRUE((*w)->Update(fmt_::Key{ino, fmt_::kVerityDescItemKey, 0},
-                             std::span(reinterpret_cast<const uint8_t*>(&head), sizeof(head))).ok());
-    ASSERT_TRUE(o->txn->Commit().ok());
-  }
+    return w.Update(fmt_::Key{ino, fmt_::kVerityDescItemKey, 0},
+                    std::span(reinterpret_cast<const uint8_t*>(&head), sizeof(head)));
+  });
   r = RunUbtrfs({"check", reserved});
   EXPECT_FALSE(r.ok());
   EXPECT_NE((r.out + r.err).find("reserved fields set"), std::string::npos) << r.Describe();
@@ -645,33 +649,19 @@ TEST(Verity, CheckNamesDamageAndTheOrphanCleanupDropsAnUnfinishedEnable) {
   // What an enable a crash cut short leaves (the kernel's order): items,
   // no flag, and an orphan item naming the linked inode. Check accepts it;
   // the next writable open drops the items and the orphan item.
-  const std::string cut = tmp.Sub("cut.img");
-  std::filesystem::copy_file(img, cut);
-  {
-    auto o = OpenForWrite(cut);
-    ASSERT_TRUE(o.ok());
-    auto w = o->txn->Writer(fmt_::kFsTreeObjectid);
-    ASSERT_TRUE(w.ok());
+  const std::string cut = EditedCopy(tmp, img, "cut.img", [&](ubtrfs::tree::TreeWriter& w) -> Status {
     const std::string chunk(2048, 'm');
     for (uint64_t off = 0; off < 3 * 2048; off += 2048) {
-      ASSERT_TRUE((*w)->Insert(fmt_::Key{plain_ino, fmt_::kVerityMerkleItemKey, off}, SpanOf(chunk)).ok());
+      UB_RETURN_IF_ERROR(w.Insert(fmt_::Key{plain_ino, fmt_::kVerityMerkleItemKey, off}, SpanOf(chunk)));
     }
-    ASSERT_TRUE((*w)->Insert(fmt_::Key{fmt_::kOrphanObjectid, fmt_::kOrphanItemKey, plain_ino}, {}).ok());
-    ASSERT_TRUE(o->txn->Commit().ok());
-  }
+    return w.Insert(fmt_::Key{fmt_::kOrphanObjectid, fmt_::kOrphanItemKey, plain_ino}, {});
+  });
   r = RunUbtrfs({"check", cut});
   EXPECT_TRUE(r.ok()) << r.Describe();
   // Without the orphan item nothing would ever drop them.
-  const std::string stray = tmp.Sub("stray.img");
-  std::filesystem::copy_file(cut, stray);
-  {
-    auto o = OpenForWrite(stray);
-    ASSERT_TRUE(o.ok());
-    auto w = o->txn->Writer(fmt_::kFsTreeObjectid);
-    ASSERT_TRUE(w.ok());
-    ASSERT_TRUE((*w)->Delete(fmt_::Key{fmt_::kOrphanObjectid, fmt_::kOrphanItemKey, plain_ino}).ok());
-    ASSERT_TRUE(o->txn->Commit().ok());
-  }
+  const std::string stray = EditedCopy(tmp, cut, "stray.img", [&](ubtrfs::tree::TreeWriter& w) {
+    return w.Delete(fmt_::Key{fmt_::kOrphanObjectid, fmt_::kOrphanItemKey, plain_ino});
+  });
   r = RunUbtrfs({"check", stray});
   EXPECT_FALSE(r.ok());
   EXPECT_NE((r.out + r.err).find("fs-verity items without the VERITY flag"), std::string::npos) << r.Describe();
