@@ -33,6 +33,7 @@
 
 #include <gtest/gtest.h>
 
+#include "format/checksum.h"
 #include "format/ondisk.h"
 #include "support/fuse_mount.h"
 #include "support/host_files.h"
@@ -119,13 +120,6 @@ std::string EditedCopy(TempDir& tmp, const std::string& img, const std::string& 
   st = o->txn->Commit();
   EXPECT_TRUE(st.ok()) << name << ": " << st.ToString();
   return copy;
-}
-
-std::string Hex(const std::vector<uint8_t>& b) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (uint8_t c : b) s += {d[c >> 4], d[c & 15]};
-  return s;
 }
 
 struct Shape {
@@ -400,7 +394,7 @@ TEST(Verity, TheKernelMountsItAndDeletesAVerityFile) {
       EXPECT_EQ(ReadHostFile(mnt + "/keep"), data);
       CommandResult me = RunCommand({"fsverity", "measure", mnt + "/keep"});
       if (me.ok()) {
-        EXPECT_EQ(me.out.substr(7, 64), Hex(digest));
+        EXPECT_EQ(me.out.substr(7, 64), fmt_::HexString(digest.data(), digest.size()));
       }
       // Writing is refused by the kernel as by ubtrfs.
       EXPECT_LT(::open((mnt + "/keep").c_str(), O_WRONLY), 0);

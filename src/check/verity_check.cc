@@ -1,7 +1,5 @@
 #include "check/verity_check.h"
 
-#include <cstring>
-
 #include "format/verity.h"
 
 namespace ubtrfs::check {
@@ -20,19 +18,11 @@ void VerityItemsCheck::Add(const Key& key, std::span<const uint8_t> d) {
     return;
   }
   if (key.offset == 0) {
-    if (d.size() < sizeof(format::VerityDescriptorItem)) {
-      problems_.push_back("VERITY_DESC_ITEM 0 of " + std::to_string(d.size()) + " bytes");
-      return;
-    }
-    format::VerityDescriptorItem head;
-    std::memcpy(&head, d.data(), sizeof(head));
-    head_ = true;
-    desc_size_ = head.size.get();
-    if (head.reserved[0].get() || head.reserved[1].get() || head.encryption) {
-      problems_.push_back("VERITY_DESC_ITEM 0 has reserved fields set");
-    }
-    if (desc_size_ > format::kVerityMaxDescriptor) {
-      problems_.push_back("a descriptor of " + std::to_string(desc_size_) + " bytes");
+    head_ = d.size() >= sizeof(format::VerityDescriptorItem);  // a short one counts as none
+    if (auto size = format::ParseVerityDescriptorHead(d); size.ok()) {
+      desc_size_ = *size;
+    } else {
+      problems_.push_back(size.status().message());
     }
     return;
   }

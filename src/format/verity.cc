@@ -60,14 +60,6 @@ size_t VerityDigestSize(uint8_t alg) {
   }
 }
 
-std::string VerityAlgName(uint8_t alg) {
-  switch (alg) {
-    case kVeritySha256: return "sha256";
-    case kVeritySha512: return "sha512";
-    default: return "algorithm " + std::to_string(alg);
-  }
-}
-
 Status CheckVerityParams(uint8_t alg, uint32_t block_size, size_t salt_size, size_t sig_size,
                          uint32_t max_block_size) {
   const size_t ds = VerityDigestSize(alg);
@@ -81,6 +73,21 @@ Status CheckVerityParams(uint8_t alg, uint32_t block_size, size_t salt_size, siz
     return Status::Invalid("fs-verity: signature too large (" + std::to_string(sig_size) + " bytes)");
   }
   return Status::Ok();
+}
+
+Result<uint64_t> ParseVerityDescriptorHead(std::span<const uint8_t> item) {
+  if (item.size() < sizeof(VerityDescriptorItem)) {
+    return Status::Corrupt("VERITY_DESC_ITEM 0 of " + std::to_string(item.size()) + " bytes");
+  }
+  VerityDescriptorItem head;
+  std::memcpy(&head, item.data(), sizeof(head));
+  if (head.reserved[0].get() || head.reserved[1].get() || head.encryption) {
+    return Status::Corrupt("VERITY_DESC_ITEM 0 has reserved fields set");
+  }
+  if (head.size.get() > kVerityMaxDescriptor) {
+    return Status::Corrupt("a descriptor of " + std::to_string(head.size.get()) + " bytes");
+  }
+  return head.size.get();
 }
 
 Result<VerityDescriptor> ParseVerityDescriptor(std::span<const uint8_t> bytes) {

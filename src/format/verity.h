@@ -37,7 +37,6 @@ inline constexpr size_t kVerityMaxSalt = 32;
 
 // 32 or 64; 0 for an algorithm fs-verity does not define.
 size_t VerityDigestSize(uint8_t alg);
-std::string VerityAlgName(uint8_t alg);  // "sha256", "sha512", or "algorithm N"
 
 struct VerityDescriptor {
   uint8_t hash_algorithm = kVeritySha256;
@@ -53,6 +52,10 @@ struct VerityDescriptor {
 // digests, at most 32 bytes of salt, a descriptor of at most 16 KiB.
 Status CheckVerityParams(uint8_t alg, uint32_t block_size, size_t salt_size, size_t sig_size,
                          uint32_t max_block_size);
+
+// The descriptor's size from the (ino, VERITY_DESC_ITEM, 0) item: EUCLEAN
+// for a short item, set reserved fields, or a size over 16 KiB.
+Result<uint64_t> ParseVerityDescriptorHead(std::span<const uint8_t> item);
 
 // Reads a stored descriptor (with its signature), held to what the kernel
 // accepts when it opens the file; EUCLEAN (corrupt) otherwise.

@@ -4,15 +4,10 @@
 
 #include <cstring>
 
+#include "format/checksum.h"
+
 namespace ubtrfs::format {
 namespace UBTRFS_UNITY_ID {
-
-std::string Hex(const std::vector<uint8_t>& b) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (uint8_t c : b) s += {d[c >> 4], d[c & 15]};
-  return s;
-}
 
 // The digest of `data` as `fsverity digest` would print it (without the
 // algorithm's name).
@@ -31,7 +26,8 @@ std::string Digest(const std::vector<uint8_t>& data, uint8_t alg, uint32_t block
   d.data_size = data.size();
   d.root_hash = tree->root_hash;
   d.salt = std::move(salt);
-  return Hex(VerityFileDigest(d));
+  const std::vector<uint8_t> digest = VerityFileDigest(d);
+  return HexString(digest.data(), digest.size());
 }
 
 // Vectors from fsverity-utils 1.5 (`fsverity digest FILE [options]`), an

@@ -1096,6 +1096,13 @@ class FilesystemImpl final : public Filesystem {
   // fs-verity (verity.cc). EPERM when the file's data may not change (it has verity).
   static Status DataMayChange(InodeId id, const InodeItem& ii);
   Result<std::optional<format::VerityDescriptor>> LoadVerityDescriptor(InodeId id);
+  // Its descriptor when the file has the VERITY flag (EUCLEAN when the flag
+  // has none), with the file's Stat.
+  Result<std::optional<format::VerityDescriptor>> FlaggedVerity(InodeId file, Stat* st);
+  // The bytes of the items of `type` from key offset `first` on, joined
+  // (each must start where the last ended), up to `limit` bytes.
+  Result<std::vector<uint8_t>> JoinVerityItems(InodeId id, uint8_t type, uint64_t first, uint64_t limit,
+                                               const std::string& what);
   Status EnableVerityImpl(InodeId id, const VerityParams& params);
   // Deletes the file's verity items (what an interrupted enable left).
   Status DropVerityItems(InodeId id);

@@ -29,27 +29,29 @@ Status FilesystemImpl::DataMayChange(InodeId id, const InodeItem& ii) {
   return Status::Ok();
 }
 
-Result<std::optional<format::VerityDescriptor>> FilesystemImpl::LoadVerityDescriptor(InodeId id) {
+Result<std::vector<uint8_t>> FilesystemImpl::JoinVerityItems(InodeId id, uint8_t type, uint64_t first,
+                                                             uint64_t limit, const std::string& what) {
   UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
   Cursor c(vol_->source(), tree);
-  UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, kVerityDescItemKey, 0}));
-  if (!c.Valid() || c.key() != Key{id.ino, kVerityDescItemKey, 0}) return std::optional<format::VerityDescriptor>();
-  const std::string what = "the fs-verity descriptor of " + InodeName(id);
-  if (c.data().size() < sizeof(VerityDescriptorItem)) return Status::Corrupt(what + ": a short item");
-  VerityDescriptorItem head;
-  std::memcpy(&head, c.data().data(), sizeof(head));
-  if (head.reserved[0].get() || head.reserved[1].get() || head.encryption) {
-    return Status::Corrupt(what + ": reserved fields are set");
-  }
-  const uint64_t size = head.size.get();
-  if (size > format::kVerityMaxDescriptor) return Status::Corrupt(what + ": " + std::to_string(size) + " bytes");
   std::vector<uint8_t> bytes;
-  for (;;) {
+  UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, type, first}));
+  while (c.Valid() && bytes.size() < limit) {
+    if (c.key().objectid != id.ino || c.key().type != type) break;
+    UB_RETURN_IF_ERROR(format::AppendVerityItem(&bytes, first, c.key().offset, c.data(), what));
     UB_RETURN_IF_ERROR(c.Next());
-    if (!c.Valid() || bytes.size() >= size) break;
-    if (c.key().objectid != id.ino || c.key().type != kVerityDescItemKey) break;
-    UB_RETURN_IF_ERROR(format::AppendVerityItem(&bytes, 1, c.key().offset, c.data(), what));
   }
+  return bytes;
+}
+
+Result<std::optional<format::VerityDescriptor>> FilesystemImpl::LoadVerityDescriptor(InodeId id) {
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  UB_ASSIGN_OR_RETURN(auto item, tree::LookupItem(vol_->source(), tree, Key{id.ino, kVerityDescItemKey, 0}));
+  if (!item) return std::optional<format::VerityDescriptor>();
+  const std::string what = "the fs-verity descriptor of " + InodeName(id);
+  auto head = format::ParseVerityDescriptorHead(*item);
+  if (!head.ok()) return head.status().WithContext(what);
+  const uint64_t size = *head;
+  UB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, JoinVerityItems(id, kVerityDescItemKey, 1, size, what));
   if (bytes.size() != size) {
     return Status::Corrupt(what + ": " + std::to_string(bytes.size()) + " of " + std::to_string(size) + " bytes");
   }
@@ -57,12 +59,19 @@ Result<std::optional<format::VerityDescriptor>> FilesystemImpl::LoadVerityDescri
   return std::optional(std::move(d));
 }
 
-Result<std::optional<VerityInfo>> FilesystemImpl::GetVerity(InodeId file) {
-  auto guard = Guard();
-  UB_ASSIGN_OR_RETURN(Stat st, GetStat(file));
-  if (!(st.flags & kInodeRoVerity)) return std::optional<VerityInfo>();
+Result<std::optional<format::VerityDescriptor>> FilesystemImpl::FlaggedVerity(InodeId file, Stat* st) {
+  UB_ASSIGN_OR_RETURN(*st, GetStat(file));
+  if (!(st->flags & kInodeRoVerity)) return std::optional<format::VerityDescriptor>();
   UB_ASSIGN_OR_RETURN(auto d, LoadVerityDescriptor(file));
   if (!d) return Status::Corrupt(InodeName(file) + " has the VERITY flag but no fs-verity descriptor");
+  return d;
+}
+
+Result<std::optional<VerityInfo>> FilesystemImpl::GetVerity(InodeId file) {
+  auto guard = Guard();
+  Stat st;
+  UB_ASSIGN_OR_RETURN(auto d, FlaggedVerity(file, &st));
+  if (!d) return std::optional<VerityInfo>();
   VerityInfo info;
   info.params.hash_algorithm = d->hash_algorithm;
   info.params.block_size = d->block_size;
@@ -76,25 +85,15 @@ Result<std::optional<VerityInfo>> FilesystemImpl::GetVerity(InodeId file) {
 
 Status FilesystemImpl::VerifyVerity(InodeId file) {
   auto guard = Guard();
-  UB_ASSIGN_OR_RETURN(Stat st, GetStat(file));
-  if (!(st.flags & kInodeRoVerity)) return Status::Error(ENODATA, InodeName(file) + " has no fs-verity");
-  UB_ASSIGN_OR_RETURN(auto d, LoadVerityDescriptor(file));
-  if (!d) return Status::Corrupt(InodeName(file) + " has the VERITY flag but no fs-verity descriptor");
+  Stat st;
+  UB_ASSIGN_OR_RETURN(auto d, FlaggedVerity(file, &st));
+  if (!d) return Status::Error(ENODATA, InodeName(file) + " has no fs-verity");
   if (d->data_size != st.size) {
     return Status::Corrupt("the fs-verity descriptor of " + InodeName(file) + " is for " +
                            std::to_string(d->data_size) + " bytes, the file has " + std::to_string(st.size));
   }
   const std::string what = "the Merkle tree of " + InodeName(file);
-  std::vector<uint8_t> stored;
-  {
-    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
-    Cursor c(vol_->source(), tree);
-    UB_RETURN_IF_ERROR(c.Seek(Key{file.ino, kVerityMerkleItemKey, 0}));
-    for (; c.Valid() && c.key().objectid == file.ino && c.key().type == kVerityMerkleItemKey;) {
-      UB_RETURN_IF_ERROR(format::AppendVerityItem(&stored, 0, c.key().offset, c.data(), what));
-      UB_RETURN_IF_ERROR(c.Next());
-    }
-  }
+  UB_ASSIGN_OR_RETURN(std::vector<uint8_t> stored, JoinVerityItems(file, kVerityMerkleItemKey, 0, UINT64_MAX, what));
   const uint64_t want = format::MerkleTreeSize(d->hash_algorithm, d->block_size, d->data_size);
   if (stored.size() != want) {
     return Status::Corrupt(what + ": " + std::to_string(stored.size()) + " bytes, " + std::to_string(want) +
