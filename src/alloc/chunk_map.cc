@@ -169,6 +169,14 @@ Status ChunkMap::SetLength(uint64_t logical, uint64_t length) {
   return Status::Ok();
 }
 
+Status ChunkMap::RemoveChunk(uint64_t logical) {
+  std::unique_lock lock(mu_);
+  auto it = chunks_.find(logical);
+  if (it == chunks_.end()) return Status::NotFound("no chunk at logical " + std::to_string(logical));
+  removed_.push_back(chunks_.extract(it));
+  return Status::Ok();
+}
+
 Status ChunkMap::SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size, uint64_t type,
                             uint32_t sub_stripes) {
   std::unique_lock lock(mu_);

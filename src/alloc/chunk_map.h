@@ -117,11 +117,16 @@ class ChunkMap {
   Status SetStripes(uint64_t logical, std::vector<StripeLoc> stripes, uint64_t stripe_size, uint64_t type = 0,
                     uint32_t sub_stripes = 1);
   void set_device_size(uint64_t devid, uint64_t bytes) { device_sizes_[devid] = bytes; }
+  // A chunk whose block group was emptied and deleted (txn/unused_groups.cc):
+  // Find, Map and chunks() no longer see it. Its entry stays alive and
+  // unchanged for whoever Find gave it to before.
+  Status RemoveChunk(uint64_t logical);
 
  private:
   std::map<uint64_t, uint64_t> device_sizes_;
   mutable std::shared_mutex mu_;           // guards chunks_ between AddChunk and Find
   std::map<uint64_t, ChunkInfo> chunks_;  // keyed by logical start
+  std::vector<std::map<uint64_t, ChunkInfo>::node_type> removed_;  // mu_
 };
 
 // The logical ranges of chunk `c` that the stripe elements holding a

@@ -78,6 +78,19 @@ Status SpaceManager::TruncateGroup(uint64_t start, uint64_t length) {
   return it->second->Truncate(length);
 }
 
+Status SpaceManager::RemoveGroup(uint64_t start, uint64_t used) {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(start);
+  if (it == groups_.end()) return Status::NotFound("no block group at " + std::to_string(start));
+  if (it->second->used_bytes() != used) {
+    return Status::Invalid("block group " + std::to_string(start) + " holds " +
+                           std::to_string(it->second->used_bytes()) + " bytes, not " + std::to_string(used) +
+                           ": it is not unused");
+  }
+  groups_.erase(it);
+  return Status::Ok();
+}
+
 Status SpaceManager::SetReadOnly(uint64_t start) {
   std::lock_guard lock(mu_);
   auto it = groups_.find(start);

@@ -72,6 +72,11 @@ class SpaceManager {
   Status MarkUsed(uint64_t start, uint64_t len);
   // BlockGroup::Truncate of the group that starts at `start`.
   Status TruncateGroup(uint64_t start, uint64_t length);
+  // Takes the group that starts at `start` away (its chunk is deleted). It
+  // must hold exactly `used` bytes in use (what the owner keeps out of
+  // allocation: superblock stripes); what it has pinned goes with it, and
+  // the owner keeps its device space untouched until that is durable.
+  Status RemoveGroup(uint64_t start, uint64_t used);
   // BlockGroup::set_read_only of the group that starts at `start`.
   Status SetReadOnly(uint64_t start);
   // BlockGroup::set_flags: a group whose chunk was converted to another

@@ -354,6 +354,7 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
     } else {
       logical = kLogicalAlign;
     }
+    logical = std::max(logical, RoundUp(logical_floor_, kLogicalAlign));
   }
   uint64_t len = 0, stripe_size = 0;
   std::vector<std::pair<uint64_t, uint64_t>> placed;
@@ -419,6 +420,7 @@ Status ChunkAllocator::NewChunkLocked(uint64_t kind, uint64_t min_len) {
   txn_->MarkGroupDirty(logical);
   for (auto [devid, p] : placed) devs_[devid].extents[p] = stripe_size;
   pending_.push_back(Pending{logical, len, type, stripe_size, placed, std::move(item)});
+  made_this_txn_.insert(logical);
   ++stats_.chunks[bit];
   return Status::Ok();
 }
@@ -592,6 +594,61 @@ Status ChunkAllocator::FinishOne(const Pending& p) {
   txn_->MarkGroupDirty(p.logical);
   ++stats_.finished;
   return Status::Ok();
+}
+
+// ---- Chunks of emptied block groups ---------------------------------------------------------
+
+bool ChunkAllocator::Removable(const alloc::ChunkInfo& c) const {
+  std::lock_guard lock(mu_);
+  if ((c.type & kBlockGroupSystem) || made_this_txn_.count(c.logical)) return false;
+  for (const alloc::StripeLoc& st : c.stripes) {
+    if (!devs_.count(st.devid) || !txn_->vol_->devices().Has(st.devid) || txn_->vol_->IsSeedDevice(st.devid)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status ChunkAllocator::RemoveChunk(const alloc::ChunkInfo& c) {
+  if (!Removable(c)) return Status::Invalid("chunk " + std::to_string(c.logical) + " may not be removed");
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * chunk_w, txn_->Writer(kChunkTreeObjectid));
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
+  UB_RETURN_IF_ERROR(chunk_w->Delete(Key{kFirstChunkTreeObjectid, kChunkItemKey, c.logical}).WithContext("chunk item"));
+  std::map<uint64_t, uint64_t> freed;  // devid -> bytes
+  for (const alloc::StripeLoc& st : c.stripes) {
+    const Key k{st.devid, kDevExtentKey, st.physical};
+    UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(txn_->source(), dev_w->LiveRef(), k));
+    if (!de || de->size() < sizeof(DevExtent)) return Status::Corrupt("dev tree: no dev extent " + KeyToString(k));
+    freed[st.devid] += reinterpret_cast<const DevExtent*>(de->data())->length.get();
+    UB_RETURN_IF_ERROR(dev_w->Delete(k));
+  }
+  std::set<uint64_t> touched;
+  {
+    std::lock_guard lock(mu_);
+    for (auto [devid, bytes] : freed) {
+      Dev& d = devs_.at(devid);
+      d.bytes_used -= std::min(d.bytes_used, bytes);
+      touched.insert(devid);
+    }
+    for (const alloc::StripeLoc& st : c.stripes) removed_stripes_.push_back({st.devid, st.physical});
+    logical_floor_ = std::max(logical_floor_, c.logical + c.length);
+    ++stats_.removed;
+  }
+  return WriteBytesUsed(touched);
+}
+
+void ChunkAllocator::ReleaseRemoved() {
+  std::lock_guard lock(mu_);
+  for (auto [devid, physical] : removed_stripes_) {
+    auto it = devs_.find(devid);
+    if (it != devs_.end()) it->second.extents.erase(physical);
+  }
+  removed_stripes_.clear();
+}
+
+void ChunkAllocator::TransactionSealed() {
+  std::lock_guard lock(mu_);
+  made_this_txn_.clear();
 }
 
 }  // namespace ubtrfs::txn

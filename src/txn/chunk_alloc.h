@@ -72,6 +72,7 @@
 #include <utility>
 #include <vector>
 
+#include "alloc/chunk_map.h"
 #include "format/ondisk.h"
 #include "txn/space_reserve.h"
 #include "ubtrfs/status.h"
@@ -92,6 +93,7 @@ struct ChunkAllocStats {
   uint64_t early_metadata_chunks = 0;  // added for the reserve, not because space ran out
   uint64_t enospc = 0;                 // times no chunk fitted on the device
   uint64_t finished = 0;               // chunks whose items are in the trees
+  uint64_t removed = 0;                // chunks deleted with their emptied block group
 };
 
 class ChunkAllocator {
@@ -157,6 +159,24 @@ class ChunkAllocator {
     ChunkAllocator* a_;
   };
 
+  // ---- Chunks of emptied block groups (txn/unused_groups.cc) ----
+  // Whether chunk `c` may be deleted: not a system chunk (the superblock's
+  // array holds those), not made in the running transaction (a chunk added
+  // early for the reserve would come and go with every commit), and every
+  // stripe on a present device of ours (a missing or seed device's
+  // DEV_ITEM is left as it is).
+  bool Removable(const alloc::ChunkInfo& c) const;
+  // Deletes its CHUNK_ITEM and DEV_EXTENTs and lowers bytes_used of its
+  // devices (DEV_ITEMs, superblock). Its device space stays taken until
+  // ReleaseRemoved(): until this commit is on disk, the committed chunk
+  // tree still maps it there. Its logical range is never handed out again
+  // in this process (blocks are cached by logical address).
+  Status RemoveChunk(const alloc::ChunkInfo& c);
+  // The commit that deleted chunks is on disk: their device space is free.
+  void ReleaseRemoved();
+  // The running transaction's commit is sealed: its chunks are old now.
+  void TransactionSealed();
+
   // The size NewChunk aims for (before fitting it to the device).
   uint64_t TargetSize(uint64_t kind) const;
   uint64_t Profile(uint64_t kind) const;
@@ -208,6 +228,9 @@ class ChunkAllocator {
   uint64_t device_end_ = 0;          // all present devices' usable bytes
   uint64_t profile_[3] = {0, format::kBlockGroupDup, format::kBlockGroupDup};  // by kind bit
   std::vector<Pending> pending_;
+  std::set<uint64_t> made_this_txn_;  // logical starts
+  std::vector<std::pair<uint64_t, uint64_t>> removed_stripes_;  // (devid, physical) until ReleaseRemoved
+  uint64_t logical_floor_ = 0;  // the end of the highest chunk removed
   bool committing_ = false;
   ChunkAllocStats stats_;
   // MetadataSurelyFree's figures. Free bytes are stored before the count

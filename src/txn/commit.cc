@@ -216,6 +216,7 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
       changed = true;
     }
     UB_RETURN_IF_ERROR(chunk_alloc_->FinishPending(&changed));  // new chunks' items, before their groups'
+    UB_RETURN_IF_ERROR(DeleteUnusedGroups(&changed));  // once the refs have freed what they free
     UB_RETURN_IF_ERROR(UpdateBlockGroups(&changed));
     UB_RETURN_IF_ERROR(UpdateRootItems(&changed));
     if (!changed && pending_.empty() && new_data_.empty() && dirty_groups_.empty() &&
@@ -234,6 +235,7 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
     // that got ENOSPC): never part of a committed tree, so reusable now --
     // left pinned, a full device would stay full until some real commit.
     space_->Commit();
+    chunk_alloc_->TransactionSealed();
     QuotasCommitted();
     return Status::Ok();
   }
@@ -300,6 +302,7 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   stats_.blocks_written += nblocks;
   ++stats_.commits;
   dirty_->Reset(transid() + 1);
+  chunk_alloc_->TransactionSealed();
   QuotasCommitted();
   t.txn_ = this;
   return Status::Ok();
@@ -321,6 +324,7 @@ Status TxnManager::CommitSecondHalf(CommitTail& t) {
   UB_RETURN_IF_ERROR(vol_->devices().Flush());
   flush_time.Record(stats::NowNs() - t0);
   space_->Commit();
+  chunk_alloc_->ReleaseRemoved();
   return Status::Ok();
 }
 

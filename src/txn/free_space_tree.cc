@@ -80,6 +80,19 @@ Status TxnManager::DropStaleFreeSpaceItems() {
   return Status::Ok();
 }
 
+Status TxnManager::DeleteFreeSpaceEntries(uint64_t start, uint64_t len) {
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kFreeSpaceTreeObjectid));
+  std::vector<Key> keys;
+  Cursor c(dirty_.get(), w->LiveRef());
+  UB_RETURN_IF_ERROR(c.Seek(Key{start, 0, 0}));
+  for (; c.Valid() && c.key().objectid < start + len;) {
+    keys.push_back(c.key());
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  for (const Key& k : keys) UB_RETURN_IF_ERROR(w->Delete(k));
+  return Status::Ok();
+}
+
 // Space used is already known from the extent tree (LoadBlockGroups), so the
 // tree follows from marking every group dirty: the commit writes each
 // group's FREE_SPACE_INFO and extents. Whatever an invalid tree held goes

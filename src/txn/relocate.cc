@@ -241,7 +241,6 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
 
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * dev_w, txn_->Writer(kDevTreeObjectid));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * bg_w, txn_->Writer(txn_->block_group_tree()));
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * fst_w, txn_->Writer(kFreeSpaceTreeObjectid));
   for (const Cut& cut : cuts) {
     const std::string where = "trimming chunk " + std::to_string(cut.logical);
     for (size_t i = 0; i < cut.physical.size(); ++i) {
@@ -260,16 +259,7 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
     UB_RETURN_IF_ERROR(bg_w->Delete(bg_old));
     UB_RETURN_IF_ERROR(bg_w->Insert(Key{cut.logical, kBlockGroupItemKey, cut.new_len}, *bg));
     // The group's free space entries are written anew at commit (it is dirty).
-    std::vector<Key> fst_keys;
-    {
-      tree::Cursor c(txn_->source(), fst_w->LiveRef());
-      UB_RETURN_IF_ERROR(c.Seek(Key{cut.logical, 0, 0}));
-      for (; c.Valid() && c.key().objectid < cut.logical + cut.old_len;) {
-        fst_keys.push_back(c.key());
-        UB_RETURN_IF_ERROR(c.Next());
-      }
-    }
-    for (const Key& k : fst_keys) UB_RETURN_IF_ERROR(fst_w->Delete(k));
+    UB_RETURN_IF_ERROR(txn_->DeleteFreeSpaceEntries(cut.logical, cut.old_len).WithContext(where));
   }
 
   for (const Cut& cut : cuts) {

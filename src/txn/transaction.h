@@ -251,6 +251,13 @@ class TxnManager final : public tree::BlockAllocator {
   // space_cache=v2 does; the open commits it at once.
   Status RebuildFreeSpaceTree();
   Status DropStaleFreeSpaceItems();
+  // Every free space tree item of [start, start + len) (a group cut or deleted).
+  Status DeleteFreeSpaceEntries(uint64_t start, uint64_t len);
+  // ---- Unused block groups (unused_groups.cc) ----
+  // Deletes every block group the running transaction left empty that may
+  // go, with its chunk; sets *changed if any did.
+  Status DeleteUnusedGroups(bool* changed);
+  Status DeleteGroup(const alloc::ChunkInfo& c);
   // Mixed groups: room for len bytes of data beyond what metadata keeps
   // back, adding chunks as needed; ENOSPC when the device is full. Under the
   // allocation lock.

@@ -1,0 +1,83 @@
+// Unused block groups: a data or metadata block group that a transaction
+// leaves with nothing in it is deleted with its chunk in that
+// transaction's commit, as the kernel's btrfs_delete_unused_bgs does (its
+// cleaner, and once more at unmount). Without this, device space that once
+// went to a chunk is never given back: a device that held a large file
+// keeps its data chunks after the file is gone, and metadata (or a resize)
+// cannot have that space.
+//
+// Kept, as the kernel keeps them: the last group of each type and profile
+// (its space_info's list for that profile), system groups (the superblock's
+// chunk array), mixed groups, read-only ones (a seed device's). Kept here
+// besides: chunks made in the running transaction (an early metadata chunk
+// for the reserve would otherwise come and go with every commit), chunks
+// with a stripe on a missing device, and metadata groups whose loss would
+// leave less free metadata than twice the global reserve and a commit's
+// worth of blocks (the kernel keeps a group that reservations may still
+// count on).
+//
+// Crash safety. The group may hold space this very transaction freed
+// (pinned): the last committed trees may still point there. Nothing is
+// written to its device space before this commit's superblocks are on disk
+// (ChunkAllocator::ReleaseRemoved), so a crash before that finds the
+// committed state whole, and after it nothing refers to the group.
+#include <algorithm>
+#include <map>
+
+#include "txn/transaction.h"
+
+namespace ubtrfs::txn {
+
+using namespace ubtrfs::format;
+
+Status TxnManager::DeleteUnusedGroups(bool* changed) {
+  struct Candidate {
+    uint64_t start, length, flags;
+  };
+  std::vector<Candidate> found;
+  std::map<uint64_t, int> per_profile;  // groups by type and profile bits
+  space_->ForEachGroup([&](const alloc::BlockGroup& g) {
+    ++per_profile[g.flags()];
+    const uint64_t kind = g.flags() & kBlockGroupTypeMask;
+    if (kind != kBlockGroupData && kind != kBlockGroupMetadata) return;
+    if (g.read_only() || g.used_bytes() != ExcludedIn(g.start())) return;
+    found.push_back({g.start(), g.length(), g.flags()});
+  });
+  for (const Candidate& c : found) {
+    if (per_profile[c.flags] <= 1) continue;
+    const alloc::ChunkInfo* ci = vol_->chunks().Find(c.start);
+    if (ci == nullptr || ci->logical != c.start || ci->length != c.length || !chunk_alloc_->Removable(*ci)) continue;
+    if (c.flags & kBlockGroupMetadata) {
+      const alloc::SpaceManager::Totals meta = space_->TotalsFor(kBlockGroupMetadata);
+      const auto g = space_->FindGroup(c.start);
+      // Not CommitReserve(): it counts the blocks this commit has dirtied
+      // already, and a large deletion would then never give a group back.
+      const uint64_t keep =
+          2 * (ChunkAllocator::kCommitReserveBlocks * vol_->nodesize() +
+               GlobalReserveBytes(chunk_alloc_->ReserveBase(meta.total_bytes - c.length), vol_->nodesize()));
+      if (!g || meta.free_bytes < g->free_bytes + keep) continue;
+    }
+    const alloc::ChunkInfo chunk = *ci;
+    UB_RETURN_IF_ERROR(DeleteGroup(chunk).WithContext("deleting the unused " + alloc::SpaceManager::KindName(c.flags) +
+                                                      " block group at " + std::to_string(c.start)));
+    --per_profile[c.flags];
+    *changed = true;
+  }
+  return Status::Ok();
+}
+
+// The group leaves the space manager first, so that the tree changes below
+// cannot allocate in it.
+Status TxnManager::DeleteGroup(const alloc::ChunkInfo& c) {
+  UB_RETURN_IF_ERROR(space_->RemoveGroup(c.logical, ExcludedIn(c.logical)));
+  excluded_.erase(c.logical);
+  std::erase_if(excluded_ranges_, [&](const auto& r) { return r.first >= c.logical && r.first < c.logical + c.length; });
+  dirty_groups_.erase(c.logical);
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * bgw, Writer(bg_tree_));
+  UB_RETURN_IF_ERROR(bgw->Delete(Key{c.logical, kBlockGroupItemKey, c.length}).WithContext("block group item"));
+  UB_RETURN_IF_ERROR(DeleteFreeSpaceEntries(c.logical, c.length));
+  UB_RETURN_IF_ERROR(chunk_alloc_->RemoveChunk(c));
+  return vol_->mutable_chunks()->RemoveChunk(c.logical);
+}
+
+}  // namespace ubtrfs::txn
