@@ -49,6 +49,7 @@
 #include "fs/import.h"
 #include "fs/open_device.h"
 #include "io/recording_device.h"
+#include "stats/stats.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_gen.h"
@@ -317,6 +318,7 @@ class WorkloadRun {
     o.nodesize = nodesize_;
     o.fsid = txn::Uuid{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     o.time_sec = 1700000000;
+    o.data_bytes = data_bytes_;
     Status st = txn::MakeFilesystem(&rec_, o);
     ASSERT_TRUE(st.ok()) << st.ToString();
     rec_.ResetLog();
@@ -393,6 +395,8 @@ class WorkloadRun {
   // Before Start(): a node cache this small sends most reads to the device
   // (or to the blocks a commit holds until it has written them).
   void set_node_cache_bytes(size_t n) { node_cache_bytes_ = n; }
+  // The data chunk mkfs makes (0: its default); before Start().
+  void set_data_bytes(uint64_t n) { data_bytes_ = n; }
 
   // A point where something became durable: a commit (path empty) or an
   // fsync of `path` (through the tree log, or a commit where it fell back
@@ -506,6 +510,15 @@ class WorkloadRun {
     std::string d = *n.data;
     if (d.size() < off + bytes.size()) d.resize(off + bytes.size(), '\0');
     std::memcpy(d.data() + off, bytes.data(), bytes.size());
+    SetAllLinks(n.model_ino, [&](Node& m) { m.data = std::make_shared<const std::string>(d); });
+  }
+  // Preallocates [off, off + len) (mode 0: the size grows); reads as zeros.
+  void Fallocate(const std::string& path, uint64_t off, uint64_t len) {
+    Status st = fs_->Fallocate(Id(path), 0, off, len);
+    ASSERT_TRUE(st.ok()) << path << ": " << st.ToString();
+    Node& n = model_.at(path);
+    std::string d = *n.data;
+    if (d.size() < off + len) d.resize(off + len, '\0');
     SetAllLinks(n.model_ino, [&](Node& m) { m.data = std::make_shared<const std::string>(d); });
   }
   void Truncate(const std::string& path, uint64_t size) {
@@ -713,6 +726,7 @@ class WorkloadRun {
   int commits_ = 0;
   int commits_behind_ = 0;
   size_t node_cache_bytes_ = 0;
+  uint64_t data_bytes_ = 0;
   uint32_t nodesize_;
   int snapshots_ = 0;
   uint64_t longest_drop_ = 0;  // commits of the longest subvolume deletion
@@ -809,6 +823,40 @@ void CommitBehindWorkload(WorkloadRun& r, int rounds) {
     }
   }
   EXPECT_GE(r.commits_behind(), rounds);
+}
+
+// Block groups emptied by deletions go with their chunks in the commit
+// that empties them (txn/unused_groups.cc), and their device space must
+// stay untouched until that commit is on disk. Here the next transaction,
+// running while the deleting commit's superblock is held back, needs a new
+// data chunk, and the lowest hole on the device is where deleted chunks
+// were. mkfs makes a data chunk of 4 MiB (set_data_bytes); the first
+// round's file fills it, a new 12 MiB chunk and part of another, and is
+// deleted: the first two go (16 MiB of device, next to each other), the
+// third stays (the last data group). The new chunk of the transaction
+// behind must go elsewhere; placed there, its data would overwrite the
+// deleted file's, which a crash before the superblock still shows (this
+// fails with the space released at once: tried).
+void EmptiedGroupsWorkload(WorkloadRun& r, int rounds) {
+  static stats::Counter& removed = stats::GetCounter("alloc.chunks_removed");
+  // In 1 MiB writes: extents no larger than that, chunks of the target size.
+  auto create = [&](const std::string& path, size_t mib) {
+    r.CreateFile(path, "");
+    for (size_t i = 0; i < mib && !::testing::Test::HasFatalFailure(); ++i) r.WriteAt(path, i << 20, r.Bytes(1 << 20));
+  };
+  for (int round = 0; round < rounds && !::testing::Test::HasFatalFailure(); ++round) {
+    create("a", 20);
+    r.Commit();
+    if (::testing::Test::HasFatalFailure()) return;
+    const uint64_t removed_then = removed.Get();
+    r.Unlink("a");
+    r.CommitBehind([&] { create("b", 16); });
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GE(removed.Get() - removed_then, 1u) << "round " << round << ": the emptied group is still there";
+    r.Commit();
+    r.Unlink("b");
+    r.Commit();
+  }
 }
 
 // Appends with Commit as fsync after each: small ones (inline extents that
@@ -1557,6 +1605,7 @@ class CrashTest : public ::testing::Test {
     auto t0 = std::chrono::steady_clock::now();
     WorkloadRun run(seed, nodesize);
     run.set_node_cache_bytes(node_cache_bytes_);
+    run.set_data_bytes(data_bytes_);
     run.Start();
     ASSERT_FALSE(HasFatalFailure());
     workload(run);
@@ -1585,6 +1634,7 @@ class CrashTest : public ::testing::Test {
   bool resume_drops_ = false;
   bool kernel_ = false;
   size_t node_cache_bytes_ = 0;  // 0: the library's default
+  uint64_t data_bytes_ = 0;      // mkfs's data chunk; 0: its default
   TempDir scratch_{"ubtrfs-crash"};
 };
 
@@ -1614,6 +1664,16 @@ TEST_F(CrashTest, CommitsBehindTheNextTransaction) {
   // miss the cache and must find them unwritten, not read the device.
   node_cache_bytes_ = 64 << 10;
   RunWorkload("commit-behind", [&](WorkloadRun& r) { CommitBehindWorkload(r, Soak() ? 60 : 12); }, ShortPlan(), seed);
+}
+
+TEST_F(CrashTest, EmptiedGroupsAreDeletedBehindTheNextTransaction) {
+  const uint64_t seed = BaseSeed() * 1000 + 13;
+  // The crash points around every superblock write are always taken: the
+  // one just before the held commit's own has the next transaction's data
+  // written and the deleted chunks' space still named by the chunk tree.
+  data_bytes_ = 4 << 20;
+  RunWorkload("emptied-groups", [&](WorkloadRun& r) { EmptiedGroupsWorkload(r, Soak() ? 8 : 2); },
+              LongPlan(Soak() ? 1500 : 30), seed);
 }
 
 TEST_F(CrashTest, AppendsWithFsync) {

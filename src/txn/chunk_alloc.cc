@@ -6,6 +6,7 @@
 #include <set>
 
 #include "format/key.h"
+#include "stats/stats.h"
 #include "txn/transaction.h"
 
 namespace ubtrfs::txn {
@@ -634,6 +635,8 @@ Status ChunkAllocator::RemoveChunk(const alloc::ChunkInfo& c) {
     logical_floor_ = std::max(logical_floor_, c.logical + c.length);
     ++stats_.removed;
   }
+  static stats::Counter& removed = stats::GetCounter("alloc.chunks_removed");
+  removed.Add();
   return WriteBytesUsed(touched);
 }
 
