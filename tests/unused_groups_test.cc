@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "format/ondisk.h"
+#include "io/block_device.h"
+#include "support/array_mount.h"
 #include "support/mkfs_util.h"
-#include "support/open_txn.h"
 #include "support/test_util.h"
 #include "tree/cursor.h"
+#include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 
 #ifndef UBTRFS_CLI_PATH
@@ -41,7 +43,6 @@ struct Layout {
   uint64_t dev_extents = 0;
   uint64_t dev_extent_bytes = 0;
   uint64_t dev_bytes_used = 0;  // DEV_ITEM.bytes_used, all devices
-  uint64_t super_bytes_used = 0;
 
   int Count(uint64_t kind) const {
     int n = 0;
@@ -57,19 +58,26 @@ struct Layout {
   }
 };
 
-Layout ReadLayout(const std::string& img) {
+// Of an image, or of an array (all its images).
+Layout ReadLayout(const std::vector<std::string>& images) {
   Layout out;
-  auto o = ubtrfs_test::OpenForWrite(img);
-  EXPECT_TRUE(o.ok()) << o.status().ToString();
-  if (!o.ok()) return out;
-  txn::Volume& vol = *o->vol;
+  std::vector<std::unique_ptr<io::BlockDevice>> devs;
+  for (const auto& img : images) {
+    auto dev = io::OpenFileDevice(img);
+    EXPECT_TRUE(dev.ok()) << img << ": " << dev.status().ToString();
+    if (!dev.ok()) return out;
+    devs.push_back(std::move(*dev));
+  }
+  auto opened = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  if (!opened.ok()) return out;
+  txn::Volume& vol = **opened;
   for (const auto& [logical, c] : vol.chunks().chunks()) {
     out.chunks[logical] = c.type;
     out.stripes += c.stripes.size();
     out.stripe_bytes += c.stripes.size() * c.stripe_size;
   }
   for (const auto& [devid, item] : vol.dev_items()) out.dev_bytes_used += item.bytes_used.get();
-  out.super_bytes_used = vol.super().dev_item.bytes_used.get();
   auto dev = vol.FindRoot(kDevTreeObjectid);
   EXPECT_TRUE(dev.ok());
   if (!dev.ok()) return out;
@@ -84,6 +92,7 @@ Layout ReadLayout(const std::string& img) {
   }
   return out;
 }
+Layout ReadLayout(const std::string& img) { return ReadLayout(std::vector<std::string>{img}); }
 
 // The dev tree, the chunk items and the DEV_ITEMs agree.
 void ExpectConsistent(const Layout& l, const std::string& what) {
@@ -350,6 +359,75 @@ TEST(UnusedGroups, KernelWrittenImage) {
   auto fs = ubtrfs_test::OpenWritable(img);
   ASSERT_TRUE(fs);
   EXPECT_TRUE(ReadsBack(*fs, "again", 150 * kMiB, 20));
+}
+
+// RAID1 over two devices: each deleted chunk gives back a stripe on both,
+// and each device's DEV_ITEM follows. The kernel mounts the pair and
+// writes where the chunks were.
+TEST(UnusedGroups, MirroredOverTwoDevices) {
+  TempDir dir("ubtrfs-unused");
+  std::vector<std::string> images{dir.Sub("d1.img"), dir.Sub("d2.img")};
+  for (const auto& img : images) {
+    std::string err;
+    ASSERT_TRUE(ubtrfs_test::MakeSparseFile(img, 320 * kMiB, &err)) << err;
+  }
+  std::vector<std::string> args{UBTRFS_CLI_PATH, "mkfs", "-q", "-f", "-d", "raid1", "-m", "raid1"};
+  args.insert(args.end(), images.begin(), images.end());
+  auto r = RunCommand(args);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  const std::string joined = ubtrfs_test::JoinDevices(images);
+  {
+    auto fs = Filesystem::Open(joined, OpenOptions{.writable = true});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    for (int i = 0; i < 3; ++i) {
+      auto id = (*fs)->Create((*fs)->Root(), "f" + std::to_string(i), Attrs());
+      ASSERT_TRUE(id.ok());
+      Status failure;
+      ASSERT_EQ(WriteFile(**fs, *id, 50 * kMiB, i, &failure), 50 * kMiB) << failure.ToString();
+      ASSERT_TRUE((*fs)->Commit().ok());
+    }
+  }
+  const Layout full = ReadLayout(images);
+  ASSERT_GE(full.Count(kBlockGroupData), 3) << full.Describe();
+  ExpectConsistent(full, "filled");
+  {
+    auto fs = Filesystem::Open(joined, OpenOptions{.writable = true});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*fs)->Unlink((*fs)->Root(), "f" + std::to_string(i)).ok());
+    ASSERT_TRUE((*fs)->Commit().ok());
+    EXPECT_TRUE(ReadsBack(**fs, "f2", 50 * kMiB, 2));
+  }
+  const Layout after = ReadLayout(images);
+  EXPECT_LT(after.Count(kBlockGroupData), full.Count(kBlockGroupData)) << after.Describe();
+  ExpectConsistent(after, "emptied");
+  EXPECT_EQ(after.stripes, 2 * after.chunks.size()) << after.Describe();  // RAID1 everywhere
+  EXPECT_EQ(UbtrfsCheck(joined), "");
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
+    return;
+  }
+  auto check = ubtrfs_test::ArrayMount::CheckOnce(images);
+  EXPECT_TRUE(check.ok()) << check.Describe();
+  const std::string mnt = dir.Sub("mnt");
+  mkdir(mnt.c_str(), 0755);
+  {
+    ubtrfs_test::ArrayMount m;
+    ASSERT_EQ(m.Mount(images, mnt), "");
+    EXPECT_TRUE(HostFile(mnt + "/f2") == Pattern(50 * kMiB, 2));
+    {
+      const auto k = Pattern(120 * kMiB, 9);
+      std::ofstream out(mnt + "/kernel", std::ios::binary);
+      out.write(reinterpret_cast<const char*>(k.data()), static_cast<std::streamsize>(k.size()));
+    }
+    m.Unmount();
+  }
+  check = ubtrfs_test::ArrayMount::CheckOnce(images);
+  EXPECT_TRUE(check.ok()) << check.Describe();
+  auto fs = Filesystem::Open(joined);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_TRUE(ReadsBack(**fs, "kernel", 120 * kMiB, 9));
 }
 
 }  // namespace UBTRFS_UNITY_ID
