@@ -167,7 +167,7 @@ std::string MakeUbtrfsImage(const TempDir& dir, const std::string& size) {
 // space given back, and both checkers agree with the result.
 TEST(UnusedGroups, DeletedFilesGiveTheirDataChunksBack) {
   TempDir dir("ubtrfs-unused");
-  const std::string img = MakeUbtrfsImage(dir, "512M");
+  const std::string img = MakeUbtrfsImage(dir, "256M");
   {
     auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
@@ -175,12 +175,12 @@ TEST(UnusedGroups, DeletedFilesGiveTheirDataChunksBack) {
       auto id = fs->Create(fs->Root(), "f" + std::to_string(i), Attrs());
       ASSERT_TRUE(id.ok()) << id.status().ToString();
       Status failure;
-      ASSERT_EQ(WriteFile(*fs, *id, 60 * kMiB, i, &failure), 60 * kMiB) << failure.ToString();
+      ASSERT_EQ(WriteFile(*fs, *id, 30 * kMiB, i, &failure), 30 * kMiB) << failure.ToString();
       ASSERT_TRUE(fs->Commit().ok());
     }
   }
   const Layout full = ReadLayout(img);
-  ASSERT_GE(full.Count(kBlockGroupData), 4) << full.Describe();  // 51 MiB data chunks on 512 MiB
+  ASSERT_GE(full.Count(kBlockGroupData), 3) << full.Describe();  // mkfs: 64 MiB, new ones: 25 MiB
   ExpectConsistent(full, "filled");
   {
     auto fs = ubtrfs_test::OpenWritable(img);
@@ -194,18 +194,18 @@ TEST(UnusedGroups, DeletedFilesGiveTheirDataChunksBack) {
     EXPECT_EQ(after.Count(kBlockGroupMetadata), full.Count(kBlockGroupMetadata)) << after.Describe();
     EXPECT_EQ(after.Count(kBlockGroupSystem), full.Count(kBlockGroupSystem)) << after.Describe();
     ExpectConsistent(after, "emptied");
-    EXPECT_LE(after.dev_bytes_used + 3 * 50 * kMiB, full.dev_bytes_used);
+    EXPECT_LE(after.dev_bytes_used + 2 * 25 * kMiB, full.dev_bytes_used);
   }
   EXPECT_EQ(UbtrfsCheck(img), "");
   EXPECT_EQ(BtrfsCheck(img), "");
-  // A file as large as the device allows now writes where the chunks were.
+  // New chunks for new data take the device space given back.
   {
     auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
     auto id = fs->Create(fs->Root(), "again", Attrs());
     ASSERT_TRUE(id.ok());
     Status failure;
-    ASSERT_EQ(WriteFile(*fs, *id, 300 * kMiB, 7, &failure), 300 * kMiB) << failure.ToString();
+    ASSERT_EQ(WriteFile(*fs, *id, 150 * kMiB, 7, &failure), 150 * kMiB) << failure.ToString();
     ASSERT_TRUE(fs->Commit().ok());
   }
   ExpectConsistent(ReadLayout(img), "written again");
@@ -222,11 +222,13 @@ TEST(UnusedGroups, DeletedFilesGiveTheirDataChunksBack) {
   {
     ubtrfs_test::LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
-    EXPECT_TRUE(HostFile(mnt + "/again") == Pattern(300 * kMiB, 7)) << "the kernel reads another file";
+    EXPECT_TRUE(HostFile(mnt + "/again") == Pattern(150 * kMiB, 7)) << "the kernel reads another file";
     {
-      const auto k = Pattern(100 * kMiB, 8);
+      const auto k = Pattern(20 * kMiB, 8);
       std::ofstream out(mnt + "/kernel", std::ios::binary);
       out.write(reinterpret_cast<const char*>(k.data()), static_cast<std::streamsize>(k.size()));
+      out.close();
+      ASSERT_TRUE(out.good()) << "the kernel's write failed";
     }
     ASSERT_EQ(m.Unmount(), "");
   }
@@ -234,7 +236,7 @@ TEST(UnusedGroups, DeletedFilesGiveTheirDataChunksBack) {
   EXPECT_EQ(UbtrfsCheck(img), "");
   auto fs = ubtrfs_test::OpenWritable(img);
   ASSERT_TRUE(fs);
-  EXPECT_TRUE(ReadsBack(*fs, "kernel", 100 * kMiB, 8));
+  EXPECT_TRUE(ReadsBack(*fs, "kernel", 20 * kMiB, 8));
 }
 
 // The case of session 41: data took the whole device, the data was
@@ -420,6 +422,8 @@ TEST(UnusedGroups, MirroredOverTwoDevices) {
       const auto k = Pattern(120 * kMiB, 9);
       std::ofstream out(mnt + "/kernel", std::ios::binary);
       out.write(reinterpret_cast<const char*>(k.data()), static_cast<std::streamsize>(k.size()));
+      out.close();
+      ASSERT_TRUE(out.good()) << "the kernel's write failed";
     }
     m.Unmount();
   }
