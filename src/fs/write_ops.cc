@@ -90,6 +90,7 @@ FilesystemImpl::~FilesystemImpl() {
   dir_items_.reset();
   txn_.reset();  // before vol_, which it points into
   vol_.reset();
+  tree::DropThreadScratch();
   tree::TrimBlockBuffers();  // the pooled block buffers go back to the system with the blocks
 }
 

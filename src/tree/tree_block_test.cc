@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "format/checksum.h"
+#include "tree/writer.h"
 
 namespace ubtrfs::tree {
 namespace UBTRFS_UNITY_ID {
@@ -148,8 +149,12 @@ TEST(TreeBlock, RejectsEmptyNodesAndUnalignedPointers) {
 }
 
 // Slabs serve threads other than the main one: the tests that expect them
-// run on a thread of their own.
-void OnAThread(const std::function<void()>& f) { std::thread(f).join(); }
+// run on a thread of their own. The counts are the whole process's: the
+// blocks earlier tests' tree writes left in this thread's scratch go first.
+void OnAThread(const std::function<void()>& f) {
+  DropThreadScratch();
+  std::thread(f).join();
+}
 
 // Released block buffers feed new blocks (zeroed, so nothing of an old block
 // leaks into a new one), the pool keeps no more than its cap (which commits
@@ -294,6 +299,7 @@ TEST(BlockBuffers, TheFullestSlabWithRoomServesFirst) {
 // arena is the one glibc's huge-page tunable reaches, and a bulk import on
 // it reuses for blocks what the rest of it freed.
 TEST(BlockBuffers, TheMainThreadKeepsTheHeap) {
+  DropThreadScratch();
   TrimBlockBuffers();
   std::vector<BlockBuffer> held;
   for (size_t i = 0; i < kHeapBufferBytes / 16384 + 200; ++i) held.push_back(BlockBuffer::Take(16384));

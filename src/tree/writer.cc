@@ -61,12 +61,17 @@ std::vector<LeafItem> ExtractItems(const TreeBlock& leaf, int from, int to) {
 // rewritten: one of a few per-thread buffers reused from call to call, so a
 // split or push costs a copy and not an allocation (fresh 16 KiB blocks
 // fault their pages in) and a free.
+thread_local std::array<std::shared_ptr<TreeBlock>, 3> snapshot_scratch;
+
 const TreeBlock& Snapshot(int which, const TreeBlock& b) {
-  thread_local std::array<std::shared_ptr<TreeBlock>, 3> scratch;
-  auto& s = scratch[static_cast<size_t>(which)];
+  auto& s = snapshot_scratch[static_cast<size_t>(which)];
   if (s == nullptr || s->bytes().size() != b.bytes().size()) s = TreeBlock::NewBlank(static_cast<uint32_t>(b.bytes().size()));
   std::memcpy(s->mutable_bytes(), b.bytes().data(), b.bytes().size());
   return *s;
+}
+
+void DropThreadScratch() {
+  for (auto& s : snapshot_scratch) s.reset();
 }
 
 // A per-thread item list for splits, pushes and merges, emptied and reused

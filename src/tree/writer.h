@@ -254,6 +254,11 @@ void RefItems(const TreeBlock& leaf, int from, int to, std::vector<ItemRef>* out
 void WriteLeafRefs(TreeBlock& leaf, std::span<const ItemRef> items);
 uint32_t LeafUsed(const TreeBlock& leaf);
 
+// The calling thread's copies of blocks being split or merged (a few block
+// buffers kept from call to call) are given back: a filesystem closing on
+// this thread, before TrimBlockBuffers.
+void DropThreadScratch();
+
 }  // namespace ubtrfs::tree
 
 #endif  // UBTRFS_TREE_WRITER_H_

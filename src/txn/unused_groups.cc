@@ -47,15 +47,17 @@ Status TxnManager::DeleteUnusedGroups(bool* changed) {
     if (per_profile[c.flags] <= 1) continue;
     const alloc::ChunkInfo* ci = vol_->chunks().Find(c.start);
     if (ci == nullptr || ci->logical != c.start || ci->length != c.length || !chunk_alloc_->Removable(*ci)) continue;
+    // Deleting an earlier one copied tree blocks, which may have gone here.
+    const auto g = space_->FindGroup(c.start);
+    if (!g || g->used_bytes != ExcludedIn(c.start)) continue;
     if (c.flags & kBlockGroupMetadata) {
       const alloc::SpaceManager::Totals meta = space_->TotalsFor(kBlockGroupMetadata);
-      const auto g = space_->FindGroup(c.start);
       // Not CommitReserve(): it counts the blocks this commit has dirtied
       // already, and a large deletion would then never give a group back.
       const uint64_t keep =
           2 * (ChunkAllocator::kCommitReserveBlocks * vol_->nodesize() +
                GlobalReserveBytes(chunk_alloc_->ReserveBase(meta.total_bytes - c.length), vol_->nodesize()));
-      if (!g || meta.free_bytes < g->free_bytes + keep) continue;
+      if (meta.free_bytes < g->free_bytes + keep) continue;
     }
     const alloc::ChunkInfo chunk = *ci;
     UB_RETURN_IF_ERROR(DeleteGroup(chunk).WithContext("deleting the unused " + alloc::SpaceManager::KindName(c.flags) +
