@@ -16,6 +16,7 @@
 #include "io/block_device.h"
 #include "support/array_mount.h"
 #include "support/mkfs_util.h"
+#include "support/open_txn.h"
 #include "support/test_util.h"
 #include "tree/cursor.h"
 #include "txn/volume.h"
@@ -432,6 +433,53 @@ TEST(UnusedGroups, MirroredOverTwoDevices) {
   auto fs = Filesystem::Open(joined);
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
   EXPECT_TRUE(ReadsBack(**fs, "kernel", 120 * kMiB, 9));
+}
+
+// A damaged image: the dev extent of a group that empties is gone. That
+// group stays (the commit does not fail on it), the others go, and
+// `ubtrfs check` still names the damage.
+TEST(UnusedGroups, AGroupWithItemsMissingStays) {
+  TempDir dir("ubtrfs-unused");
+  const std::string img = MakeUbtrfsImage(dir, "256M");
+  {
+    auto fs = ubtrfs_test::OpenWritable(img);
+    ASSERT_TRUE(fs);
+    for (int i = 0; i < 3; ++i) {
+      auto id = fs->Create(fs->Root(), "f" + std::to_string(i), Attrs());
+      ASSERT_TRUE(id.ok());
+      Status failure;
+      ASSERT_EQ(WriteFile(*fs, *id, 30 * kMiB, i, &failure), 30 * kMiB) << failure.ToString();
+    }
+  }
+  const Layout full = ReadLayout(img);
+  ASSERT_GE(full.Count(kBlockGroupData), 3) << full.Describe();
+  uint64_t damaged = 0;
+  {
+    auto o = ubtrfs_test::OpenForWrite(img);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    for (const auto& [logical, c] : o->vol->chunks().chunks()) {
+      if (!(c.type & kBlockGroupData)) continue;
+      damaged = logical;
+      auto w = o->txn->Writer(kDevTreeObjectid);
+      ASSERT_TRUE(w.ok());
+      ASSERT_TRUE((*w)->Delete(Key{c.stripes[0].devid, kDevExtentKey, c.stripes[0].physical}).ok());
+      break;
+    }
+    ASSERT_TRUE(o->txn->Commit().ok());
+  }
+  {
+    auto fs = ubtrfs_test::OpenWritable(img);
+    ASSERT_TRUE(fs);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(fs->Unlink(fs->Root(), "f" + std::to_string(i)).ok());
+    Status st = fs->Commit();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  const Layout after = ReadLayout(img);
+  EXPECT_EQ(after.Count(kBlockGroupData), 1) << after.Describe();
+  EXPECT_EQ(after.chunks.count(damaged), 1u) << after.Describe();
+  auto r = RunCommand({UBTRFS_CLI_PATH, "check", img});
+  EXPECT_FALSE(r.ok()) << r.Describe();
+  EXPECT_NE((r.out + r.err).find(std::to_string(damaged)), std::string::npos) << r.Describe();
 }
 
 }  // namespace UBTRFS_UNITY_ID

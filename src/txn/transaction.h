@@ -257,6 +257,7 @@ class TxnManager final : public tree::BlockAllocator {
   // Deletes every block group the running transaction left empty that may
   // go, with its chunk; sets *changed if any did.
   Status DeleteUnusedGroups(bool* changed);
+  Result<bool> GroupItemsPresent(const alloc::ChunkInfo& c);
   Status DeleteGroup(const alloc::ChunkInfo& c);
   // Mixed groups: room for len bytes of data beyond what metadata keeps
   // back, adding chunks as needed; ENOSPC when the device is full. Under the

@@ -60,12 +60,35 @@ Status TxnManager::DeleteUnusedGroups(bool* changed) {
       if (meta.free_bytes < g->free_bytes + keep) continue;
     }
     const alloc::ChunkInfo chunk = *ci;
+    UB_ASSIGN_OR_RETURN(bool present, GroupItemsPresent(chunk));
+    if (!present) continue;
     UB_RETURN_IF_ERROR(DeleteGroup(chunk).WithContext("deleting the unused " + alloc::SpaceManager::KindName(c.flags) +
                                                       " block group at " + std::to_string(c.start)));
     --per_profile[c.flags];
     *changed = true;
   }
   return Status::Ok();
+}
+
+// An image whose trees disagree with its chunk map here keeps the group
+// (`ubtrfs check` names what is wrong) rather than failing the commit that
+// would delete it.
+Result<bool> TxnManager::GroupItemsPresent(const alloc::ChunkInfo& c) {
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * bg_root, vol_->MutableRoot(bg_tree_));
+  UB_ASSIGN_OR_RETURN(auto bg, tree::LookupItem(dirty_.get(), bg_root->ref, Key{c.logical, kBlockGroupItemKey, c.length}));
+  if (!bg) return false;
+  UB_ASSIGN_OR_RETURN(auto chunk,
+                      tree::LookupItem(dirty_.get(), vol_->chunk_tree(), Key{kFirstChunkTreeObjectid, kChunkItemKey, c.logical}));
+  if (!chunk) return false;
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * dev_root, vol_->MutableRoot(kDevTreeObjectid));
+  for (const alloc::StripeLoc& st : c.stripes) {
+    UB_ASSIGN_OR_RETURN(auto de, tree::LookupItem(dirty_.get(), dev_root->ref, Key{st.devid, kDevExtentKey, st.physical}));
+    if (!de || de->size() < sizeof(DevExtent) ||
+        reinterpret_cast<const DevExtent*>(de->data())->chunk_offset.get() != c.logical) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // The group leaves the space manager first, so that the tree changes below
