@@ -122,6 +122,14 @@ std::vector<uint8_t> HostFile(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// Writes a file through a kernel mount; false if any of it failed.
+bool WriteHostFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  return out.good();
+}
+
 NewInode Attrs() {
   NewInode a;
   a.mode = 0644;
@@ -224,13 +232,7 @@ TEST(UnusedGroups, DeletedFilesGiveTheirDataChunksBack) {
     ubtrfs_test::LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
     EXPECT_TRUE(HostFile(mnt + "/again") == Pattern(150 * kMiB, 7)) << "the kernel reads another file";
-    {
-      const auto k = Pattern(20 * kMiB, 8);
-      std::ofstream out(mnt + "/kernel", std::ios::binary);
-      out.write(reinterpret_cast<const char*>(k.data()), static_cast<std::streamsize>(k.size()));
-      out.close();
-      ASSERT_TRUE(out.good()) << "the kernel's write failed";
-    }
+    ASSERT_TRUE(WriteHostFile(mnt + "/kernel", Pattern(20 * kMiB, 8))) << "the kernel's write failed";
     ASSERT_EQ(m.Unmount(), "");
   }
   EXPECT_EQ(BtrfsCheck(img), "");
@@ -329,9 +331,7 @@ TEST(UnusedGroups, KernelWrittenImage) {
     ubtrfs_test::LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
     for (int i = 0; i < 4; ++i) {
-      const auto k = Pattern(50 * kMiB, 10 + i);
-      std::ofstream out(mnt + "/k" + std::to_string(i), std::ios::binary);
-      out.write(reinterpret_cast<const char*>(k.data()), static_cast<std::streamsize>(k.size()));
+      ASSERT_TRUE(WriteHostFile(mnt + "/k" + std::to_string(i), Pattern(50 * kMiB, 10 + i)));
     }
     ASSERT_EQ(m.Unmount(), "");
   }
@@ -351,11 +351,7 @@ TEST(UnusedGroups, KernelWrittenImage) {
     ubtrfs_test::LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
     EXPECT_TRUE(HostFile(mnt + "/k3") == Pattern(50 * kMiB, 13));
-    const auto k = Pattern(150 * kMiB, 20);
-    std::ofstream out(mnt + "/again", std::ios::binary);
-    out.write(reinterpret_cast<const char*>(k.data()), static_cast<std::streamsize>(k.size()));
-    out.close();
-    ASSERT_TRUE(out.good());
+    ASSERT_TRUE(WriteHostFile(mnt + "/again", Pattern(150 * kMiB, 20))) << "the kernel's write failed";
     ASSERT_EQ(m.Unmount(), "");
   }
   EXPECT_EQ(BtrfsCheck(img), "");
@@ -419,13 +415,7 @@ TEST(UnusedGroups, MirroredOverTwoDevices) {
     ubtrfs_test::ArrayMount m;
     ASSERT_EQ(m.Mount(images, mnt), "");
     EXPECT_TRUE(HostFile(mnt + "/f2") == Pattern(50 * kMiB, 2));
-    {
-      const auto k = Pattern(120 * kMiB, 9);
-      std::ofstream out(mnt + "/kernel", std::ios::binary);
-      out.write(reinterpret_cast<const char*>(k.data()), static_cast<std::streamsize>(k.size()));
-      out.close();
-      ASSERT_TRUE(out.good()) << "the kernel's write failed";
-    }
+    ASSERT_TRUE(WriteHostFile(mnt + "/kernel", Pattern(120 * kMiB, 9))) << "the kernel's write failed";
     m.Unmount();
   }
   check = ubtrfs_test::ArrayMount::CheckOnce(images);
