@@ -7,14 +7,15 @@
 // cannot have that space.
 //
 // Kept, as the kernel keeps them: the last group of each type and profile
-// (its space_info's list for that profile), system groups (the superblock's
-// chunk array), mixed groups, read-only ones (a seed device's). Kept here
-// besides: chunks made in the running transaction (an early metadata chunk
-// for the reserve would otherwise come and go with every commit), chunks
-// with a stripe on a missing device, and metadata groups whose loss would
-// leave less free metadata than twice the global reserve and a commit's
-// worth of blocks (the kernel keeps a group that reservations may still
-// count on).
+// (its space_info's list for that profile) and read-only ones (here: a
+// seed device's). Kept here besides: system groups (the superblock's chunk
+// array would have to follow), mixed groups (an empty one serves data and
+// metadata alike), chunks made in the running transaction (an early
+// metadata chunk for the reserve would otherwise come and go with every
+// commit), chunks with a stripe on a missing device, metadata groups whose
+// loss would leave less free metadata than twice the global reserve and a
+// commit's worth of blocks (the kernel keeps a group that reservations may
+// still count on), and a group whose items are not where the chunk map says.
 //
 // Crash safety. The group may hold space this very transaction freed
 // (pinned): the last committed trees may still point there. Nothing is
