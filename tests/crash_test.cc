@@ -512,15 +512,6 @@ class WorkloadRun {
     std::memcpy(d.data() + off, bytes.data(), bytes.size());
     SetAllLinks(n.model_ino, [&](Node& m) { m.data = std::make_shared<const std::string>(d); });
   }
-  // Preallocates [off, off + len) (mode 0: the size grows); reads as zeros.
-  void Fallocate(const std::string& path, uint64_t off, uint64_t len) {
-    Status st = fs_->Fallocate(Id(path), 0, off, len);
-    ASSERT_TRUE(st.ok()) << path << ": " << st.ToString();
-    Node& n = model_.at(path);
-    std::string d = *n.data;
-    if (d.size() < off + len) d.resize(off + len, '\0');
-    SetAllLinks(n.model_ino, [&](Node& m) { m.data = std::make_shared<const std::string>(d); });
-  }
   void Truncate(const std::string& path, uint64_t size) {
     AttrChange c;
     c.size = size;
