@@ -192,6 +192,51 @@ struct ConvertResult {
 UBTRFS_API Status ConvertProfiles(const std::vector<std::string>& devices, const ConvertOptions& options,
                                   ConvertResult* result);
 
+// ---- Emptying block groups ----
+
+// Which block groups of a kind to empty, as btrfs balance's usage filter:
+// `usage=N` takes those less than N percent used (0: only empty ones);
+// `usage=MIN..MAX` those from MIN up to (not including) MAX percent.
+struct UsageFilter {
+  bool on = false;
+  uint32_t min_percent = 0;
+  uint32_t max_percent = 0;
+};
+
+// Parses "usage=N" or "usage=MIN..MAX" (N, MIN, MAX from 0 to 100).
+UBTRFS_API Status ParseUsageFilter(std::string_view text, UsageFilter* out);
+
+struct RelocateOptions {
+  // As DeviceChangeOptions.
+  std::vector<std::string> scan_dirs;
+  bool degraded = false;
+  UsageFilter data, metadata;
+};
+
+struct RelocateResult {
+  uint64_t groups_selected = 0;  // block groups the filters took
+  uint64_t groups_emptied = 0;   // emptied and deleted with their chunks
+  uint64_t data_extents = 0;     // data extents copied to new places
+  uint64_t data_bytes = 0;
+  uint64_t tree_blocks = 0;      // tree blocks copied on write
+  uint64_t chunk_bytes_before = 0;  // device bytes the data and metadata chunks took
+  uint64_t chunk_bytes_after = 0;
+  // Why a selected group stayed (an extent nothing reaches, data that did
+  // not read back verified from any copy, the last group of its kind).
+  std::vector<std::string> notes;
+};
+
+// `btrfs balance start -dusage=N -musage=N`, offline: each data and metadata
+// block group the filters take (lowest use first; not system, mixed or
+// read-only ones) is emptied by moving its extents elsewhere (new logical
+// addresses: file extent items, checksums, tree pointers and references
+// follow, in every snapshot that shares them), then deleted with its chunk,
+// one group at a time. Groups made meanwhile are not taken. ENOSPC when a
+// copy finds no room; the groups emptied before stay emptied. EINVAL with
+// simple quotas (a moved extent would be counted anew).
+UBTRFS_API Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOptions& options,
+                                 RelocateResult* result);
+
 }  // namespace ubtrfs
 
 #endif  // UBTRFS_RESIZE_H_

@@ -103,7 +103,7 @@ class BlockGroup {
   // A read-only group hands out nothing and counts no free space, as the
   // kernel's read-only block groups (a seed device's, under a sprout); what
   // is freed in it is still tracked, for its item and the free space tree.
-  void set_read_only() { read_only_ = true; }
+  void set_read_only(bool on = true) { read_only_ = on; }
   // A chunk converted to another profile (balance): its type and profile
   // bits; the space it holds stays as it is.
   void set_flags(uint64_t flags) { flags_ = flags; }

@@ -91,11 +91,11 @@ Status SpaceManager::RemoveGroup(uint64_t start, uint64_t used) {
   return Status::Ok();
 }
 
-Status SpaceManager::SetReadOnly(uint64_t start) {
+Status SpaceManager::SetReadOnly(uint64_t start, bool on) {
   std::lock_guard lock(mu_);
   auto it = groups_.find(start);
   if (it == groups_.end()) return Status::NotFound("no block group at " + std::to_string(start));
-  it->second->set_read_only();
+  it->second->set_read_only(on);
   return Status::Ok();
 }
 

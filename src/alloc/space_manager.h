@@ -77,8 +77,9 @@ class SpaceManager {
   // allocation: superblock stripes); what it has pinned goes with it, and
   // the owner keeps its device space untouched until that is durable.
   Status RemoveGroup(uint64_t start, uint64_t used);
-  // BlockGroup::set_read_only of the group that starts at `start`.
-  Status SetReadOnly(uint64_t start);
+  // BlockGroup::set_read_only of the group that starts at `start` (a seed
+  // device's for good; one being emptied by relocation until it is gone).
+  Status SetReadOnly(uint64_t start, bool on = true);
   // BlockGroup::set_flags: a group whose chunk was converted to another
   // profile (balance).
   Status SetFlags(uint64_t start, uint64_t flags);

@@ -1,6 +1,6 @@
-// balance: chunks converted to another profile, offline (as btrfs balance
-// start -dconvert=... -mconvert=... on a mounted filesystem). Through
-// ubtrfs/resize.h.
+// balance: chunks converted to another profile, or partly used block
+// groups emptied, offline (as btrfs balance start -dconvert=... -mconvert=...
+// -dusage=... -musage=... on a mounted filesystem). Through ubtrfs/resize.h.
 #include <fmt/core.h>
 
 #include <string>
@@ -18,17 +18,78 @@ namespace {
 struct BalanceArgs {
   std::vector<std::string> devices;
   ConvertOptions o;
+  std::string d_filters, m_filters, s_filters;  // btrfs-progs' -dFILTERS, -mFILTERS, -sFILTERS
+  std::string d_usage, m_usage;
   bool quiet = false;
 };
+
+// "-dconvert=raid1", "-dusage=50", "-d raid1" (a profile alone, as ubtrfs
+// took it before filters): one filter per option; btrfs-progs' combined
+// filters ("convert=raid1,soft,usage=50") are not supported.
+Status ApplyFilters(const std::string& text, std::string* convert, UsageFilter* usage) {
+  if (text.empty()) return Status::Ok();
+  if (text.find(',') != std::string::npos) {
+    return Status::Invalid("filters '" + text + "': give one filter (convert=PROFILE or usage=N) per option");
+  }
+  if (text.starts_with("usage=")) return ParseUsageFilter(text, usage);
+  if (text.starts_with("convert=")) {
+    *convert = text.substr(8);
+    return Status::Ok();
+  }
+  if (text.find('=') != std::string::npos) {
+    return Status::Invalid("filter '" + text + "': only convert=PROFILE and usage=N (or usage=MIN..MAX) are supported");
+  }
+  *convert = text;
+  return Status::Ok();
+}
 
 void CmdBalance(BalanceArgs& a) {
   if (Placement().offset != 0 || Placement().partition != 0) {
     fmt::print(stderr, "ubtrfs balance: works on whole images and devices; --offset and --partition are not supported\n");
     return SetExitCode(2);
   }
-  if (a.o.data.empty() && a.o.metadata.empty() && a.o.system.empty()) {
-    fmt::print(stderr, "ubtrfs balance: give the profile to convert to: --dconvert, --mconvert and/or --sconvert\n");
+  RelocateOptions ro;
+  for (Status s : {ApplyFilters(a.d_filters, &a.o.data, &ro.data), ApplyFilters(a.m_filters, &a.o.metadata, &ro.metadata),
+                   a.d_usage.empty() ? Status::Ok() : ParseUsageFilter("usage=" + a.d_usage, &ro.data),
+                   a.m_usage.empty() ? Status::Ok() : ParseUsageFilter("usage=" + a.m_usage, &ro.metadata)}) {
+    if (!s.ok()) {
+      fmt::print(stderr, "ubtrfs balance: {}\n", s.message());
+      return SetExitCode(2);
+    }
+  }
+  if (!a.s_filters.empty()) {
+    UsageFilter unused;
+    if (Status s = ApplyFilters(a.s_filters, &a.o.system, &unused); !s.ok() || unused.on) {
+      fmt::print(stderr, "ubtrfs balance: {}\n",
+                 s.ok() ? "system chunks are not relocated by usage; -s takes convert=PROFILE" : s.message());
+      return SetExitCode(2);
+    }
+  }
+  const bool convert = !a.o.data.empty() || !a.o.metadata.empty() || !a.o.system.empty();
+  const bool relocate = ro.data.on || ro.metadata.on;
+  if (!convert && !relocate) {
+    fmt::print(stderr,
+               "ubtrfs balance: give what to do: -dconvert=PROFILE, -mconvert=PROFILE, -sconvert=PROFILE "
+               "(or --dconvert/--mconvert/--sconvert), -dusage=N, -musage=N\n");
     return SetExitCode(2);
+  }
+  if (convert && relocate) {
+    fmt::print(stderr, "ubtrfs balance: converting and relocating by usage in one run is not supported; run them one after the other\n");
+    return SetExitCode(2);
+  }
+  if (relocate) {
+    ro.scan_dirs = Placement().scan_dirs;
+    ro.degraded = Placement().degraded;
+    RelocateResult r;
+    Status s = RelocateGroups(a.devices, ro, &r);
+    for (const std::string& n : r.notes) fmt::print(stderr, "ubtrfs balance: {}\n", n);
+    if (!s.ok()) fmt::print(stderr, "ubtrfs balance: {}\n", s.ToString());
+    if (!a.quiet || !s.ok()) {
+      fmt::print("Relocated {} of {} block groups ({} data extents, {}; {} tree blocks); chunks took {}, now {}\n",
+                 r.groups_emptied, r.groups_selected, r.data_extents, Human(r.data_bytes), r.tree_blocks,
+                 Human(r.chunk_bytes_before), Human(r.chunk_bytes_after));
+    }
+    return SetExitCode(s.ok() ? 0 : 1);
   }
   a.o.scan_dirs = Placement().scan_dirs;
   a.o.degraded = Placement().degraded;
@@ -47,13 +108,19 @@ void CmdBalance(BalanceArgs& a) {
 
 void RegisterBalance(CLI::App& app) {
   static BalanceArgs args;
-  auto* bal = app.add_subcommand(
-      "balance", "Convert chunks to another profile, offline (as btrfs balance start -dconvert= -mconvert=)");
+  auto* bal = app.add_subcommand("balance",
+                                 "Convert chunks to another profile, or empty partly used block groups, offline "
+                                 "(as btrfs balance start -dconvert= -mconvert= -dusage= -musage=)");
   bal->add_option("devices", args.devices, "IMAGE... (the filesystem's devices)")->required();
-  bal->add_option("-d,--dconvert", args.o.data, "Profile for data chunks (single, dup, raid0, raid1, raid1c3, "
-                                                 "raid1c4, raid10, raid5, raid6)");
-  bal->add_option("-m,--mconvert", args.o.metadata, "Profile for metadata chunks (and system, without --sconvert)");
-  bal->add_option("-s,--sconvert", args.o.system, "Profile for system chunks");
+  bal->add_option("-d", args.d_filters, "Data filter: convert=PROFILE, usage=N or usage=MIN..MAX (as -dusage=50)");
+  bal->add_option("-m", args.m_filters, "Metadata filter, as -d (convert also takes system chunks without -s)");
+  bal->add_option("-s", args.s_filters, "System filter: convert=PROFILE");
+  bal->add_option("--dconvert", args.o.data, "Profile for data chunks (single, dup, raid0, raid1, raid1c3, "
+                                              "raid1c4, raid10, raid5, raid6)");
+  bal->add_option("--mconvert", args.o.metadata, "Profile for metadata chunks (and system, without --sconvert)");
+  bal->add_option("--sconvert", args.o.system, "Profile for system chunks");
+  bal->add_option("--dusage", args.d_usage, "Empty data block groups less than this percent used (or MIN..MAX)");
+  bal->add_option("--musage", args.m_usage, "Empty metadata block groups less than this percent used (or MIN..MAX)");
   bal->add_flag("-f,--force", args.o.force, "Allow metadata or system chunks to lose redundancy");
   bal->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   bal->callback([] { CmdBalance(args); });

@@ -282,6 +282,7 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   b.num_devices = sb.num_devices.get();
   t.supers_ = vol_->SealSuperblocks();
   force_super_ = false;
+  moved_only_.clear();
 
   // The next transaction starts: it finds this one's blocks in the cache,
   // or held until the second half has written them, and what this one

@@ -22,9 +22,29 @@ Result<std::set<uint64_t>> RootWalk::Roots(uint64_t bytenr, int depth) {
     return Status::Corrupt("extent tree: back references of " + std::to_string(bytenr) + " nest too deep");
   }
   std::set<uint64_t> roots;
-  std::vector<uint64_t> parents, by_tree;                      // blocks: parents, trees holding it
-  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> data;  // data: (root, ino, offset)
+  std::vector<uint64_t> parents;
+  UB_RETURN_IF_ERROR(Holders(bytenr, &parents, &roots));
+  for (uint64_t p : parents) {
+    UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
+    roots.insert(up.begin(), up.end());
+  }
+  memo_[bytenr] = roots;
+  return roots;
+}
+
+Status RootWalk::Holders(uint64_t bytenr, std::vector<uint64_t>* parents, std::set<uint64_t>* tops) {
+  std::vector<Backref> refs;
   int level = 0;
+  UB_RETURN_IF_ERROR(Backrefs(bytenr, &refs, &level));
+  for (const Backref& r : refs) {
+    if (r.root) tops->insert(r.a);  // the tree's root block (or a tree this state no longer has)
+    parents->insert(parents->end(), r.blocks.begin(), r.blocks.end());
+  }
+  return Status::Ok();
+}
+
+Status RootWalk::Backrefs(uint64_t bytenr, std::vector<Backref>* out, int* level) {
+  *level = 0;
   Cursor c(src_, ext_);
   UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
   while (c.Valid() && c.key().objectid == bytenr) {
@@ -35,45 +55,48 @@ Result<std::set<uint64_t>> RootWalk::Roots(uint64_t bytenr, int depth) {
       const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
       size_t start = sizeof(ExtentItem);
       if (k.type == kMetadataItemKey) {
-        level = static_cast<int>(k.offset);
+        *level = static_cast<int>(k.offset);
       } else if (ei->flags.get() & kExtentFlagTreeBlock) {
         if (d.size() < start + sizeof(TreeBlockInfo)) return Status::Corrupt("extent tree: short " + KeyToString(k));
-        level = reinterpret_cast<const TreeBlockInfo*>(d.data() + start)->level;
+        *level = reinterpret_cast<const TreeBlockInfo*>(d.data() + start)->level;
         start += sizeof(TreeBlockInfo);
       }
       const std::vector<uint8_t> item(d.begin(), d.end());
       UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, start, k));
       for (const InlineRef& r : refs) {
-        if (r.type == kTreeBlockRefKey) by_tree.push_back(r.offset);
-        if (r.type == kExtentDataRefKey) data.push_back({r.root, r.objectid, r.data_offset});
-        if (r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) parents.push_back(r.offset);
+        if (r.type == kExtentDataRefKey) {
+          out->push_back({r.type, r.root, r.objectid, r.data_offset, r.count, {}, false});
+        } else if (r.type == kTreeBlockRefKey || r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) {
+          out->push_back({r.type, r.offset, 0, 0, r.count, {}, false});
+        }
       }
-    } else if (k.type == kTreeBlockRefKey) {
-      by_tree.push_back(k.offset);
-    } else if (k.type == kSharedBlockRefKey || k.type == kSharedDataRefKey) {
-      parents.push_back(k.offset);
+    } else if (k.type == kTreeBlockRefKey || k.type == kSharedBlockRefKey) {
+      out->push_back({k.type, k.offset, 0, 0, 1, {}, false});
+    } else if (k.type == kSharedDataRefKey) {
+      if (d.size() < sizeof(SharedDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+      out->push_back({k.type, k.offset, 0, 0, reinterpret_cast<const SharedDataRef*>(d.data())->count.get(), {}, false});
     } else if (k.type == kExtentDataRefKey) {
       if (d.size() < sizeof(ExtentDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
       const auto* r = reinterpret_cast<const ExtentDataRef*>(d.data());
-      data.push_back({r->root.get(), r->objectid.get(), r->offset.get()});
+      out->push_back({k.type, r->root.get(), r->objectid.get(), r->offset.get(), r->count.get(), {}, false});
     }
     UB_RETURN_IF_ERROR(c.Next());
   }
-  for (uint64_t t : by_tree) {
-    UB_ASSIGN_OR_RETURN(std::optional<uint64_t> parent, ParentInTree(t, bytenr, level));
-    if (!parent) {
-      roots.insert(t);  // the tree's root block (or a tree this state no longer has)
-    } else {
-      parents.push_back(*parent);
+  for (Backref& r : *out) {
+    if (r.type == kTreeBlockRefKey) {
+      UB_ASSIGN_OR_RETURN(std::optional<uint64_t> parent, ParentInTree(r.a, bytenr, *level));
+      if (parent) {
+        r.blocks.push_back(*parent);
+      } else {
+        r.root = true;
+      }
+    } else if (r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) {
+      r.blocks.push_back(r.a);
+    } else if (r.type == kExtentDataRefKey) {
+      UB_RETURN_IF_ERROR(LeavesInTree(r.a, r.ino, r.off, bytenr, &r.blocks));
     }
   }
-  for (const auto& [root, ino, off] : data) UB_RETURN_IF_ERROR(LeavesInTree(root, ino, off, bytenr, &parents));
-  for (uint64_t p : parents) {
-    UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
-    roots.insert(up.begin(), up.end());
-  }
-  memo_[bytenr] = roots;
-  return roots;
+  return Status::Ok();
 }
 
 Result<std::optional<uint64_t>> RootWalk::ParentInTree(uint64_t t, uint64_t bytenr, int level) {

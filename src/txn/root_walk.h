@@ -35,6 +35,23 @@ class RootWalk {
   // The trees (every kind: callers keep the subvolumes) that reach it.
   Result<std::set<uint64_t>> Roots(uint64_t bytenr, int depth = 0);
 
+  // One step of that walk: the blocks that point at extent `bytenr` (a tree
+  // block's parents; for a data extent, the leaves whose file extent items
+  // map it), and the trees whose root block it is (`tops`).
+  Status Holders(uint64_t bytenr, std::vector<uint64_t>* blocks, std::set<uint64_t>* tops);
+
+  // One back reference of an extent, and the blocks that hold the pointers
+  // it stands for.
+  struct Backref {
+    uint8_t type = 0;                   // TREE_BLOCK_REF, SHARED_BLOCK_REF, EXTENT_DATA_REF, SHARED_DATA_REF
+    uint64_t a = 0, ino = 0, off = 0;   // root or parent; EXTENT_DATA_REF's inode and offset
+    uint32_t count = 1;                 // data refs
+    std::vector<uint64_t> blocks;       // the parent (by parent, or found in the tree); the leaves (data by tree)
+    bool root = false;                  // TREE_BLOCK_REF: the block is that tree's root (or not found in it)
+  };
+  // Every back reference of extent `bytenr`; *level is a tree block's.
+  Status Backrefs(uint64_t bytenr, std::vector<Backref>* out, int* level);
+
  private:
   // The block of tree `t` that points at block `bytenr` (level `level`), or
   // nothing when it is t's root block.

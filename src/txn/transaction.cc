@@ -432,7 +432,7 @@ Status TxnManager::UpdateRootItems(bool* changed) {
     r->item.generation = r->ref.generation;
     if (r->item_size >= sizeof(RootItem)) {
       r->item.generation_v2 = r->ref.generation;
-      if (id == kFsTreeObjectid || id >= kFirstFreeObjectid) {
+      if ((id == kFsTreeObjectid || id >= kFirstFreeObjectid) && !moved_only_.contains(id)) {
         r->item.ctransid = transid();
         const timespec now = WallClock();
         r->item.ctime.sec = static_cast<uint64_t>(now.tv_sec);

@@ -232,6 +232,27 @@ class TxnManager final : public tree::BlockAllocator {
   // Superblock-stripe bytes of the block group at group_start that the
   // space manager counts as used (its block group item leaves them out).
   uint64_t ExcludedIn(uint64_t group_start) const;
+  // Relocation (txn/extent_relocation.h): while `on`, the block group at
+  // `start` hands out no space, and the commit that leaves it with nothing
+  // in use deletes it with its chunk, read-only as it is (unused_groups.cc).
+  Status SetRelocating(uint64_t start, bool on);
+  // One committed tree block for MoveTreeBlocks: all its back references
+  // (by tree, by parent), the blocks that point at it, the trees whose root
+  // it is.
+  struct BlockMove {
+    uint64_t bytenr = 0;
+    int level = 0;
+    std::vector<RefId> refs;
+    std::vector<uint64_t> parents;
+    std::vector<uint64_t> root_of;
+  };
+  // Copies each block to a new address once, however many trees share it,
+  // and points every parent and root at the copy (txn/block_move.cc); file
+  // extent items of the moved leaves that map a key of `data` map its value
+  // instead. The parents of each block must be among `moves` (the closure up
+  // to the roots), all unchanged in this transaction. The moved trees keep
+  // their ctransid and ctime (nothing in them changed for their users).
+  Status MoveTreeBlocks(const std::vector<BlockMove>& moves, const std::map<uint64_t, uint64_t>& data);
 
  private:
   explicit TxnManager(Volume* vol) : vol_(vol) {}
@@ -259,6 +280,8 @@ class TxnManager final : public tree::BlockAllocator {
   Status DeleteUnusedGroups(bool* changed);
   Result<bool> GroupItemsPresent(const alloc::ChunkInfo& c);
   Status DeleteGroup(const alloc::ChunkInfo& c);
+  std::set<uint64_t> relocating_;  // block groups being emptied (SetRelocating)
+  std::set<uint64_t> moved_only_;  // trees whose roots only MoveTreeBlocks moved this transaction
   // Mixed groups: room for len bytes of data beyond what metadata keeps
   // back, adding chunks as needed; ENOSPC when the device is full. Under the
   // allocation lock.

@@ -41,7 +41,7 @@ Status TxnManager::DeleteUnusedGroups(bool* changed) {
     ++per_profile[g.flags()];
     const uint64_t kind = g.flags() & kBlockGroupTypeMask;
     if (kind != kBlockGroupData && kind != kBlockGroupMetadata) return;
-    if (g.read_only() || g.used_bytes() != ExcludedIn(g.start())) return;
+    if ((g.read_only() && !relocating_.contains(g.start())) || g.used_bytes() != ExcludedIn(g.start())) return;
     found.push_back({g.start(), g.length(), g.flags()});
   });
   for (const Candidate& c : found) {
@@ -51,7 +51,8 @@ Status TxnManager::DeleteUnusedGroups(bool* changed) {
     // Deleting an earlier one copied tree blocks, which may have gone here.
     const auto g = space_->FindGroup(c.start);
     if (!g || g->used_bytes != ExcludedIn(c.start)) continue;
-    if (c.flags & kBlockGroupMetadata) {
+    // A group being relocated counts no free space already.
+    if ((c.flags & kBlockGroupMetadata) && !relocating_.contains(c.start)) {
       const alloc::SpaceManager::Totals meta = space_->TotalsFor(kBlockGroupMetadata);
       // Not CommitReserve(): it counts the blocks this commit has dirtied
       // already, and a large deletion would then never give a group back.
@@ -99,11 +100,22 @@ Status TxnManager::DeleteGroup(const alloc::ChunkInfo& c) {
   excluded_.erase(c.logical);
   std::erase_if(excluded_ranges_, [&](const auto& r) { return r.first >= c.logical && r.first < c.logical + c.length; });
   dirty_groups_.erase(c.logical);
+  relocating_.erase(c.logical);
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * bgw, Writer(bg_tree_));
   UB_RETURN_IF_ERROR(bgw->Delete(Key{c.logical, kBlockGroupItemKey, c.length}).WithContext("block group item"));
   UB_RETURN_IF_ERROR(DeleteFreeSpaceEntries(c.logical, c.length));
   UB_RETURN_IF_ERROR(chunk_alloc_->RemoveChunk(c));
   return vol_->mutable_chunks()->RemoveChunk(c.logical);
+}
+
+Status TxnManager::SetRelocating(uint64_t start, bool on) {
+  UB_RETURN_IF_ERROR(space_->SetReadOnly(start, on));
+  if (on) {
+    relocating_.insert(start);
+  } else {
+    relocating_.erase(start);
+  }
+  return Status::Ok();
 }
 
 }  // namespace ubtrfs::txn
