@@ -15,6 +15,7 @@
 #include "format/ondisk.h"
 #include "io/block_device.h"
 #include "support/array_mount.h"
+#include "support/chunk_layout.h"
 #include "support/mkfs_util.h"
 #include "support/open_txn.h"
 #include "support/test_util.h"
@@ -31,76 +32,13 @@ namespace UBTRFS_UNITY_ID {
 using namespace ubtrfs;
 using namespace ubtrfs::format;
 using ubtrfs_test::BtrfsCheck;
+using ubtrfs_test::ExpectConsistent;
+using ubtrfs_test::Layout;
+using ubtrfs_test::ReadLayout;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
 
 constexpr uint64_t kMiB = 1ull << 20;
-
-// What the chunk and dev trees say.
-struct Layout {
-  std::map<uint64_t, uint64_t> chunks;  // logical -> type
-  uint64_t stripes = 0;                 // in the chunk items
-  uint64_t stripe_bytes = 0;
-  uint64_t dev_extents = 0;
-  uint64_t dev_extent_bytes = 0;
-  uint64_t dev_bytes_used = 0;  // DEV_ITEM.bytes_used, all devices
-
-  int Count(uint64_t kind) const {
-    int n = 0;
-    for (const auto& [l, t] : chunks) n += (t & kBlockGroupTypeMask) == kind;
-    return n;
-  }
-  std::string Describe() const {
-    std::string s;
-    for (const auto& [l, t] : chunks) {
-      s += std::to_string(l) + ":" + (t & kBlockGroupData ? "D" : t & kBlockGroupMetadata ? "M" : "S") + " ";
-    }
-    return s + "| " + std::to_string(dev_extents) + " dev extents, " + std::to_string(dev_bytes_used) + " used";
-  }
-};
-
-// Of an image, or of an array (all its images).
-Layout ReadLayout(const std::vector<std::string>& images) {
-  Layout out;
-  std::vector<std::unique_ptr<io::BlockDevice>> devs;
-  for (const auto& img : images) {
-    auto dev = io::OpenFileDevice(img);
-    EXPECT_TRUE(dev.ok()) << img << ": " << dev.status().ToString();
-    if (!dev.ok()) return out;
-    devs.push_back(std::move(*dev));
-  }
-  auto opened = txn::Volume::Open(std::move(devs), txn::VolumeOptions{});
-  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
-  if (!opened.ok()) return out;
-  txn::Volume& vol = **opened;
-  for (const auto& [logical, c] : vol.chunks().chunks()) {
-    out.chunks[logical] = c.type;
-    out.stripes += c.stripes.size();
-    out.stripe_bytes += c.stripes.size() * c.stripe_size;
-  }
-  for (const auto& [devid, item] : vol.dev_items()) out.dev_bytes_used += item.bytes_used.get();
-  auto dev = vol.FindRoot(kDevTreeObjectid);
-  EXPECT_TRUE(dev.ok());
-  if (!dev.ok()) return out;
-  tree::Cursor c(vol.reader(), dev->ref);
-  EXPECT_TRUE(c.SeekFirst().ok());
-  while (c.Valid()) {
-    if (c.key().type == kDevExtentKey) {
-      ++out.dev_extents;
-      out.dev_extent_bytes += reinterpret_cast<const DevExtent*>(c.data().data())->length.get();
-    }
-    if (!c.Next().ok()) break;
-  }
-  return out;
-}
-Layout ReadLayout(const std::string& img) { return ReadLayout(std::vector<std::string>{img}); }
-
-// The dev tree, the chunk items and the DEV_ITEMs agree.
-void ExpectConsistent(const Layout& l, const std::string& what) {
-  EXPECT_EQ(l.dev_extents, l.stripes) << what << ": " << l.Describe();
-  EXPECT_EQ(l.dev_extent_bytes, l.stripe_bytes) << what << ": " << l.Describe();
-  EXPECT_EQ(l.dev_bytes_used, l.dev_extent_bytes) << what << ": " << l.Describe();
-}
 
 std::string UbtrfsCheck(const std::string& img) {
   auto r = RunCommand({UBTRFS_CLI_PATH, "check", img});

@@ -129,6 +129,13 @@ Status TxnManager::MoveTreeBlocks(const std::vector<BlockMove>& moves, const std
       std::lock_guard<std::mutex> roots(vol_->roots_mutex());
       r->ref = moved;
       moved_only_.insert(t);
+      // The kernel takes a block newer than the subvolume's last snapshot
+      // for its own without asking the extent tree (btrfs_block_can_be_shared);
+      // the copies are new and may be shared. Its relocation moves
+      // last_snapshot up the same way.
+      if ((t == kFsTreeObjectid || t >= kFirstFreeObjectid) && r->item.last_snapshot.get() < gen) {
+        r->item.last_snapshot = gen;
+      }
     }
   }
   return Status::Ok();

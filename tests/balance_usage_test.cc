@@ -1,0 +1,499 @@
+// Block groups emptied by moving their extents (RelocateGroups,
+// txn/extent_relocation.h; `ubtrfs balance -dusage=N -musage=N`). Each test
+// copies the whole filesystem out before and after (`ubtrfs cp IMAGE:/`,
+// snapshots included) and compares the two trees: a relocation changes
+// nothing a user sees. `ubtrfs check`, `btrfs check` (qgroups included)
+// and, where loop mounts work, the kernel judge the images; the kernel's
+// own balance and scrub run over the result.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "format/ondisk.h"
+#include "io/block_device.h"
+#include "support/array_mount.h"
+#include "support/chunk_layout.h"
+#include "support/host_files.h"
+#include "support/mkfs_util.h"
+#include "support/open_txn.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "tree/cursor.h"
+#include "txn/extent_refs.h"
+#include "txn/volume.h"
+#include "ubtrfs/filesystem.h"
+#include "ubtrfs/resize.h"
+
+#ifndef UBTRFS_CLI_PATH
+#error "UBTRFS_CLI_PATH must name the ubtrfs executable"
+#endif
+
+namespace UBTRFS_UNITY_ID {
+
+using namespace ubtrfs;
+using namespace ubtrfs::format;
+using ubtrfs_test::BtrfsCheck;
+using ubtrfs_test::ExpectConsistent;
+using ubtrfs_test::Layout;
+using ubtrfs_test::ReadLayout;
+using ubtrfs_test::RunCommand;
+using ubtrfs_test::RunUbtrfs;
+using ubtrfs_test::TempDir;
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+std::string UbtrfsCheck(const std::string& img) {
+  auto r = RunUbtrfs({"check", img});
+  return r.ok() ? "" : r.Describe();
+}
+
+// The whole filesystem copied out to `out` (an empty directory is made).
+void CopyOut(const std::string& img, const std::string& out) {
+  auto r = RunUbtrfs({"cp", img + ":/", out});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+}
+
+void ExpectSameTrees(const std::string& before, const std::string& after) {
+  ubtrfs_test::CompareOptions o;
+  o.compare_top_attrs = false;  // the copies' own top directories
+  ubtrfs_test::CompareStats stats;
+  const auto diff = ubtrfs_test::CompareHostTrees(before, after, o, &stats);
+  EXPECT_TRUE(diff.empty()) << ubtrfs_test::FormatMismatches(diff);
+  EXPECT_GT(stats.files_read, 0u);
+}
+
+// Tree blocks (or data extents) the extent tree has.
+uint64_t Extents(const std::string& img, bool tree) {
+  auto dev = io::OpenFileDevice(img);
+  EXPECT_TRUE(dev.ok());
+  if (!dev.ok()) return 0;
+  auto vol = txn::Volume::Open(std::move(*dev), txn::VolumeOptions{});
+  EXPECT_TRUE(vol.ok()) << vol.status().ToString();
+  if (!vol.ok()) return 0;
+  auto ext = (*vol)->FindRoot(kExtentTreeObjectid);
+  EXPECT_TRUE(ext.ok());
+  if (!ext.ok()) return 0;
+  tree::Cursor c((*vol)->reader(), ext->ref);
+  EXPECT_TRUE(c.SeekFirst().ok());
+  uint64_t n = 0;
+  while (c.Valid()) {
+    if (c.key().type == kMetadataItemKey) n += tree;
+    if (c.key().type == kExtentItemKey) {
+      n += tree == bool(reinterpret_cast<const ExtentItem*>(c.data().data())->flags.get() & kExtentFlagTreeBlock);
+    }
+    if (!c.Next().ok()) break;
+  }
+  return n;
+}
+uint64_t TreeBlocks(const std::string& img) { return Extents(img, true); }
+uint64_t DataExtents(const std::string& img) { return Extents(img, false); }
+
+// The kernel writes into the image, moves everything again with its own
+// balance (which walks every back reference: a shared block it takes for
+// unshared makes it drop a reference that is not there) and scrubs it.
+void ExpectKernelBalancesAndScrubs(const std::string& img, const std::string& mnt) {
+  mkdir(mnt.c_str(), 0755);
+  {
+    ubtrfs_test::LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    auto k = RunCommand({"bash", "-c",
+                         "set -e; head -c 20000000 /dev/urandom > '" + mnt + "/kernel'; btrfs balance start -dusage=100 -musage=100 '" +
+                             mnt + "' >/dev/null; btrfs scrub start -B '" + mnt + "' >/dev/null"});
+    EXPECT_TRUE(k.ok()) << "the kernel's balance and scrub over the result: " << k.Describe();
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  EXPECT_EQ(BtrfsCheck(img), "");
+}
+
+RelocateOptions Usage(const std::string& data, const std::string& metadata) {
+  RelocateOptions o;
+  if (!data.empty()) {
+    EXPECT_TRUE(ParseUsageFilter("usage=" + data, &o.data).ok());
+  }
+  if (!metadata.empty()) {
+    EXPECT_TRUE(ParseUsageFilter("usage=" + metadata, &o.metadata).ok());
+  }
+  return o;
+}
+
+std::string Notes(const RelocateResult& r) {
+  std::string s;
+  for (const auto& n : r.notes) s += "\n  " + n;
+  return s;
+}
+
+std::string MakeImage(const TempDir& dir, const std::string& size) {
+  const std::string img = dir.Sub("img");
+  auto r = RunUbtrfs({"mkfs", "-q", "--size", size, img});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  return img;
+}
+
+// Files over several data groups, two thirds deleted: the groups left
+// partly used are emptied into fewer, and their device space comes back.
+TEST(BalanceUsage, PartlyUsedDataGroupsAreEmptied) {
+  TempDir dir("ubtrfs-balance");
+  const std::string src = dir.Sub("src");
+  mkdir(src.c_str(), 0755);
+  for (int i = 1; i <= 60; ++i) {
+    ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), (i * 97000ull) % (9 * kMiB) + 5000, i);
+  }
+  const std::string img = MakeImage(dir, "1G");
+  ASSERT_TRUE(RunUbtrfs({"cp", src, img + ":/src"}).ok());
+  std::vector<std::string> rm{"rm"};
+  for (int i = 1; i <= 60; ++i) {
+    if (i % 3 != 0) rm.push_back(img + ":/src/f" + std::to_string(i));
+  }
+  ASSERT_TRUE(RunUbtrfs(rm).ok());
+  const Layout before = ReadLayout(img);
+  ASSERT_GE(before.Count(kBlockGroupData), 3) << before.Describe();
+  CopyOut(img, dir.Sub("before"));
+
+  RelocateResult r;
+  Status st = RelocateGroups({img}, Usage("50", ""), &r);
+  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
+  EXPECT_GE(r.groups_emptied, 3u);
+  EXPECT_GT(r.data_extents, 0u);
+  EXPECT_EQ(r.tree_blocks, 0u);
+  const Layout after = ReadLayout(img);
+  ExpectConsistent(after, "balanced");
+  EXPECT_LT(after.Count(kBlockGroupData), before.Count(kBlockGroupData)) << after.Describe();
+  EXPECT_LT(r.chunk_bytes_after, r.chunk_bytes_before);
+  EXPECT_EQ(after.dev_bytes_used, r.chunk_bytes_after + 2 * 8 * kMiB) << "the system chunk (DUP) aside";
+  CopyOut(img, dir.Sub("after"));
+  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
+  EXPECT_EQ(UbtrfsCheck(img), "");
+  EXPECT_EQ(BtrfsCheck(img), "");
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
+    return;
+  }
+  const std::string mnt = dir.Sub("mnt");
+  mkdir(mnt.c_str(), 0755);
+  {
+    ubtrfs_test::LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    const auto diff = ubtrfs_test::CompareHostTrees(dir.Sub("before") + "/src", mnt + "/src");
+    EXPECT_TRUE(diff.empty()) << ubtrfs_test::FormatMismatches(diff);
+    ubtrfs_test::WriteRandomFile(mnt + "/kernel", 50 * kMiB, 99);
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  EXPECT_EQ(BtrfsCheck(img), "");
+  EXPECT_EQ(UbtrfsCheck(img), "");
+}
+
+// Snapshots that share most of their blocks and data: every data and
+// metadata group is emptied, and the moved blocks are still shared (copy
+// on write per tree would have copied them once per snapshot).
+TEST(BalanceUsage, SnapshotsKeepSharingWhatTheyShare) {
+  TempDir dir("ubtrfs-balance");
+  const std::string src = dir.Sub("src");
+  mkdir(src.c_str(), 0755);
+  for (int d = 0; d < 8; ++d) {
+    const std::string sub = src + "/d" + std::to_string(d);
+    mkdir(sub.c_str(), 0755);
+    for (int i = 0; i < 150; ++i) ubtrfs_test::WriteRandomFile(sub + "/f" + std::to_string(i), (d * 131 + i * 37) % 9000 + 10, d * 1000 + i);
+  }
+  for (int i = 0; i < 4; ++i) ubtrfs_test::WriteRandomFile(src + "/big" + std::to_string(i), (i + 1) * 3 * kMiB, 500 + i);
+  const std::string img = MakeImage(dir, "1G");
+  auto run = [&](const std::vector<std::string>& args) {
+    auto r = RunUbtrfs(args);
+    ASSERT_TRUE(r.ok()) << r.Describe();
+  };
+  run({"subvolume", "create", img + ":/sv"});
+  run({"cp", src, img + ":/sv/tree"});
+  run({"subvolume", "snapshot", img + ":/sv", img + ":/snap1"});
+  run({"rm", "-r", img + ":/sv/tree/d1", img + ":/sv/tree/big1", img + ":/snap1/tree/d2/f7"});
+  run({"cp", src + "/big3", img + ":/sv/tree/d0/big3.again"});
+  run({"subvolume", "snapshot", "-r", img + ":/sv", img + ":/snap2"});
+  run({"rm", "-r", img + ":/sv/tree/d3", img + ":/sv/tree/big2", img + ":/snap1/tree/big0"});
+  if (HasFatalFailure()) return;
+  CopyOut(img, dir.Sub("before"));
+  const uint64_t blocks = TreeBlocks(img);
+  ASSERT_GT(blocks, 50u);
+
+  RelocateResult r;
+  Status st = RelocateGroups({img}, Usage("100", "100"), &r);
+  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
+  EXPECT_GT(r.data_extents, 0u);
+  EXPECT_GT(r.tree_blocks, blocks / 2);
+  // Trees that copied a shared block each would have about twice as many
+  // blocks; the few more are the extent and checksum trees' new items.
+  EXPECT_LE(TreeBlocks(img), blocks + blocks / 20 + 4) << "before: " << blocks;
+  ExpectConsistent(ReadLayout(img), "balanced");
+  CopyOut(img, dir.Sub("after"));
+  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
+  EXPECT_EQ(UbtrfsCheck(img), "");
+  EXPECT_EQ(BtrfsCheck(img), "");
+  // Once more over the result: blocks the first run made move again.
+  st = RelocateGroups({img}, Usage("100", "100"), &r);
+  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
+  CopyOut(img, dir.Sub("again"));
+  ExpectSameTrees(dir.Sub("before"), dir.Sub("again"));
+  EXPECT_EQ(BtrfsCheck(img), "");
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
+    return;
+  }
+  ExpectKernelBalancesAndScrubs(img, dir.Sub("mnt"));
+}
+
+// What the kernel writes: snapshots that it changed on both sides (blocks
+// with FULL_BACKREF, data referenced by leaf), reflinks, compressed and
+// preallocated extents, a nodatacow file, quotas; without skinny metadata,
+// and with the block group tree.
+struct KernelCase {
+  const char* name;
+  std::vector<std::string> mkfs;  // mkfs.btrfs options; ubtrfs mkfs (block group tree) when empty
+  bool quotas;
+};
+
+class BalanceUsageKernel : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(BalanceUsageKernel, EverythingMovesAndTheKernelAgrees) {
+  if (auto why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  TempDir dir("ubtrfs-balance");
+  const std::string img = dir.Sub("img"), mnt = dir.Sub("mnt");
+  mkdir(mnt.c_str(), 0755);
+  std::string err;
+  ASSERT_TRUE(ubtrfs_test::MakeSparseFile(img, 1024 * kMiB, &err)) << err;
+  std::vector<std::string> mkfs{"mkfs.btrfs", "-q", "-f"};
+  mkfs.insert(mkfs.end(), GetParam().mkfs.begin(), GetParam().mkfs.end());
+  if (GetParam().mkfs.empty()) mkfs = {UBTRFS_CLI_PATH, "mkfs", "-q", "-f"};
+  mkfs.push_back(img);
+  auto mk = RunCommand(mkfs);
+  ASSERT_TRUE(mk.ok()) << mk.Describe();
+  const std::string script = std::string(R"(set -e
+cd ")") + mnt + R"("
+)" + (GetParam().quotas ? "btrfs quota enable .\n" : "") + R"(
+btrfs subvolume create sv >/dev/null
+for d in 1 2 3 4; do mkdir sv/d$d; for i in $(seq 1 300); do head -c $(( (d*i*131) % 12000 + 1 )) /dev/urandom > sv/d$d/f$i; done; done
+for i in 1 2 3 4 5; do head -c $((i*3000000)) /dev/urandom > sv/big$i; done
+yes "a line that compresses well" | head -c 20000000 > sv/text
+cp --reflink=always sv/big3 sv/big3.clone
+fallocate -l 30M sv/prealloc
+touch sv/nocow; chattr +C sv/nocow; head -c 5000000 /dev/urandom > sv/nocow
+btrfs subvolume snapshot sv snapA >/dev/null
+for i in $(seq 2 2 300); do rm sv/d1/f$i; done
+echo change >> snapA/d2/f7
+head -c 4000000 /dev/urandom | dd of=sv/big2 bs=1M seek=1 conv=notrunc 2>/dev/null
+btrfs subvolume snapshot -r sv snapB >/dev/null
+rm -f sv/big4 sv/big5 snapA/big1
+for i in $(seq 3 3 300); do rm -f sv/d3/f$i snapA/d4/f$i; done
+)" + (GetParam().quotas ? "btrfs quota rescan -w . >/dev/null\n" : "");
+  {
+    ubtrfs_test::LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "compress=zstd"), "");
+    auto r = RunCommand({"bash", "-c", script});
+    ASSERT_TRUE(r.ok()) << r.Describe();
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  ASSERT_EQ(BtrfsCheck(img), "") << "the kernel's image";
+  CopyOut(img, dir.Sub("before"));
+
+  RelocateResult r;
+  Status st = RelocateGroups({img}, Usage("100", "100"), &r);
+  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
+  EXPECT_GT(r.data_extents, 0u);
+  EXPECT_GT(r.tree_blocks, 0u);
+  ExpectConsistent(ReadLayout(img), "balanced");
+  EXPECT_EQ(BtrfsCheck(img), "");
+  EXPECT_EQ(UbtrfsCheck(img), "");
+  CopyOut(img, dir.Sub("after"));
+  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
+  {
+    ubtrfs_test::LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    const auto diff = ubtrfs_test::CompareHostTrees(dir.Sub("before") + "/snapA", mnt + "/snapA");
+    EXPECT_TRUE(diff.empty()) << ubtrfs_test::FormatMismatches(diff);
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  ExpectKernelBalancesAndScrubs(img, mnt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Images, BalanceUsageKernel,
+                         ::testing::Values(KernelCase{"Quotas", {"-n", "16384"}, true},
+                                           KernelCase{"NoSkinnyMetadata", {"-O", "^skinny-metadata"}, false},
+                                           KernelCase{"BlockGroupTree", {}, false}),
+                         [](const ::testing::TestParamInfo<KernelCase>& i) { return std::string(i.param.name); });
+
+// RAID1 over two devices: moved extents get both copies.
+TEST(BalanceUsage, MirroredOverTwoDevices) {
+  TempDir dir("ubtrfs-balance");
+  std::vector<std::string> images{dir.Sub("d1.img"), dir.Sub("d2.img")};
+  for (const auto& img : images) {
+    std::string err;
+    ASSERT_TRUE(ubtrfs_test::MakeSparseFile(img, 400 * kMiB, &err)) << err;
+  }
+  std::vector<std::string> args{"mkfs", "-q", "-f", "-d", "raid1", "-m", "raid1"};
+  args.insert(args.end(), images.begin(), images.end());
+  ASSERT_TRUE(RunUbtrfs(args).ok());
+  const std::string joined = ubtrfs_test::JoinDevices(images);
+  const std::string src = dir.Sub("src");
+  mkdir(src.c_str(), 0755);
+  for (int i = 0; i < 24; ++i) ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), (i + 1) * 400 * 1024, i);
+  ASSERT_TRUE(RunUbtrfs({"cp", src, joined + ":/src"}).ok());
+  std::vector<std::string> rm{"rm"};
+  for (int i = 0; i < 24; i += 2) rm.push_back(joined + ":/src/f" + std::to_string(i));
+  ASSERT_TRUE(RunUbtrfs(rm).ok());
+  CopyOut(joined, dir.Sub("before"));
+  const Layout before = ReadLayout(images);
+
+  RelocateResult r;
+  Status st = RelocateGroups(images, Usage("90", "90"), &r);
+  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  EXPECT_GT(r.groups_emptied, 0u) << Notes(r);
+  const Layout after = ReadLayout(images);
+  ExpectConsistent(after, "balanced");
+  EXPECT_EQ(after.stripes, 2 * after.chunks.size()) << after.Describe();  // RAID1 everywhere
+  EXPECT_LT(after.Count(kBlockGroupData), before.Count(kBlockGroupData)) << after.Describe();
+  CopyOut(joined, dir.Sub("after"));
+  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
+  EXPECT_EQ(UbtrfsCheck(joined), "");
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
+    return;
+  }
+  auto check = ubtrfs_test::ArrayMount::CheckOnce(images);
+  EXPECT_TRUE(check.ok()) << check.Describe();
+}
+
+// Groups nearly full on a device with no room for another chunk: the moves
+// cannot find room, which is an ENOSPC, and nothing is lost.
+TEST(BalanceUsage, NoRoomIsAnErrorAndLosesNothing) {
+  TempDir dir("ubtrfs-balance");
+  const std::string img = MakeImage(dir, "256M");
+  int files = 0;
+  {
+    auto fs = Filesystem::Open(img, OpenOptions{.writable = true});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    const std::string bytes = ubtrfs_test::SeededBytes(4 * kMiB, 1);
+    for (;; ++files) {
+      NewInode a;
+      a.mode = 0644;
+      auto id = (*fs)->Create((*fs)->Root(), "f" + std::to_string(files), a);
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      auto w = (*fs)->Write(*id, 0, ubtrfs_test::SpanOf(bytes));
+      if (!w.ok()) {
+        ASSERT_EQ(w.status().code(), ENOSPC) << w.status().ToString();
+        ASSERT_TRUE((*fs)->Unlink((*fs)->Root(), "f" + std::to_string(files)).ok());
+        break;
+      }
+      ASSERT_TRUE((*fs)->Commit().ok());
+    }
+    ASSERT_GE(files, 30);
+    // A little room in each group, far from a group's worth in all.
+    for (int i = 0; i < files; i += 12) ASSERT_TRUE((*fs)->Unlink((*fs)->Root(), "f" + std::to_string(i)).ok());
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  CopyOut(img, dir.Sub("before"));
+  RelocateResult r;
+  Status st = RelocateGroups({img}, Usage("100", ""), &r);
+  EXPECT_EQ(st.code(), ENOSPC) << st.ToString() << Notes(r);
+  EXPECT_EQ(r.groups_emptied, 0u);
+  CopyOut(img, dir.Sub("after"));
+  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
+  ExpectConsistent(ReadLayout(img), "after the ENOSPC");
+  EXPECT_EQ(UbtrfsCheck(img), "");
+  EXPECT_EQ(BtrfsCheck(img), "");
+}
+
+// A data extent whose reference counts one file extent item more than
+// there is: the move cannot account for every pointer to it, so it stays
+// (named), and the rest of its group moves out.
+TEST(BalanceUsage, AnExtentItsReferencesDoNotAccountForStays) {
+  TempDir dir("ubtrfs-balance");
+  const std::string src = dir.Sub("src");
+  mkdir(src.c_str(), 0755);
+  for (int i = 0; i < 6; ++i) ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), 300 * 1024 + i, i);
+  const std::string img = MakeImage(dir, "512M");
+  ASSERT_TRUE(RunUbtrfs({"cp", src, img + ":/src"}).ok());
+  uint64_t damaged = 0;
+  {
+    auto o = ubtrfs_test::OpenForWrite(img);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    auto ext = o->vol->FindRoot(kExtentTreeObjectid);
+    ASSERT_TRUE(ext.ok());
+    tree::Cursor c(o->vol->reader(), ext->ref);
+    ASSERT_TRUE(c.SeekFirst().ok());
+    Key key;
+    std::vector<uint8_t> item;
+    while (c.Valid() && item.empty()) {
+      const auto* ei = reinterpret_cast<const ExtentItem*>(c.data().data());
+      if (c.key().type == kExtentItemKey && (ei->flags.get() & kExtentFlagData)) {
+        key = c.key();
+        item.assign(c.data().begin(), c.data().end());
+      }
+      ASSERT_TRUE(c.Next().ok());
+    }
+    ASSERT_FALSE(item.empty());
+    damaged = key.objectid;
+    auto refs = txn::ParseInlineRefs(item, sizeof(ExtentItem), key);
+    ASSERT_TRUE(refs.ok() && refs->size() == 1 && (*refs)[0].type == kExtentDataRefKey);
+    txn::SetInlineCount(item, (*refs)[0], 2);
+    auto* ei = reinterpret_cast<ExtentItem*>(item.data());
+    ei->refs = ei->refs.get() + 1;
+    auto w = o->txn->Writer(kExtentTreeObjectid);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Update(key, item).ok());
+    ASSERT_TRUE(o->txn->Commit().ok());
+  }
+  CopyOut(img, dir.Sub("before"));
+  const uint64_t extents = DataExtents(img);
+  ASSERT_GE(extents, 6u);
+  RelocateResult r;
+  Status st = RelocateGroups({img}, Usage("100", ""), &r);
+  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  EXPECT_EQ(r.groups_emptied, 0u) << Notes(r);
+  EXPECT_EQ(r.data_extents, extents - 1) << Notes(r);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes[0].find("data extent " + std::to_string(damaged) + " stays"), std::string::npos) << Notes(r);
+  CopyOut(img, dir.Sub("after"));
+  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
+  ExpectConsistent(ReadLayout(img), "after");
+}
+
+TEST(BalanceUsage, CommandLine) {
+  TempDir dir("ubtrfs-balance");
+  const std::string img = MakeImage(dir, "256M");
+  const std::string src = dir.Sub("src");
+  mkdir(src.c_str(), 0755);
+  for (int i = 0; i < 8; ++i) ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), 2 * kMiB, i);
+  ASSERT_TRUE(RunUbtrfs({"cp", src, img + ":/src"}).ok());
+  auto r = RunUbtrfs({"balance", "-dusage=100", "-musage=100", img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("Relocated 2 of 2 block groups"), std::string::npos) << r.out;
+  r = RunUbtrfs({"balance", "-q", "--dusage", "10..100", img});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(r.out, "");
+  struct Bad {
+    std::vector<std::string> args;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{{"-dusage=x"}, "not a percentage"}, Bad{{"-dusage=101"}, "not a percentage"},
+                       Bad{{"-dusage=50..10"}, "the range is empty"}, Bad{{"-d", "convert=dup,usage=5"}, "one filter"},
+                       Bad{{"-dlimit=5"}, "only convert=PROFILE and usage"}, Bad{{"-susage=5"}, "system chunks"},
+                       Bad{{"-dconvert=dup", "-musage=5"}, "one after the other"}, Bad{{}, "give what to do"}}) {
+    std::vector<std::string> args{"balance"};
+    args.insert(args.end(), b.args.begin(), b.args.end());
+    args.push_back(img);
+    auto bad = RunUbtrfs(args);
+    EXPECT_EQ(bad.exit_code, 2) << bad.Describe();
+    EXPECT_NE(bad.err.find(b.says), std::string::npos) << bad.Describe();
+  }
+  EXPECT_EQ(UbtrfsCheck(img), "");
+}
+
+}  // namespace UBTRFS_UNITY_ID
