@@ -54,7 +54,9 @@
 #include "support/test_util.h"
 #include "support/tree_gen.h"
 #include "tree/cursor.h"
+#include "txn/extent_relocation.h"
 #include "txn/mkfs.h"
+#include "txn/transaction.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 
@@ -322,13 +324,8 @@ class WorkloadRun {
     Status st = txn::MakeFilesystem(&rec_, o);
     ASSERT_TRUE(st.ok()) << st.ToString();
     rec_.ResetLog();
-    OpenOptions oo;
-    oo.writable = true;
-    oo.drop_blocks_per_commit = kDropBlocksPerCommit;
-    if (node_cache_bytes_ != 0) oo.node_cache_bytes = node_cache_bytes_;
-    auto fs = OpenOnDevice(io::NewUnownedDevice(&gate_), oo);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    fs_ = std::move(*fs);
+    OpenFs();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
     generation_ = fs_->Info().generation;
     auto top = Snapshot(*fs_);
     ASSERT_TRUE(top.ok()) << top.status().ToString();
@@ -433,6 +430,27 @@ class WorkloadRun {
     fs_.reset();
   }
 
+  // An offline operation (balance) on a transaction manager over the same
+  // device, the filesystem closed meanwhile and opened again after. Nothing
+  // a user sees may change: every generation it made shows the model.
+  void Offline(const std::function<void(txn::TxnManager&)>& op) {
+    Commit();
+    fs_.reset();
+    {
+      txn::VolumeOptions vo;
+      vo.writable = true;
+      auto vol = txn::Volume::Open(io::NewUnownedDevice(&gate_), vo);
+      ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+      auto txn = txn::TxnManager::Open(vol->get());
+      ASSERT_TRUE(txn.ok()) << txn.status().ToString();
+      op(**txn);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    OpenFs();
+    if (::testing::Test::HasFatalFailure()) return;
+    CommitsInside();
+  }
+
   // After an operation that committed inside: every generation it made
   // shows the model as it is now; the live view must too.
   void CommitsInside() {
@@ -454,6 +472,15 @@ class WorkloadRun {
   int commits() const { return commits_; }
   uint64_t longest_drop() const { return longest_drop_; }
 
+  void OpenFs() {
+    OpenOptions oo;
+    oo.writable = true;
+    oo.drop_blocks_per_commit = kDropBlocksPerCommit;
+    if (node_cache_bytes_ != 0) oo.node_cache_bytes = node_cache_bytes_;
+    auto fs = OpenOnDevice(io::NewUnownedDevice(&gate_), oo);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    fs_ = std::move(*fs);
+  }
   InodeId Id(const std::string& path) {
     auto r = fs_->Lookup("/" + path);
     EXPECT_TRUE(r.ok()) << path << ": " << r.status().ToString();
@@ -1047,6 +1074,48 @@ void SubvolumesWorkload(WorkloadRun& r, int rounds) {
     }
   }
   r.Commit();
+}
+
+// Extents moved to new logical addresses (balance -dusage/-musage) under
+// snapshots that share blocks and data, changed on both sides: nothing a
+// user sees changes, so a crash anywhere in the moves shows the files as
+// they were, and writes after them go on over the moved blocks.
+void RelocationWorkload(WorkloadRun& r, int rounds) {
+  r.CreateSubvolume("sv");
+  r.Mkdir("sv/d");
+  for (int i = 0; i < 200; ++i) r.CreateFile("sv/d/f" + std::to_string(i), r.Bytes(i % 3 == 0 ? 9000 + 40 * i : 60 + i));
+  r.Commit();
+  r.TakeSnapshot("sv", "snap", false);
+  for (int i = 0; i < 200; i += 7) r.Unlink("sv/d/f" + std::to_string(i));
+  for (int i = 3; i < 200; i += 9) r.WriteAt("snap/d/f" + std::to_string(i), 100, r.Bytes(3000));
+  r.CloneFile("snap/d/f3", "sv/d/clone");
+  r.Commit();
+  r.TakeSnapshot("sv", "ro", true);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (int round = 0; round < rounds; ++round) {
+    r.Offline([&](txn::TxnManager& t) {
+      std::vector<uint64_t> groups;
+      t.space().ForEachGroup([&](const alloc::BlockGroup& g) {
+        const uint64_t kind = g.flags() & format::kBlockGroupTypeMask;
+        if (kind == format::kBlockGroupData || kind == format::kBlockGroupMetadata) groups.push_back(g.start());
+      });
+      txn::RelocationStats stats;
+      for (uint64_t g : groups) {
+        auto gone = txn::RelocateGroup(t, g, &stats);
+        ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+        EXPECT_TRUE(*gone) << "block group " << g << " stays";
+      }
+      EXPECT_GT(stats.data_extents, 0u);
+      EXPECT_GT(stats.tree_blocks, 0u);
+      for (const std::string& n : stats.notes) ADD_FAILURE() << n;
+    });
+    if (::testing::Test::HasFatalFailure()) return;
+    for (int i = 1 + round; i < 200; i += 11) {
+      const std::string f = (i % 2 ? "sv/d/f" : "snap/d/f") + std::to_string(i);
+      if (r.model().count(f)) r.WriteAt(f, 50, r.Bytes(2000));
+    }
+    r.Commit();
+  }
 }
 
 // Generated host trees imported through the library (fs/import.h), one
@@ -1665,6 +1734,12 @@ TEST_F(CrashTest, EmptiedGroupsAreDeletedBehindTheNextTransaction) {
   data_bytes_ = 4 << 20;
   RunWorkload("emptied-groups", [&](WorkloadRun& r) { EmptiedGroupsWorkload(r, Soak() ? 8 : 2); },
               LongPlan(Soak() ? 1500 : 30), seed);
+}
+
+TEST_F(CrashTest, ExtentsMovedUnderSnapshots) {
+  const uint64_t seed = BaseSeed() * 1000 + 14;
+  RunWorkload("relocation", [&](WorkloadRun& r) { RelocationWorkload(r, Soak() ? 6 : 2); },
+              LongPlan(Soak() ? 2000 : 150), seed, 4096);
 }
 
 TEST_F(CrashTest, AppendsWithFsync) {
