@@ -79,7 +79,7 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
     return Status::Invalid("simple quotas are on: moving extents is not supported with them yet");
   }
   struct Candidate {
-    uint64_t start, used;
+    uint64_t start, used, kind;
   };
   std::vector<Candidate> take;
   txn.space().ForEachGroup([&](const alloc::BlockGroup& g) {
@@ -87,7 +87,7 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
     const UsageFilter* f = kind == kBlockGroupData ? &options.data : kind == kBlockGroupMetadata ? &options.metadata : nullptr;
     if (f == nullptr || !f->on || g.read_only()) return;
     const uint64_t used = g.used_bytes() - txn.ExcludedIn(g.start());
-    if (Takes(*f, used, g.length())) take.push_back({g.start(), used});
+    if (Takes(*f, used, g.length())) take.push_back({g.start(), used, kind});
   });
   std::sort(take.begin(), take.end(), [](const Candidate& a, const Candidate& b) {
     return a.used != b.used ? a.used < b.used : a.start < b.start;
@@ -97,16 +97,41 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
   r.chunk_bytes_before = ChunkBytes(*set.o.vol);
   txn::RelocationStats stats;
   Status st;
-  for (const Candidate& c : take) {
-    const auto g = txn.space().FindGroup(c.start);
-    if (!g || g->start != c.start) continue;  // went with an earlier commit
-    Result<bool> gone = txn::RelocateGroup(txn, c.start, &stats);
-    if (!gone.ok()) {
-      st = gone.status().WithContext("block group " + std::to_string(c.start) + " (" +
-                                     std::to_string(r.groups_emptied) + " emptied before)");
-      break;
+  // Data first, then metadata. The groups of the kind still to be emptied
+  // hand out nothing meanwhile, so what one gives up goes to the others or
+  // to new chunks, not into the next one to be emptied (moved twice). Where
+  // that leaves no room, they serve again, as the kernel's balance has it
+  // (only the group being emptied is read-only).
+  for (const uint64_t kind : {kBlockGroupData, kBlockGroupMetadata}) {
+    std::vector<uint64_t> held;
+    auto release = [&] {
+      for (uint64_t start : held) {
+        if (auto g = txn.space().FindGroup(start); g && g->start == start) (void)txn.space().SetReadOnly(start, false);
+      }
+      held.clear();
+    };
+    for (const Candidate& c : take) {
+      if (c.kind == kind && txn.space().SetReadOnly(c.start, true).ok()) held.push_back(c.start);
     }
-    if (*gone) ++r.groups_emptied;
+    for (const Candidate& c : take) {
+      if (c.kind != kind) continue;
+      const auto g = txn.space().FindGroup(c.start);
+      if (!g || g->start != c.start) continue;  // went with an earlier commit
+      Result<bool> gone = txn::RelocateGroup(txn, c.start, &stats);
+      if (!gone.ok() && gone.status().code() == ENOSPC && !held.empty()) {
+        release();
+        gone = txn::RelocateGroup(txn, c.start, &stats);
+      }
+      if (!gone.ok()) {
+        st = gone.status().WithContext("block group " + std::to_string(c.start) + " (" +
+                                       std::to_string(r.groups_emptied) + " emptied before)");
+        break;
+      }
+      if (*gone) ++r.groups_emptied;
+      std::erase(held, c.start);
+    }
+    release();
+    if (!st.ok()) break;
   }
   r.data_extents = stats.data_extents;
   r.data_bytes = stats.data_bytes;
