@@ -1,6 +1,7 @@
 // libFuzzer target: open a whole (mutated) image writable, apply a few
 // changes chosen by the input (creates, writes, renames, unlinks, xattrs,
-// ...), commit, close, then open the result again and read everything back.
+// ...), commit, close; move every extent to a new place (balance by usage);
+// then open the result again and read everything back.
 // The image may be damaged in ways the reader accepted; writing into it must
 // still never crash: each failure is a Status with a message (a failed
 // change may abort the transaction and leave the view read-only).
@@ -17,6 +18,10 @@
 
 #include "fuzz_image.h"
 #include "fuzz_script.h"
+#include "format/ondisk.h"
+#include "txn/extent_relocation.h"
+#include "txn/transaction.h"
+#include "txn/volume.h"
 
 namespace {
 
@@ -55,6 +60,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Note(fs->Commit());
     acc += s.nodes.size();
   }  // the destructor commits whatever is left (or does nothing after an abort)
+
+  // Then every data and metadata group emptied by moving its extents, as
+  // `ubtrfs balance -dusage=100 -musage=100` does: the back references of a
+  // damaged image lead the moves.
+  {
+    ubtrfs::txn::VolumeOptions vo;
+    vo.writable = true;
+    auto vol = ubtrfs::txn::Volume::Open(std::make_unique<ubtrfs_fuzz::SparseDevice>(img.pages), vo);
+    ubtrfs::Result<std::unique_ptr<ubtrfs::txn::TxnManager>> txn = vol.status();
+    if (vol.ok()) txn = ubtrfs::txn::TxnManager::Open(vol->get());
+    if (txn.ok()) {
+      std::vector<uint64_t> groups;
+      (*txn)->space().ForEachGroup([&](const ubtrfs::alloc::BlockGroup& g) {
+        const uint64_t kind = g.flags() & ubtrfs::format::kBlockGroupTypeMask;
+        if (kind == ubtrfs::format::kBlockGroupData || kind == ubtrfs::format::kBlockGroupMetadata) {
+          groups.push_back(g.start());
+        }
+      });
+      ubtrfs::txn::RelocationStats stats;
+      for (uint64_t g : groups) {
+        auto gone = ubtrfs::txn::RelocateGroup(**txn, g, &stats);
+        if (!gone.ok()) {
+          ubtrfs_fuzz::CheckError(gone.status());
+          break;
+        }
+      }
+      acc += stats.data_extents + stats.tree_blocks;
+    } else {
+      ubtrfs_fuzz::CheckError(txn.status());
+    }
+  }
 
   auto again = ubtrfs_fuzz::OpenDecoded(img, /*writable=*/false);
   if (!again) return 0;
