@@ -467,6 +467,31 @@ TEST(BalanceUsage, AnExtentItsReferencesDoNotAccountForStays) {
   ExpectConsistent(ReadLayout(img), "after");
 }
 
+// Relocation trees the kernel left (a balance of its own interrupted) are
+// the kernel's to merge: nothing moves.
+TEST(BalanceUsage, AnInterruptedKernelBalanceIsLeftToTheKernel) {
+  TempDir dir("ubtrfs-balance");
+  const std::string img = MakeImage(dir, "256M");
+  {
+    auto o = ubtrfs_test::OpenForWrite(img);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    auto fs_root = o->vol->FindRoot(kFsTreeObjectid);
+    ASSERT_TRUE(fs_root.ok());
+    auto w = o->txn->Writer(kRootTreeObjectid);
+    ASSERT_TRUE(w.ok());
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&fs_root->item);
+    ASSERT_TRUE((*w)->Insert(Key{kTreeRelocObjectid, kRootItemKey, kFsTreeObjectid},
+                             std::span(bytes, fs_root->item_size)).ok());
+    ASSERT_TRUE(o->txn->Commit().ok());
+  }
+  const std::string before = ubtrfs_test::Sha256(img);
+  RelocateResult r;
+  Status st = RelocateGroups({img}, Usage("100", "100"), &r);
+  EXPECT_EQ(st.code(), EINVAL) << st.ToString();
+  EXPECT_NE(st.message().find("relocation trees"), std::string::npos) << st.ToString();
+  EXPECT_EQ(ubtrfs_test::Sha256(img), before);
+}
+
 TEST(BalanceUsage, CommandLine) {
   TempDir dir("ubtrfs-balance");
   const std::string img = MakeImage(dir, "256M");

@@ -7,6 +7,7 @@
 
 #include "alloc/chunk_map.h"
 #include "format/ondisk.h"
+#include "tree/cursor.h"
 #include "txn/extent_relocation.h"
 #include "txn/offline_open.h"
 #include "ubtrfs/resize.h"
@@ -77,6 +78,17 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
   txn::TxnManager& txn = *set.o.txn;
   if (set.o.vol->super().incompat_flags.get() & kIncompatSimpleQuota) {
     return Status::Invalid("simple quotas are on: moving extents is not supported with them yet");
+  }
+  {
+    // The kernel's relocation trees of a balance it did not finish: it
+    // merges them at its next mount, and their blocks are the kernel's to
+    // account for.
+    tree::Cursor c(set.o.vol->source(), set.o.vol->root_tree());
+    UB_RETURN_IF_ERROR(c.Seek(Key{kTreeRelocObjectid, 0, 0}));
+    if (c.Valid() && c.key().objectid == kTreeRelocObjectid) {
+      return Status::Invalid("a balance of the kernel's was interrupted here (it left relocation trees): "
+                             "mount the filesystem with the kernel once to finish or cancel it");
+    }
   }
   struct Candidate {
     uint64_t start, used, kind;
