@@ -33,7 +33,7 @@ using namespace ubtrfs;
 using namespace ubtrfs::format;
 using ubtrfs_test::BtrfsCheck;
 using ubtrfs_test::ExpectConsistent;
-using ubtrfs_test::Layout;
+using Layout = ubtrfs_test::ChunkLayout;
 using ubtrfs_test::ReadLayout;
 using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;

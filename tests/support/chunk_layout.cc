@@ -14,13 +14,13 @@ namespace ubtrfs_test {
 using namespace ubtrfs;
 using namespace ubtrfs::format;
 
-int Layout::Count(uint64_t kind) const {
+int ChunkLayout::Count(uint64_t kind) const {
   int n = 0;
   for (const auto& [l, t] : chunks) n += (t & kBlockGroupTypeMask) == kind;
   return n;
 }
 
-std::string Layout::Describe() const {
+std::string ChunkLayout::Describe() const {
   std::string s;
   for (const auto& [l, t] : chunks) {
     s += std::to_string(l) + ":" + (t & kBlockGroupData ? "D" : t & kBlockGroupMetadata ? "M" : "S") + " ";
@@ -28,8 +28,8 @@ std::string Layout::Describe() const {
   return s + "| " + std::to_string(dev_extents) + " dev extents, " + std::to_string(dev_bytes_used) + " used";
 }
 
-Layout ReadLayout(const std::vector<std::string>& images) {
-  Layout out;
+ChunkLayout ReadLayout(const std::vector<std::string>& images) {
+  ChunkLayout out;
   std::vector<std::unique_ptr<io::BlockDevice>> devs;
   for (const auto& img : images) {
     auto dev = io::OpenFileDevice(img);
@@ -62,9 +62,9 @@ Layout ReadLayout(const std::vector<std::string>& images) {
   return out;
 }
 
-Layout ReadLayout(const std::string& img) { return ReadLayout(std::vector<std::string>{img}); }
+ChunkLayout ReadLayout(const std::string& img) { return ReadLayout(std::vector<std::string>{img}); }
 
-void ExpectConsistent(const Layout& l, const std::string& what) {
+void ExpectConsistent(const ChunkLayout& l, const std::string& what) {
   EXPECT_EQ(l.dev_extents, l.stripes) << what << ": " << l.Describe();
   EXPECT_EQ(l.dev_extent_bytes, l.stripe_bytes) << what << ": " << l.Describe();
   EXPECT_EQ(l.dev_bytes_used, l.dev_extent_bytes) << what << ": " << l.Describe();

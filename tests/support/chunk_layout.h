@@ -11,7 +11,7 @@
 
 namespace ubtrfs_test {
 
-struct Layout {
+struct ChunkLayout {
   std::map<uint64_t, uint64_t> chunks;  // logical -> type
   uint64_t stripes = 0;                 // in the chunk items
   uint64_t stripe_bytes = 0;
@@ -26,11 +26,11 @@ struct Layout {
 
 // Of an image, or of an array (all its images); a gtest failure where it
 // cannot be read.
-Layout ReadLayout(const std::vector<std::string>& images);
-Layout ReadLayout(const std::string& img);
+ChunkLayout ReadLayout(const std::vector<std::string>& images);
+ChunkLayout ReadLayout(const std::string& img);
 
 // The dev tree, the chunk items and the DEV_ITEMs agree (gtest expectations).
-void ExpectConsistent(const Layout& l, const std::string& what);
+void ExpectConsistent(const ChunkLayout& l, const std::string& what);
 
 }  // namespace ubtrfs_test
 
