@@ -99,7 +99,7 @@ void ExpectKernelBalancesAndScrubs(const std::string& img, const std::string& mn
     ubtrfs_test::LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
     auto k = RunCommand({"bash", "-c",
-                         "set -e; head -c 20000000 /dev/urandom > '" + mnt + "/kernel'; btrfs balance start -dusage=100 -musage=100 '" +
+                         "set -e; head -c 8000000 /dev/urandom > '" + mnt + "/kernel'; btrfs balance start -dusage=100 -musage=100 '" +
                              mnt + "' >/dev/null; btrfs scrub start -B '" + mnt + "' >/dev/null"});
     EXPECT_TRUE(k.ok()) << "the kernel's balance and scrub over the result: " << k.Describe();
     ASSERT_EQ(m.Unmount(), "");
@@ -279,19 +279,19 @@ TEST_P(BalanceUsageKernel, EverythingMovesAndTheKernelAgrees) {
 cd ")") + mnt + R"("
 )" + (GetParam().quotas ? "btrfs quota enable .\n" : "") + R"(
 btrfs subvolume create sv >/dev/null
-for d in 1 2 3 4; do mkdir sv/d$d; for i in $(seq 1 300); do head -c $(( (d*i*131) % 12000 + 1 )) /dev/urandom > sv/d$d/f$i; done; done
-for i in 1 2 3 4 5; do head -c $((i*3000000)) /dev/urandom > sv/big$i; done
-yes "a line that compresses well" | head -c 20000000 > sv/text
+for d in 1 2 3 4; do mkdir sv/d$d; for i in $(seq 1 200); do head -c $(( (d*i*131) % 12000 + 1 )) /dev/urandom > sv/d$d/f$i; done; done
+for i in 1 2 3 4 5; do head -c $((i*1000000)) /dev/urandom > sv/big$i; done
+yes "a line that compresses well" | head -c 6000000 > sv/text
 cp --reflink=always sv/big3 sv/big3.clone
-fallocate -l 30M sv/prealloc
-touch sv/nocow; chattr +C sv/nocow; head -c 5000000 /dev/urandom > sv/nocow
+fallocate -l 8M sv/prealloc
+touch sv/nocow; chattr +C sv/nocow; head -c 2000000 /dev/urandom > sv/nocow
 btrfs subvolume snapshot sv snapA >/dev/null
-for i in $(seq 2 2 300); do rm sv/d1/f$i; done
+for i in $(seq 2 2 200); do rm sv/d1/f$i; done
 echo change >> snapA/d2/f7
-head -c 4000000 /dev/urandom | dd of=sv/big2 bs=1M seek=1 conv=notrunc 2>/dev/null
+head -c 1000000 /dev/urandom | dd of=sv/big2 bs=512K seek=1 conv=notrunc 2>/dev/null
 btrfs subvolume snapshot -r sv snapB >/dev/null
 rm -f sv/big4 sv/big5 snapA/big1
-for i in $(seq 3 3 300); do rm -f sv/d3/f$i snapA/d4/f$i; done
+for i in $(seq 3 3 200); do rm -f sv/d3/f$i snapA/d4/f$i; done
 )" + (GetParam().quotas ? "btrfs quota rescan -w . >/dev/null\n" : "");
   {
     ubtrfs_test::LoopMount m;

@@ -10,6 +10,7 @@
 // operation per opcode byte followed by its operand bytes (missing operand
 // bytes read as 0). Seeds: corpus/image_write_fuzz.
 #include <algorithm>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -87,6 +88,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
       }
       acc += stats.data_extents + stats.tree_blocks;
+      if (ubtrfs_fuzz::Verbose()) {
+        std::fprintf(stderr, "relocated %zu groups: %llu data extents, %llu tree blocks, %zu left\n", groups.size(),
+                     static_cast<unsigned long long>(stats.data_extents),
+                     static_cast<unsigned long long>(stats.tree_blocks), stats.notes.size());
+        for (const std::string& n : stats.notes) std::fprintf(stderr, "  %s\n", n.c_str());
+      }
     } else {
       ubtrfs_fuzz::CheckError(txn.status());
     }
