@@ -256,6 +256,7 @@ struct KernelCase {
   const char* name;
   std::vector<std::string> mkfs;  // mkfs.btrfs options; ubtrfs mkfs (block group tree) when empty
   bool quotas;
+  bool many;  // thousands of files under five snapshots (deeper trees, nodes shared and copied)
 };
 
 class BalanceUsageKernel : public ::testing::TestWithParam<KernelCase> {};
@@ -292,7 +293,19 @@ head -c 1000000 /dev/urandom | dd of=sv/big2 bs=512K seek=1 conv=notrunc 2>/dev/
 btrfs subvolume snapshot -r sv snapB >/dev/null
 rm -f sv/big4 sv/big5 snapA/big1
 for i in $(seq 3 3 200); do rm -f sv/d3/f$i snapA/d4/f$i; done
-)" + (GetParam().quotas ? "btrfs quota rescan -w . >/dev/null\n" : "");
+)" + (!GetParam().many ? "" : R"(
+# Thousands of small files (split: one process), then more snapshots, each
+# followed by changes on both sides: nodes shared by several trees, copied
+# by some (FULL_BACKREF), over several data groups.
+mkdir sv/many
+for b in 700 3000 9000; do head -c $((b * 1500)) /dev/urandom | split -d -a 4 -b $b - sv/many/s$b.; done
+for s in C D E; do
+  btrfs subvolume snapshot sv snap$s >/dev/null
+  for i in $(seq 1 40); do rm -f sv/many/s700.$(printf '%04d' $((i * 37 % 1500))); done
+  for f in $(ls snap$s/many | head -300 | tail -40); do echo more >> snap$s/many/$f; done
+  head -c 3000000 /dev/urandom > sv/new$s
+done
+)") + (GetParam().quotas ? "btrfs quota rescan -w . >/dev/null\n" : "");
   {
     ubtrfs_test::LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt, "compress=zstd"), "");
@@ -325,9 +338,9 @@ for i in $(seq 3 3 200); do rm -f sv/d3/f$i snapA/d4/f$i; done
 }
 
 INSTANTIATE_TEST_SUITE_P(Images, BalanceUsageKernel,
-                         ::testing::Values(KernelCase{"Quotas", {"-n", "16384"}, true},
-                                           KernelCase{"NoSkinnyMetadata", {"-O", "^skinny-metadata"}, false},
-                                           KernelCase{"BlockGroupTree", {}, false}),
+                         ::testing::Values(KernelCase{"QuotasManySnapshots", {"-n", "4096"}, true, true},
+                                           KernelCase{"NoSkinnyMetadata", {"-n", "4096", "-O", "^skinny-metadata"}, false, false},
+                                           KernelCase{"BlockGroupTree", {}, false, false}),
                          [](const ::testing::TestParamInfo<KernelCase>& i) { return std::string(i.param.name); });
 
 // RAID1 over two devices: moved extents get both copies.

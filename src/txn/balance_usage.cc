@@ -130,7 +130,7 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
       const auto g = txn.space().FindGroup(c.start);
       if (!g || g->start != c.start) continue;  // went with an earlier commit
       Result<bool> gone = txn::RelocateGroup(txn, c.start, &stats);
-      if (!gone.ok() && gone.status().code() == ENOSPC && !held.empty()) {
+      if (!gone.ok() && gone.status().code() == ENOSPC && !held.empty() && !txn.HasChanges()) {
         release();
         gone = txn::RelocateGroup(txn, c.start, &stats);
       }

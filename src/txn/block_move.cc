@@ -77,8 +77,10 @@ Status TxnManager::MoveTreeBlocks(const std::vector<BlockMove>& moves, const std
           copy.mutable_ptr(i)->blockptr = it->second;
           copy.mutable_ptr(i)->generation = gen;
         } else if (full) {
-          ChangeCommittedRef(child, old.level() - 1, RefId{kSharedBlockRefKey, old.bytenr()}, -1);
+          // The new reference first: the child's count must not pass zero
+          // on the way (its entry would be dropped, FULL_BACKREF with it).
           ChangeCommittedRef(child, old.level() - 1, RefId{kSharedBlockRefKey, to}, +1);
+          ChangeCommittedRef(child, old.level() - 1, RefId{kSharedBlockRefKey, old.bytenr()}, -1);
         }
       }
     } else {

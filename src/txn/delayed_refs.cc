@@ -232,7 +232,9 @@ Status TxnManager::ApplyExtent(uint64_t bytenr, const PendingExtent& p) {
     if (auto m = FindInlineRef(inl, want)) {
       const int64_t count = int64_t{m->count} + delta;
       if (count < 0 || (!IsDataRef(r.type) && count > 1)) {
-        return Status::Corrupt(where + ": reference count of " + std::to_string(r.type) + " ref below zero or doubled");
+        return Status::Corrupt(where + ": reference count of " + std::to_string(r.type) + " ref (" + std::to_string(r.a) +
+                               (r.type == kExtentDataRefKey ? " " + std::to_string(r.ino) + " " + std::to_string(r.off) : "") +
+                               ") below zero or doubled");
       }
       if (count == 0) {
         EraseInlineRef(item, *m);

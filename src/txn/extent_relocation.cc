@@ -73,6 +73,11 @@ class Relocator {
   RelocationStats* stats_;
   std::set<uint64_t> given_up_;  // extents that stay
   std::set<uint64_t> moved_;     // extents moved (they must not come back)
+  // The running batch has begun to change trees: a failure from here on
+  // must not be committed. Before it (no room for the batch), the
+  // transaction holds at most new chunks and unreferenced extents, which
+  // a commit handles.
+  bool changing_ = false;
 };
 
 std::optional<tree::RootPtr> Relocator::RootOf(uint64_t id) {
@@ -272,25 +277,38 @@ Result<size_t> Relocator::MoveData(std::span<const Extent> batch) {
     }
     go.push_back(e);
   }
-  std::map<uint64_t, uint64_t> to;
+  if (go.empty()) return 0;
+  std::vector<BlockMove> moves;
+  for (auto& [x, m] : b.moves) moves.push_back(std::move(m));
+  // Room first, before anything changes: an ENOSPC here leaves the
+  // transaction as it was. Then a new place for each extent, as many as fit.
+  UB_RETURN_IF_ERROR(txn_.chunk_alloc().ReserveMetadata(moves.size() / ChunkAllocator::kBlocksPerItem + 1));
+  std::vector<uint64_t> dest;
   for (const Extent& e : go) {
-    // Unreferenced (a read that fails below), the new extent is freed at
-    // the commit.
-    UB_ASSIGN_OR_RETURN(uint64_t dest, txn_.AllocData(e.len));
-    if (Status s = CopyData(e.bytenr, dest, e.len); !s.ok()) {
-      if (s.code() == ENOSPC) return s;
+    Result<uint64_t> d = txn_.AllocData(e.len);
+    if (!d.ok()) {
+      if (d.status().code() != ENOSPC || dest.empty()) return d.status();
+      break;  // the rest waits for the next batch
+    }
+    dest.push_back(*d);
+  }
+  std::map<uint64_t, uint64_t> to;
+  changing_ = true;
+  for (size_t i = 0; i < dest.size(); ++i) {
+    const Extent& e = go[i];
+    // Unreferenced (a read that fails), the new extent and the checksums
+    // copied so far go at the commit.
+    if (Status s = CopyData(e.bytenr, dest[i], e.len); !s.ok()) {
+      if (s.code() != EIO && s.code() != EUCLEAN) return s;
       GiveUp(e.bytenr, "data extent", s.ToString());
       continue;
     }
-    to[e.bytenr] = dest;
+    to[e.bytenr] = dest[i];
     moved_.insert(e.bytenr);
     ++stats_->data_extents;
     stats_->data_bytes += e.len;
   }
-  if (to.empty()) return 0;
-  std::vector<BlockMove> moves;
-  for (auto& [x, m] : b.moves) moves.push_back(std::move(m));
-  UB_RETURN_IF_ERROR(txn_.chunk_alloc().ReserveMetadata(moves.size() / ChunkAllocator::kBlocksPerItem + 1));
+  // The leaves of extents that stay move all the same, unchanged.
   UB_RETURN_IF_ERROR(txn_.MoveTreeBlocks(moves, to));
   return to.size();
 }
@@ -315,6 +333,7 @@ Result<size_t> Relocator::MoveTreeBlocks(std::span<const Extent> batch) {
   std::vector<BlockMove> moves;
   for (auto& [x, m] : b.moves) moves.push_back(std::move(m));
   UB_RETURN_IF_ERROR(txn_.chunk_alloc().ReserveMetadata(moves.size() / ChunkAllocator::kBlocksPerItem + 1));
+  changing_ = true;
   UB_RETURN_IF_ERROR(txn_.MoveTreeBlocks(moves, {}));
   stats_->tree_blocks += n;
   return n;
@@ -348,19 +367,24 @@ Result<bool> Relocator::Run() {
         UB_RETURN_IF_ERROR(MoveTreeBlocks(std::span(blocks).first(std::min(blocks.size(), kBatchTreeBlocks))).status());
       }
       UB_RETURN_IF_ERROR(txn_.Commit());
+      changing_ = false;
     }
   }();
-  // What was moved before an error is committed.
-  Status committed = txn_.Commit();
+  // Each batch was committed. One that failed while changing trees is not
+  // (its changes may be half made: the caller must not commit them
+  // either); one that found no room leaves a transaction a commit can take.
+  if (!st.ok()) {
+    (void)txn_.SetRelocating(start_, false);
+    if (!changing_) UB_RETURN_IF_ERROR(txn_.Commit());
+    return st;
+  }
   const auto left = txn_.space().FindGroup(start_);
   const bool gone = !left || left->start != start_;
   if (!gone) {
     const uint64_t used = left->used_bytes - txn_.ExcludedIn(start_);
-    if (st.ok() && committed.ok() && used == 0) stats_->notes.push_back("block group " + At(start_) + " stays: the last of its kind");
+    if (used == 0) stats_->notes.push_back("block group " + At(start_) + " stays: the last of its kind");
     UB_RETURN_IF_ERROR(txn_.SetRelocating(start_, false));
   }
-  UB_RETURN_IF_ERROR(st);
-  UB_RETURN_IF_ERROR(committed);
   return gone;
 }
 

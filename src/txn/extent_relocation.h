@@ -43,7 +43,9 @@ struct RelocationStats {
 // it goes (the running transaction must have no changes), and returns
 // whether the group is gone. It hands out no space meanwhile; if something
 // stays in it (named in stats->notes), it serves allocations again. ENOSPC
-// when there is no room for a copy; what was moved before is committed.
+// when there is no room for a batch of moves: what was moved before is
+// committed, and so is the transaction. Any other error may leave the
+// running transaction half changed: it must not be committed.
 Result<bool> RelocateGroup(TxnManager& txn, uint64_t start, RelocationStats* stats);
 
 }  // namespace ubtrfs::txn
