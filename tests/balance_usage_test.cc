@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,93 @@ TEST(BalanceUsage, SnapshotsKeepSharingWhatTheyShare) {
   CopyOut(img, dir.Sub("again"));
   ExpectSameTrees(dir.Sub("before"), dir.Sub("again"));
   EXPECT_EQ(BtrfsCheck(img), "");
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
+    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
+    return;
+  }
+  ExpectKernelBalancesAndScrubs(img, dir.Sub("mnt"));
+}
+
+// Rounds of random changes through the library (snapshots, overwrites,
+// deletions, new files, reflinks from snapshots) on 4 KiB nodes, each
+// followed by a balance of everything: blocks moved by one balance are
+// shared, copied and moved again by the next. After each, the files are as
+// before and both checkers agree.
+TEST(BalanceUsage, RandomChangesBetweenBalances) {
+  TempDir dir("ubtrfs-balance");
+  const std::string img = dir.Sub("img");
+  ASSERT_TRUE(RunUbtrfs({"mkfs", "-q", "-n", "4096", "--size", "512M", img}).ok());
+  std::mt19937_64 rng(7);
+  auto bytes = [&](size_t n) { return ubtrfs_test::SeededBytes(n, rng()); };
+  std::vector<std::string> writable{"sv"};
+  int snapshots = 0;
+  {
+    auto fs = Filesystem::Open(img, OpenOptions{.writable = true});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto sv = (*fs)->CreateSubvolume((*fs)->Root(), "sv", NewInode{.mode = 0755});
+    ASSERT_TRUE(sv.ok()) << sv.status().ToString();
+    for (int i = 0; i < 1500; ++i) {
+      auto f = (*fs)->Create(*sv, "f" + std::to_string(i), NewInode{.mode = 0644});
+      ASSERT_TRUE(f.ok());
+      const std::string b = bytes(i % 4 == 0 ? 5000 + rng() % 20000 : 10 + rng() % 1500);
+      ASSERT_TRUE((*fs)->Write(*f, 0, ubtrfs_test::SpanOf(b)).ok());
+    }
+    ASSERT_TRUE((*fs)->Commit().ok());
+  }
+  for (int round = 0; round < 4; ++round) {
+    {
+      auto fs = Filesystem::Open(img, OpenOptions{.writable = true});
+      ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+      Filesystem& f = **fs;
+      const std::string snap = "snap" + std::to_string(++snapshots);
+      const bool ro = round % 2 == 1;
+      auto from = f.Lookup("/" + writable[rng() % writable.size()]);
+      ASSERT_TRUE(from.ok());
+      ASSERT_TRUE(f.CreateSnapshot(*from, f.Root(), snap, ro).ok());
+      if (!ro) writable.push_back(snap);
+      for (int k = 0; k < 300; ++k) {
+        const std::string top = "/" + writable[rng() % writable.size()];
+        auto d = f.Lookup(top);
+        ASSERT_TRUE(d.ok());
+        const std::string name = "f" + std::to_string(rng() % 1600);
+        auto id = f.LookupChild(*d, name);
+        const int op = static_cast<int>(rng() % 4);
+        if (op == 0 && id.ok()) {
+          ASSERT_TRUE(f.Unlink(*d, name).ok());
+        } else if (op == 1 && id.ok()) {
+          const std::string b = bytes(1 + rng() % 6000);
+          ASSERT_TRUE(f.Write(*id, rng() % 8000, ubtrfs_test::SpanOf(b)).ok());
+        } else if (op == 2 && !id.ok()) {
+          auto n = f.Create(*d, name, NewInode{.mode = 0644});
+          ASSERT_TRUE(n.ok());
+          const std::string b = bytes(rng() % 30000);
+          ASSERT_TRUE(f.Write(*n, 0, ubtrfs_test::SpanOf(b)).ok());
+        } else if (op == 3) {
+          auto src = f.Lookup("/snap" + std::to_string(1 + rng() % snapshots) + "/" + name);
+          const std::string copy = "c" + std::to_string(round) + "_" + std::to_string(k);
+          if (!src.ok()) continue;
+          auto n = f.Create(*d, copy, NewInode{.mode = 0644});
+          ASSERT_TRUE(n.ok());
+          ASSERT_TRUE(f.Clone(*src, 0, *n, 0, 0).ok());
+        }
+      }
+      ASSERT_TRUE(f.Commit().ok());
+    }
+    const std::string before = dir.Sub("before" + std::to_string(round));
+    const std::string after = dir.Sub("after" + std::to_string(round));
+    CopyOut(img, before);
+    RelocateResult r;
+    Status st = RelocateGroups({img}, Usage("100", "100"), &r);
+    ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.ToString() << Notes(r);
+    EXPECT_EQ(r.groups_emptied, r.groups_selected) << "round " << round << Notes(r);
+    CopyOut(img, after);
+    ExpectSameTrees(before, after);
+    ASSERT_EQ(BtrfsCheck(img), "") << "round " << round;
+    ASSERT_EQ(UbtrfsCheck(img), "") << "round " << round;
+    ubtrfs_test::RemoveTree(before);
+    ubtrfs_test::RemoveTree(after);
+  }
   std::string why;
   if (!ubtrfs_test::LoopMountsAvailable(&why)) {
     GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
