@@ -65,6 +65,28 @@ void ExpectSameTrees(const std::string& before, const std::string& after) {
   EXPECT_GT(stats.files_read, 0u);
 }
 
+// After a balance: the filesystem copied out again (to dir/after) equals
+// dir/before, the chunk layout is consistent, and both checkers are clean
+// unless the image was damaged on purpose.
+void ExpectUnchanged(const std::string& img, const TempDir& dir, bool clean = true) {
+  CopyOut(img, dir.Sub("after"));
+  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
+  ExpectConsistent(ReadLayout(img), "balanced");
+  if (clean) {
+    EXPECT_EQ(UbtrfsCheck(img), "");
+    EXPECT_EQ(BtrfsCheck(img), "");
+  }
+}
+
+// Whether loop mounts work here; if not, the log says the test's kernel
+// part is skipped, and why.
+bool KernelPartRuns() {
+  std::string why;
+  if (ubtrfs_test::LoopMountsAvailable(&why)) return true;
+  GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
+  return false;
+}
+
 // Tree blocks (or data extents) the extent tree has.
 uint64_t Extents(const std::string& img, bool tree) {
   auto dev = io::OpenFileDevice(img);
@@ -166,16 +188,8 @@ TEST(BalanceUsage, PartlyUsedDataGroupsAreEmptied) {
   EXPECT_LT(after.Count(kBlockGroupData), before.Count(kBlockGroupData)) << after.Describe();
   EXPECT_LT(r.chunk_bytes_after, r.chunk_bytes_before);
   EXPECT_EQ(after.dev_bytes_used, r.chunk_bytes_after + 2 * 8 * kMiB) << "the system chunk (DUP) aside";
-  CopyOut(img, dir.Sub("after"));
-  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
-  EXPECT_EQ(UbtrfsCheck(img), "");
-  EXPECT_EQ(BtrfsCheck(img), "");
-
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
-    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
-    return;
-  }
+  ExpectUnchanged(img, dir);
+  if (!KernelPartRuns()) return;
   const std::string mnt = dir.Sub("mnt");
   mkdir(mnt.c_str(), 0755);
   {
@@ -229,11 +243,7 @@ TEST(BalanceUsage, SnapshotsKeepSharingWhatTheyShare) {
   // Trees that copied a shared block each would have about twice as many
   // blocks; the few more are the extent and checksum trees' new items.
   EXPECT_LE(TreeBlocks(img), blocks + blocks / 20 + 4) << "before: " << blocks;
-  ExpectConsistent(ReadLayout(img), "balanced");
-  CopyOut(img, dir.Sub("after"));
-  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
-  EXPECT_EQ(UbtrfsCheck(img), "");
-  EXPECT_EQ(BtrfsCheck(img), "");
+  ExpectUnchanged(img, dir);
   // Once more over the result: blocks the first run made move again.
   st = RelocateGroups({img}, Usage("100", "100"), &r);
   ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
@@ -241,11 +251,7 @@ TEST(BalanceUsage, SnapshotsKeepSharingWhatTheyShare) {
   CopyOut(img, dir.Sub("again"));
   ExpectSameTrees(dir.Sub("before"), dir.Sub("again"));
   EXPECT_EQ(BtrfsCheck(img), "");
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
-    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
-    return;
-  }
+  if (!KernelPartRuns()) return;
   ExpectKernelBalancesAndScrubs(img, dir.Sub("mnt"));
 }
 
@@ -328,11 +334,7 @@ TEST(BalanceUsage, RandomChangesBetweenBalances) {
     ubtrfs_test::RemoveTree(before);
     ubtrfs_test::RemoveTree(after);
   }
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
-    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
-    return;
-  }
+  if (!KernelPartRuns()) return;
   ExpectKernelBalancesAndScrubs(img, dir.Sub("mnt"));
 }
 
@@ -410,11 +412,7 @@ done
   EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
   EXPECT_GT(r.data_extents, 0u);
   EXPECT_GT(r.tree_blocks, 0u);
-  ExpectConsistent(ReadLayout(img), "balanced");
-  EXPECT_EQ(BtrfsCheck(img), "");
-  EXPECT_EQ(UbtrfsCheck(img), "");
-  CopyOut(img, dir.Sub("after"));
-  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
+  ExpectUnchanged(img, dir);
   {
     ubtrfs_test::LoopMount m;
     ASSERT_EQ(m.Mount(img, mnt), "");
@@ -464,11 +462,7 @@ TEST(BalanceUsage, MirroredOverTwoDevices) {
   CopyOut(joined, dir.Sub("after"));
   ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
   EXPECT_EQ(UbtrfsCheck(joined), "");
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) {
-    GTEST_LOG_(INFO) << "kernel part skipped: loop mounts unavailable: " << why;
-    return;
-  }
+  if (!KernelPartRuns()) return;
   auto check = ubtrfs_test::ArrayMount::CheckOnce(images);
   EXPECT_TRUE(check.ok()) << check.Describe();
 }
@@ -506,11 +500,7 @@ TEST(BalanceUsage, NoRoomIsAnErrorAndLosesNothing) {
   Status st = RelocateGroups({img}, Usage("100", ""), &r);
   EXPECT_EQ(st.code(), ENOSPC) << st.ToString() << Notes(r);
   EXPECT_EQ(r.groups_emptied, 0u);
-  CopyOut(img, dir.Sub("after"));
-  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
-  ExpectConsistent(ReadLayout(img), "after the ENOSPC");
-  EXPECT_EQ(UbtrfsCheck(img), "");
-  EXPECT_EQ(BtrfsCheck(img), "");
+  ExpectUnchanged(img, dir);
 }
 
 // A data extent whose reference counts one file extent item more than
@@ -563,9 +553,7 @@ TEST(BalanceUsage, AnExtentItsReferencesDoNotAccountForStays) {
   EXPECT_EQ(r.data_extents, extents - 1) << Notes(r);
   ASSERT_FALSE(r.notes.empty());
   EXPECT_NE(r.notes[0].find("data extent " + std::to_string(damaged) + " stays"), std::string::npos) << Notes(r);
-  CopyOut(img, dir.Sub("after"));
-  ExpectSameTrees(dir.Sub("before"), dir.Sub("after"));
-  ExpectConsistent(ReadLayout(img), "after");
+  ExpectUnchanged(img, dir, /*clean=*/false);
 }
 
 // Relocation trees the kernel left (a balance of its own interrupted) are
