@@ -6,13 +6,14 @@
 //
 // Where the chunk moves of txn/relocate.cc keep logical addresses and copy
 // whole stripes, this moves each extent: a data extent is copied to a new
-// extent elsewhere (its checksums with it) and every file extent item that
-// maps it is pointed at the copy, in every tree that reaches the item (a
-// leaf shared by snapshots is copied for each, as any change of a shared
-// leaf is); a tree block is copied on write in every tree that reaches it,
-// as any change to it would. The back references say where those items and
-// blocks are (txn/root_walk.h). Freed, the old extents leave the group
-// empty, and the commit deletes it with its chunk.
+// extent elsewhere (its checksums with it) and the file extent items that
+// map it are pointed at the copy; a tree block is copied to a new address.
+// The back references say which blocks hold the pointers
+// (RootWalk::Backrefs); those blocks, and theirs up to the roots, are
+// copied once each however many snapshots share them, every pointer
+// following (TxnManager::MoveTreeBlocks, txn/block_move.cc), so what was
+// shared stays shared. Freed, the old extents leave the group empty, and
+// the commit deletes it with its chunk.
 //
 // Crash safety is that of any transaction: the copies go to space that was
 // free in the committed state, and the group's space is not reused before
