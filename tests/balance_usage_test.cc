@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdio>
+
 #include <random>
 #include <string>
 #include <vector>
@@ -460,6 +462,20 @@ TEST(BalanceUsage, MirroredOverTwoDevices) {
   EXPECT_LT(after.Count(kBlockGroupData), before.Count(kBlockGroupData)) << after.Describe();
   ExpectImageEquals(dir.Sub("before"), joined);
   EXPECT_EQ(UbtrfsCheck(joined), "");
+  // With a device missing, nothing moves: the new chunks would lack its
+  // copies, and the old ones could not go.
+  {
+    const std::string gone = dir.Sub("gone.img");
+    ASSERT_EQ(rename(images[1].c_str(), gone.c_str()), 0);
+    const std::string before = ubtrfs_test::Sha256(images[0]);
+    RelocateOptions o = Usage("100", "100");
+    o.degraded = true;
+    Status missing = RelocateGroups({images[0]}, o, &r);
+    EXPECT_EQ(missing.code(), EINVAL) << missing.ToString();
+    EXPECT_NE(missing.message().find("missing"), std::string::npos) << missing.ToString();
+    EXPECT_EQ(ubtrfs_test::Sha256(images[0]), before);
+    ASSERT_EQ(rename(gone.c_str(), images[1].c_str()), 0);
+  }
   if (!KernelPartRuns()) return;
   auto check = ubtrfs_test::ArrayMount::CheckOnce(images);
   EXPECT_TRUE(check.ok()) << check.Describe();

@@ -233,7 +233,8 @@ struct RelocateResult {
 // follow, in every snapshot that shares them), then deleted with its chunk,
 // one group at a time. Groups made meanwhile are not taken. ENOSPC when a
 // copy finds no room; the groups emptied before stay emptied. EINVAL with
-// simple quotas (a moved extent would be counted anew).
+// simple quotas (a moved extent would be counted anew) or a device missing
+// (the new chunks would lack its copies, the old ones could not go).
 UBTRFS_API Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOptions& options,
                                  RelocateResult* result);
 

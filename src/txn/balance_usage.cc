@@ -76,6 +76,13 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
   dco.degraded = options.degraded;
   UB_ASSIGN_OR_RETURN(txn::OpenedSet set, txn::OpenSet(devices, dco));
   txn::TxnManager& txn = *set.o.txn;
+  if (!set.o.vol->missing_devices().empty()) {
+    // New chunks would lack the missing device's copies (the kernel's
+    // degraded allocations go single the same way), and the old chunks,
+    // with a stripe there, could not be deleted: the moves would only cost.
+    return Status::Invalid("a device of the filesystem is missing: replace it or remove it first "
+                           "(ubtrfs device replace / device remove ... missing), then balance");
+  }
   if (set.o.vol->super().incompat_flags.get() & kIncompatSimpleQuota) {
     return Status::Invalid("simple quotas are on: moving extents is not supported with them yet");
   }

@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "alloc/chunk_map.h"
 #include "format/checksum.h"
 #include "format/ondisk.h"
 #include "tree/cursor.h"
@@ -382,7 +383,13 @@ Result<bool> Relocator::Run() {
   const bool gone = !left || left->start != start_;
   if (!gone) {
     const uint64_t used = left->used_bytes - txn_.ExcludedIn(start_);
-    if (used == 0) stats_->notes.push_back("block group " + At(start_) + " stays: the last of its kind");
+    if (used == 0) {
+      const alloc::ChunkInfo* c = vol_.chunks().Find(start_);
+      stats_->notes.push_back("block group " + At(start_) + " stays empty: " +
+                              (c != nullptr && !txn_.chunk_alloc().Removable(*c)
+                                   ? std::string("its chunk has a stripe on a missing device")
+                                   : std::string("the last of its kind")));
+    }
     UB_RETURN_IF_ERROR(txn_.SetRelocating(start_, false));
   }
   return gone;
