@@ -84,7 +84,8 @@ void CmdBalance(BalanceArgs& a) {
     Status s = RelocateGroups(a.devices, ro, &r);
     for (const std::string& n : r.notes) fmt::print(stderr, "ubtrfs balance: {}\n", n);
     if (!s.ok()) fmt::print(stderr, "ubtrfs balance: {}\n", s.ToString());
-    if (!a.quiet || !s.ok()) {
+    // After a failure, what was done before it (nothing: no line).
+    if (s.ok() ? !a.quiet : r.groups_selected > 0) {
       fmt::print("Relocated {} of {} block groups ({} data extents, {}; {} tree blocks); chunks took {}, now {}\n",
                  r.groups_emptied, r.groups_selected, r.data_extents, Human(r.data_bytes), r.tree_blocks,
                  Human(r.chunk_bytes_before), Human(r.chunk_bytes_after));
