@@ -124,9 +124,7 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
   for (const uint64_t kind : {kBlockGroupData, kBlockGroupMetadata}) {
     std::vector<uint64_t> held;
     auto release = [&] {
-      for (uint64_t start : held) {
-        if (auto g = txn.space().FindGroup(start); g && g->start == start) (void)txn.space().SetReadOnly(start, false);
-      }
+      for (uint64_t start : held) (void)txn.space().SetReadOnly(start, false);  // NotFound: the group went
       held.clear();
     };
     for (const Candidate& c : take) {

@@ -28,6 +28,11 @@ namespace ubtrfs::txn {
 
 using namespace ubtrfs::format;
 
+bool TxnManager::FullBackref(uint64_t bytenr) {
+  auto lock = AllocLock();
+  return InfoOf(bytenr).flags & kBlockFlagFullBackref;
+}
+
 Status TxnManager::MoveTreeBlocks(const std::vector<BlockMove>& moves, const std::map<uint64_t, uint64_t>& data) {
   auto lock = AllocLock();
   const uint64_t gen = transid();

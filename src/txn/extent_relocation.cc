@@ -55,7 +55,6 @@ class Relocator {
   Result<RootWalk> NewWalk();
   // The group's extents, those given up on left out.
   Status Scan(std::vector<Extent>* data, std::vector<Extent>* blocks);
-  Result<uint64_t> ExtentFlags(uint64_t bytenr);
   // Adds block `x` and, up to the roots, every block that points at it to
   // the batch; false (why) when its back references do not account for
   // every pointer to it. `added` collects what was added, to take back.
@@ -113,20 +112,6 @@ Status Relocator::Scan(std::vector<Extent>* data, std::vector<Extent>* blocks) {
     UB_RETURN_IF_ERROR(c.Next());
   }
   return Status::Ok();
-}
-
-Result<uint64_t> Relocator::ExtentFlags(uint64_t bytenr) {
-  UB_ASSIGN_OR_RETURN(Volume::TreeRoot ext, vol_.FindRoot(kExtentTreeObjectid));
-  tree::Cursor c(txn_.source(), ext.ref);
-  UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
-  for (; c.Valid() && c.key().objectid == bytenr;) {
-    const Key k = c.key();
-    if ((k.type == kMetadataItemKey || k.type == kExtentItemKey) && c.data().size() >= sizeof(ExtentItem)) {
-      return reinterpret_cast<const ExtentItem*>(c.data().data())->flags.get();
-    }
-    UB_RETURN_IF_ERROR(c.Next());
-  }
-  return Status::Corrupt("extent tree: no item for " + At(bytenr));
 }
 
 Result<bool> Relocator::AddBlock(Batch& b, uint64_t x, std::vector<uint64_t>* added, std::string* why) {
@@ -194,13 +179,11 @@ Result<bool> Relocator::AddDataExtent(Batch& b, const Extent& e, std::vector<uin
     uint64_t found = 0;
     for (uint64_t leaf : mine) {
       UB_ASSIGN_OR_RETURN(tree::BlockRef l, txn_.source()->Read(tree::BlockCheck{leaf, 0, 0, {}}));
-      if (r.type == kExtentDataRefKey) {
-        // Items of a leaf referenced by tree are counted under the leaf's
-        // owner; a FULL_BACKREF leaf's by parent.
-        if (l->owner() != r.a) continue;
-        UB_ASSIGN_OR_RETURN(uint64_t flags, ExtentFlags(leaf));
-        if (flags & kBlockFlagFullBackref) continue;
-      }
+      // Items of a leaf referenced by tree are counted under the leaf's
+      // owner; a FULL_BACKREF leaf's by parent. Asked as the move will ask
+      // it: where the two disagree, the counts do not add up and the extent
+      // stays.
+      if (r.type == kExtentDataRefKey && (l->owner() != r.a || txn_.FullBackref(leaf))) continue;
       uint64_t n = 0;
       ForEachDataExtent(*l, [&](const Key& k, const FileExtentItem& fe) {
         if (fe.disk_bytenr.get() != e.bytenr) return;

@@ -22,25 +22,18 @@ Result<std::set<uint64_t>> RootWalk::Roots(uint64_t bytenr, int depth) {
     return Status::Corrupt("extent tree: back references of " + std::to_string(bytenr) + " nest too deep");
   }
   std::set<uint64_t> roots;
-  std::vector<uint64_t> parents;
-  UB_RETURN_IF_ERROR(Holders(bytenr, &parents, &roots));
-  for (uint64_t p : parents) {
-    UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
-    roots.insert(up.begin(), up.end());
-  }
-  memo_[bytenr] = roots;
-  return roots;
-}
-
-Status RootWalk::Holders(uint64_t bytenr, std::vector<uint64_t>* parents, std::set<uint64_t>* tops) {
   std::vector<Backref> refs;
   int level = 0;
   UB_RETURN_IF_ERROR(Backrefs(bytenr, &refs, &level));
   for (const Backref& r : refs) {
-    if (r.root) tops->insert(r.a);  // the tree's root block (or a tree this state no longer has)
-    parents->insert(parents->end(), r.blocks.begin(), r.blocks.end());
+    if (r.root) roots.insert(r.a);  // the tree's root block (or a tree this state no longer has)
+    for (uint64_t p : r.blocks) {
+      UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
+      roots.insert(up.begin(), up.end());
+    }
   }
-  return Status::Ok();
+  memo_[bytenr] = roots;
+  return roots;
 }
 
 Status RootWalk::Backrefs(uint64_t bytenr, std::vector<Backref>* out, int* level) {

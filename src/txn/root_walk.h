@@ -35,11 +35,6 @@ class RootWalk {
   // The trees (every kind: callers keep the subvolumes) that reach it.
   Result<std::set<uint64_t>> Roots(uint64_t bytenr, int depth = 0);
 
-  // One step of that walk: the blocks that point at extent `bytenr` (a tree
-  // block's parents; for a data extent, the leaves whose file extent items
-  // map it), and the trees whose root block it is (`tops`).
-  Status Holders(uint64_t bytenr, std::vector<uint64_t>* blocks, std::set<uint64_t>* tops);
-
   // One back reference of an extent, and the blocks that hold the pointers
   // it stands for.
   struct Backref {

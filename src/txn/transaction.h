@@ -253,6 +253,9 @@ class TxnManager final : public tree::BlockAllocator {
   // to the roots), all unchanged in this transaction. The moved trees keep
   // their ctransid and ctime (nothing in them changed for their users).
   Status MoveTreeBlocks(const std::vector<BlockMove>& moves, const std::map<uint64_t, uint64_t>& data);
+  // Whether tree block `bytenr` references its children by parent
+  // (FULL_BACKREF), as copy on write and MoveTreeBlocks take it.
+  bool FullBackref(uint64_t bytenr);
 
  private:
   explicit TxnManager(Volume* vol) : vol_(vol) {}

@@ -9,9 +9,9 @@
 // Kept, as the kernel keeps them: the last group of each type and profile
 // (its space_info's list for that profile) and read-only ones (here: a
 // seed device's; one being emptied by relocation, read-only meanwhile, goes
-// as the kernel's relocation removes its group). Kept here besides: system groups (the superblock's chunk
-// array would have to follow), mixed groups (an empty one serves data and
-// metadata alike), chunks made in the running transaction (an early
+// as the kernel's relocation removes its group). Kept here besides: system
+// groups (the superblock's chunk array would have to follow), mixed groups
+// (an empty one serves data and metadata alike), chunks made in the running transaction (an early
 // metadata chunk for the reserve would otherwise come and go with every
 // commit), chunks with a stripe on a missing device, metadata groups whose
 // loss would leave less free metadata than twice the global reserve and a
