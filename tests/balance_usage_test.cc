@@ -152,6 +152,14 @@ std::string Notes(const RelocateResult& r) {
   return s;
 }
 
+// RelocateGroups; a failure carries its status and the notes.
+::testing::AssertionResult Relocated(const std::vector<std::string>& devices, const RelocateOptions& o,
+                                     RelocateResult* r) {
+  Status st = RelocateGroups(devices, o, r);
+  if (st.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << st.ToString() << Notes(*r);
+}
+
 std::string MakeImage(const TempDir& dir, const std::string& size) {
   const std::string img = dir.Sub("img");
   auto r = RunUbtrfs({"mkfs", "-q", "--size", size, img});
@@ -181,8 +189,7 @@ TEST(BalanceUsage, PartlyUsedDataGroupsAreEmptied) {
   const uint64_t extents = DataExtents(img);
 
   RelocateResult r;
-  Status st = RelocateGroups({img}, Usage("50", ""), &r);
-  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  ASSERT_TRUE(Relocated({img}, Usage("50", ""), &r));
   EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
   EXPECT_GE(r.groups_emptied, 3u);
   // Each moved once: the groups still to be emptied take none of them.
@@ -240,8 +247,7 @@ TEST(BalanceUsage, SnapshotsKeepSharingWhatTheyShare) {
   ASSERT_GT(blocks, 50u);
 
   RelocateResult r;
-  Status st = RelocateGroups({img}, Usage("100", "100"), &r);
-  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  ASSERT_TRUE(Relocated({img}, Usage("100", "100"), &r));
   EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
   EXPECT_GT(r.data_extents, 0u);
   EXPECT_GT(r.tree_blocks, blocks / 2);
@@ -250,8 +256,7 @@ TEST(BalanceUsage, SnapshotsKeepSharingWhatTheyShare) {
   EXPECT_LE(TreeBlocks(img), blocks + blocks / 20 + 4) << "before: " << blocks;
   ExpectUnchanged(img, dir);
   // Once more over the result: blocks the first run made move again.
-  st = RelocateGroups({img}, Usage("100", "100"), &r);
-  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  ASSERT_TRUE(Relocated({img}, Usage("100", "100"), &r));
   EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
   ExpectImageEquals(dir.Sub("before"), img);
   EXPECT_EQ(BtrfsCheck(img), "");
@@ -327,8 +332,7 @@ TEST(BalanceUsage, RandomChangesBetweenBalances) {
     const std::string before = dir.Sub("before" + std::to_string(round));
     CopyOut(img, before);
     RelocateResult r;
-    Status st = RelocateGroups({img}, Usage("100", "100"), &r);
-    ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.ToString() << Notes(r);
+    ASSERT_TRUE(Relocated({img}, Usage("100", "100"), &r)) << "round " << round;
     EXPECT_EQ(r.groups_emptied, r.groups_selected) << "round " << round << Notes(r);
     ExpectImageEquals(before, img);
     ASSERT_EQ(BtrfsCheck(img), "") << "round " << round;
@@ -408,8 +412,7 @@ done
   CopyOut(img, dir.Sub("before"));
 
   RelocateResult r;
-  Status st = RelocateGroups({img}, Usage("100", "100"), &r);
-  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  ASSERT_TRUE(Relocated({img}, Usage("100", "100"), &r));
   EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
   EXPECT_GT(r.data_extents, 0u);
   EXPECT_GT(r.tree_blocks, 0u);
@@ -453,8 +456,7 @@ TEST(BalanceUsage, MirroredOverTwoDevices) {
   const Layout before = ReadLayout(images);
 
   RelocateResult r;
-  Status st = RelocateGroups(images, Usage("90", "90"), &r);
-  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  ASSERT_TRUE(Relocated(images, Usage("90", "90"), &r));
   EXPECT_GT(r.groups_emptied, 0u) << Notes(r);
   const Layout after = ReadLayout(images);
   ExpectConsistent(after, "balanced");
@@ -561,8 +563,7 @@ TEST(BalanceUsage, AnExtentItsReferencesDoNotAccountForStays) {
   const uint64_t extents = DataExtents(img);
   ASSERT_GE(extents, 6u);
   RelocateResult r;
-  Status st = RelocateGroups({img}, Usage("100", ""), &r);
-  ASSERT_TRUE(st.ok()) << st.ToString() << Notes(r);
+  ASSERT_TRUE(Relocated({img}, Usage("100", ""), &r));
   EXPECT_EQ(r.groups_emptied, 0u) << Notes(r);
   EXPECT_EQ(r.data_extents, extents - 1) << Notes(r);
   ASSERT_FALSE(r.notes.empty());

@@ -92,6 +92,20 @@ uint64_t WriteFile(Filesystem& fs, InodeId id, uint64_t len, uint64_t seed, Stat
   return done;
 }
 
+// Files f0, f1, ... of `len` bytes each (Pattern(len, i)) in the top
+// directory, with a commit after each where asked.
+void WriteNumberedFiles(Filesystem& fs, int n, uint64_t len, bool commit_each) {
+  for (int i = 0; i < n; ++i) {
+    auto id = fs.Create(fs.Root(), "f" + std::to_string(i), Attrs());
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    Status failure;
+    ASSERT_EQ(WriteFile(fs, *id, len, i, &failure), len) << failure.ToString();
+    if (commit_each) {
+      ASSERT_TRUE(fs.Commit().ok());
+    }
+  }
+}
+
 bool ReadsBack(Filesystem& fs, const std::string& name, uint64_t len, uint64_t seed) {
   auto id = fs.LookupChild(fs.Root(), name);
   if (!id.ok()) return false;
@@ -118,13 +132,7 @@ TEST(UnusedGroups, DeletedFilesGiveTheirDataChunksBack) {
   {
     auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
-    for (int i = 0; i < 3; ++i) {
-      auto id = fs->Create(fs->Root(), "f" + std::to_string(i), Attrs());
-      ASSERT_TRUE(id.ok()) << id.status().ToString();
-      Status failure;
-      ASSERT_EQ(WriteFile(*fs, *id, 30 * kMiB, i, &failure), 30 * kMiB) << failure.ToString();
-      ASSERT_TRUE(fs->Commit().ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(WriteNumberedFiles(*fs, 3, 30 * kMiB, /*commit_each=*/true));
   }
   const Layout full = ReadLayout(img);
   ASSERT_GE(full.Count(kBlockGroupData), 3) << full.Describe();  // mkfs: 64 MiB, new ones: 25 MiB
@@ -316,13 +324,7 @@ TEST(UnusedGroups, MirroredOverTwoDevices) {
   {
     auto fs = Filesystem::Open(joined, OpenOptions{.writable = true});
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    for (int i = 0; i < 3; ++i) {
-      auto id = (*fs)->Create((*fs)->Root(), "f" + std::to_string(i), Attrs());
-      ASSERT_TRUE(id.ok());
-      Status failure;
-      ASSERT_EQ(WriteFile(**fs, *id, 50 * kMiB, i, &failure), 50 * kMiB) << failure.ToString();
-      ASSERT_TRUE((*fs)->Commit().ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(WriteNumberedFiles(**fs, 3, 50 * kMiB, /*commit_each=*/true));
   }
   const Layout full = ReadLayout(images);
   ASSERT_GE(full.Count(kBlockGroupData), 3) << full.Describe();
@@ -372,12 +374,7 @@ TEST(UnusedGroups, AGroupWithItemsMissingStays) {
   {
     auto fs = ubtrfs_test::OpenWritable(img);
     ASSERT_TRUE(fs);
-    for (int i = 0; i < 3; ++i) {
-      auto id = fs->Create(fs->Root(), "f" + std::to_string(i), Attrs());
-      ASSERT_TRUE(id.ok());
-      Status failure;
-      ASSERT_EQ(WriteFile(*fs, *id, 30 * kMiB, i, &failure), 30 * kMiB) << failure.ToString();
-    }
+    ASSERT_NO_FATAL_FAILURE(WriteNumberedFiles(*fs, 3, 30 * kMiB, /*commit_each=*/false));
   }
   const Layout full = ReadLayout(img);
   ASSERT_GE(full.Count(kBlockGroupData), 3) << full.Describe();
