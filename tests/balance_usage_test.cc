@@ -216,6 +216,69 @@ TEST(BalanceUsage, PartlyUsedDataGroupsAreEmptied) {
   EXPECT_EQ(UbtrfsCheck(img), "");
 }
 
+// Extents referenced in ways that test how far the planner looks for them:
+// a range cloned to a file offset below the range's place in its extent
+// (the reference's offset, file offset minus extent offset, wraps below
+// zero), a compressed file cloned the same way, and a file whose scattered
+// overwrites split one extent into hundreds of items among hundreds of small
+// extents. Every one moves; none is left with a note.
+TEST(BalanceUsage, ClonedAndSplitExtentsAllMove) {
+  TempDir dir("ubtrfs-balance");
+  const std::string img = MakeImage(dir, "512M");
+  std::mt19937_64 rng(11);
+  auto bytes = [&](size_t n) {
+    std::string b(n, 0);
+    for (auto& c : b) c = static_cast<char>(rng());
+    return b;
+  };
+  for (bool compressed : {false, true}) {
+    OpenOptions o{.writable = true};
+    if (compressed) o.compress.algorithm = CompressAlgorithm::kZstd;
+    auto fs = Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    Filesystem& f = **fs;
+    const std::string tag = compressed ? "z" : "p";
+    auto a = f.Create(f.Root(), tag + "a", NewInode{.mode = 0644});
+    ASSERT_TRUE(a.ok());
+    std::string data = bytes(kMiB);
+    if (compressed) data = std::string(kMiB, 'x') + data.substr(0, 4096);
+    ASSERT_TRUE(f.Write(*a, 0, ubtrfs_test::SpanOf(data)).ok());
+    ASSERT_TRUE(f.Commit().ok());
+    for (uint64_t at : {0ull, 4096ull, 65536ull}) {
+      auto b = f.Create(f.Root(), tag + "b" + std::to_string(at), NewInode{.mode = 0644});
+      ASSERT_TRUE(b.ok());
+      ASSERT_TRUE(f.Clone(*a, 512 * 1024, *b, at, 256 * 1024).ok());
+    }
+    ASSERT_TRUE(f.Commit().ok());
+  }
+  {
+    auto fs = Filesystem::Open(img, OpenOptions{.writable = true});
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    Filesystem& f = **fs;
+    auto s = f.Create(f.Root(), "split", NewInode{.mode = 0644});
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(f.Write(*s, 0, ubtrfs_test::SpanOf(bytes(8 * kMiB))).ok());
+    ASSERT_TRUE(f.Commit().ok());
+    for (int i = 0; i < 600; ++i) {
+      const std::string b = bytes(4096 * (1 + rng() % 3));
+      ASSERT_TRUE(f.Write(*s, (rng() % (8 * kMiB / 4096)) * 4096, ubtrfs_test::SpanOf(b)).ok());
+      if (i % 7 == 0) {
+        ASSERT_TRUE(f.Commit().ok());
+      }
+    }
+    ASSERT_TRUE(f.Commit().ok());
+  }
+  CopyOut(img, dir.Sub("before"));
+  const uint64_t extents = DataExtents(img);
+  ASSERT_GT(extents, 300u);
+  RelocateResult r;
+  ASSERT_TRUE(Relocated({img}, Usage("100", ""), &r));
+  EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
+  EXPECT_TRUE(r.notes.empty()) << Notes(r);
+  EXPECT_EQ(r.data_extents, extents);
+  ExpectUnchanged(img, dir);
+}
+
 // Snapshots that share most of their blocks and data: every data and
 // metadata group is emptied, and the moved blocks are still shared (copy
 // on write per tree would have copied them once per snapshot).

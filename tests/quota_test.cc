@@ -97,6 +97,13 @@ TEST(Quotas, KeptExactThroughWritesSnapshotsReflinksAndDrops) {
     auto dst = f.Create(MustLookup(f, "/sv"), "rx", ubtrfs::NewInode{0644});
     ASSERT_TRUE(dst.ok());
     ASSERT_TRUE(f.Clone(MustLookup(f, "/sv3/x"), 0, *dst, 0, 0).ok());
+    // A range cloned to a file offset below its offset in the extent: the
+    // reference's offset wraps below zero, and the back reference walk
+    // that counts the extent's subvolumes must still find the item.
+    PutFile(f, "/sv3", "y", SeededBytes(1u << 20, 13));
+    auto low = f.Create(MustLookup(f, "/sv"), "rlow", ubtrfs::NewInode{0644});
+    ASSERT_TRUE(low.ok());
+    ASSERT_TRUE(f.Clone(MustLookup(f, "/sv3/y"), 512u << 10, *low, 0, 256u << 10).ok());
   });
   step("subvolume deletions (shared blocks dropped)", [&](ubtrfs::Filesystem& f) {
     ASSERT_TRUE(f.DeleteSubvolume(f.Root(), "ksnap").ok());
@@ -117,6 +124,7 @@ TEST(Quotas, KeptExactThroughWritesSnapshotsReflinksAndDrops) {
   ASSERT_EQ(MustRun({"btrfs", "quota", "rescan", "-w", mnt}), "");
   EXPECT_EQ(QgroupTable(mnt), ours) << "the kernel's recount differs from what ubtrfs wrote";
   EXPECT_EQ(ReadHostFile(mnt + "/sv/rx"), SeededBytes(2u << 20, 10));
+  EXPECT_EQ(ReadHostFile(mnt + "/sv/rlow"), SeededBytes(1u << 20, 13).substr(512u << 10, 256u << 10));
   EXPECT_EQ(m.Unmount(), "");
 }
 

@@ -28,6 +28,7 @@
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -778,9 +779,11 @@ class Engine {
     const uint64_t want_lo = fe.offset.get(), want_hi = want_lo + len;
     for (const Tree& t : clones_) {
       for (const auto& [cino, start] : cands) {
-        // The source's extent items of this extent, from the one at `start`.
+        // The source's extent items of this extent, from the one at `start`
+        // (below zero, wrapped, for a range cloned to a file offset lower
+        // than its offset in the extent: from the file's first item then).
         tree::Cursor s(src_, t.root);
-        UB_RETURN_IF_ERROR(s.Seek(Key{cino, kExtentDataKey, start}));
+        UB_RETURN_IF_ERROR(s.Seek(Key{cino, kExtentDataKey, start > INT64_MAX ? 0 : start}));
         for (int n = 0; n < 8; ++n) {
           if (n > 0) UB_RETURN_IF_ERROR(s.Next());
           if (!s.Valid()) break;

@@ -1,5 +1,7 @@
 #include "txn/root_walk.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <tuple>
 
 #include "format/ondisk.h"
@@ -13,6 +15,10 @@ using tree::Cursor;
 namespace {
 
 constexpr int kMaxBackrefDepth = 2 * kMaxLevel;
+// The kernel's BTRFS_MAX_UNCOMPRESSED: the most a compressed extent holds.
+constexpr uint64_t kMaxCompressedBytes = 128 * 1024;
+// File offsets are signed in the kernel (loff_t).
+constexpr uint64_t kMaxFileOffset = INT64_MAX;
 
 }  // namespace
 
@@ -38,6 +44,7 @@ Result<std::set<uint64_t>> RootWalk::Roots(uint64_t bytenr, int depth) {
 
 Status RootWalk::Backrefs(uint64_t bytenr, std::vector<Backref>* out, int* level) {
   *level = 0;
+  uint64_t data_bytes = 0;
   Cursor c(src_, ext_);
   UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
   while (c.Valid() && c.key().objectid == bytenr) {
@@ -47,6 +54,7 @@ Status RootWalk::Backrefs(uint64_t bytenr, std::vector<Backref>* out, int* level
       if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
       const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
       size_t start = sizeof(ExtentItem);
+      if (k.type == kExtentItemKey) data_bytes = k.offset;
       if (k.type == kMetadataItemKey) {
         *level = static_cast<int>(k.offset);
       } else if (ei->flags.get() & kExtentFlagTreeBlock) {
@@ -86,7 +94,7 @@ Status RootWalk::Backrefs(uint64_t bytenr, std::vector<Backref>* out, int* level
     } else if (r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) {
       r.blocks.push_back(r.a);
     } else if (r.type == kExtentDataRefKey) {
-      UB_RETURN_IF_ERROR(LeavesInTree(r.a, r.ino, r.off, bytenr, &r.blocks));
+      UB_RETURN_IF_ERROR(LeavesInTree(r.a, r.ino, r.off, bytenr, data_bytes, &r.blocks));
     }
   }
   return Status::Ok();
@@ -110,13 +118,23 @@ Result<std::optional<uint64_t>> RootWalk::ParentInTree(uint64_t t, uint64_t byte
   return std::optional<uint64_t>{};  // not where its key says: no parent in this tree
 }
 
-Status RootWalk::LeavesInTree(uint64_t root, uint64_t ino, uint64_t off, uint64_t bytenr, std::vector<uint64_t>* leaves) {
+Status RootWalk::LeavesInTree(uint64_t root, uint64_t ino, uint64_t off, uint64_t bytenr, uint64_t bytes,
+                              std::vector<uint64_t>* leaves) {
   std::optional<tree::RootPtr> r = root_of_(root);
   if (!r) return Status::Ok();
+  // An item maps the extent at file offset off + its extent offset, and a
+  // readable item's extent offset is below the extent's size (uncompressed)
+  // or 128 KiB (compressed): the items past that window cannot be among its
+  // references, and scanning on to the inode's last item made a file of n
+  // extents cost n^2 / 2 item visits. `off` is below zero (wrapped) for a
+  // range cloned to a file offset lower than its offset in the extent: the
+  // window then starts at the file's first item, as the kernel's backref
+  // walk starts there.
+  const uint64_t window = std::max<uint64_t>(bytes, kMaxCompressedBytes);
   Cursor c(src_, *r);
-  UB_RETURN_IF_ERROR(c.Seek(Key{ino, kExtentDataKey, off}));
+  UB_RETURN_IF_ERROR(c.Seek(Key{ino, kExtentDataKey, off > kMaxFileOffset ? 0 : off}));
   uint64_t last_leaf = 0;
-  while (c.Valid() && c.key().objectid == ino && c.key().type == kExtentDataKey) {
+  while (c.Valid() && c.key().objectid == ino && c.key().type == kExtentDataKey && c.key().offset - off < window) {
     auto d = c.data();
     if (d.size() >= sizeof(FileExtentItem)) {
       const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());

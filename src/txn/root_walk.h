@@ -52,8 +52,10 @@ class RootWalk {
   // nothing when it is t's root block.
   Result<std::optional<uint64_t>> ParentInTree(uint64_t t, uint64_t bytenr, int level);
   // The leaves of tree `root` whose file extent items of inode `ino` map
-  // data extent `bytenr` at file offset - extent offset == `off`.
-  Status LeavesInTree(uint64_t root, uint64_t ino, uint64_t off, uint64_t bytenr, std::vector<uint64_t>* leaves);
+  // data extent `bytenr` (`bytes` long on disk) at file offset - extent
+  // offset == `off`.
+  Status LeavesInTree(uint64_t root, uint64_t ino, uint64_t off, uint64_t bytenr, uint64_t bytes,
+                      std::vector<uint64_t>* leaves);
 
   tree::BlockSource* src_;
   tree::RootPtr ext_;
