@@ -778,6 +778,82 @@ TEST(BlockGroupTree, CurrentMkfsBtrfsImage) {
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid | kBgt);
 }
 
+// A kernel balance caught between two commits of a metadata relocation
+// (tests/fixtures/README.md): relocation trees of the five subvolumes, the
+// data relocation tree and the balance item are on disk, the relocation
+// trees sharing their blocks with the subvolumes. ubtrfs reads it, leaves
+// the relocation to the kernel (its own balance refuses and changes
+// nothing), and writes into those subvolumes; the kernel then recovers its
+// relocation and resumes the balance at mount. Both checkers are clean
+// throughout and the kernel sees what ubtrfs wrote.
+TEST(KernelBalance, CaughtMidRelocation) {
+  TempDir tmp("ubtrfs-reloc");
+  const std::string img = tmp.Sub("img");
+  CommandResult z = RunCommand(
+      {"zstd", "-q", "-d", std::string(UBTRFS_SOURCE_DIR) + "/tests/fixtures/kernel-balance-interrupted.img.zst", "-o", img});
+  if (z.exit_code == -1) GTEST_SKIP() << "zstd is not installed";
+  ASSERT_TRUE(z.ok()) << z.Describe();
+  ASSERT_EQ(CountItems(img, "1", "TREE_RELOC ROOT_ITEM"), 5u);
+  ASSERT_EQ(CountItems(img, "1", "BALANCE TEMPORARY_ITEM"), 1u);
+  EXPECT_EQ(BtrfsCheck(img), "");
+  CommandResult ours = RunUbtrfs({"check", img});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+  {
+    const std::string before = Sha256(img);
+    CommandResult b = RunUbtrfs({"balance", "-dusage=100", "-musage=100", img});
+    EXPECT_NE(b.exit_code, 0) << b.Describe();
+    EXPECT_NE(b.err.find("relocation trees"), std::string::npos) << b.Describe();
+    EXPECT_EQ(Sha256(img), before);
+  }
+  std::string seed;
+  std::string why;
+  if (LoopMountsAvailable(&why)) {
+    // The kernel's view starts the model (read-only: no recovery yet).
+    seed = tmp.Sub("seed");
+    const std::string mnt = tmp.Sub("seedmnt");
+    ASSERT_EQ(mkdir(seed.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+    ASSERT_EQ(MustRun({"cp", "-a", mnt + "/.", seed}), "");
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  // Changes in the subvolumes whose blocks the relocation trees share.
+  std::vector<std::pair<std::string, std::string>> changed;
+  {
+    ubtrfs::OpenOptions o;
+    o.writable = true;
+    auto fs = ubtrfs::Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ubtrfs::Filesystem& f = **fs;
+    std::string big = ReadImageFile(f, "/s3/big");
+    ASSERT_EQ(big, std::string(300000, 'x'));
+    const std::string patch = SeededBytes(5000, 21);
+    ASSERT_TRUE(f.Write(MustLookup(f, "/s3/big"), 100000, SpanOf(patch)).ok());
+    big.replace(100000, patch.size(), patch);
+    changed.emplace_back("s3/big", big);
+    PutFile(f, "/s1/d2", "new", "written by ubtrfs\n");
+    changed.emplace_back("s1/d2/new", "written by ubtrfs\n");
+    ASSERT_TRUE(f.Unlink(MustLookup(f, "/s2/d1"), "f5").ok());
+    ASSERT_TRUE(f.Unlink(MustLookup(f, "/sv/d2"), "7").ok());
+    ASSERT_TRUE(f.Commit().ok());
+  }
+  if (!seed.empty()) {
+    ASSERT_EQ(unlink((seed + "/s2/d1/f5").c_str()), 0);
+    ASSERT_EQ(unlink((seed + "/sv/d2/7").c_str()), 0);
+  }
+  EXPECT_EQ(BtrfsCheck(img), "") << "after ubtrfs's changes in the subvolumes";
+  ExerciseImage(tmp, img, true, changed, seed, 1);
+  if (seed.empty()) return;
+  // ExerciseImage's last mount was writable: the kernel merged its
+  // relocation trees and finished the balance.
+  EXPECT_EQ(CountItems(img, "1", "TREE_RELOC ROOT_ITEM"), 0u);
+  EXPECT_EQ(CountItems(img, "1", "BALANCE TEMPORARY_ITEM"), 0u);
+  EXPECT_EQ(BtrfsCheck(img), "");
+  ours = RunUbtrfs({"check", img});
+  EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
+}
+
 }  // namespace
 }  // namespace ubtrfs_test
 
