@@ -238,6 +238,19 @@ struct RelocateResult {
 UBTRFS_API Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOptions& options,
                                  RelocateResult* result);
 
+// The smallest image that holds what an existing image holds (`ubtrfs
+// resize --shrink`): first every data and metadata block group not full is
+// packed into as few new ones as hold it (RelocateGroups with usage=100 for
+// both kinds), then ShrinkImageToFit. Packing that is refused (simple
+// quotas, a kernel balance left unfinished) or finds no room is noted, and
+// the chunks are cut and moved as they are. One device only (EINVAL).
+struct ShrinkResult {
+  RelocateResult packed;
+  ResizeResult resize;
+  std::vector<std::string> notes;  // why the groups were not packed (all)
+};
+UBTRFS_API Status ShrinkImage(const std::string& path, ShrinkResult* result);
+
 }  // namespace ubtrfs
 
 #endif  // UBTRFS_RESIZE_H_

@@ -183,7 +183,7 @@ std::optional<uint64_t> BlockGroup::FindRun(uint64_t from, uint64_t end, uint64_
   }
 }
 
-std::optional<uint64_t> BlockGroup::Allocate(uint64_t len, uint64_t align) {
+std::optional<uint64_t> BlockGroup::Allocate(uint64_t len, uint64_t align, bool first_fit) {
   if (align == 0) align = unit_;
   if (len == 0 || len % unit_ != 0 || align % unit_ != 0 || read_only_) return std::nullopt;
   const uint64_t n = len >> unit_shift_;
@@ -193,10 +193,11 @@ std::optional<uint64_t> BlockGroup::Allocate(uint64_t len, uint64_t align) {
   // groups need not start on a nodesize boundary.
   const uint64_t phase = ((align - start_ % align) % align) >> unit_shift_;
 
-  std::optional<uint64_t> pos = FindRun(cursor_, nbits_, n, a, phase);
+  const uint64_t from = first_fit ? 0 : cursor_;
+  std::optional<uint64_t> pos = FindRun(from, nbits_, n, a, phase);
   // Wrap once. A run that starts before the cursor may reach past it, so the
   // second pass may look up to n - 1 units beyond.
-  if (!pos && cursor_ > 0) pos = FindRun(0, std::min(nbits_, cursor_ + n - 1), n, a, phase);
+  if (!pos && from > 0) pos = FindRun(0, std::min(nbits_, from + n - 1), n, a, phase);
   if (!pos) return std::nullopt;
 
   ForEachWordMask(*pos, n, [&](size_t w, uint64_t m) { bitmap_[w] |= m; });

@@ -70,9 +70,10 @@ class BlockGroup {
   // is a multiple of `align` (a multiple of unit; 0 means unit), marks them
   // used and returns the start. Next-fit: the search starts where the last
   // allocation ended, so successive allocations are contiguous, and wraps
-  // around once. nullopt when no such run exists or the arguments are not
-  // multiples of unit.
-  std::optional<uint64_t> Allocate(uint64_t len, uint64_t align);
+  // around once; first-fit (`first_fit`) starts at the group's start, so a
+  // smaller run fills a gap a larger one left (relocation packing). nullopt
+  // when no such run exists or the arguments are not multiples of unit.
+  std::optional<uint64_t> Allocate(uint64_t len, uint64_t align, bool first_fit = false);
 
   // Frees space in the running transaction. The first Free after a commit
   // makes the clone (one page-aligned copy of the whole bitmap, taken before

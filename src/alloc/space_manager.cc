@@ -138,18 +138,18 @@ void SpaceManager::set_new_chunk_hook(NewChunkFn fn) {
   new_chunk_ = std::move(fn);
 }
 
-std::optional<uint64_t> SpaceManager::TryAllocateLocked(uint64_t kind, uint64_t len, uint64_t align) {
+std::optional<uint64_t> SpaceManager::TryAllocateLocked(uint64_t kind, uint64_t len, uint64_t align, bool first_fit) {
   uint64_t& hint = hint_[std::countr_zero(kind)];
   // Start at the group that served this kind last, so one group fills before
   // the next is touched, and wrap once.
-  const auto first = groups_.lower_bound(hint);
+  const auto first = first_fit ? groups_.begin() : groups_.lower_bound(hint);
   for (int pass = 0; pass < 2; ++pass) {
     const auto begin = pass == 0 ? first : groups_.begin();
     const auto end = pass == 0 ? groups_.end() : first;
     for (auto it = begin; it != end; ++it) {
       BlockGroup& g = *it->second;
       if (!(g.flags() & kind) || g.free_bytes() < len) continue;
-      if (auto a = g.Allocate(len, align)) {
+      if (auto a = g.Allocate(len, align, first_fit)) {
         hint = g.start();
         return a;
       }
@@ -158,12 +158,12 @@ std::optional<uint64_t> SpaceManager::TryAllocateLocked(uint64_t kind, uint64_t 
   return std::nullopt;
 }
 
-std::optional<uint64_t> SpaceManager::TryAllocate(uint64_t kind, uint64_t len, uint64_t align) {
+std::optional<uint64_t> SpaceManager::TryAllocate(uint64_t kind, uint64_t len, uint64_t align, bool first_fit) {
   std::lock_guard lock(mu_);
-  return TryAllocateLocked(kind, len, align);
+  return TryAllocateLocked(kind, len, align, first_fit);
 }
 
-Result<uint64_t> SpaceManager::Allocate(uint64_t kind_flags, uint64_t len, uint64_t align) {
+Result<uint64_t> SpaceManager::Allocate(uint64_t kind_flags, uint64_t len, uint64_t align, bool first_fit) {
   const uint64_t kind = kind_flags & kBlockGroupTypeMask;
   if (!std::has_single_bit(kind)) {
     return Status::Invalid("allocating " + std::to_string(len) + " bytes: kind " + KindName(kind) +
@@ -174,7 +174,7 @@ Result<uint64_t> SpaceManager::Allocate(uint64_t kind_flags, uint64_t len, uint6
     return Status::Invalid("allocating " + std::to_string(len) + " bytes aligned to " + std::to_string(align) +
                            ": not a non-empty multiple of " + std::to_string(unit_));
   }
-  if (auto a = TryAllocate(kind, len, align)) return *a;
+  if (auto a = TryAllocate(kind, len, align, first_fit)) return *a;
 
   NewChunkFn hook;
   {
@@ -187,7 +187,7 @@ Result<uint64_t> SpaceManager::Allocate(uint64_t kind_flags, uint64_t len, uint6
   if (hook) {
     std::lock_guard chunk_lock(chunk_mu_);
     // Whoever held chunk_mu_ before us may have added the room we need.
-    if (auto a = TryAllocate(kind, len, align)) return *a;
+    if (auto a = TryAllocate(kind, len, align, first_fit)) return *a;
     for (int round = 0; round < kMaxChunkRounds; ++round) {
       uint64_t added_before = 0;
       {
@@ -201,7 +201,7 @@ Result<uint64_t> SpaceManager::Allocate(uint64_t kind_flags, uint64_t len, uint6
         std::lock_guard lock(mu_);
         hook_thread_ = std::thread::id();
         if (s.ok()) {
-          if (auto a = TryAllocateLocked(kind, len, align)) return *a;
+          if (auto a = TryAllocateLocked(kind, len, align, first_fit)) return *a;
           added = groups_added_ != added_before;
         }
       }

@@ -92,8 +92,9 @@ class SpaceManager {
   // Groups are tried next-fit, starting with the one that served this kind
   // last. When none has room the new-chunk hook, if any, is called and the
   // search retried (see NewChunkFn); then ENOSPC. EINVAL for malformed
-  // arguments.
-  Result<uint64_t> Allocate(uint64_t kind_flags, uint64_t len, uint64_t align);
+  // arguments. `first_fit`: groups in address order, each searched from its
+  // start (BlockGroup::Allocate), for the lowest free run.
+  Result<uint64_t> Allocate(uint64_t kind_flags, uint64_t len, uint64_t align, bool first_fit = false);
 
   // Frees [start, start + len), which must lie in one group; see
   // BlockGroup::Free for the clone rule and the double-free check.
@@ -120,8 +121,8 @@ class SpaceManager {
 
  private:
   // Under mu_. nullopt when no group of the kind has room.
-  std::optional<uint64_t> TryAllocateLocked(uint64_t kind, uint64_t len, uint64_t align);
-  std::optional<uint64_t> TryAllocate(uint64_t kind, uint64_t len, uint64_t align);
+  std::optional<uint64_t> TryAllocateLocked(uint64_t kind, uint64_t len, uint64_t align, bool first_fit);
+  std::optional<uint64_t> TryAllocate(uint64_t kind, uint64_t len, uint64_t align, bool first_fit);
   // Under mu_. The group containing [start, start + len), or an error.
   Result<BlockGroup*> GroupForRangeLocked(const char* what, uint64_t start, uint64_t len) const;
 

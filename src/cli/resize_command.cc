@@ -15,7 +15,32 @@ struct ResizeArgs {
   std::string image;
   std::string size;
   bool quiet = false;
+  bool shrink = false;
 };
+
+// --shrink: pack, cut and move the chunks, cut the file (ShrinkImage).
+void CmdShrink(const ResizeArgs& a) {
+  ShrinkResult r;
+  Status s = ShrinkImage(a.image, &r);
+  for (const std::string& n : r.notes) fmt::print(stderr, "ubtrfs resize: note: {}\n", n);
+  for (const std::string& n : r.packed.notes) fmt::print(stderr, "ubtrfs resize: note: {}\n", n);
+  if (!s.ok()) {
+    fmt::print(stderr, "ubtrfs resize: {}: {}\n", a.image, s.ToString());
+    SetExitCode(1);
+    return;
+  }
+  PrintCopyCheck("resize", r.resize.copy_check);
+  if (a.quiet) return;
+  fmt::print("Shrank {} from {} bytes ({}) to {} bytes ({})", a.image, r.resize.old_bytes, Human(r.resize.old_bytes),
+             r.resize.new_bytes, Human(r.resize.new_bytes));
+  if (r.packed.groups_emptied) {
+    fmt::print("; packed {} block groups ({} data extents, {}; {} tree blocks)", r.packed.groups_emptied,
+               r.packed.data_extents, Human(r.packed.data_bytes), r.packed.tree_blocks);
+  }
+  if (r.resize.bytes_trimmed) fmt::print("; cut {} of unused chunk tails", Human(r.resize.bytes_trimmed));
+  if (r.resize.stripes_moved) fmt::print("; moved {} chunk copies", r.resize.stripes_moved);
+  fmt::print("\n");
+}
 
 void CmdResize(const ResizeArgs& a) {
   if (Placement().offset != 0 || Placement().partition != 0) {
@@ -23,6 +48,12 @@ void CmdResize(const ResizeArgs& a) {
     SetExitCode(2);
     return;
   }
+  if (a.shrink != a.size.empty()) {
+    fmt::print(stderr, "ubtrfs resize: {}\n", a.shrink ? "--shrink takes no size" : "a size is needed (or --shrink)");
+    SetExitCode(2);
+    return;
+  }
+  if (a.shrink) return CmdShrink(a);
   // DEVID:SIZE names the device of several, as btrfs filesystem resize.
   std::string size = a.size;
   uint64_t devid = 0;
@@ -73,8 +104,10 @@ void RegisterResize(CLI::App& app) {
       ->required();
   cmd->add_option("size", args.size,
                   "New size: [DEVID:]SIZE, +N, -N (K/M/G/T suffixes), max (the whole file) or min; DEVID (default 1) "
-                  "names the device of several")
-      ->required();
+                  "names the device of several");
+  cmd->add_flag("--shrink", args.shrink,
+                "Instead of a size: the smallest image that holds what it holds (block groups packed, chunks cut "
+                "to what they hold and moved down, the file cut), as mkfs --shrink");
   cmd->add_flag("-q,--quiet", args.quiet, "Print nothing on success");
   cmd->callback([] { CmdResize(args); });
 }

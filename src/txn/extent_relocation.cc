@@ -265,11 +265,13 @@ Result<size_t> Relocator::MoveData(std::span<const Extent> batch) {
   std::vector<BlockMove> moves;
   for (auto& [x, m] : b.moves) moves.push_back(std::move(m));
   // Room first, before anything changes: an ENOSPC here leaves the
-  // transaction as it was. Then a new place for each extent, as many as fit.
+  // transaction as it was. Then a new place for each extent, as many as fit,
+  // each the lowest free one: the moves pack, smaller extents filling what
+  // larger ones left (around a superblock copy, say).
   UB_RETURN_IF_ERROR(txn_.chunk_alloc().ReserveMetadata(moves.size() / ChunkAllocator::kBlocksPerItem + 1));
   std::vector<uint64_t> dest;
   for (const Extent& e : go) {
-    Result<uint64_t> d = txn_.AllocData(e.len);
+    Result<uint64_t> d = txn_.AllocData(e.len, /*first_fit=*/true);
     if (!d.ok()) {
       if (d.status().code() != ENOSPC || dest.empty()) return d.status();
       break;  // the rest waits for the next batch

@@ -195,6 +195,9 @@ Status DeviceLayout::TrimChunks(uint64_t* trimmed) {
   uint64_t meta_free = 0;
   std::vector<size_t> meta_cuts;
   for (const auto& [logical, c] : vol->chunks().chunks()) {
+    // Single and DUP stripes are as long as the chunk; striped profiles
+    // (a kernel-made RAID0 on one device) stay whole.
+    if ((c.type & kBlockGroupProfileMask & ~kBlockGroupDup) != 0) continue;
     const uint64_t used_end = UsedEnd(logical);
     uint64_t want = used_end - logical;
     if (c.type & kBlockGroupSystem) want += 8ull * node;  // the chunk tree grows with chunks
@@ -333,11 +336,11 @@ bool DeviceLayout::PlaceOk(const Stripe& s, uint64_t devid, uint64_t to) const {
   return SuperRangesFree(moved);
 }
 
-uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t devid, uint64_t limit) const {
+std::set<uint64_t> DeviceLayout::PlaceCandidates(const Stripe& s, uint64_t devid) const {
   const ChunkAllocator& ca = *txn_->chunk_alloc_;
-  auto dev = ca.devs_.find(devid);
-  if (dev == ca.devs_.end()) return 0;
   std::set<uint64_t> candidates;
+  auto dev = ca.devs_.find(devid);
+  if (dev == ca.devs_.end()) return candidates;
   // Free 64 KiB pieces of the chunk, for placing a superblock copy on one.
   std::vector<uint64_t> free_offsets;
   txn_->space_->ForEachGroup([&](const alloc::BlockGroup& g) {
@@ -350,20 +353,34 @@ uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t devid, uint64_t limit
     });
   });
   for (auto [hs, hl] : ca.FreeRanges(dev->second)) {
-    if (hs >= limit) break;
     candidates.insert(hs);
+    // The top of the range, and just below a superblock copy in it.
+    if (hl >= s.length) candidates.insert(RoundDown(hs + hl - s.length, kStripeLen));
     for (int m = 0; m < kSuperMirrorMax; ++m) {
       const uint64_t sb = SuperblockOffset(m);
       if (sb < hs || sb >= hs + hl) continue;
       candidates.insert(sb + kStripeLen);  // just past the copy
+      if (sb >= hs + s.length) candidates.insert(RoundDown(sb - s.length, kStripeLen));
       for (uint64_t o : free_offsets) {
         if (sb >= hs + o) candidates.insert(sb - o);
       }
     }
   }
-  for (uint64_t to : candidates) {
-    if (to + s.length > limit) continue;
+  return candidates;
+}
+
+uint64_t DeviceLayout::FindPlace(const Stripe& s, uint64_t devid, uint64_t limit) const {
+  for (uint64_t to : PlaceCandidates(s, devid)) {
+    if (to + s.length > limit) break;
     if (PlaceOk(s, devid, to)) return to;
+  }
+  return 0;
+}
+
+uint64_t DeviceLayout::FindPlaceAbove(const Stripe& s) const {
+  const std::set<uint64_t> candidates = PlaceCandidates(s, s.devid);
+  for (auto it = candidates.rbegin(); it != candidates.rend() && *it > s.physical; ++it) {
+    if (PlaceOk(s, s.devid, *it)) return *it;
   }
   return 0;
 }

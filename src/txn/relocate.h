@@ -32,6 +32,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,10 @@ class DeviceLayout {
   // there is none.
   uint64_t FindPlace(const Stripe& s, uint64_t limit) const { return FindPlace(s, s.devid, limit); }
   uint64_t FindPlace(const Stripe& s, uint64_t devid, uint64_t limit) const;
+  // The highest offset above the copy's place on its device where it may
+  // go, by the same rules; 0 when there is none (resize --shrink clears the
+  // bottom of the device for the packed groups).
+  uint64_t FindPlaceAbove(const Stripe& s) const;
 
   // ---- Several devices (ubtrfs device add / remove) ----
 
@@ -171,6 +176,9 @@ class DeviceLayout {
   Status NoSuchDevice(uint64_t devid) const;
   uint64_t UsedEnd(uint64_t logical) const;
   bool PlaceOk(const Stripe& s, uint64_t devid, uint64_t to) const;
+  // Offsets worth trying for copy `s` on `devid`, in address order: the
+  // ends of each free range and the places next to a superblock copy.
+  std::set<uint64_t> PlaceCandidates(const Stripe& s, uint64_t devid) const;
   // Superblock ranges of the chunk were stripe `index` at (devid, to) that
   // are not excluded yet.
   std::vector<std::pair<uint64_t, uint64_t>> NewSuperRanges(uint64_t logical, size_t index, uint64_t devid,

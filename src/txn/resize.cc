@@ -3,6 +3,7 @@
 #include "ubtrfs/resize.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 
 #include "format/ondisk.h"
@@ -96,6 +97,16 @@ Status CompactDown(txn::TxnManager* txn, ResizeResult* r, txn::CopyStats* copied
   return Status::Ok();
 }
 
+// resize and --shrink of a whole image: one device (ResizeDevice names one
+// of several).
+Status OneDevice(const Opened& o, bool shrink = false) {
+  const uint64_t n = o.vol->super().num_devices.get();
+  if (n == 1) return Status::Ok();
+  return Status::Invalid("the filesystem has " + std::to_string(n) + " devices: " +
+                         (shrink ? std::string("shrinking to fit works on images of one device")
+                                 : std::string("name them all (IMG1,IMG2,...) and the one to resize as DEVID:SIZE")));
+}
+
 }  // namespace
 
 Status ParseResizeTarget(std::string_view text, ResizeTarget* out) {
@@ -165,10 +176,7 @@ Status ResizeImage(const std::string& path, const ResizeTarget& target, ResizeRe
   const bool regular = resizing.regular;
   const uint64_t file_size = resizing.file_size;
   const uint32_t ss = o.vol->sectorsize();
-  if (o.vol->super().num_devices.get() != 1) {
-    return Status::Invalid("the filesystem has " + std::to_string(o.vol->super().num_devices.get()) +
-                           " devices: name them all (IMG1,IMG2,...) and the one to resize as DEVID:SIZE");
-  }
+  UB_RETURN_IF_ERROR(OneDevice(o));
   r.old_bytes = o.vol->super().total_bytes.get();
   txn::DeviceLayout layout(o.txn.get());
 
@@ -243,6 +251,7 @@ Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
   Resizing resizing;
   UB_RETURN_IF_ERROR(resizing.Begin(path));
   Opened& o = resizing.o;
+  UB_RETURN_IF_ERROR(OneDevice(o, true));
   r.old_bytes = o.vol->super().total_bytes.get();
   txn::DeviceLayout layout(o.txn.get());
   UB_RETURN_IF_ERROR(layout.TrimChunks(&r.bytes_trimmed));
@@ -253,6 +262,72 @@ Status ShrinkImageToFit(const std::string& path, ResizeResult* result) {
   UB_RETURN_IF_ERROR(o.txn->Commit());
   txn::Report(copied, &r);
   return resizing.Finish(path, want, r, result);
+}
+
+Status ShrinkImage(const std::string& path, ShrinkResult* result) {
+  *result = ShrinkResult{};
+  RelocateOptions pack;
+  // Groups not full: their free space goes.
+  pack.data = pack.metadata = UsageFilter{true, 0, 100};
+  {
+    Resizing clear;
+    UB_RETURN_IF_ERROR(clear.Begin(path));
+    UB_RETURN_IF_ERROR(OneDevice(clear.o, true));
+    txn::TxnManager* txn = clear.o.txn.get();
+    txn::DeviceLayout layout(txn);
+    result->resize.old_bytes = clear.o.vol->super().total_bytes.get();
+    uint64_t used = 0;
+    for (uint64_t kind : {format::kBlockGroupData, format::kBlockGroupMetadata, format::kBlockGroupSystem}) {
+      used += txn->space().TotalsFor(kind).used_bytes;
+    }
+    uint64_t trimmed = 0;
+    UB_RETURN_IF_ERROR(layout.TrimChunks(&trimmed));
+    UB_RETURN_IF_ERROR(txn->Commit());
+    result->resize.bytes_trimmed += trimmed;
+    uint64_t free = 0;
+    for (auto [start, len] : txn->chunk_alloc().FreeDeviceRanges()) free += len;
+    // Moving chunks down leaves holes where none fits (a full chunk cannot
+    // cover the superblock copy at 64 MiB; one larger than every hole stays
+    // where it is). Packed into chunks made from the bottom of the device,
+    // everything lies end to end, and a new chunk over that superblock copy
+    // has it kept out of its allocations from the start. So where the
+    // device has room for a second copy of what it holds, and that is under
+    // 2 GiB (above, such holes are a few percent), every chunk first goes
+    // to the top of the device and every group is packed, full ones too:
+    // what the filesystem holds is copied twice.
+    if (used < (2ull << 30) && free >= used + (32ull << 20)) {
+      txn::CopyStats copied;
+      auto stripes = layout.Stripes();
+      std::sort(stripes.begin(), stripes.end(), [](const auto& a, const auto& b) { return a.physical > b.physical; });
+      for (const auto& s : stripes) {
+        const uint64_t to = layout.FindPlaceAbove(s);
+        if (to == 0) continue;
+        UB_RETURN_IF_ERROR(layout.MoveStripe(s.logical, s.index, to, &copied));
+        UB_RETURN_IF_ERROR(txn->Commit());
+        ++result->resize.stripes_moved;
+      }
+      txn::Report(copied, &result->resize);
+      pack.data.max_percent = pack.metadata.max_percent = 101;
+    }
+  }
+  if (Status st = RelocateGroups({path}, pack, &result->packed); !st.ok()) {
+    // Refused before anything moved, or out of room part way (what moved
+    // is committed): the chunks are cut as they are. Anything else (an
+    // I/O error, a damaged tree) stops here.
+    if (st.code() != ENOSPC && st.code() != EINVAL) return st;
+    result->notes.push_back("block groups not packed: " + st.message());
+  }
+  ResizeResult fit;
+  UB_RETURN_IF_ERROR(ShrinkImageToFit(path, &fit));
+  ResizeResult& r = result->resize;
+  r.new_bytes = fit.new_bytes;
+  r.stripes_moved += fit.stripes_moved;
+  r.bytes_copied += fit.bytes_copied;
+  r.bytes_trimmed += fit.bytes_trimmed;
+  r.copy_check.repaired += fit.copy_check.repaired;
+  r.copy_check.unrecoverable += fit.copy_check.unrecoverable;
+  r.copy_check.errors.insert(r.copy_check.errors.end(), fit.copy_check.errors.begin(), fit.copy_check.errors.end());
+  return Status::Ok();
 }
 
 Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, const ResizeTarget& target,

@@ -154,10 +154,10 @@ bool TxnManager::HasChanges() {
   return dirty_->count() > 0 || !pending_.empty() || !new_data_.empty();
 }
 
-Result<uint64_t> TxnManager::AllocData(uint64_t len) {
+Result<uint64_t> TxnManager::AllocData(uint64_t len, bool first_fit) {
   auto lock = AllocLock();
   if (chunk_alloc_->mixed()) UB_RETURN_IF_ERROR(KeepMixedMetadataRoom(len));
-  UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize()));
+  UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize(), first_fit));
   MarkGroupDirty(bytenr);
   // Extents are mostly handed out in ascending order: placed at the end,
   // the map is not searched (a search misses the cache at every level).

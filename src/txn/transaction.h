@@ -108,7 +108,8 @@ class TxnManager final : public tree::BlockAllocator {
   Result<tree::TreeWriter*> Writer(uint64_t objectid);
 
   // Data: allocate, write (with checksums into the csum tree), reference.
-  Result<uint64_t> AllocData(uint64_t len);
+  // first_fit: the lowest free run (SpaceManager::Allocate), for relocation.
+  Result<uint64_t> AllocData(uint64_t len, bool first_fit = false);
   Status WriteData(uint64_t logical, std::span<const uint8_t> data, bool csum);
   Status AddDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
   Status DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
