@@ -50,7 +50,7 @@ _ubtrfs_options() {
     cp) echo "$common --strict --no-devices --no-xattrs --compress --reflink" ;;
     dump-tree) echo "$common -t --tree -b --block --follow -r --roots" ;;
     mkfs) echo "$common -d --data -m --metadata -b --size -n --nodesize -M --mixed -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -K --nodiscard -f --force -q --quiet" ;;
-    resize) echo "$common -q --quiet max min" ;;
+    resize) echo "$common -q --quiet --shrink max min" ;;
     balance) echo "$common -d --dconvert --dusage -m --mconvert --musage -s --sconvert -f --force -q --quiet" ;;
     check) echo "$common --json --check-data-csum --max-errors" ;;
     scrub) echo "$common -r --readonly --json" ;;
