@@ -409,7 +409,7 @@ TEST(BalanceUsage, RandomChangesBetweenBalances) {
 // What the kernel writes: snapshots that it changed on both sides (blocks
 // with FULL_BACKREF, data referenced by leaf), reflinks, compressed and
 // preallocated extents, a nodatacow file, quotas; without skinny metadata,
-// and with the block group tree.
+// with the block group tree, and with mixed data and metadata groups.
 struct KernelCase {
   const char* name;
   std::vector<std::string> mkfs;  // mkfs.btrfs options; ubtrfs mkfs (block group tree) when empty
@@ -475,6 +475,13 @@ done
   CopyOut(img, dir.Sub("before"));
 
   RelocateResult r;
+  if (std::string(GetParam().name) == "Mixed") {
+    // Mixed groups hold both kinds: one filter for them, as the kernel asks.
+    const std::string sum = ubtrfs_test::Sha256(img);
+    Status st = RelocateGroups({img}, Usage("50", "60"), &r);
+    EXPECT_EQ(st.code(), EINVAL) << st.ToString();
+    EXPECT_EQ(ubtrfs_test::Sha256(img), sum);
+  }
   ASSERT_TRUE(Relocated({img}, Usage("100", "100"), &r));
   EXPECT_EQ(r.groups_emptied, r.groups_selected) << Notes(r);
   EXPECT_GT(r.data_extents, 0u);
@@ -493,7 +500,8 @@ done
 INSTANTIATE_TEST_SUITE_P(Images, BalanceUsageKernel,
                          ::testing::Values(KernelCase{"QuotasManySnapshots", {"-n", "4096"}, true, true},
                                            KernelCase{"NoSkinnyMetadata", {"-n", "4096", "-O", "^skinny-metadata"}, false, false},
-                                           KernelCase{"BlockGroupTree", {}, false, false}),
+                                           KernelCase{"BlockGroupTree", {}, false, false},
+                                           KernelCase{"Mixed", {"--mixed"}, false, false}),
                          [](const ::testing::TestParamInfo<KernelCase>& i) { return std::string(i.param.name); });
 
 // RAID1 over two devices: moved extents get both copies.

@@ -227,7 +227,8 @@ struct RelocateResult {
 };
 
 // `btrfs balance start -dusage=N -musage=N`, offline: each data and metadata
-// block group the filters take (lowest use first; not system, mixed or
+// block group the filters take (lowest use first; mixed ones by either
+// filter, which must then agree, else EINVAL; not system or
 // read-only ones) is emptied by moving its extents elsewhere (new logical
 // addresses: file extent items, checksums, tree pointers and references
 // follow, in every snapshot that shares them), then deleted with its chunk,

@@ -100,10 +100,27 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
   struct Candidate {
     uint64_t start, used, kind;
   };
+  // Mixed groups hold both kinds: the filter given for either takes them;
+  // both given must agree (the kernel refuses them otherwise too).
+  constexpr uint64_t kMixed = kBlockGroupData | kBlockGroupMetadata;
+  const UsageFilter* mixed_filter = options.data.on ? &options.data : &options.metadata;
+  if (options.data.on && options.metadata.on &&
+      (options.data.min_percent != options.metadata.min_percent ||
+       options.data.max_percent != options.metadata.max_percent)) {
+    bool any_mixed = false;
+    txn.space().ForEachGroup([&](const alloc::BlockGroup& g) { any_mixed |= (g.flags() & kMixed) == kMixed; });
+    if (any_mixed) {
+      return Status::Invalid("the filesystem has mixed data and metadata block groups: the data and metadata "
+                             "usage filters must be the same");
+    }
+  }
   std::vector<Candidate> take;
   txn.space().ForEachGroup([&](const alloc::BlockGroup& g) {
     const uint64_t kind = g.flags() & kBlockGroupTypeMask;
-    const UsageFilter* f = kind == kBlockGroupData ? &options.data : kind == kBlockGroupMetadata ? &options.metadata : nullptr;
+    const UsageFilter* f = kind == kBlockGroupData       ? &options.data
+                           : kind == kBlockGroupMetadata ? &options.metadata
+                           : kind == kMixed              ? mixed_filter
+                                                         : nullptr;
     if (f == nullptr || !f->on || g.read_only()) return;
     const uint64_t used = g.used_bytes() - txn.ExcludedIn(g.start());
     if (Takes(*f, used, g.length())) take.push_back({g.start(), used, kind});
@@ -116,12 +133,12 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
   r.chunk_bytes_before = ChunkBytes(*set.o.vol);
   txn::RelocationStats stats;
   Status st;
-  // Data first, then metadata. The groups of the kind still to be emptied
+  // Data first, then metadata, then mixed. The groups of the kind still to be emptied
   // hand out nothing meanwhile, so what one gives up goes to the others or
   // to new chunks, not into the next one to be emptied (moved twice). Where
   // that leaves no room, they serve again, as the kernel's balance has it
   // (only the group being emptied is read-only).
-  for (const uint64_t kind : {kBlockGroupData, kBlockGroupMetadata}) {
+  for (const uint64_t kind : {kBlockGroupData, kBlockGroupMetadata, kMixed}) {
     std::vector<uint64_t> held;
     auto release = [&] {
       for (uint64_t start : held) (void)txn.space().SetReadOnly(start, false);  // NotFound: the group went

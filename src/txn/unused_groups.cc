@@ -11,7 +11,8 @@
 // seed device's; one being emptied by relocation, read-only meanwhile, goes
 // as the kernel's relocation removes its group). Kept here besides: system
 // groups (the superblock's chunk array would have to follow), mixed groups
-// (an empty one serves data and metadata alike), chunks made in the running transaction (an early
+// (an empty one serves data and metadata alike; one a balance empties goes),
+// chunks made in the running transaction (an early
 // metadata chunk for the reserve would otherwise come and go with every
 // commit), chunks with a stripe on a missing device, metadata groups whose
 // loss would leave less free metadata than twice the global reserve and a
@@ -41,7 +42,8 @@ Status TxnManager::DeleteUnusedGroups(bool* changed) {
   space_->ForEachGroup([&](const alloc::BlockGroup& g) {
     ++per_profile[g.flags()];
     const uint64_t kind = g.flags() & kBlockGroupTypeMask;
-    if (kind != kBlockGroupData && kind != kBlockGroupMetadata) return;
+    const bool mixed = kind == (kBlockGroupData | kBlockGroupMetadata);
+    if (kind != kBlockGroupData && kind != kBlockGroupMetadata && !(mixed && relocating_.contains(g.start()))) return;
     if ((g.read_only() && !relocating_.contains(g.start())) || g.used_bytes() != ExcludedIn(g.start())) return;
     found.push_back({g.start(), g.length(), g.flags()});
   });
