@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,7 +26,9 @@
 #include "support/test_util.h"
 #include "support/tree_compare.h"
 #include "tree/cursor.h"
+#include "alloc/space_manager.h"
 #include "txn/extent_refs.h"
+#include "txn/transaction.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 #include "ubtrfs/resize.h"
@@ -277,6 +281,127 @@ TEST(BalanceUsage, ClonedAndSplitExtentsAllMove) {
   EXPECT_TRUE(r.notes.empty()) << Notes(r);
   EXPECT_EQ(r.data_extents, extents);
   ExpectUnchanged(img, dir);
+}
+
+// The data groups of an image: start -> bytes used.
+std::map<uint64_t, uint64_t> DataGroups(const std::string& img) {
+  std::map<uint64_t, uint64_t> out;
+  auto o = ubtrfs_test::OpenForWrite(img);
+  EXPECT_TRUE(o.ok()) << o.status().ToString();
+  if (!o.ok()) return out;
+  o->txn->space().ForEachGroup([&](const alloc::BlockGroup& g) {
+    if ((g.flags() & kBlockGroupTypeMask) == kBlockGroupData) out[g.start()] = g.used_bytes();
+  });
+  return out;
+}
+
+// btrfs balance's other filters choose the groups: limit (the least used
+// first; none unless MIN qualify), vrange, devid and drange.
+TEST(BalanceUsage, FiltersChooseTheGroups) {
+  TempDir dir("ubtrfs-balance");
+  const std::string src = dir.Sub("src");
+  mkdir(src.c_str(), 0755);
+  for (int i = 1; i <= 60; ++i) {
+    ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), (i * 97000ull) % (9 * kMiB) + 5000, i);
+  }
+  const std::string img = MakeImage(dir, "1G");
+  ASSERT_TRUE(RunUbtrfs({"cp", src, img + ":/src"}).ok());
+  std::vector<std::string> rm{"rm"};
+  for (int i = 1; i <= 60; ++i) {
+    if (i % 3 != 0) rm.push_back(img + ":/src/f" + std::to_string(i));
+  }
+  ASSERT_TRUE(RunUbtrfs(rm).ok());
+  CopyOut(img, dir.Sub("before"));
+  const auto groups = DataGroups(img);
+  ASSERT_GE(groups.size(), 3u);
+  auto run = [&](const RelocateOptions& o, uint64_t selected) {
+    RelocateResult r;
+    EXPECT_TRUE(Relocated({img}, o, &r));
+    EXPECT_EQ(r.groups_selected, selected);
+    EXPECT_EQ(r.groups_emptied, selected) << Notes(r);
+  };
+  RelocateOptions o;
+  ASSERT_TRUE(ParseUsageFilter("usage=100", &o.data).ok());
+
+  // limit=1: the least used group, and only it.
+  o.data_groups.on = true;
+  o.data_groups.limit_max = 1;
+  const uint64_t least = std::min_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+                           return a.second < b.second;
+                         })->first;
+  run(o, 1);
+  auto after = DataGroups(img);
+  EXPECT_FALSE(after.contains(least));
+  for (const auto& [start, used] : groups) {
+    if (start != least) EXPECT_TRUE(after.contains(start)) << start;
+  }
+
+  // limit=MIN..MAX with fewer than MIN qualifying: none.
+  const std::string sum = ubtrfs_test::Sha256(img);
+  o.data_groups.limit_min = after.size() + 1;
+  o.data_groups.limit_max = UINT64_MAX;
+  run(o, 0);
+  EXPECT_EQ(ubtrfs_test::Sha256(img), sum);
+
+  // vrange: the group at one logical address.
+  o.data_groups = GroupFilter{};
+  o.data_groups.on = true;
+  o.data_groups.vrange = true;
+  const uint64_t last = after.rbegin()->first;
+  o.data_groups.vrange_start = last;
+  o.data_groups.vrange_end = last + 1;
+  run(o, 1);
+  const auto after_vrange = DataGroups(img);
+  EXPECT_FALSE(after_vrange.contains(last));
+  for (const auto& [start, used] : after) {
+    if (start != last) EXPECT_TRUE(after_vrange.contains(start)) << start;
+  }
+
+  // devid: no device 2 here; drange below 1 MiB, where no stripe lies.
+  o.data_groups = GroupFilter{};
+  o.data_groups.on = true;
+  o.data_groups.devid = 2;
+  run(o, 0);
+  o.data_groups.devid = 1;
+  o.data_groups.drange = true;
+  o.data_groups.drange_end = kMiB;
+  run(o, 0);
+  // Without usage, devid=1 takes every data group.
+  o.data = UsageFilter{};
+  o.data_groups.drange = false;
+  run(o, DataGroups(img).size());
+  ExpectUnchanged(img, dir);
+
+  // The filter lists btrfs-progs takes.
+  UsageFilter u;
+  GroupFilter g;
+  std::string convert;
+  ASSERT_TRUE(ParseBalanceFilters("usage=20..50,limit=2,devid=3,drange=1G..2G,vrange=..4G", &u, &g, &convert).ok());
+  EXPECT_TRUE(u.on && g.on);
+  EXPECT_EQ(u.min_percent, 20u);
+  EXPECT_EQ(u.max_percent, 50u);
+  EXPECT_EQ(g.limit_max, 2u);
+  EXPECT_EQ(g.devid, 3u);
+  EXPECT_EQ(g.drange_start, 1ull << 30);
+  EXPECT_EQ(g.drange_end, 2ull << 30);
+  EXPECT_EQ(g.vrange_start, 0u);
+  EXPECT_EQ(g.vrange_end, 4ull << 30);
+  g = GroupFilter{};
+  ASSERT_TRUE(ParseBalanceFilters("convert=raid1,soft", &u, &g, &convert).ok());
+  EXPECT_EQ(convert, "raid1");
+  EXPECT_FALSE(g.on);
+  for (const char* bad : {"drange=0..1", "limit=", "foo=1", "usage=50,,limit=1", "raid1,usage=5", "vrange=5..1",
+                          "devid=0", "usage=101"}) {
+    UsageFilter bu;
+    GroupFilter bg;
+    std::string bc;
+    EXPECT_FALSE(ParseBalanceFilters(bad, &bu, &bg, &bc).ok()) << bad;
+  }
+  auto cli = RunUbtrfs({"balance", "-dusage=100,limit=1", img});
+  EXPECT_TRUE(cli.ok()) << cli.Describe();
+  EXPECT_NE(cli.out.find("Relocated 1 of 1 block groups"), std::string::npos) << cli.out;
+  cli = RunUbtrfs({"balance", "-ddrange=0..1G", img});
+  EXPECT_EQ(cli.exit_code, 2) << cli.Describe();
 }
 
 // Snapshots that share most of their blocks and data: every data and
@@ -685,8 +810,8 @@ TEST(BalanceUsage, CommandLine) {
     const char* says;
   };
   for (const Bad& b : {Bad{{"-dusage=x"}, "not a percentage"}, Bad{{"-dusage=101"}, "not a percentage"},
-                       Bad{{"-dusage=50..10"}, "the range is empty"}, Bad{{"-d", "convert=dup,usage=5"}, "one filter"},
-                       Bad{{"-dlimit=5"}, "only convert=PROFILE and usage"}, Bad{{"-susage=5"}, "system chunks"},
+                       Bad{{"-dusage=50..10"}, "the range is empty"}, Bad{{"-d", "convert=dup,usage=5"}, "one after the other"},
+                       Bad{{"-dfoo=5"}, "supported are usage="}, Bad{{"-susage=5"}, "system chunks"},
                        Bad{{"-dconvert=dup", "-musage=5"}, "one after the other"}, Bad{{}, "give what to do"}}) {
     std::vector<std::string> args{"balance"};
     args.insert(args.end(), b.args.begin(), b.args.end());

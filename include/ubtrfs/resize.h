@@ -206,11 +206,39 @@ struct UsageFilter {
 // Parses "usage=N" or "usage=MIN..MAX" (N, MIN, MAX from 0 to 100).
 UBTRFS_API Status ParseUsageFilter(std::string_view text, UsageFilter* out);
 
+// btrfs balance's other filters for a kind. A group is taken when it has a
+// stripe on device `devid` (devid=N; 0: any device), when such a stripe
+// overlaps device bytes [drange_start, drange_end) (drange=S..E, with
+// devid), and when its logical range overlaps [vrange_start, vrange_end)
+// (vrange=S..E). Of those the usage filter also takes, at most limit_max
+// are emptied, lowest use first, and none unless at least limit_min
+// qualify (limit=N, limit=MIN..MAX), as the kernel counts them.
+struct GroupFilter {
+  bool on = false;  // one of these was given: the kind is balanced even without a usage filter
+  uint64_t devid = 0;
+  bool drange = false;
+  uint64_t drange_start = 0, drange_end = 0;
+  bool vrange = false;
+  uint64_t vrange_start = 0, vrange_end = 0;
+  uint64_t limit_min = 0, limit_max = UINT64_MAX;
+};
+
+// Parses btrfs-progs' comma-separated filters of one kind, as `btrfs
+// balance start -d`/`-m` takes them ("usage=50,limit=2", "devid=2,drange=
+// 0..1G", "convert=raid1,soft"): usage, limit, devid, drange, vrange
+// (sizes with K/M/G/T suffixes, ranges as S..E, S.. or ..E), convert (the
+// profile into *convert) and soft (accepted: conversion always leaves the
+// chunks already in the target profile alone). A profile alone is taken as
+// convert=PROFILE.
+UBTRFS_API Status ParseBalanceFilters(std::string_view text, UsageFilter* usage, GroupFilter* groups,
+                                      std::string* convert);
+
 struct RelocateOptions {
   // As DeviceChangeOptions.
   std::vector<std::string> scan_dirs;
   bool degraded = false;
   UsageFilter data, metadata;
+  GroupFilter data_groups, metadata_groups;
 };
 
 struct RelocateResult {

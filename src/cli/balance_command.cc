@@ -23,33 +23,14 @@ struct BalanceArgs {
   bool quiet = false;
 };
 
-// "-dconvert=raid1", "-dusage=50", "-d raid1" (a profile alone, as ubtrfs
-// took it before filters): one filter per option; btrfs-progs' combined
-// filters ("convert=raid1,soft,usage=50") are not supported.
-Status ApplyFilters(const std::string& text, std::string* convert, UsageFilter* usage) {
-  if (text.empty()) return Status::Ok();
-  if (text.find(',') != std::string::npos) {
-    return Status::Invalid("filters '" + text + "': give one filter (convert=PROFILE or usage=N) per option");
-  }
-  if (text.starts_with("usage=")) return ParseUsageFilter(text, usage);
-  if (text.starts_with("convert=")) {
-    *convert = text.substr(8);
-    return Status::Ok();
-  }
-  if (text.find('=') != std::string::npos) {
-    return Status::Invalid("filter '" + text + "': only convert=PROFILE and usage=N (or usage=MIN..MAX) are supported");
-  }
-  *convert = text;
-  return Status::Ok();
-}
-
 void CmdBalance(BalanceArgs& a) {
   if (Placement().offset != 0 || Placement().partition != 0) {
     fmt::print(stderr, "ubtrfs balance: works on whole images and devices; --offset and --partition are not supported\n");
     return SetExitCode(2);
   }
   RelocateOptions ro;
-  for (Status s : {ApplyFilters(a.d_filters, &a.o.data, &ro.data), ApplyFilters(a.m_filters, &a.o.metadata, &ro.metadata),
+  for (Status s : {ParseBalanceFilters(a.d_filters, &ro.data, &ro.data_groups, &a.o.data),
+                   ParseBalanceFilters(a.m_filters, &ro.metadata, &ro.metadata_groups, &a.o.metadata),
                    a.d_usage.empty() ? Status::Ok() : ParseUsageFilter("usage=" + a.d_usage, &ro.data),
                    a.m_usage.empty() ? Status::Ok() : ParseUsageFilter("usage=" + a.m_usage, &ro.metadata)}) {
     if (!s.ok()) {
@@ -58,23 +39,25 @@ void CmdBalance(BalanceArgs& a) {
     }
   }
   if (!a.s_filters.empty()) {
-    UsageFilter unused;
-    if (Status s = ApplyFilters(a.s_filters, &a.o.system, &unused); !s.ok() || unused.on) {
+    UsageFilter usage;
+    GroupFilter groups;
+    if (Status s = ParseBalanceFilters(a.s_filters, &usage, &groups, &a.o.system); !s.ok() || usage.on || groups.on) {
       fmt::print(stderr, "ubtrfs balance: {}\n",
-                 s.ok() ? "system chunks are not relocated by usage; -s takes convert=PROFILE" : s.message());
+                 s.ok() ? "system chunks are not relocated; -s takes convert=PROFILE" : s.message());
       return SetExitCode(2);
     }
   }
   const bool convert = !a.o.data.empty() || !a.o.metadata.empty() || !a.o.system.empty();
-  const bool relocate = ro.data.on || ro.metadata.on;
+  const bool relocate = ro.data.on || ro.metadata.on || ro.data_groups.on || ro.metadata_groups.on;
   if (!convert && !relocate) {
     fmt::print(stderr,
                "ubtrfs balance: give what to do: -dconvert=PROFILE, -mconvert=PROFILE, -sconvert=PROFILE "
-               "(or --dconvert/--mconvert/--sconvert), -dusage=N, -musage=N\n");
+               "(or --dconvert/--mconvert/--sconvert), -dusage=N, -musage=N (or -dlimit=, -ddevid=, -ddrange=, "
+               "-dvrange=, and the same for -m)\n");
     return SetExitCode(2);
   }
   if (convert && relocate) {
-    fmt::print(stderr, "ubtrfs balance: converting and relocating by usage in one run is not supported; run them one after the other\n");
+    fmt::print(stderr, "ubtrfs balance: converting and relocating by filters in one run is not supported; run them one after the other\n");
     return SetExitCode(2);
   }
   if (relocate) {
@@ -113,7 +96,9 @@ void RegisterBalance(CLI::App& app) {
                                  "Convert chunks to another profile, or empty partly used block groups, offline "
                                  "(as btrfs balance start -dconvert= -mconvert= -dusage= -musage=)");
   bal->add_option("devices", args.devices, "IMAGE... (the filesystem's devices)")->required();
-  bal->add_option("-d", args.d_filters, "Data filter: convert=PROFILE, usage=N or usage=MIN..MAX (as -dusage=50)");
+  bal->add_option("-d", args.d_filters,
+                  "Data filters, comma-separated as btrfs balance's: convert=PROFILE[,soft], or usage=N (MIN..MAX), "
+                  "limit=N (MIN..MAX), devid=N, drange=S..E, vrange=S..E (as -dusage=50,limit=2)");
   bal->add_option("-m", args.m_filters, "Metadata filter, as -d (convert also takes system chunks without -s)");
   bal->add_option("-s", args.s_filters, "System filter: convert=PROFILE");
   bal->add_option("--dconvert", args.o.data, "Profile for data chunks (single, dup, raid0, raid1, raid1c3, "

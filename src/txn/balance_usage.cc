@@ -1,6 +1,7 @@
 // ubtrfs balance -dusage=N -musage=N (RelocateGroups of ubtrfs/resize.h):
-// the block groups the usage filters take, emptied one after the other by
-// txn::RelocateGroup and deleted with their chunks.
+// the block groups the filters take (usage, limit, devid, drange, vrange),
+// emptied one after the other by txn::RelocateGroup and deleted with their
+// chunks.
 #include <algorithm>
 #include <charconv>
 #include <vector>
@@ -34,6 +35,40 @@ bool Takes(const UsageFilter& f, uint64_t used, uint64_t length) {
   return lo <= used && used < hi;
 }
 
+// "S..E", "S..", "..E" or "N" (N..N+1 for limit's single number is the
+// caller's); sizes with ParseByteSize's suffixes.
+Status ParseRange(std::string_view text, std::string_view filter, uint64_t* lo, uint64_t* hi, bool single_ok) {
+  const auto bad = [&](const std::string& why) {
+    return Status::Invalid("filter '" + std::string(filter) + "': " + why);
+  };
+  const size_t dots = text.find("..");
+  if (dots == std::string_view::npos) {
+    if (!single_ok) return bad("a range S..E is needed");
+    UB_RETURN_IF_ERROR(ParseByteSize(text, hi).WithContext("filter '" + std::string(filter) + "'"));
+    *lo = 0;
+    return Status::Ok();
+  }
+  const std::string_view a = text.substr(0, dots), b = text.substr(dots + 2);
+  *lo = 0;
+  *hi = UINT64_MAX;
+  if (!a.empty()) UB_RETURN_IF_ERROR(ParseByteSize(a, lo).WithContext("filter '" + std::string(filter) + "'"));
+  if (!b.empty()) UB_RETURN_IF_ERROR(ParseByteSize(b, hi).WithContext("filter '" + std::string(filter) + "'"));
+  if (a.empty() && b.empty()) return bad("the range has no ends");
+  if (*lo > *hi) return bad("the range is empty");
+  return Status::Ok();
+}
+
+// Whether chunk `c` passes the filters other than usage and limit.
+bool Passes(const GroupFilter& f, const alloc::ChunkInfo& c) {
+  if (f.vrange && !(c.logical < f.vrange_end && c.logical + c.length > f.vrange_start)) return false;
+  if (f.devid == 0) return true;
+  for (const auto& s : c.stripes) {
+    if (s.devid != f.devid) continue;
+    if (!f.drange || (s.physical < f.drange_end && s.physical + c.stripe_size > f.drange_start)) return true;
+  }
+  return false;
+}
+
 uint64_t ChunkBytes(const txn::Volume& vol) {
   uint64_t total = 0;
   for (const auto& [logical, c] : vol.chunks().chunks()) {
@@ -65,11 +100,64 @@ Status ParseUsageFilter(std::string_view text, UsageFilter* out) {
   return Status::Ok();
 }
 
+Status ParseBalanceFilters(std::string_view text, UsageFilter* usage, GroupFilter* groups, std::string* convert) {
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view f = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (f.empty()) return Status::Invalid("filters '" + std::string(text) + "': an empty filter");
+    const size_t eq = f.find('=');
+    const std::string_view key = f.substr(0, eq), value = eq == std::string_view::npos ? "" : f.substr(eq + 1);
+    if (key == "usage") {
+      UB_RETURN_IF_ERROR(ParseUsageFilter(f, usage));
+    } else if (key == "convert" && eq != std::string_view::npos) {
+      *convert = std::string(value);
+    } else if (key == "soft" && eq == std::string_view::npos) {
+      // Conversion never touches a chunk already in the target profile.
+    } else if (key == "limit") {
+      uint64_t lo = 0, hi = 0;
+      UB_RETURN_IF_ERROR(ParseRange(value, f, &lo, &hi, true));
+      groups->limit_min = lo;
+      groups->limit_max = hi;
+      groups->on = true;
+    } else if (key == "devid") {
+      uint64_t id = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), id);
+      if (value.empty() || ec != std::errc() || end != value.data() + value.size() || id == 0) {
+        return Status::Invalid("filter '" + std::string(f) + "': not a device id");
+      }
+      groups->devid = id;
+      groups->on = true;
+    } else if (key == "drange" || key == "vrange") {
+      uint64_t lo = 0, hi = 0;
+      UB_RETURN_IF_ERROR(ParseRange(value, f, &lo, &hi, false));
+      if (key == "drange") {
+        groups->drange = true, groups->drange_start = lo, groups->drange_end = hi;
+      } else {
+        groups->vrange = true, groups->vrange_start = lo, groups->vrange_end = hi;
+      }
+      groups->on = true;
+    } else if (eq == std::string_view::npos && text.find(',') == std::string_view::npos) {
+      *convert = std::string(f);  // "-d raid1": a profile alone
+    } else {
+      return Status::Invalid("filter '" + std::string(f) +
+                             "': supported are usage=, limit=, devid=, drange=, vrange=, convert= and soft");
+    }
+  }
+  if (groups->drange && groups->devid == 0) {
+    return Status::Invalid("filters '" + std::string(text) + "': drange needs devid (the device the range is on)");
+  }
+  return Status::Ok();
+}
+
 Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOptions& options, RelocateResult* result) {
   using namespace ubtrfs::format;
   *result = RelocateResult{};
-  if (!options.data.on && !options.metadata.on) {
-    return Status::Invalid("nothing to relocate: give a usage filter for data and/or metadata");
+  const bool data_on = options.data.on || options.data_groups.on;
+  const bool metadata_on = options.metadata.on || options.metadata_groups.on;
+  if (!data_on && !metadata_on) {
+    return Status::Invalid("nothing to relocate: give a filter for data and/or metadata");
   }
   DeviceChangeOptions dco;
   dco.scan_dirs = options.scan_dirs;
@@ -103,31 +191,52 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
   // Mixed groups hold both kinds: the filter given for either takes them;
   // both given must agree (the kernel refuses them otherwise too).
   constexpr uint64_t kMixed = kBlockGroupData | kBlockGroupMetadata;
-  const UsageFilter* mixed_filter = options.data.on ? &options.data : &options.metadata;
-  if (options.data.on && options.metadata.on &&
-      (options.data.min_percent != options.metadata.min_percent ||
-       options.data.max_percent != options.metadata.max_percent)) {
+  const bool mixed_data = data_on;
+  const auto same_groups = [](const GroupFilter& a, const GroupFilter& b) {
+    return a.on == b.on && a.devid == b.devid && a.drange == b.drange && a.drange_start == b.drange_start &&
+           a.drange_end == b.drange_end && a.vrange == b.vrange && a.vrange_start == b.vrange_start &&
+           a.vrange_end == b.vrange_end && a.limit_min == b.limit_min && a.limit_max == b.limit_max;
+  };
+  if (data_on && metadata_on &&
+      (options.data.on != options.metadata.on || options.data.min_percent != options.metadata.min_percent ||
+       options.data.max_percent != options.metadata.max_percent ||
+       !same_groups(options.data_groups, options.metadata_groups))) {
     bool any_mixed = false;
     txn.space().ForEachGroup([&](const alloc::BlockGroup& g) { any_mixed |= (g.flags() & kMixed) == kMixed; });
     if (any_mixed) {
       return Status::Invalid("the filesystem has mixed data and metadata block groups: the data and metadata "
-                             "usage filters must be the same");
+                             "filters must be the same");
     }
   }
+  const auto filters_of = [&](uint64_t kind) -> std::pair<const UsageFilter*, const GroupFilter*> {
+    const bool data = kind == kBlockGroupData || (kind == kMixed && mixed_data);
+    if (data) return {&options.data, &options.data_groups};
+    if (kind == kBlockGroupMetadata || kind == kMixed) return {&options.metadata, &options.metadata_groups};
+    return {nullptr, nullptr};
+  };
   std::vector<Candidate> take;
   txn.space().ForEachGroup([&](const alloc::BlockGroup& g) {
     const uint64_t kind = g.flags() & kBlockGroupTypeMask;
-    const UsageFilter* f = kind == kBlockGroupData       ? &options.data
-                           : kind == kBlockGroupMetadata ? &options.metadata
-                           : kind == kMixed              ? mixed_filter
-                                                         : nullptr;
-    if (f == nullptr || !f->on || g.read_only()) return;
+    const auto [usage, groups] = filters_of(kind);
+    if (usage == nullptr || !(usage->on || groups->on) || g.read_only()) return;
     const uint64_t used = g.used_bytes() - txn.ExcludedIn(g.start());
-    if (Takes(*f, used, g.length())) take.push_back({g.start(), used, kind});
+    if (usage->on && !Takes(*usage, used, g.length())) return;
+    const alloc::ChunkInfo* c = set.o.vol->chunks().Find(g.start());
+    if (c == nullptr || !Passes(*groups, *c)) return;
+    take.push_back({g.start(), used, kind});
   });
   std::sort(take.begin(), take.end(), [](const Candidate& a, const Candidate& b) {
     return a.used != b.used ? a.used < b.used : a.start < b.start;
   });
+  // limit=MIN..MAX: at most MAX of a kind, lowest use first; none unless MIN qualify.
+  for (const uint64_t kind : {kBlockGroupData, kBlockGroupMetadata, kMixed}) {
+    const GroupFilter* groups = filters_of(kind).second;
+    const size_t n = std::count_if(take.begin(), take.end(), [&](const Candidate& c) { return c.kind == kind; });
+    size_t kept = 0;
+    std::erase_if(take, [&](const Candidate& c) {
+      return c.kind == kind && (n < groups->limit_min || ++kept > groups->limit_max);
+    });
+  }
   RelocateResult r;
   r.groups_selected = take.size();
   r.chunk_bytes_before = ChunkBytes(*set.o.vol);
