@@ -1,7 +1,9 @@
 // libFuzzer target: open a whole (mutated) image writable, apply a few
 // changes chosen by the input (creates, writes, renames, unlinks, xattrs,
 // ...), commit, close; move every extent to a new place (balance by usage);
-// then open the result again and read everything back.
+// cut the chunks' unused tails and move them up the device (resize
+// --shrink's first steps); then open the result again and read everything
+// back.
 // The image may be damaged in ways the reader accepted; writing into it must
 // still never crash: each failure is a Status with a message (a failed
 // change may abort the transaction and leave the view read-only).
@@ -21,6 +23,7 @@
 #include "fuzz_script.h"
 #include "format/ondisk.h"
 #include "txn/extent_relocation.h"
+#include "txn/relocate.h"
 #include "txn/transaction.h"
 #include "txn/volume.h"
 
@@ -88,6 +91,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
       }
       acc += stats.data_extents + stats.tree_blocks;
+      // resize --shrink's first steps: tails cut, copies to the top (not
+      // after a move that failed half way: those changes are not committed).
+      ubtrfs::txn::DeviceLayout layout(txn->get());
+      uint64_t trimmed = 0;
+      ubtrfs::Status st = (*txn)->HasChanges() ? ubtrfs::Status::Invalid("relocation left changes")
+                                               : layout.TrimChunks(&trimmed);
+      if (st.ok()) st = (*txn)->Commit();
+      if (st.ok()) {
+        ubtrfs::txn::CopyStats copied;
+        for (const auto& stripe : layout.Stripes()) {
+          const uint64_t to = layout.FindPlaceAbove(stripe);
+          if (to == 0) continue;
+          st = layout.MoveStripe(stripe.logical, stripe.index, to, &copied);
+          if (st.ok()) st = (*txn)->Commit();
+          if (!st.ok()) break;
+        }
+      }
+      if (!st.ok() && st.message() != "relocation left changes") ubtrfs_fuzz::CheckError(st);
+      acc += trimmed;
       if (ubtrfs_fuzz::Verbose()) {
         std::fprintf(stderr, "relocated %zu groups: %llu data extents, %llu tree blocks, %zu left\n", groups.size(),
                      static_cast<unsigned long long>(stats.data_extents),
