@@ -742,6 +742,21 @@ std::string FixtureDoc(int i) {
   return out;
 }
 
+// A copy of what a read-only kernel mount of `img` shows, in tmp/seed;
+// "" where loop mounts are unavailable.
+std::string KernelViewCopy(const TempDir& tmp, const std::string& img) {
+  std::string why;
+  if (!LoopMountsAvailable(&why)) return "";
+  const std::string seed = tmp.Sub("seed"), mnt = tmp.Sub("seedmnt");
+  EXPECT_EQ(mkdir(seed.c_str(), 0755), 0);
+  EXPECT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  LoopMount m;
+  EXPECT_EQ(m.Mount(img, mnt, "ro"), "");
+  EXPECT_EQ(MustRun({"cp", "-a", mnt + "/.", seed}), "");
+  EXPECT_EQ(m.Unmount(), "");
+  return seed;
+}
+
 // The default image of a current mkfs.btrfs (6.19: block-group-tree on),
 // kept as a fixture: read, written, judged by the kernel.
 TEST(BlockGroupTree, CurrentMkfsBtrfsImage) {
@@ -761,19 +776,9 @@ TEST(BlockGroupTree, CurrentMkfsBtrfsImage) {
       EXPECT_EQ(ReadImageFile(**fs, "/usr/share/doc/f" + std::to_string(i) + ".txt"), FixtureDoc(i)) << i;
     }
   }
-  std::string seed;
-  std::string why;
-  if (LoopMountsAvailable(&why)) {
-    // The kernel's view of the fixture starts the model.
-    seed = tmp.Sub("seed");
-    const std::string mnt = tmp.Sub("seedmnt");
-    ASSERT_EQ(mkdir(seed.c_str(), 0755), 0);
-    ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
-    LoopMount m;
-    ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
-    ASSERT_EQ(MustRun({"cp", "-a", mnt + "/.", seed}), "");
-    ASSERT_EQ(m.Unmount(), "");
-  }
+  // The kernel's view of the fixture starts the model.
+  const std::string seed = KernelViewCopy(tmp, img);
+  if (HasFatalFailure()) return;
   ExerciseImage(tmp, img, true, {}, seed, 1);  // a 256 MiB image: a quarter of the data
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid | kBgt);
 }
@@ -805,19 +810,9 @@ TEST(KernelBalance, CaughtMidRelocation) {
     EXPECT_NE(b.err.find("relocation trees"), std::string::npos) << b.Describe();
     EXPECT_EQ(Sha256(img), before);
   }
-  std::string seed;
-  std::string why;
-  if (LoopMountsAvailable(&why)) {
-    // The kernel's view starts the model (read-only: no recovery yet).
-    seed = tmp.Sub("seed");
-    const std::string mnt = tmp.Sub("seedmnt");
-    ASSERT_EQ(mkdir(seed.c_str(), 0755), 0);
-    ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
-    LoopMount m;
-    ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
-    ASSERT_EQ(MustRun({"cp", "-a", mnt + "/.", seed}), "");
-    ASSERT_EQ(m.Unmount(), "");
-  }
+  // The kernel's view starts the model (read-only: no recovery yet).
+  const std::string seed = KernelViewCopy(tmp, img);
+  if (HasFatalFailure()) return;
   // Changes in the subvolumes whose blocks the relocation trees share.
   std::vector<std::pair<std::string, std::string>> changed;
   {
