@@ -787,8 +787,8 @@ TEST(BlockGroupTree, CurrentMkfsBtrfsImage) {
 // (tests/fixtures/README.md): relocation trees of the five subvolumes, the
 // data relocation tree and the balance item are on disk, the relocation
 // trees sharing their blocks with the subvolumes. ubtrfs reads it, leaves
-// the relocation to the kernel (its own balance refuses and changes
-// nothing), and writes into those subvolumes; the kernel then recovers its
+// the relocation to the kernel (its own balance and resize --shrink refuse
+// and change nothing), and writes into those subvolumes; the kernel then recovers its
 // relocation and resumes the balance at mount. Both checkers are clean
 // throughout and the kernel sees what ubtrfs wrote.
 TEST(KernelBalance, CaughtMidRelocation) {
@@ -805,10 +805,13 @@ TEST(KernelBalance, CaughtMidRelocation) {
   EXPECT_EQ(ours.exit_code, 0) << ours.Describe();
   {
     const std::string before = Sha256(img);
-    CommandResult b = RunUbtrfs({"balance", "-dusage=100", "-musage=100", img});
-    EXPECT_NE(b.exit_code, 0) << b.Describe();
-    EXPECT_NE(b.err.find("relocation trees"), std::string::npos) << b.Describe();
-    EXPECT_EQ(Sha256(img), before);
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+             {"balance", "-dusage=100", "-musage=100", img}, {"resize", "--shrink", img}}) {
+      CommandResult b = RunUbtrfs(args);
+      EXPECT_NE(b.exit_code, 0) << b.Describe();
+      EXPECT_NE(b.err.find("relocation trees"), std::string::npos) << b.Describe();
+      EXPECT_EQ(Sha256(img), before) << args[0];
+    }
   }
   // The kernel's view starts the model (read-only: no recovery yet).
   const std::string seed = KernelViewCopy(tmp, img);

@@ -271,8 +271,9 @@ UBTRFS_API Status RelocateGroups(const std::vector<std::string>& devices, const 
 // resize --shrink`): first every data and metadata block group not full is
 // packed into as few new ones as hold it (RelocateGroups with usage=100 for
 // both kinds), then ShrinkImageToFit. Packing that is refused (simple
-// quotas, a kernel balance left unfinished) or finds no room is noted, and
-// the chunks are cut and moved as they are. One device only (EINVAL).
+// quotas) or finds no room is noted, and the chunks are cut and moved as
+// they are. EINVAL for several devices, and for relocation trees a kernel
+// balance left (the kernel needs room to merge them at its next mount).
 struct ShrinkResult {
   RelocateResult packed;
   ResizeResult resize;

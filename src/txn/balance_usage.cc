@@ -174,17 +174,7 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
   if (set.o.vol->super().incompat_flags.get() & kIncompatSimpleQuota) {
     return Status::Invalid("simple quotas are on: moving extents is not supported with them yet");
   }
-  {
-    // The kernel's relocation trees of a balance it did not finish: it
-    // merges them at its next mount, and their blocks are the kernel's to
-    // account for.
-    tree::Cursor c(set.o.vol->source(), set.o.vol->root_tree());
-    UB_RETURN_IF_ERROR(c.Seek(Key{kTreeRelocObjectid, 0, 0}));
-    if (c.Valid() && c.key().objectid == kTreeRelocObjectid) {
-      return Status::Invalid("a balance of the kernel's was interrupted here (it left relocation trees): "
-                             "mount the filesystem with the kernel once to finish or cancel it");
-    }
-  }
+  UB_RETURN_IF_ERROR(txn::RefuseKernelRelocation(*set.o.vol));
   struct Candidate {
     uint64_t start, used, kind;
   };

@@ -386,4 +386,14 @@ Result<bool> RelocateGroup(TxnManager& txn, uint64_t start, RelocationStats* sta
   return Relocator(txn, start, stats).Run();
 }
 
+Status RefuseKernelRelocation(Volume& vol) {
+  tree::Cursor c(vol.source(), vol.root_tree());
+  UB_RETURN_IF_ERROR(c.Seek(Key{kTreeRelocObjectid, 0, 0}));
+  if (c.Valid() && c.key().objectid == kTreeRelocObjectid) {
+    return Status::Invalid("a balance of the kernel's was interrupted here (it left relocation trees): "
+                           "mount the filesystem with the kernel once to finish or cancel it");
+  }
+  return Status::Ok();
+}
+
 }  // namespace ubtrfs::txn

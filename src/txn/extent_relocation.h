@@ -49,6 +49,13 @@ struct RelocationStats {
 // running transaction half changed: it must not be committed.
 Result<bool> RelocateGroup(TxnManager& txn, uint64_t start, RelocationStats* stats);
 
+class Volume;
+// EINVAL when the kernel left relocation trees of a balance it did not
+// finish: it merges them at its next mount (which needs room), and their
+// blocks are its to account for. Balance and resize --shrink leave such an
+// image alone.
+Status RefuseKernelRelocation(Volume& vol);
+
 }  // namespace ubtrfs::txn
 
 #endif  // UBTRFS_TXN_EXTENT_RELOCATION_H_

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "format/ondisk.h"
+#include "txn/extent_relocation.h"
 #include "txn/offline_open.h"
 #include "txn/relocate.h"
 #include "txn/transaction.h"
@@ -273,6 +274,7 @@ Status ShrinkImage(const std::string& path, ShrinkResult* result) {
     Resizing clear;
     UB_RETURN_IF_ERROR(clear.Begin(path));
     UB_RETURN_IF_ERROR(OneDevice(clear.o, true));
+    UB_RETURN_IF_ERROR(txn::RefuseKernelRelocation(*clear.o.vol));
     txn::TxnManager* txn = clear.o.txn.get();
     txn::DeviceLayout layout(txn);
     result->resize.old_bytes = clear.o.vol->super().total_bytes.get();
