@@ -332,9 +332,12 @@ TEST(ResizeTest, ShrinkPacksAnExistingImage) {
   EXPECT_LE(HostFileSize(img), full_size) << r.out;
   ASSERT_EQ(ubtrfs_test::BtrfsCheck(img), "");
 
-  // Arguments: a size with --shrink, neither.
+  // Arguments: a size with --shrink, neither, several devices.
   r = RunUbtrfs({"resize", "--shrink", img, "1G"});
   EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  r = RunUbtrfs({"resize", "--shrink", img + "," + img});
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_NE(r.err.find("one device"), std::string::npos) << r.Describe();
   r = RunUbtrfs({"resize", img});
   EXPECT_EQ(r.exit_code, 2) << r.Describe();
 }

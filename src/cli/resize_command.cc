@@ -20,6 +20,10 @@ struct ResizeArgs {
 
 // --shrink: pack, cut and move the chunks, cut the file (ShrinkImage).
 void CmdShrink(const ResizeArgs& a) {
+  if (a.image.find(',') != std::string::npos) {
+    fmt::print(stderr, "ubtrfs resize: --shrink works on images of one device\n");
+    return SetExitCode(2);
+  }
   ShrinkResult r;
   Status s = ShrinkImage(a.image, &r);
   for (const std::string& n : r.notes) fmt::print(stderr, "ubtrfs resize: note: {}\n", n);
