@@ -681,6 +681,56 @@ TEST(BalanceUsage, MirroredOverTwoDevices) {
   EXPECT_TRUE(check.ok()) << check.Describe();
 }
 
+// Conversion takes the choosing filters too (`-dconvert=raid1,limit=1`),
+// and one run converts one kind while it empties another.
+TEST(BalanceUsage, ConvertTakesTheFiltersToo) {
+  TempDir dir("ubtrfs-balance");
+  std::vector<std::string> images{dir.Sub("d1.img"), dir.Sub("d2.img")};
+  for (const auto& img : images) {
+    std::string err;
+    ASSERT_TRUE(ubtrfs_test::MakeSparseFile(img, 400 * kMiB, &err)) << err;
+  }
+  std::vector<std::string> args{"mkfs", "-q", "-f", "-d", "single", "-m", "raid1"};
+  args.insert(args.end(), images.begin(), images.end());
+  ASSERT_TRUE(RunUbtrfs(args).ok());
+  const std::string joined = ubtrfs_test::JoinDevices(images);
+  const std::string src = dir.Sub("src");
+  mkdir(src.c_str(), 0755);
+  for (int i = 0; i < 24; ++i) ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), (i + 1) * 700 * 1024, i);
+  ASSERT_TRUE(RunUbtrfs({"cp", src, joined + ":/src"}).ok());
+  CopyOut(joined, dir.Sub("before"));
+  auto raid1_data = [&] {
+    const Layout l = ReadLayout(images);
+    int n = 0;
+    for (const auto& [logical, type] : l.chunks) n += (type & kBlockGroupData) && (type & kBlockGroupRaid1);
+    return std::pair<int, int>{n, l.Count(kBlockGroupData)};
+  };
+  ASSERT_GE(raid1_data().second, 2);
+  ASSERT_EQ(raid1_data().first, 0);
+
+  std::vector<std::string> bal{"balance", "-dconvert=raid1,limit=1"};
+  bal.insert(bal.end(), images.begin(), images.end());
+  auto r = RunUbtrfs(bal);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("Converted 1 chunks"), std::string::npos) << r.out;
+  EXPECT_EQ(raid1_data().first, 1);
+  // The rest, soft, and metadata emptied in the same run.
+  bal = {"balance", "-dconvert=raid1,soft", "-musage=100"};
+  bal.insert(bal.end(), images.begin(), images.end());
+  r = RunUbtrfs(bal);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("Converted "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Relocated "), std::string::npos) << r.out;
+  const auto [raid1, data] = raid1_data();
+  EXPECT_EQ(raid1, data);
+  ExpectConsistent(ReadLayout(images), "converted");
+  ExpectImageEquals(dir.Sub("before"), joined);
+  EXPECT_EQ(UbtrfsCheck(joined), "");
+  if (!KernelPartRuns()) return;
+  auto check = ubtrfs_test::ArrayMount::CheckOnce(images);
+  EXPECT_TRUE(check.ok()) << check.Describe();
+}
+
 // Groups nearly full on a device with no room for another chunk: the moves
 // cannot find room, which is an ENOSPC, and nothing is lost.
 TEST(BalanceUsage, NoRoomIsAnErrorAndLosesNothing) {
@@ -812,9 +862,10 @@ TEST(BalanceUsage, CommandLine) {
     const char* says;
   };
   for (const Bad& b : {Bad{{"-dusage=x"}, "not a percentage"}, Bad{{"-dusage=101"}, "not a percentage"},
-                       Bad{{"-dusage=50..10"}, "the range is empty"}, Bad{{"-d", "convert=dup,usage=5"}, "one after the other"},
+                       Bad{{"-dusage=50..10"}, "the range is empty"}, Bad{{"-d", "usage=5,,limit=1"}, "an empty filter"},
                        Bad{{"-dfoo=5"}, "supported are usage="}, Bad{{"-susage=5"}, "system chunks"},
-                       Bad{{"-dconvert=dup", "-musage=5"}, "one after the other"}, Bad{{}, "give what to do"}}) {
+                       Bad{{"-d", "raid1,usage=5"}, "supported are"}, Bad{{"-ddrange=1..2"}, "needs devid"},
+                       Bad{{}, "give what to do"}}) {
     std::vector<std::string> args{"balance"};
     args.insert(args.end(), b.args.begin(), b.args.end());
     args.push_back(img);

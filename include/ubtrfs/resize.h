@@ -158,44 +158,10 @@ UBTRFS_API Status ReplaceDevice(const std::vector<std::string>& devices, const s
 UBTRFS_API Status ResizeDevice(const std::vector<std::string>& devices, uint64_t devid, const ResizeTarget& target,
                                const DeviceChangeOptions& options, ResizeResult* result);
 
-// ---- Profiles ----
+// ---- Balance filters ----
 
-struct ConvertOptions {
-  // Where to look for the filesystem's other devices, and whether devices
-  // may be missing (as DeviceChangeOptions).
-  std::vector<std::string> scan_dirs;
-  bool degraded = false;
-  // Target profiles by chunk kind, as btrfs balance's -dconvert, -mconvert
-  // and -sconvert take them ("single", "dup", "raid0", "raid1", "raid1c3",
-  // "raid1c4", "raid10", "raid5", "raid6"); empty: that kind stays. System
-  // chunks follow metadata when only that is given, as btrfs-progs does.
-  std::string data, metadata, system;
-  // Allow metadata or system chunks to keep fewer copies than before.
-  bool force = false;
-};
-
-struct ConvertResult {
-  uint64_t chunks_converted = 0;
-  uint64_t bytes_copied = 0;
-  CopyCheck copy_check;  // what the conversions read
-};
-
-// `btrfs balance start -dconvert=... -mconvert=...`, offline: every chunk of
-// each kind asked for that has another profile is laid out anew as the
-// target profile over the devices (same logical address and length, its
-// used bytes copied; one commit per chunk), and new chunks of that kind get
-// it too. EINVAL, with nothing changed, for an unknown profile, one that
-// needs more devices than the filesystem has, or less metadata redundancy
-// without options.force. ENOSPC names a chunk whose new stripes do not fit
-// beside the old ones; the chunks converted before it stay converted (a
-// filesystem with mixed profiles, as after an interrupted balance).
-UBTRFS_API Status ConvertProfiles(const std::vector<std::string>& devices, const ConvertOptions& options,
-                                  ConvertResult* result);
-
-// ---- Emptying block groups ----
-
-// Which block groups of a kind to empty, as btrfs balance's usage filter:
-// `usage=N` takes those less than N percent used (0: only empty ones);
+// Which block groups of a kind a balance takes, as btrfs balance's usage
+// filter: `usage=N` takes those less than N percent used (0: only empty ones);
 // `usage=MIN..MAX` those from MIN up to (not including) MAX percent.
 struct UsageFilter {
   bool on = false;
@@ -232,6 +198,48 @@ struct GroupFilter {
 // convert=PROFILE.
 UBTRFS_API Status ParseBalanceFilters(std::string_view text, UsageFilter* usage, GroupFilter* groups,
                                       std::string* convert);
+
+// ---- Profiles ----
+
+struct ConvertOptions {
+  // Where to look for the filesystem's other devices, and whether devices
+  // may be missing (as DeviceChangeOptions).
+  std::vector<std::string> scan_dirs;
+  bool degraded = false;
+  // Target profiles by chunk kind, as btrfs balance's -dconvert, -mconvert
+  // and -sconvert take them ("single", "dup", "raid0", "raid1", "raid1c3",
+  // "raid1c4", "raid10", "raid5", "raid6"); empty: that kind stays. System
+  // chunks follow metadata when only that is given, as btrfs-progs does.
+  std::string data, metadata, system;
+  // Allow metadata or system chunks to keep fewer copies than before.
+  bool force = false;
+  // Which chunks of data and metadata convert (`-dconvert=raid1,usage=50`):
+  // all without filters; with them, as RelocateOptions takes groups.
+  UsageFilter data_usage, metadata_usage;
+  GroupFilter data_groups, metadata_groups;
+};
+
+struct ConvertResult {
+  uint64_t chunks_converted = 0;
+  uint64_t bytes_copied = 0;
+  CopyCheck copy_check;  // what the conversions read
+};
+
+// `btrfs balance start -dconvert=... -mconvert=...`, offline: every chunk of
+// each kind asked for that has another profile is laid out anew as the
+// target profile over the devices (same logical address and length, its
+// used bytes copied; one commit per chunk), and new chunks of that kind get
+// it too. EINVAL, with nothing changed, for an unknown profile, one that
+// needs more devices than the filesystem has, or less metadata redundancy
+// without options.force. The data and metadata filters (usage, limit,
+// devid, drange, vrange) choose which chunks convert, as RelocateGroups
+// chooses groups. ENOSPC names a chunk whose new stripes do not fit
+// beside the old ones; the chunks converted before it stay converted (a
+// filesystem with mixed profiles, as after an interrupted balance).
+UBTRFS_API Status ConvertProfiles(const std::vector<std::string>& devices, const ConvertOptions& options,
+                                  ConvertResult* result);
+
+// ---- Emptying block groups ----
 
 struct RelocateOptions {
   // As DeviceChangeOptions.

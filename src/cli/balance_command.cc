@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
@@ -47,6 +48,16 @@ void CmdBalance(BalanceArgs& a) {
       return SetExitCode(2);
     }
   }
+  // A kind with a convert target converts the chunks its filters take
+  // (`-dconvert=raid1,usage=50`); a kind without one is emptied by them.
+  if (!a.o.data.empty()) {
+    a.o.data_usage = std::exchange(ro.data, UsageFilter{});
+    a.o.data_groups = std::exchange(ro.data_groups, GroupFilter{});
+  }
+  if (!a.o.metadata.empty()) {
+    a.o.metadata_usage = std::exchange(ro.metadata, UsageFilter{});
+    a.o.metadata_groups = std::exchange(ro.metadata_groups, GroupFilter{});
+  }
   const bool convert = !a.o.data.empty() || !a.o.metadata.empty() || !a.o.system.empty();
   const bool relocate = ro.data.on || ro.metadata.on || ro.data_groups.on || ro.metadata_groups.on;
   if (!convert && !relocate) {
@@ -56,9 +67,17 @@ void CmdBalance(BalanceArgs& a) {
                "-dvrange=, and the same for -m)\n");
     return SetExitCode(2);
   }
-  if (convert && relocate) {
-    fmt::print(stderr, "ubtrfs balance: converting and relocating by filters in one run is not supported; run them one after the other\n");
-    return SetExitCode(2);
+  if (convert) {
+    a.o.scan_dirs = Placement().scan_dirs;
+    a.o.degraded = Placement().degraded;
+    ConvertResult r;
+    if (Status s = ConvertProfiles(a.devices, a.o, &r); !s.ok()) {
+      fmt::print(stderr, "ubtrfs balance: {}\n", s.ToString());
+      PrintCopyCheck("balance", r.copy_check);
+      return SetExitCode(1);
+    }
+    PrintCopyCheck("balance", r.copy_check);
+    if (!a.quiet) fmt::print("Converted {} chunks ({} copied)\n", r.chunks_converted, Human(r.bytes_copied));
   }
   if (relocate) {
     ro.scan_dirs = Placement().scan_dirs;
@@ -75,17 +94,6 @@ void CmdBalance(BalanceArgs& a) {
     }
     return SetExitCode(s.ok() ? 0 : 1);
   }
-  a.o.scan_dirs = Placement().scan_dirs;
-  a.o.degraded = Placement().degraded;
-  ConvertResult r;
-  if (Status s = ConvertProfiles(a.devices, a.o, &r); !s.ok()) {
-    fmt::print(stderr, "ubtrfs balance: {}\n", s.ToString());
-    PrintCopyCheck("balance", r.copy_check);
-    return SetExitCode(1);
-  }
-  PrintCopyCheck("balance", r.copy_check);
-  if (a.quiet) return;
-  fmt::print("Converted {} chunks ({} copied)\n", r.chunks_converted, Human(r.bytes_copied));
 }
 
 }  // namespace

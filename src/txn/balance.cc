@@ -1,12 +1,16 @@
 // ubtrfs balance --dconvert/--mconvert/--sconvert (ConvertProfiles of
 // ubtrfs/resize.h): every chunk of a kind laid out anew in the profile
 // asked, at its logical address, by txn::DeviceLayout::ConvertChunk.
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <optional>
+#include <set>
+#include <vector>
 
 #include "alloc/chunk_map.h"
 #include "format/ondisk.h"
+#include "txn/balance_filters.h"
 #include "txn/mkfs.h"
 #include "txn/offline_open.h"
 #include "txn/relocate.h"
@@ -95,18 +99,46 @@ Status ConvertProfiles(const std::vector<std::string>& devices, const ConvertOpt
     }
     return nullptr;
   };
-  for (;;) {
-    uint64_t logical = 0, profile = 0;
-    bool found = false;
-    for (const auto& [l, c] : vol.chunks().chunks()) {
-      if (const Target* t = target_of(c)) {
-        logical = l;
-        profile = t->profile == 0 ? txn::DeviceLayout::kSingle : t->profile;
-        found = true;
-        break;
-      }
+  // The chunks to convert, in address order: all of a kind, or those its
+  // filters take (the least used first up to limit's MAX, none unless MIN).
+  // A conversion keeps the chunk's logical address, so the list holds.
+  struct Pick {
+    uint64_t logical, used, kind, profile;
+  };
+  std::vector<Pick> picks;
+  for (const auto& [l, c] : vol.chunks().chunks()) {
+    const Target* t = target_of(c);
+    if (t == nullptr) continue;
+    const auto g = set.o.txn->space().FindGroup(l);
+    const uint64_t used = g ? g->used_bytes - set.o.txn->ExcludedIn(l) : 0;
+    const UsageFilter* u = t->kind == kBlockGroupData ? &options.data_usage
+                           : t->kind == kBlockGroupMetadata ? &options.metadata_usage
+                                                            : nullptr;
+    const GroupFilter* f = t->kind == kBlockGroupData ? &options.data_groups
+                           : t->kind == kBlockGroupMetadata ? &options.metadata_groups
+                                                            : nullptr;
+    if (u != nullptr && u->on && !txn::TakesUsage(*u, used, c.length)) continue;
+    if (f != nullptr && !txn::PassesGroups(*f, c)) continue;
+    picks.push_back({l, used, t->kind, t->profile == 0 ? txn::DeviceLayout::kSingle : t->profile});
+  }
+  for (const uint64_t kind : {kBlockGroupData, kBlockGroupMetadata}) {
+    const GroupFilter& f = kind == kBlockGroupData ? options.data_groups : options.metadata_groups;
+    std::vector<Pick> mine;
+    for (const Pick& p : picks) {
+      if (p.kind == kind) mine.push_back(p);
     }
-    if (!found) break;
+    std::stable_sort(mine.begin(), mine.end(), [](const Pick& a, const Pick& b) { return a.used < b.used; });
+    std::set<uint64_t> keep;
+    if (mine.size() >= f.limit_min) {
+      for (size_t i = 0; i < mine.size() && i < f.limit_max; ++i) keep.insert(mine[i].logical);
+    }
+    std::erase_if(picks, [&](const Pick& p) { return p.kind == kind && !keep.contains(p.logical); });
+  }
+  for (const Pick& p : picks) {
+    const uint64_t logical = p.logical, profile = p.profile;
+    // Gone meanwhile (a commit deleted it unused), or converted already.
+    const alloc::ChunkInfo* now_c = vol.chunks().Find(logical);
+    if (now_c == nullptr || now_c->logical != logical || target_of(*now_c) == nullptr) continue;
     Status st = layout.ConvertChunk(logical, profile, &copied);
     if (!st.ok()) {
       txn::Report(copied, &r);
