@@ -631,22 +631,30 @@ INSTANTIATE_TEST_SUITE_P(Images, BalanceUsageKernel,
                                            KernelCase{"Mixed", {"--mixed"}, false, false}),
                          [](const ::testing::TestParamInfo<KernelCase>& i) { return std::string(i.param.name); });
 
-// RAID1 over two devices: moved extents get both copies.
-TEST(BalanceUsage, MirroredOverTwoDevices) {
-  TempDir dir("ubtrfs-balance");
+// Two 400 MiB images made one filesystem (data `profile`, metadata RAID1),
+// 24 files of step, 2 * step, ... bytes copied into /src.
+std::vector<std::string> TwoDevices(const TempDir& dir, const std::string& profile, uint64_t step) {
   std::vector<std::string> images{dir.Sub("d1.img"), dir.Sub("d2.img")};
   for (const auto& img : images) {
     std::string err;
-    ASSERT_TRUE(ubtrfs_test::MakeSparseFile(img, 400 * kMiB, &err)) << err;
+    EXPECT_TRUE(ubtrfs_test::MakeSparseFile(img, 400 * kMiB, &err)) << err;
   }
-  std::vector<std::string> args{"mkfs", "-q", "-f", "-d", "raid1", "-m", "raid1"};
+  std::vector<std::string> args{"mkfs", "-q", "-f", "-d", profile, "-m", "raid1"};
   args.insert(args.end(), images.begin(), images.end());
-  ASSERT_TRUE(RunUbtrfs(args).ok());
-  const std::string joined = ubtrfs_test::JoinDevices(images);
+  EXPECT_TRUE(RunUbtrfs(args).ok());
   const std::string src = dir.Sub("src");
   mkdir(src.c_str(), 0755);
-  for (int i = 0; i < 24; ++i) ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), (i + 1) * 400 * 1024, i);
-  ASSERT_TRUE(RunUbtrfs({"cp", src, joined + ":/src"}).ok());
+  for (int i = 0; i < 24; ++i) ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), (i + 1) * step, i);
+  EXPECT_TRUE(RunUbtrfs({"cp", src, ubtrfs_test::JoinDevices(images) + ":/src"}).ok());
+  return images;
+}
+
+// RAID1 over two devices: moved extents get both copies.
+TEST(BalanceUsage, MirroredOverTwoDevices) {
+  TempDir dir("ubtrfs-balance");
+  const std::vector<std::string> images = TwoDevices(dir, "raid1", 400 * 1024);
+  if (HasFatalFailure()) return;
+  const std::string joined = ubtrfs_test::JoinDevices(images);
   std::vector<std::string> rm{"rm"};
   for (int i = 0; i < 24; i += 2) rm.push_back(joined + ":/src/f" + std::to_string(i));
   ASSERT_TRUE(RunUbtrfs(rm).ok());
@@ -685,19 +693,9 @@ TEST(BalanceUsage, MirroredOverTwoDevices) {
 // and one run converts one kind while it empties another.
 TEST(BalanceUsage, ConvertTakesTheFiltersToo) {
   TempDir dir("ubtrfs-balance");
-  std::vector<std::string> images{dir.Sub("d1.img"), dir.Sub("d2.img")};
-  for (const auto& img : images) {
-    std::string err;
-    ASSERT_TRUE(ubtrfs_test::MakeSparseFile(img, 400 * kMiB, &err)) << err;
-  }
-  std::vector<std::string> args{"mkfs", "-q", "-f", "-d", "single", "-m", "raid1"};
-  args.insert(args.end(), images.begin(), images.end());
-  ASSERT_TRUE(RunUbtrfs(args).ok());
+  const std::vector<std::string> images = TwoDevices(dir, "single", 700 * 1024);
+  if (HasFatalFailure()) return;
   const std::string joined = ubtrfs_test::JoinDevices(images);
-  const std::string src = dir.Sub("src");
-  mkdir(src.c_str(), 0755);
-  for (int i = 0; i < 24; ++i) ubtrfs_test::WriteRandomFile(src + "/f" + std::to_string(i), (i + 1) * 700 * 1024, i);
-  ASSERT_TRUE(RunUbtrfs({"cp", src, joined + ":/src"}).ok());
   CopyOut(joined, dir.Sub("before"));
   auto raid1_data = [&] {
     const Layout l = ReadLayout(images);
