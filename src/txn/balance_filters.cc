@@ -21,8 +21,8 @@ Result<uint32_t> Percent(std::string_view t, std::string_view whole) {
   return v;
 }
 
-// "S..E", "S..", "..E" or "N" (N..N+1 for limit's single number is the
-// caller's); sizes with ParseByteSize's suffixes.
+// "S..E", "S.." or "..E"; with single_ok also "N", taken as ..N (limit=N:
+// at most N). Sizes with ParseByteSize's suffixes.
 Status ParseRange(std::string_view text, std::string_view filter, uint64_t* lo, uint64_t* hi, bool single_ok) {
   const auto bad = [&](const std::string& why) {
     return Status::Invalid("filter '" + std::string(filter) + "': " + why);
