@@ -167,6 +167,7 @@ struct UsageFilter {
   bool on = false;
   uint32_t min_percent = 0;
   uint32_t max_percent = 0;
+  bool operator==(const UsageFilter&) const = default;
 };
 
 // Parses "usage=N" or "usage=MIN..MAX" (N, MIN, MAX from 0 to 100).
@@ -187,6 +188,7 @@ struct GroupFilter {
   bool vrange = false;
   uint64_t vrange_start = 0, vrange_end = 0;
   uint64_t limit_min = 0, limit_max = UINT64_MAX;
+  bool operator==(const GroupFilter&) const = default;
 };
 
 // Parses btrfs-progs' comma-separated filters of one kind, as `btrfs

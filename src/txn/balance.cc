@@ -5,7 +5,6 @@
 #include <cctype>
 #include <map>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include "alloc/chunk_map.h"
@@ -99,46 +98,36 @@ Status ConvertProfiles(const std::vector<std::string>& devices, const ConvertOpt
     }
     return nullptr;
   };
-  // The chunks to convert, in address order: all of a kind, or those its
-  // filters take (the least used first up to limit's MAX, none unless MIN).
+  // The chunks to convert: all of a kind, or those its filters take (the
+  // least used first up to limit's MAX, none unless MIN), in address order.
   // A conversion keeps the chunk's logical address, so the list holds.
-  struct Pick {
-    uint64_t logical, used, kind, profile;
+  const UsageFilter no_usage;
+  const GroupFilter no_groups;
+  const auto groups_of = [&](uint64_t kind) -> const GroupFilter& {
+    return kind == kBlockGroupData ? options.data_groups : kind == kBlockGroupMetadata ? options.metadata_groups
+                                                                                        : no_groups;
   };
-  std::vector<Pick> picks;
+  std::vector<txn::Candidate> picks;
   for (const auto& [l, c] : vol.chunks().chunks()) {
     const Target* t = target_of(c);
     if (t == nullptr) continue;
     const auto g = set.o.txn->space().FindGroup(l);
     const uint64_t used = g ? g->used_bytes - set.o.txn->ExcludedIn(l) : 0;
-    const UsageFilter* u = t->kind == kBlockGroupData ? &options.data_usage
-                           : t->kind == kBlockGroupMetadata ? &options.metadata_usage
-                                                            : nullptr;
-    const GroupFilter* f = t->kind == kBlockGroupData ? &options.data_groups
-                           : t->kind == kBlockGroupMetadata ? &options.metadata_groups
-                                                            : nullptr;
-    if (u != nullptr && u->on && !txn::TakesUsage(*u, used, c.length)) continue;
-    if (f != nullptr && !txn::PassesGroups(*f, c)) continue;
-    picks.push_back({l, used, t->kind, t->profile == 0 ? txn::DeviceLayout::kSingle : t->profile});
+    const UsageFilter& usage = t->kind == kBlockGroupData       ? options.data_usage
+                               : t->kind == kBlockGroupMetadata ? options.metadata_usage
+                                                                : no_usage;
+    if (txn::TakesChunk(usage, groups_of(t->kind), used, c)) picks.push_back({l, used, t->kind});
   }
-  for (const uint64_t kind : {kBlockGroupData, kBlockGroupMetadata}) {
-    const GroupFilter& f = kind == kBlockGroupData ? options.data_groups : options.metadata_groups;
-    std::vector<Pick> mine;
-    for (const Pick& p : picks) {
-      if (p.kind == kind) mine.push_back(p);
-    }
-    std::stable_sort(mine.begin(), mine.end(), [](const Pick& a, const Pick& b) { return a.used < b.used; });
-    std::set<uint64_t> keep;
-    if (mine.size() >= f.limit_min) {
-      for (size_t i = 0; i < mine.size() && i < f.limit_max; ++i) keep.insert(mine[i].logical);
-    }
-    std::erase_if(picks, [&](const Pick& p) { return p.kind == kind && !keep.contains(p.logical); });
-  }
-  for (const Pick& p : picks) {
-    const uint64_t logical = p.logical, profile = p.profile;
+  txn::ApplyLimits(&picks, groups_of);
+  std::sort(picks.begin(), picks.end(),
+            [](const txn::Candidate& a, const txn::Candidate& b) { return a.start < b.start; });
+  for (const txn::Candidate& p : picks) {
+    const uint64_t logical = p.start;
     // Gone meanwhile (a commit deleted it unused), or converted already.
     const alloc::ChunkInfo* now_c = vol.chunks().Find(logical);
-    if (now_c == nullptr || now_c->logical != logical || target_of(*now_c) == nullptr) continue;
+    const Target* t = now_c != nullptr && now_c->logical == logical ? target_of(*now_c) : nullptr;
+    if (t == nullptr) continue;
+    const uint64_t profile = t->profile == 0 ? txn::DeviceLayout::kSingle : t->profile;
     Status st = layout.ConvertChunk(logical, profile, &copied);
     if (!st.ok()) {
       txn::Report(copied, &r);

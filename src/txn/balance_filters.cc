@@ -4,7 +4,9 @@
 // (balance.cc) alike.
 #include "txn/balance_filters.h"
 
+#include <algorithm>
 #include <charconv>
+#include <map>
 #include <string>
 
 namespace ubtrfs {
@@ -137,6 +139,22 @@ bool PassesGroups(const GroupFilter& f, const alloc::ChunkInfo& c) {
     if (!f.drange || (s.physical < f.drange_end && s.physical + c.stripe_size > f.drange_start)) return true;
   }
   return false;
+}
+
+bool TakesChunk(const UsageFilter& usage, const GroupFilter& groups, uint64_t used, const alloc::ChunkInfo& c) {
+  return (!usage.on || TakesUsage(usage, used, c.length)) && PassesGroups(groups, c);
+}
+
+void ApplyLimits(std::vector<Candidate>* take, const std::function<const GroupFilter&(uint64_t kind)>& groups_of) {
+  std::sort(take->begin(), take->end(), [](const Candidate& a, const Candidate& b) {
+    return a.used != b.used ? a.used < b.used : a.start < b.start;
+  });
+  std::map<uint64_t, size_t> qualify, kept;
+  for (const Candidate& c : *take) ++qualify[c.kind];
+  std::erase_if(*take, [&](const Candidate& c) {
+    const GroupFilter& f = groups_of(c.kind);
+    return qualify[c.kind] < f.limit_min || ++kept[c.kind] > f.limit_max;
+  });
 }
 
 }  // namespace txn

@@ -3,7 +3,6 @@
 // emptied one after the other by txn::RelocateGroup and deleted with their
 // chunks.
 #include <algorithm>
-#include <charconv>
 #include <vector>
 
 #include "alloc/chunk_map.h"
@@ -52,22 +51,12 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
     return Status::Invalid("simple quotas are on: moving extents is not supported with them yet");
   }
   UB_RETURN_IF_ERROR(txn::RefuseKernelRelocation(*set.o.vol));
-  struct Candidate {
-    uint64_t start, used, kind;
-  };
   // Mixed groups hold both kinds: the filter given for either takes them;
   // both given must agree (the kernel refuses them otherwise too).
   constexpr uint64_t kMixed = kBlockGroupData | kBlockGroupMetadata;
   const bool mixed_data = data_on;
-  const auto same_groups = [](const GroupFilter& a, const GroupFilter& b) {
-    return a.on == b.on && a.devid == b.devid && a.drange == b.drange && a.drange_start == b.drange_start &&
-           a.drange_end == b.drange_end && a.vrange == b.vrange && a.vrange_start == b.vrange_start &&
-           a.vrange_end == b.vrange_end && a.limit_min == b.limit_min && a.limit_max == b.limit_max;
-  };
   if (data_on && metadata_on &&
-      (options.data.on != options.metadata.on || options.data.min_percent != options.metadata.min_percent ||
-       options.data.max_percent != options.metadata.max_percent ||
-       !same_groups(options.data_groups, options.metadata_groups))) {
+      (options.data != options.metadata || options.data_groups != options.metadata_groups)) {
     bool any_mixed = false;
     txn.space().ForEachGroup([&](const alloc::BlockGroup& g) { any_mixed |= (g.flags() & kMixed) == kMixed; });
     if (any_mixed) {
@@ -81,29 +70,16 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
     if (kind == kBlockGroupMetadata || kind == kMixed) return {&options.metadata, &options.metadata_groups};
     return {nullptr, nullptr};
   };
-  std::vector<Candidate> take;
+  std::vector<txn::Candidate> take;
   txn.space().ForEachGroup([&](const alloc::BlockGroup& g) {
     const uint64_t kind = g.flags() & kBlockGroupTypeMask;
     const auto [usage, groups] = filters_of(kind);
     if (usage == nullptr || !(usage->on || groups->on) || g.read_only()) return;
     const uint64_t used = g.used_bytes() - txn.ExcludedIn(g.start());
-    if (usage->on && !txn::TakesUsage(*usage, used, g.length())) return;
     const alloc::ChunkInfo* c = set.o.vol->chunks().Find(g.start());
-    if (c == nullptr || !txn::PassesGroups(*groups, *c)) return;
-    take.push_back({g.start(), used, kind});
+    if (c != nullptr && txn::TakesChunk(*usage, *groups, used, *c)) take.push_back({g.start(), used, kind});
   });
-  std::sort(take.begin(), take.end(), [](const Candidate& a, const Candidate& b) {
-    return a.used != b.used ? a.used < b.used : a.start < b.start;
-  });
-  // limit=MIN..MAX: at most MAX of a kind, lowest use first; none unless MIN qualify.
-  for (const uint64_t kind : {kBlockGroupData, kBlockGroupMetadata, kMixed}) {
-    const GroupFilter* groups = filters_of(kind).second;
-    const size_t n = std::count_if(take.begin(), take.end(), [&](const Candidate& c) { return c.kind == kind; });
-    size_t kept = 0;
-    std::erase_if(take, [&](const Candidate& c) {
-      return c.kind == kind && (n < groups->limit_min || ++kept > groups->limit_max);
-    });
-  }
+  txn::ApplyLimits(&take, [&](uint64_t kind) -> const GroupFilter& { return *filters_of(kind).second; });
   RelocateResult r;
   r.groups_selected = take.size();
   r.chunk_bytes_before = ChunkBytes(*set.o.vol);
@@ -120,10 +96,10 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
       for (uint64_t start : held) (void)txn.space().SetReadOnly(start, false);  // NotFound: the group went
       held.clear();
     };
-    for (const Candidate& c : take) {
+    for (const txn::Candidate& c : take) {
       if (c.kind == kind && txn.space().SetReadOnly(c.start, true).ok()) held.push_back(c.start);
     }
-    for (const Candidate& c : take) {
+    for (const txn::Candidate& c : take) {
       if (c.kind != kind) continue;
       const auto g = txn.space().FindGroup(c.start);
       if (!g || g->start != c.start) continue;  // went with an earlier commit
