@@ -237,6 +237,8 @@ class Checker {
   UuidTreeCheck uuids_;
   // What the checks after the walk keep of the extents streamed past them.
   Ranges used_runs_, data_runs_;
+  std::vector<uint64_t> ino_cache_trees_;  // trees with the old free inode number cache
+  Ranges log_data_runs_;  // data extents the tree log refers to (log_check.h)
   bool have_prev_extent_ = false;
   uint64_t prev_extent_end_ = 0;
   Key prev_extent_key_{};
@@ -394,7 +396,15 @@ void Checker::LeafItems(const TreeCtx& t, const TreeBlock& b, bool full) {
     const Key k = b.key(slot);
     const auto d = b.item_data(slot);
     switch (t.id) {
-      case kRootTreeObjectid: RootTreeItem(k, d); break;
+      case kRootTreeObjectid:
+        // The v1 free space cache keeps its inodes and their file extents
+        // in the root tree; those extents are referenced by root 1.
+        if (k.type == kExtentDataKey) {
+          FileExtentRef(t, b, slot, k, d, full);
+        } else {
+          RootTreeItem(k, d);
+        }
+        break;
       case kExtentTreeObjectid:
         if (k.type == kBlockGroupItemKey) {
           if (!(compat_ro_ & kCompatRoBlockGroupTree)) BlockGroupItem(k, d);
@@ -950,7 +960,7 @@ void Checker::CheckCsumCoverage() {
   const Ranges& data = data_runs_;
   Ranges runs(csums_.runs().begin(), csums_.runs().end());
   int shown = 0;
-  for (const auto& [s, e] : Subtract(runs, data)) {
+  for (const auto& [s, e] : Subtract(Subtract(runs, data), Normalize(log_data_runs_))) {
     if (shown++ < 20) Error("csum tree: checksums for " + Range(s, e) + ", but no data extent lies there");
   }
   if (shown > 20) Error("csum tree: " + N(static_cast<uint64_t>(shown - 20)) + " more ranges of checksums without data");
@@ -1113,6 +1123,7 @@ void Checker::Run() {
     const size_t before = out_->error_count;
     LogCheckCounts lc = CheckTreeLog(
         vol_, [this](std::string e) { Error(std::move(e)); }, [this](std::string w) { Warning(std::move(w)); });
+    log_data_runs_ = std::move(lc.data_extents);
     if (out_->error_count == before) {
       Warning("tree log: " + N(lc.log_trees) + " log trees, " + N(lc.blocks) + " blocks, " + N(lc.items) +
               " items, verified; ubtrfs replays it at the next open, the kernel at mount");
@@ -1188,8 +1199,16 @@ void Checker::Run() {
       inodes_ += fs->inodes();
       subvol_entries_.insert(subvol_entries_.end(), fs->subvol_entries().begin(), fs->subvol_entries().end());
       prealloc_csums_.insert(prealloc_csums_.end(), fs->prealloc_csums().begin(), fs->prealloc_csums().end());
+      if (fs->ino_cache()) ino_cache_trees_.push_back(t->id);
       t->fs = nullptr;
     }
+  }
+  if (!ino_cache_trees_.empty()) {
+    std::string trees;
+    for (size_t i = 0; i < ino_cache_trees_.size() && i < 4; ++i) trees += (i ? ", " : "") + TreeLabel(ino_cache_trees_[i]);
+    if (ino_cache_trees_.size() > 4) trees += " and " + N(ino_cache_trees_.size() - 4) + " more";
+    Warning("the free inode number cache of mount -o inode_cache (Linux before 5.11) in " + trees +
+            ": the kernel ignores it; btrfs check reports it, btrfs check --clear-ino-cache removes it");
   }
 
   tree::RootPtr extent_root, quota_root;  // none: every reference is reported as missing its extent item
@@ -1310,7 +1329,11 @@ Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& opti
     const auto* sb = reinterpret_cast<const SuperBlock*>(buf.data());
     magic = sb->magic.get() == kMagic;
   }
-  if (!magic) return Status::Invalid(path + ": not a btrfs image (no superblock magic at 64 KiB, 64 MiB or 256 GiB)");
+  if (!magic) {
+    // What ReadSuperblock says it is instead, if it knows (a btrfs-image dump).
+    if (auto sb = txn::ReadSuperblock(*first); !sb.ok() && sb.status().code() == EOPNOTSUPP) return sb.status();
+    return Status::Invalid(path + ": not a btrfs image (no superblock magic at 64 KiB, 64 MiB or 256 GiB)");
+  }
   txn::VolumeOptions vo;
   vo.node_cache_bytes = 32ull << 20;
   vo.verify_data_csums = false;

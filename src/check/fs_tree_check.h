@@ -55,6 +55,9 @@ class FsTreeChecker {
   const std::vector<SubvolEntry>& subvol_entries() const { return subvol_entries_; }
   const std::vector<PreallocCsum>& prealloc_csums() const { return prealloc_csums_; }
   uint64_t inodes() const { return inodes_; }
+  // Whether the tree holds the free inode number cache of mount -o
+  // inode_cache (Linux before 5.11), which the kernel now ignores.
+  bool ino_cache() const { return ino_cache_; }
 
  private:
   struct Backref {
@@ -102,6 +105,7 @@ class FsTreeChecker {
   // crash cut short, which the orphan item of the inode then undoes.
   std::vector<uint64_t> stray_verity_;
   bool have_cur_ = false;
+  bool ino_cache_ = false;  // items of the old free inode number cache seen
   uint64_t cur_ino_ = 0;
   uint64_t inodes_ = 0;
   std::vector<SubvolEntry> subvol_entries_;

@@ -151,6 +151,8 @@ class LogChecker {
             disk + len > c->logical + c->length) {
           bad("data extent " + std::to_string(disk) + " (" + std::to_string(len) +
               " bytes) is not inside a data chunk");
+        } else {
+          counts_.data_extents.emplace_back(disk, disk + len);
         }
         break;
       }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "txn/volume.h"
 
@@ -18,6 +20,10 @@ struct LogCheckCounts {
   uint64_t log_trees = 0;
   uint64_t blocks = 0;
   uint64_t items = 0;
+  // [start, end) of each data extent a log file extent refers to: the replay
+  // adds its extent item if the extent tree lacks it, so checksums there are
+  // not orphans.
+  std::vector<std::pair<uint64_t, uint64_t>> data_extents;
 };
 
 // Errors go to `error`, one line each; things that are not damage (a log of

@@ -41,6 +41,15 @@ inline constexpr uint64_t kSuperFlagMetadump = 1ULL << 33;
 inline constexpr uint64_t kSuperFlagMetadumpV2 = 1ULL << 34;
 inline constexpr uint64_t kSuperFlagChangingFsid = 1ULL << 35;
 inline constexpr uint64_t kSuperFlagChangingFsidV2 = 1ULL << 36;
+// btrfs-progs' own flags for a btrfstune conversion under way.
+inline constexpr uint64_t kSuperFlagChangingBgTree = 1ULL << 38;
+inline constexpr uint64_t kSuperFlagChangingDataCsum = 1ULL << 39;
+inline constexpr uint64_t kSuperFlagChangingMetaCsum = 1ULL << 40;
+// What the kernel accepts (BTRFS_SUPER_FLAG_SUPP): the header flags WRITTEN
+// and RELOC, ERROR, SEEDING, both METADUMP and both CHANGING_FSID flags.
+inline constexpr uint64_t kSuperFlagsKnown = kSuperFlagWritten | (1ULL << 1) | kSuperFlagError | kSuperFlagSeeding |
+                                             kSuperFlagMetadump | kSuperFlagMetadumpV2 | kSuperFlagChangingFsid |
+                                             kSuperFlagChangingFsidV2;
 
 // ---- Feature flags ----------------------------------------------------------
 inline constexpr uint64_t kIncompatMixedBackref = 1ULL << 0;

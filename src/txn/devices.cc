@@ -47,6 +47,13 @@ Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev) {
     }
   }
   if (best < 0) {
+    // btrfs-image writes its dumps in a format of its own (this magic
+    // first); only a restored dump is an image.
+    constexpr uint64_t kMetadumpMagic = 0xbd5c25e27295668bULL;
+    std::vector<uint8_t> head(sizeof(uint64_t));
+    if (dev.Size() >= head.size() && dev.ReadAt(0, head).ok() && LoadLe<uint64_t>(head.data()) == kMetadumpMagic) {
+      return Status::Unsupported(dev.Name() + ": a btrfs-image metadump, not an image (btrfs-image -r DUMP IMAGE restores it)");
+    }
     std::string msg = dev.Name() + ": no valid btrfs superblock";
     for (const auto& p : problems) msg += "; " + p;
     // A checksum type we do not know is not damage: say unsupported.

@@ -31,14 +31,30 @@ Result<std::set<uint64_t>> RootWalk::Roots(uint64_t bytenr, int depth) {
   std::vector<Backref> refs;
   int level = 0;
   UB_RETURN_IF_ERROR(Backrefs(bytenr, &refs, &level));
+  // A reference that leads back to a block on the way up adds no tree: the
+  // kernel leaves such loops in relocation trees (a reloc root block's
+  // reference by parent may name itself; btrfs-progs' fsck-tests keep one).
+  // A result found with a loop cut short is complete only for the block
+  // the walk started from, so only that one is remembered.
+  on_path_.insert(bytenr);
+  const uint64_t cuts_before = loops_cut_;
   for (const Backref& r : refs) {
     if (r.root) roots.insert(r.a);  // the tree's root block (or a tree this state no longer has)
     for (uint64_t p : r.blocks) {
-      UB_ASSIGN_OR_RETURN(auto up, Roots(p, depth + 1));
-      roots.insert(up.begin(), up.end());
+      if (on_path_.contains(p)) {
+        ++loops_cut_;
+        continue;
+      }
+      auto up = Roots(p, depth + 1);
+      if (!up.ok()) {
+        on_path_.erase(bytenr);
+        return up.status();
+      }
+      roots.insert(up->begin(), up->end());
     }
   }
-  memo_[bytenr] = roots;
+  on_path_.erase(bytenr);
+  if (loops_cut_ == cuts_before || depth == 0) memo_[bytenr] = roots;
   return roots;
 }
 

@@ -61,6 +61,8 @@ class RootWalk {
   tree::RootPtr ext_;
   TreeRootOf root_of_;
   std::map<uint64_t, std::set<uint64_t>> memo_;
+  std::set<uint64_t> on_path_;  // the blocks Roots is inside of
+  uint64_t loops_cut_ = 0;
 };
 
 }  // namespace ubtrfs::txn

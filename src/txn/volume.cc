@@ -1,6 +1,7 @@
 #include "txn/volume.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "format/checksum.h"
@@ -172,8 +173,31 @@ Status Volume::CheckFeatures() {
   if (flags & (kSuperFlagChangingFsid | kSuperFlagChangingFsidV2)) {
     return Status::Unsupported("an fsid change was interrupted on this filesystem (run btrfstune)");
   }
-  if (flags & (kSuperFlagMetadump | kSuperFlagMetadumpV2)) {
-    return Status::Unsupported("btrfs-image metadump (restore it with btrfs-image -r first)");
+  // btrfstune marks a conversion it has begun; the kernel refuses such a
+  // filesystem (any flag it does not know) until btrfstune finishes.
+  if (flags & kSuperFlagChangingBgTree) {
+    return Status::Unsupported(
+        "btrfstune's conversion to the block group tree was interrupted (btrfstune --convert-to-block-group-tree "
+        "finishes it)");
+  }
+  if (flags & (kSuperFlagChangingDataCsum | kSuperFlagChangingMetaCsum)) {
+    return Status::Unsupported("btrfstune's checksum change was interrupted (btrfstune --csum finishes it)");
+  }
+  if (uint64_t unknown = flags & ~kSuperFlagsKnown) {
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(unknown));
+    return Status::Unsupported(std::string("superblock flags ") + hex + " (unknown to ubtrfs and to the kernel)");
+  }
+  // An image restored from a btrfs-image dump of the old format maps every
+  // address one to one through its superblock and keeps no usable chunk
+  // tree; the kernel has read none since btrfs-image's format 1.
+  if (flags & kSuperFlagMetadump) {
+    return Status::Unsupported("an image restored from an old-format btrfs-image dump (no chunk tree)");
+  }
+  if (flags & kSuperFlagMetadumpV2) {
+    // Trees are whole, file data is not: btrfs-image keeps metadata only.
+    warnings_.push_back("restored from a btrfs-image dump: the trees are whole, the file data was not kept "
+                        "(reads of it fail their checksums)");
   }
   if (flags & kSuperFlagError) warnings_.push_back("the filesystem was marked as having errors by the kernel");
   if (super_.log_root.get() != 0) {
