@@ -14,6 +14,7 @@
 
 #include "format/ondisk.h"
 #include "tree/tree_block.h"
+#include "txn/extent_refs.h"
 
 namespace ubtrfs::check {
 namespace {
@@ -158,6 +159,22 @@ bool RefTally::ParseExtentItem(const Key& k, std::span<const uint8_t> d, ExtentR
     }
   }
   const size_t refs_start = p;
+  // The kernel keeps inline refs sorted, by type and within a type by
+  // falling offset (an EXTENT_DATA_REF by its hash); its tree checker
+  // refuses a leaf that breaks the order, and its lookups would miss refs.
+  uint8_t last_type = 0;
+  uint64_t last_seq = UINT64_MAX;
+  bool order_reported = false;
+  auto in_order = [&](uint8_t type, uint64_t seq) {
+    if (type > last_type) last_seq = UINT64_MAX;
+    if (!order_reported && (type < last_type || seq > last_seq)) {
+      Error(where + ": inline refs out of order (" + KeyTypeName(type) + " " + N(seq) + " after " +
+            KeyTypeName(last_type) + " " + N(last_seq) + "); the kernel refuses the leaf");
+      order_reported = true;
+    }
+    last_type = type;
+    last_seq = seq;
+  };
   while (p < d.size()) {
     const uint8_t type = d[p];
     auto need = [&](size_t n) {
@@ -188,12 +205,14 @@ bool RefTally::ParseExtentItem(const Key& k, std::span<const uint8_t> d, ExtentR
       if (!need(sizeof(ExtentInlineRef))) break;
       // Only where the kernel puts it counts (btrfs check reads no other).
       if (p == refs_start) e->owner_ref = LoadLe<uint64_t>(d.data() + p + 1);
+      in_order(type, LoadLe<uint64_t>(d.data() + p + 1));
       p += sizeof(ExtentInlineRef);
       continue;
     } else {
       Error(where + ": unknown inline ref type " + N(type) + " at byte " + N(p));
       break;
     }
+    in_order(type, type == kExtentDataRefKey ? txn::ExtentDataRefHash(r.a, r.ino, r.offset) : r.a);
     e->decl.push_back(r);
   }
   if (e->generation > super_gen_ + 1) {

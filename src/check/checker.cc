@@ -239,6 +239,8 @@ class Checker {
   Ranges used_runs_, data_runs_;
   std::vector<uint64_t> ino_cache_trees_;  // trees with the old free inode number cache
   Ranges log_data_runs_;  // data extents the tree log refers to (log_check.h)
+  std::vector<LogCheckCounts::NeedsCsum> log_needs_csum_;
+  Ranges log_csum_runs_;
   bool have_prev_extent_ = false;
   uint64_t prev_extent_end_ = 0;
   Key prev_extent_key_{};
@@ -475,6 +477,17 @@ void Checker::RootTreeItem(const Key& k, std::span<const uint8_t> d) {
     root_refs_.push_back(std::move(it));
   } else if (k.type == kOrphanItemKey && k.objectid == kOrphanObjectid) {
     root_orphans_.insert(k.offset);
+  } else if (k.type == kInodeItemKey && k.objectid >= kFirstFreeObjectid && k.objectid <= kLastFreeObjectid) {
+    // An inode of the v1 free space cache: a regular file, or the kernel's
+    // tree checker refuses the root tree leaf that holds it.
+    if (d.size() < sizeof(InodeItem)) {
+      Error("root tree: free space cache " + KeyToString(k) + " is " + N(d.size()) + " bytes");
+    } else if (const uint32_t mode = reinterpret_cast<const InodeItem*>(d.data())->mode.get();
+               (mode & 0170000) != 0100000) {
+      char m[16];
+      std::snprintf(m, sizeof m, "0%o", mode);
+      Error("root tree: free space cache inode " + N(k.objectid) + " has mode " + m + ", not a regular file");
+    }
   }
 }
 
@@ -964,6 +977,17 @@ void Checker::CheckCsumCoverage() {
     if (shown++ < 20) Error("csum tree: checksums for " + Range(s, e) + ", but no data extent lies there");
   }
   if (shown > 20) Error("csum tree: " + N(static_cast<uint64_t>(shown - 20)) + " more ranges of checksums without data");
+
+  // The log's file extents: their data has checksums in the log or in the
+  // csum tree, or the replay makes extents whose reads fail.
+  Ranges have = log_csum_runs_;
+  for (const auto& [s, e] : csums_.runs()) have.emplace_back(s, e);
+  have = Normalize(std::move(have));
+  for (const auto& n : log_needs_csum_) {
+    if (Subtract({{n.start, n.start + n.len}}, have).empty()) continue;
+    Error("tree log: log tree of " + TreeLabel(n.subvol) + ": inode " + N(n.ino) + " offset " + N(n.file_offset) +
+          ": no checksums for its data " + Range(n.start, n.start + n.len) + " in the log or the csum tree");
+  }
 }
 
 // btrfs check's "checking root items": the highest tree block whose first
@@ -1090,6 +1114,14 @@ void Checker::CheckRootRefs() {
       }
     }
   }
+  // A deleted subvolume is found by its orphan item: the kernel's cleaner
+  // drops only the dead roots it lists, so without one the tree's space
+  // stays taken for good.
+  for (const auto& t : roots_) {
+    if (t.id >= kFirstFreeObjectid && t.id <= kLastFreeObjectid && t.refs == 0 && root_orphans_.count(t.id) == 0) {
+      Error("root tree: " + TreeLabel(t.id) + " is deleted (refs 0), but has no ORPHAN_ITEM, so nothing drops it");
+    }
+  }
   for (auto& [id, r] : recs) {
     const std::string name = TreeLabel(id);
     if (r.found_ref == 0 && id >= kFirstFreeObjectid && id <= kLastFreeObjectid && r.root_item &&
@@ -1124,6 +1156,8 @@ void Checker::Run() {
     LogCheckCounts lc = CheckTreeLog(
         vol_, [this](std::string e) { Error(std::move(e)); }, [this](std::string w) { Warning(std::move(w)); });
     log_data_runs_ = std::move(lc.data_extents);
+    log_needs_csum_ = std::move(lc.needs_csum);
+    log_csum_runs_ = Normalize(std::move(lc.log_csums));
     if (out_->error_count == before) {
       Warning("tree log: " + N(lc.log_trees) + " log trees, " + N(lc.blocks) + " blocks, " + N(lc.items) +
               " items, verified; ubtrfs replays it at the next open, the kernel at mount");

@@ -55,6 +55,8 @@ class LogChecker {
                  ", which does not exist (the replay frees it and skips it)");
       }
       ++counts_.log_trees;
+      subvol_ = id;
+      csum_ino_ = 0;
       std::vector<std::pair<Key, std::vector<uint8_t>>> items;
       Walk(tree::BlockCheck{ri.bytenr.get(), ri.level, ri.generation.get(), {}},
            "log tree of subvolume " + std::to_string(id), id, &items);
@@ -100,7 +102,11 @@ class LogChecker {
     auto bad = [&](const std::string& what) { error_("tree log: " + where + ": " + what); };
     switch (k.type) {
       case kInodeItemKey:
-        if (d.size() < sizeof(InodeItem)) bad("short inode item");
+        if (d.size() < sizeof(InodeItem)) {
+          bad("short inode item");
+        } else if (!(reinterpret_cast<const InodeItem*>(d.data())->flags.get() & kInodeNodatasum)) {
+          csum_ino_ = k.objectid;
+        }
         break;
       case kInodeRefKey:
       case kInodeExtrefKey: {
@@ -146,6 +152,11 @@ class LogChecker {
         const uint64_t disk = fe->disk_bytenr.get(), len = fe->disk_num_bytes.get();
         if (fe->num_bytes.get() == 0 || fe->num_bytes.get() % ss || k.offset % ss) bad("unaligned extent");
         if (disk == 0) break;
+        if (fe->type == kFileExtentReg && k.objectid == csum_ino_) {
+          const bool whole = fe->compression != 0;  // compressed: the checksums cover the disk extent
+          counts_.needs_csum.push_back({subvol_, k.objectid, k.offset, whole ? disk : disk + fe->offset.get(),
+                                        whole ? len : fe->num_bytes.get()});
+        }
         const alloc::ChunkInfo* c = vol_.chunks().Find(disk);
         if (disk % ss || len == 0 || len % ss || !c || !(c->type & kBlockGroupData) ||
             disk + len > c->logical + c->length) {
@@ -160,6 +171,8 @@ class LogChecker {
         const size_t csize = CsumSize(vol_.csum_type());
         if (k.objectid != kExtentCsumObjectid || d.empty() || d.size() % csize || k.offset % ss) {
           bad("malformed checksums");
+        } else {
+          counts_.log_csums.emplace_back(k.offset, k.offset + d.size() / csize * ss);
         }
         break;
       }
@@ -173,6 +186,8 @@ class LogChecker {
   const std::function<void(std::string)>& warning_;
   std::set<uint64_t> seen_;
   LogCheckCounts counts_;
+  uint64_t subvol_ = 0;    // of the log tree being walked
+  uint64_t csum_ino_ = 0;  // the last logged inode with checksums (its INODE_ITEM comes first)
 };
 
 }  // namespace

@@ -24,6 +24,14 @@ struct LogCheckCounts {
   // adds its extent item if the extent tree lacks it, so checksums there are
   // not orphans.
   std::vector<std::pair<uint64_t, uint64_t>> data_extents;
+  // The data of each regular log file extent of an inode with checksums
+  // (no NODATASUM), which the replay needs checksums for, in the log or in
+  // the csum tree; and the ranges the logs' own EXTENT_CSUM items cover.
+  struct NeedsCsum {
+    uint64_t subvol = 0, ino = 0, file_offset = 0, start = 0, len = 0;
+  };
+  std::vector<NeedsCsum> needs_csum;
+  std::vector<std::pair<uint64_t, uint64_t>> log_csums;
 };
 
 // Errors go to `error`, one line each; things that are not damage (a log of
