@@ -47,9 +47,6 @@ Status RelocateGroups(const std::vector<std::string>& devices, const RelocateOpt
     return Status::Invalid("a device of the filesystem is missing: replace it or remove it first "
                            "(ubtrfs device replace / device remove ... missing), then balance");
   }
-  if (set.o.vol->super().incompat_flags.get() & kIncompatSimpleQuota) {
-    return Status::Invalid("simple quotas are on: moving extents is not supported with them yet");
-  }
   UB_RETURN_IF_ERROR(txn::RefuseKernelRelocation(*set.o.vol));
   // Mixed groups hold both kinds: the filter given for either takes them;
   // both given must agree (the kernel refuses them otherwise too).

@@ -28,6 +28,11 @@ namespace ubtrfs::txn {
 
 using namespace ubtrfs::format;
 
+void TxnManager::SetDataOwner(uint64_t bytenr, uint64_t owner) {
+  auto lock = AllocLock();
+  pending_[bytenr].owner = owner;
+}
+
 bool TxnManager::FullBackref(uint64_t bytenr) {
   auto lock = AllocLock();
   return InfoOf(bytenr).flags & kBlockFlagFullBackref;

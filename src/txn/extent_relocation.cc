@@ -33,6 +33,7 @@ std::string At(uint64_t bytenr) { return std::to_string(bytenr); }
 struct Extent {
   uint64_t bytenr = 0, len = 0;
   bool tree = false;
+  uint64_t owner = 0;  // data under simple quotas: its EXTENT_OWNER_REF (0: none)
 };
 
 class Relocator {
@@ -107,7 +108,14 @@ Status Relocator::Scan(std::vector<Extent>* data, std::vector<Extent>* blocks) {
     } else if (k.type == kExtentItemKey) {
       if (c.data().size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
       const uint64_t flags = reinterpret_cast<const ExtentItem*>(c.data().data())->flags.get();
-      (flags & kExtentFlagTreeBlock ? blocks : data)->push_back({k.objectid, k.offset, bool(flags & kExtentFlagTreeBlock)});
+      const bool tree = flags & kExtentFlagTreeBlock;
+      uint64_t owner = 0;
+      // The owner ref comes first, where the kernel reads it (and only there).
+      if (auto d = c.data(); !tree && d.size() >= sizeof(ExtentItem) + sizeof(ExtentInlineRef) &&
+                             d[sizeof(ExtentItem)] == kExtentOwnerRefKey) {
+        owner = LoadLe<uint64_t>(d.data() + sizeof(ExtentItem) + 1);
+      }
+      (tree ? blocks : data)->push_back({k.objectid, k.offset, tree, owner});
     }
     UB_RETURN_IF_ERROR(c.Next());
   }
@@ -296,6 +304,17 @@ Result<size_t> Relocator::MoveData(std::span<const Extent> batch) {
   }
   // The leaves of extents that stay move all the same, unchanged.
   UB_RETURN_IF_ERROR(txn_.MoveTreeBlocks(moves, to));
+  if (vol_.super().incompat_flags.get() & kIncompatSimpleQuota) {
+    // As the kernel's relocation: the copy is charged to the original's
+    // owner and the original credited to it when freed (nothing changes for
+    // an extent made under quotas). One from before quotas has no owner: its
+    // copy names the data relocation tree, which no qgroup counts.
+    for (const Extent& e : go) {
+      if (auto it = to.find(e.bytenr); it != to.end()) {
+        txn_.SetDataOwner(it->second, e.owner != 0 ? e.owner : kDataRelocTreeObjectid);
+      }
+    }
+  }
   return to.size();
 }
 

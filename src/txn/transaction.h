@@ -254,6 +254,10 @@ class TxnManager final : public tree::BlockAllocator {
   // to the roots), all unchanged in this transaction. The moved trees keep
   // their ctransid and ctime (nothing in them changed for their users).
   Status MoveTreeBlocks(const std::vector<BlockMove>& moves, const std::map<uint64_t, uint64_t>& data);
+  // Simple quotas: the tree a moved data extent's copy is charged to (and
+  // its EXTENT_OWNER_REF names), the original's owner rather than whichever
+  // reference comes first; after MoveTreeBlocks queued the copy's refs.
+  void SetDataOwner(uint64_t bytenr, uint64_t owner);
   // Whether tree block `bytenr` references its children by parent
   // (FULL_BACKREF), as copy on write and MoveTreeBlocks take it.
   bool FullBackref(uint64_t bytenr);
