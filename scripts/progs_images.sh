@@ -18,8 +18,7 @@
 # disagreements and the crashes; exit 1 if anything crashed or hung.
 # Known, deliberate disagreements (docs/RELIABILITY.md): FREE_SPACE_INFO
 # items of block groups that no longer exist, and the old free inode number
-# cache, are warnings here and errors for btrfs check 6.19; images with an
-# fsid change under way are refused (btrfs check reads them).
+# cache, are warnings here and errors for btrfs check 6.19.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 ubtrfs="$here/build-asan/ubtrfs"

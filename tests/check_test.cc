@@ -256,6 +256,29 @@ class Image {
 
 const fmtd::FileExtentItem& Fe(const Block& d) { return *reinterpret_cast<const fmtd::FileExtentItem*>(d.data()); }
 
+// The image opened for writing through the library, to make what the
+// damage is then done to.
+std::unique_ptr<ubtrfs::Filesystem> Writable(const std::string& img) {
+  ubtrfs::OpenOptions o;
+  o.writable = true;
+  auto fs = ubtrfs::Filesystem::Open(img, o);
+  EXPECT_TRUE(fs.ok()) << fs.status().ToString();
+  return fs.ok() ? std::move(*fs) : nullptr;
+}
+
+// A new file `name` in the top directory holding `data` (not committed).
+std::optional<ubtrfs::InodeId> NewFile(ubtrfs::Filesystem& fs, const std::string& name, const std::string& data) {
+  auto root = fs.Lookup("/");
+  EXPECT_TRUE(root.ok()) << root.status().ToString();
+  if (!root.ok()) return std::nullopt;
+  auto f = fs.Create(*root, name, ubtrfs::NewInode{.mode = 0100644});
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  if (!f.ok()) return std::nullopt;
+  auto w = fs.Write(*f, 0, std::span(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  return w.ok() ? std::optional(*f) : std::nullopt;
+}
+
 // ---------------------------------------------------------------- fixture
 
 class CheckTest : public ::testing::Test {
@@ -583,20 +606,14 @@ TEST_F(CheckTest, ItemTypeNoFsTreeHolds) {
 TEST_F(CheckTest, InlineRefsOutOfOrder) {
   const std::string img = Copy("ref_order.img");
   {
-    ubtrfs::OpenOptions o;
-    o.writable = true;
-    auto fs = ubtrfs::Filesystem::Open(img, o);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    auto root = (*fs)->Lookup("/");
-    ASSERT_TRUE(root.ok());
-    auto f = (*fs)->Create(*root, "cloned", ubtrfs::NewInode{.mode = 0100644});
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
-    const std::string data = ubtrfs_test::SeededBytes(65536, 61);
-    ASSERT_TRUE((*fs)->Write(*f, 0, std::span(reinterpret_cast<const uint8_t*>(data.data()), data.size())).ok());
-    ASSERT_TRUE((*fs)->Commit().ok());
+    auto fs = Writable(img);
+    ASSERT_TRUE(fs);
+    auto f = NewFile(*fs, "cloned", ubtrfs_test::SeededBytes(65536, 61));
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(fs->Commit().ok());
     // The same extent at a second offset of the file: a second reference.
-    ASSERT_TRUE((*fs)->Clone(*f, 0, *f, 65536, 65536).ok());
-    ASSERT_TRUE((*fs)->Commit().ok());
+    ASSERT_TRUE(fs->Clone(*f, 0, *f, 65536, 65536).ok());
+    ASSERT_TRUE(fs->Commit().ok());
   }
   ExpectBothClean(img);
   constexpr size_t kRef = 1 + sizeof(fmtd::ExtentDataRef);
@@ -629,16 +646,14 @@ TEST_F(CheckTest, DeletedSubvolumeWithoutOrphanItem) {
   const std::string img = Copy("no_root_orphan.img");
   uint64_t id = 0;
   {
-    ubtrfs::OpenOptions o;
-    o.writable = true;
-    auto fs = ubtrfs::Filesystem::Open(img, o);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    auto root = (*fs)->Lookup("/");
+    auto fs = Writable(img);
+    ASSERT_TRUE(fs);
+    auto root = fs->Lookup("/");
     ASSERT_TRUE(root.ok());
-    auto sv = (*fs)->CreateSubvolume(*root, "sv", ubtrfs::NewInode{.mode = 040755});
+    auto sv = fs->CreateSubvolume(*root, "sv", ubtrfs::NewInode{.mode = 040755});
     ASSERT_TRUE(sv.ok()) << sv.status().ToString();
     id = sv->root;
-    ASSERT_TRUE((*fs)->Commit().ok());
+    ASSERT_TRUE(fs->Commit().ok());
   }
   auto im = Image::Open(img);
   ASSERT_TRUE(im);
@@ -656,18 +671,13 @@ TEST_F(CheckTest, LogExtentWithoutChecksums) {
   const std::string img = Copy("log_csum.img");
   const std::string cut = dir_->Sub("log_csum_cut.img");
   {
-    ubtrfs::OpenOptions o;
-    o.writable = true;
-    auto fs = ubtrfs::Filesystem::Open(img, o);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    auto root = (*fs)->Lookup("/");
-    ASSERT_TRUE(root.ok());
-    auto f = (*fs)->Create(*root, "fsynced", ubtrfs::NewInode{.mode = 0100644});
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
-    ASSERT_TRUE((*fs)->Commit().ok());
-    const std::string data = ubtrfs_test::SeededBytes(65536, 63);
-    ASSERT_TRUE((*fs)->Write(*f, 0, std::span(reinterpret_cast<const uint8_t*>(data.data()), data.size())).ok());
-    ASSERT_TRUE((*fs)->Fsync(*f, false).ok());
+    auto fs = Writable(img);
+    ASSERT_TRUE(fs);
+    ASSERT_TRUE(fs->Commit().ok());
+    // Data not committed, only fsynced: in the log alone.
+    auto f = NewFile(*fs, "fsynced", ubtrfs_test::SeededBytes(65536, 63));
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(fs->Fsync(*f, false).ok());
     // The power cut: what the device holds now, the log and all.
     auto r = RunCommand({"cp", "--sparse=always", img, cut});
     ASSERT_TRUE(r.ok()) << r.Describe();

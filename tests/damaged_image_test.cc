@@ -614,6 +614,22 @@ TEST_F(DamagedImageTest, SuperblockFlagsTheKernelRefusesAreNamed) {
     DamageSuper(p, kPrimary, [&](fmtd::SuperBlock& sb) { sb.flags.set(sb.flags.get() | c.bit); }, true);
     ASSERT_TRUE(Fails(FirstError(l->path, StatOp(l->target_ino)), {"unsupported: " + c.want}, EOPNOTSUPP));
   }
+  // btrfstune -m cut short changed superblocks only: read, not written.
+  Patcher p(l->path);
+  DamageSuper(p, kPrimary, [](fmtd::SuperBlock& sb) { sb.flags.set(sb.flags.get() | fmtd::kSuperFlagChangingFsidV2); },
+              true);
+  {
+    auto fs = Filesystem::Open(l->path);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    ASSERT_FALSE((*fs)->Warnings().empty());
+    EXPECT_NE((*fs)->Warnings()[0].find("metadata_uuid change (btrfstune -m/-M) was interrupted"), std::string::npos);
+    auto data = ReadPath(**fs, "/files/f3");
+    ASSERT_TRUE(data.ok()) << data.status().ToString();
+    EXPECT_TRUE(*data == contents_.at("/files/f3"));
+  }
+  OpenOptions rw;
+  rw.writable = true;
+  EXPECT_TRUE(Fails(FirstError(l->path, StatOp(l->target_ino), rw), {"read-only until then"}, EOPNOTSUPP));
 }
 
 // btrfs-image's dump is named as one, and the image it restores (metadata

@@ -170,8 +170,20 @@ Status Volume::CheckFeatures() {
     // sprouted device (btrfs device add), which ubtrfs does not make.
     return Status::Error(EROFS, "a seed device is read-only (btrfstune -S 0 makes it writable)");
   }
-  if (flags & (kSuperFlagChangingFsid | kSuperFlagChangingFsidV2)) {
+  if (flags & kSuperFlagChangingFsid) {
+    // btrfstune -u rewrites every block header: old and new fsids mixed.
     return Status::Unsupported("an fsid change was interrupted on this filesystem (run btrfstune)");
+  }
+  if (flags & kSuperFlagChangingFsidV2) {
+    // btrfstune -m/-M changes the superblocks alone (the blocks keep the
+    // metadata uuid): readable as they are, as the kernel mounts it, but
+    // not to be written until btrfstune has made the devices agree.
+    if (options_.writable) {
+      return Status::Unsupported("a metadata_uuid change (btrfstune -m/-M) was interrupted on this filesystem: "
+                                 "run it again to finish it; read-only until then");
+    }
+    warnings_.push_back("a metadata_uuid change (btrfstune -m/-M) was interrupted: read-only until btrfstune "
+                        "finishes it");
   }
   // btrfstune marks a conversion it has begun; the kernel refuses such a
   // filesystem (any flag it does not know) until btrfstune finishes.
@@ -188,9 +200,9 @@ Status Volume::CheckFeatures() {
     std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(unknown));
     return Status::Unsupported(std::string("superblock flags ") + hex + " (unknown to ubtrfs and to the kernel)");
   }
-  // An image restored from a btrfs-image dump of the old format maps every
-  // address one to one through its superblock and keeps no usable chunk
-  // tree; the kernel has read none since btrfs-image's format 1.
+  // An image restored from a dump of btrfs-image's first format maps every
+  // address one to one through a chunk its superblock alone holds; its
+  // chunk tree is not to be read (btrfs-progs skips it), so ubtrfs stops.
   if (flags & kSuperFlagMetadump) {
     return Status::Unsupported("an image restored from an old-format btrfs-image dump (no chunk tree)");
   }

@@ -18,6 +18,11 @@ namespace {
 
 std::string Attach(const std::string& img, std::string* err) {
   auto r = RunCommand({"losetup", "-f", "--show", img});
+  // The free device it found may be taken by a test beside this one first.
+  for (int i = 0; i < 5 && !r.ok(); ++i) {
+    usleep(200000);
+    r = RunCommand({"losetup", "-f", "--show", img});
+  }
   if (!r.ok()) {
     *err = "losetup " + img + ": " + r.Describe();
     return "";

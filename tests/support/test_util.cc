@@ -255,8 +255,13 @@ std::string LoopMount::Mount(const std::string& image, const std::string& mountp
   // with "failed to init sysfs fsid interface: -17" in the kernel log, which
   // mount(8) reports as "wrong fs type, bad option, bad superblock". A
   // damaged image fails that way every time, so it still fails here.
+  // Loop devices are shared by every test running at once: mount(8) may
+  // lose one it picked to another setup ("failed to setup loop device"),
+  // or find it still claimed by a release in progress ("busy").
   auto transient = [](const CommandResult& m) {
-    return m.err.find("File exists") != std::string::npos || m.err.find("wrong fs type") != std::string::npos;
+    return m.err.find("File exists") != std::string::npos || m.err.find("wrong fs type") != std::string::npos ||
+           m.err.find("failed to setup loop device") != std::string::npos ||
+           m.err.find("already mounted or mount point busy") != std::string::npos;
   };
   for (int i = 0; i < 5 && !r.ok() && transient(r); ++i) {
     (void)RunCommand({"btrfs", "device", "scan", "--forget"});
