@@ -150,6 +150,17 @@ int ChunkIo::NumMirrors(uint64_t logical) const {
   }
 }
 
+bool ChunkIo::MirrorOnMissingDevice(uint64_t logical, uint64_t len, int mirror) const {
+  const ChunkInfo* c = map_->Find(logical);
+  if (c == nullptr || IsParity(c->profile())) return false;
+  auto copies = map_->Map(logical, len);
+  if (!copies.ok() || mirror < 0 || static_cast<size_t>(mirror) >= copies->size()) return false;
+  for (const Piece& p : (*copies)[mirror]) {
+    if (!devs_->Has(p.devid)) return true;
+  }
+  return false;
+}
+
 Status ChunkIo::Read(uint64_t logical, std::span<uint8_t> out, int mirror) {
   const ChunkInfo* c = map_->Find(logical);
   if (c == nullptr) return Status::Corrupt("logical address " + std::to_string(logical) + " is not in any chunk");

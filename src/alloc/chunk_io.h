@@ -42,6 +42,10 @@ class ChunkIo {
   // How many mirrors Read takes for the chunk holding `logical` (0 when
   // none does).
   int NumMirrors(uint64_t logical) const;
+  // Whether mirror `mirror` of [logical, logical + len) has a piece on a
+  // missing device (a degraded array: that copy is absent, not bad).
+  // RAID5/6 rebuild what is missing: false.
+  bool MirrorOnMissingDevice(uint64_t logical, uint64_t len, int mirror) const;
   // [logical, logical + out.size()) as mirror `mirror` has it; the range
   // lies in one chunk.
   Status Read(uint64_t logical, std::span<uint8_t> out, int mirror);

@@ -99,14 +99,16 @@ Result<BlockRef> BlockReader::Read(const BlockCheck& check) {
   UB_RETURN_IF_ERROR(CheckPlace(check));
   const int mirrors = io_->NumMirrors(check.bytenr);
   Status first_error;
+  bool bad_copy = false;  // a copy that was read and failed, not one on a missing device
   for (int i = 0; i < mirrors; ++i) {
     auto block = ReadMirror(check, i);
     if (block.ok()) {
-      if (i > 0) stats_.mirror_repairs.fetch_add(1, std::memory_order_relaxed);
+      if (bad_copy) stats_.mirror_repairs.fetch_add(1, std::memory_order_relaxed);
       cache_.Put(*block);
       return *block;
     }
     if (first_error.ok()) first_error = block.status();
+    if (!io_->MirrorOnMissingDevice(check.bytenr, params_.nodesize, i)) bad_copy = true;
   }
   if (mirrors > 1) {
     return first_error.WithContext("all " + std::to_string(mirrors) + " copies bad, first");
