@@ -24,6 +24,7 @@
 
 #include "format/checksum.h"
 #include "format/ondisk.h"
+#include "io/block_device.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -32,7 +33,6 @@
 #include "tree/cursor.h"
 #include "txn/root_walk.h"
 #include "txn/volume.h"
-#include "io/block_device.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
@@ -791,14 +791,20 @@ TEST(BlockGroupTree, CurrentMkfsBtrfsImage) {
   EXPECT_EQ(ReadSuper(img).compat_ro, kFst | kFstValid | kBgt);
 }
 
-// A kernel balance caught between two commits of a metadata relocation
-// (tests/fixtures/README.md): relocation trees of the five subvolumes, the
-// data relocation tree and the balance item are on disk, the relocation
-// trees sharing their blocks with the subvolumes. ubtrfs reads it, leaves
-// the relocation to the kernel (its own balance and resize --shrink refuse
-// and change nothing), and writes into those subvolumes; the kernel then recovers its
-// relocation and resumes the balance at mount. Both checkers are clean
-// throughout and the kernel sees what ubtrfs wrote.
+// The interrupted-balance fixture unpacked into `tmp`: its path, or "" with
+// *skip saying why not (no zstd) or a failure added.
+std::string UnpackBalanceFixture(TempDir& tmp, std::string* skip) {
+  const std::string img = tmp.Sub("img");
+  CommandResult z = RunCommand(
+      {"zstd", "-q", "-d", std::string(UBTRFS_SOURCE_DIR) + "/tests/fixtures/kernel-balance-interrupted.img.zst", "-o", img});
+  if (z.exit_code == -1) {
+    *skip = "zstd is not installed";
+    return "";
+  }
+  EXPECT_TRUE(z.ok()) << z.Describe();
+  return z.ok() ? img : "";
+}
+
 // Each relocation tree's root block in the fixture carries a reference by
 // parent that names itself (btrfs-progs' fsck-tests keep such an image with
 // quotas on, 023-qgroup-stack-overflow). The walk from a block to the trees
@@ -807,11 +813,10 @@ TEST(BlockGroupTree, CurrentMkfsBtrfsImage) {
 // still find the subvolumes of the blocks the relocation shares.
 TEST(KernelBalance, BackrefWalkEndsAtARelocationRootNamingItself) {
   TempDir tmp("ubtrfs-reloc-walk");
-  const std::string img = tmp.Sub("img");
-  CommandResult z = RunCommand(
-      {"zstd", "-q", "-d", std::string(UBTRFS_SOURCE_DIR) + "/tests/fixtures/kernel-balance-interrupted.img.zst", "-o", img});
-  if (z.exit_code == -1) GTEST_SKIP() << "zstd is not installed";
-  ASSERT_TRUE(z.ok()) << z.Describe();
+  std::string skip;
+  const std::string img = UnpackBalanceFixture(tmp, &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(img.empty());
   auto dev = ubtrfs::io::OpenFileDevice(img);
   ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), ubtrfs::txn::VolumeOptions{});
@@ -843,13 +848,20 @@ TEST(KernelBalance, BackrefWalkEndsAtARelocationRootNamingItself) {
   EXPECT_GT(reaching_subvolumes, blocks / 4) << "of " << blocks << " tree blocks";
 }
 
+// A kernel balance caught between two commits of a metadata relocation
+// (tests/fixtures/README.md): relocation trees of the five subvolumes, the
+// data relocation tree and the balance item are on disk, the relocation
+// trees sharing their blocks with the subvolumes. ubtrfs reads it, leaves
+// the relocation to the kernel (its own balance and resize --shrink refuse
+// and change nothing), and writes into those subvolumes; the kernel then recovers its
+// relocation and resumes the balance at mount. Both checkers are clean
+// throughout and the kernel sees what ubtrfs wrote.
 TEST(KernelBalance, CaughtMidRelocation) {
   TempDir tmp("ubtrfs-reloc");
-  const std::string img = tmp.Sub("img");
-  CommandResult z = RunCommand(
-      {"zstd", "-q", "-d", std::string(UBTRFS_SOURCE_DIR) + "/tests/fixtures/kernel-balance-interrupted.img.zst", "-o", img});
-  if (z.exit_code == -1) GTEST_SKIP() << "zstd is not installed";
-  ASSERT_TRUE(z.ok()) << z.Describe();
+  std::string skip;
+  const std::string img = UnpackBalanceFixture(tmp, &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(img.empty());
   ASSERT_EQ(CountItems(img, "1", "TREE_RELOC ROOT_ITEM"), 5u);
   ASSERT_EQ(CountItems(img, "1", "BALANCE TEMPORARY_ITEM"), 1u);
   EXPECT_EQ(BtrfsCheck(img), "");
