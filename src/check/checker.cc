@@ -483,7 +483,7 @@ void Checker::RootTreeItem(const Key& k, std::span<const uint8_t> d) {
     if (d.size() < sizeof(InodeItem)) {
       Error("root tree: free space cache " + KeyToString(k) + " is " + N(d.size()) + " bytes");
     } else if (const uint32_t mode = reinterpret_cast<const InodeItem*>(d.data())->mode.get();
-               (mode & 0170000) != 0100000) {
+               FileTypeOfMode(mode) != kFtRegFile) {
       char m[16];
       std::snprintf(m, sizeof m, "0%o", mode);
       Error("root tree: free space cache inode " + N(k.objectid) + " has mode " + m + ", not a regular file");
@@ -973,18 +973,20 @@ void Checker::CheckCsumCoverage() {
   const Ranges& data = data_runs_;
   Ranges runs(csums_.runs().begin(), csums_.runs().end());
   int shown = 0;
-  for (const auto& [s, e] : Subtract(Subtract(runs, data), Normalize(log_data_runs_))) {
+  for (const auto& [s, e] : Subtract(Subtract(runs, data), log_data_runs_)) {
     if (shown++ < 20) Error("csum tree: checksums for " + Range(s, e) + ", but no data extent lies there");
   }
   if (shown > 20) Error("csum tree: " + N(static_cast<uint64_t>(shown - 20)) + " more ranges of checksums without data");
 
   // The log's file extents: their data has checksums in the log or in the
   // csum tree, or the replay makes extents whose reads fail.
-  Ranges have = log_csum_runs_;
-  for (const auto& [s, e] : csums_.runs()) have.emplace_back(s, e);
+  Ranges have = runs;
+  have.insert(have.end(), log_csum_runs_.begin(), log_csum_runs_.end());
   have = Normalize(std::move(have));
   for (const auto& n : log_needs_csum_) {
-    if (Subtract({{n.start, n.start + n.len}}, have).empty()) continue;
+    // Merged runs: a range with checksums throughout lies in one of them.
+    auto run = std::upper_bound(have.begin(), have.end(), std::pair{n.start, UINT64_MAX});
+    if (run != have.begin() && std::prev(run)->second >= n.start + n.len) continue;
     Error("tree log: log tree of " + TreeLabel(n.subvol) + ": inode " + N(n.ino) + " offset " + N(n.file_offset) +
           ": no checksums for its data " + Range(n.start, n.start + n.len) + " in the log or the csum tree");
   }
@@ -1155,7 +1157,7 @@ void Checker::Run() {
     const size_t before = out_->error_count;
     LogCheckCounts lc = CheckTreeLog(
         vol_, [this](std::string e) { Error(std::move(e)); }, [this](std::string w) { Warning(std::move(w)); });
-    log_data_runs_ = std::move(lc.data_extents);
+    log_data_runs_ = Normalize(std::move(lc.data_extents));
     log_needs_csum_ = std::move(lc.needs_csum);
     log_csum_runs_ = Normalize(std::move(lc.log_csums));
     if (out_->error_count == before) {

@@ -45,11 +45,6 @@ inline constexpr uint64_t kSuperFlagChangingFsidV2 = 1ULL << 36;
 inline constexpr uint64_t kSuperFlagChangingBgTree = 1ULL << 38;
 inline constexpr uint64_t kSuperFlagChangingDataCsum = 1ULL << 39;
 inline constexpr uint64_t kSuperFlagChangingMetaCsum = 1ULL << 40;
-// What the kernel accepts (BTRFS_SUPER_FLAG_SUPP): the header flags WRITTEN
-// and RELOC, ERROR, SEEDING, both METADUMP and both CHANGING_FSID flags.
-inline constexpr uint64_t kSuperFlagsKnown = kSuperFlagWritten | (1ULL << 1) | kSuperFlagError | kSuperFlagSeeding |
-                                             kSuperFlagMetadump | kSuperFlagMetadumpV2 | kSuperFlagChangingFsid |
-                                             kSuperFlagChangingFsidV2;
 
 // ---- Feature flags ----------------------------------------------------------
 inline constexpr uint64_t kIncompatMixedBackref = 1ULL << 0;
@@ -173,6 +168,11 @@ inline constexpr uint64_t kBlockGroupProfileMask =
 // ---- Tree block header flags ------------------------------------------------
 inline constexpr uint64_t kHeaderFlagWritten = 1ULL << 0;
 inline constexpr uint64_t kHeaderFlagReloc = 1ULL << 1;
+// The superblock flags the kernel accepts (BTRFS_SUPER_FLAG_SUPP): the
+// header flags above, ERROR, SEEDING, both METADUMP and both CHANGING_FSID.
+inline constexpr uint64_t kSuperFlagsKnown = kHeaderFlagWritten | kHeaderFlagReloc | kSuperFlagError |
+                                             kSuperFlagSeeding | kSuperFlagMetadump | kSuperFlagMetadumpV2 |
+                                             kSuperFlagChangingFsid | kSuperFlagChangingFsidV2;
 inline constexpr int kBackrefRevShift = 56;
 inline constexpr uint64_t kMixedBackrefRev = 1;
 
