@@ -35,6 +35,10 @@ _ubtrfs_options() {
     "device replace") echo "-h --help -f --force -q --quiet"; return ;;
   esac
   local common="-h --help --offset --partition --scan --degraded"
+  # The subcommands that read files also take --rescue.
+  case "$1" in
+    info|ls|cat|cp|find|du|df|tree|stat|getfattr|send|subvolume|mount) common="$common --rescue" ;;
+  esac
   # The subcommands that reach files by path also choose a subvolume.
   case "$1" in
     info|ls|cat|cp|mount|receive|mv|ln|chmod|chown|touch|truncate|setfattr|getfattr|stat|find|du|df|tree|mkdir|rm|rmdir|put|edit)

@@ -187,6 +187,73 @@ inline Status ParseCompressSpec(std::string_view spec, CompressOptions* out) {
   return Status::Ok();
 }
 
+// What a read-only open may skip or fall back on to read an image a normal
+// open refuses, as the kernel's -o rescue= options (its names in brackets).
+// Every one of them needs a read-only open (EINVAL otherwise), and each
+// fallback taken is told in Warnings().
+struct RescueOptions {
+  // [usebackuproot] The root tree's root block cannot be read: use the
+  // newest of the superblock's backup roots that reads (an older commit).
+  bool use_backup_root = false;
+  // [nologreplay] Leave a tree log alone: the view of the last commit,
+  // without what was fsynced after it.
+  bool no_log_replay = false;
+  // [ignorebadroots] The csum tree's root cannot be read: file data is read
+  // without checksums. A damaged "default" entry: paths start at the top level.
+  bool ignore_bad_roots = false;
+  // [ignoredatacsums] File data is not checked against its checksums.
+  bool ignore_data_csums = false;
+  // [ignoremetacsums] A tree block whose checksum fails in every copy is used
+  // when its structure holds (header, item offsets, key order).
+  bool ignore_meta_csums = false;
+  // [ignoresuperflags] Superblock flags of an interrupted btrfstune
+  // conversion (block group tree, checksum type) or unknown ones are warned
+  // of instead of refused.
+  bool ignore_super_flags = false;
+
+  bool any() const {
+    return use_backup_root || no_log_replay || ignore_bad_roots || ignore_data_csums || ignore_meta_csums ||
+           ignore_super_flags;
+  }
+};
+
+// Parses a list of the kernel's rescue= names, separated by ':' (as in
+// -o rescue=usebackuproot:nologreplay) or ',': usebackuproot, nologreplay,
+// ignorebadroots (ibadroots), ignoredatacsums (idatacsums), ignoremetacsums
+// (imetacsums), ignoresuperflags (isuperflags), all. Adds to `out`.
+inline Status ParseRescueOptions(std::string_view list, RescueOptions* out) {
+  RescueOptions r = *out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t end = list.find_first_of(":,", pos);
+    if (end == std::string_view::npos) end = list.size();
+    const std::string_view name = list.substr(pos, end - pos);
+    pos = end + 1;
+    if (name == "usebackuproot") {
+      r.use_backup_root = true;
+    } else if (name == "nologreplay") {
+      r.no_log_replay = true;
+    } else if (name == "ignorebadroots" || name == "ibadroots") {
+      r.ignore_bad_roots = true;
+    } else if (name == "ignoredatacsums" || name == "idatacsums") {
+      r.ignore_data_csums = true;
+    } else if (name == "ignoremetacsums" || name == "imetacsums") {
+      r.ignore_meta_csums = true;
+    } else if (name == "ignoresuperflags" || name == "isuperflags") {
+      r.ignore_super_flags = true;
+    } else if (name == "all") {
+      r.use_backup_root = r.no_log_replay = r.ignore_bad_roots = r.ignore_data_csums = r.ignore_meta_csums =
+          r.ignore_super_flags = true;
+    } else {
+      return Status::Invalid("rescue option \"" + std::string(name) +
+                             "\" is not one of usebackuproot, nologreplay, ignorebadroots, ignoredatacsums, "
+                             "ignoremetacsums, ignoresuperflags, all");
+    }
+  }
+  *out = r;
+  return Status::Ok();
+}
+
 struct OpenOptions {
   // Open for writing: changes join a running transaction that Commit()
   // makes durable (and the destructor commits what is left).
@@ -251,6 +318,8 @@ struct OpenOptions {
   // Compress file data written through this handle (Write, and the imports
   // of ubtrfs/import.h); see CompressOptions. Default: none, as the kernel.
   CompressOptions compress;
+  // Reading a damaged image (read-only opens only); see RescueOptions.
+  RescueOptions rescue;
 };
 
 // One subvolume or snapshot, as `btrfs subvolume list` shows it.

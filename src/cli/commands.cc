@@ -50,6 +50,12 @@ void RegisterCommands(CLI::App& app) {
   RegisterVerity(app);
   for (auto* cmd : app.get_subcommands({})) AddPlacementOptions(cmd);
   for (auto* cmd : app.get_subcommands({})) {
+    // The commands that read an image's files (a write with it is refused).
+    static const std::set<std::string> kReaders = {"info", "ls", "cat", "cp", "find", "du", "df", "tree", "stat",
+                                                   "getfattr", "mount", "send", "subvolume"};
+    if (kReaders.count(cmd->get_name())) AddRescueOption(cmd);
+  }
+  for (auto* cmd : app.get_subcommands({})) {
     // Every subcommand that opens an image's file tree; not the ones that
     // read its trees raw, mkfs, and those with options of their own.
     static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "scrub", "stats", "mkfs", "resize", "device", "balance", "mount", "property", "subvolume", "send", "quota", "fsverity"};

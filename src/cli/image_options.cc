@@ -19,6 +19,18 @@ void AddPlacementOptions(CLI::App* cmd) {
                 "Write to a multi-device filesystem although devices are missing (as the kernel's -o degraded)");
 }
 
+void AddRescueOption(CLI::App* cmd) {
+  cmd->add_option_function<std::string>(
+         "--rescue",
+         [](const std::string& list) {
+           Status st = ParseRescueOptions(list, &g_placement.rescue);
+           if (!st.ok()) throw CLI::ValidationError("--rescue", st.message());
+         },
+         "Read a damaged image, read-only, as the kernel's -o rescue=: usebackuproot, nologreplay, "
+         "ignorebadroots, ignoredatacsums, ignoremetacsums, ignoresuperflags, or all (several: a:b)")
+      ->type_name("LIST");
+}
+
 const ImagePlacement& Placement() { return g_placement; }
 
 void PlacementInto(OpenOptions* o) {
@@ -26,6 +38,7 @@ void PlacementInto(OpenOptions* o) {
   o->partition = g_placement.partition;
   o->scan_dirs = g_placement.scan_dirs;
   o->degraded = g_placement.degraded;
+  o->rescue = g_placement.rescue;
 }
 
 }  // namespace ubtrfs::cli

@@ -20,11 +20,15 @@ struct ImagePlacement {
   int partition = 0;
   std::vector<std::string> scan_dirs;
   bool degraded = false;
+  RescueOptions rescue;
 };
 
 // Adds --offset and --partition to `cmd` (one set for the whole process:
 // one subcommand runs per invocation).
 void AddPlacementOptions(CLI::App* cmd);
+// Adds --rescue LIST (OpenOptions::rescue, the kernel's rescue= names) to a
+// subcommand that reads.
+void AddRescueOption(CLI::App* cmd);
 const ImagePlacement& Placement();
 // Copies them into open options (also the `where` of ubtrfs/inspect.h).
 void PlacementInto(OpenOptions* o);

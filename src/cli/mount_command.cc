@@ -24,7 +24,7 @@ void RegisterMount(CLI::App& app) {
                 "Mount options, comma-separated: ro, commit=SECONDS (default 30), attr_timeout=, "
                 "entry_timeout=, negative_timeout= (seconds, default 1), threads=N, readahead=KIB (default 4096, as kernel btrfs; as root), noreaddirplus, "
                 "writeback_cache, notreelog (fsync commits in full), stats, nodefault_permissions, debug, subvol=PATH, subvolid=ID, "
-                "compress[=ALG[:LEVEL]], compress-force[=ALG[:LEVEL]]; others go to FUSE "
+                "compress[=ALG[:LEVEL]], compress-force[=ALG[:LEVEL]], rescue=A:B (with ro); others go to FUSE "
                 "(allow_other, auto_unmount, ...)")
       ->allow_extra_args(false);
   static std::string subvol;
@@ -41,6 +41,7 @@ void RegisterMount(CLI::App& app) {
     config.partition = Placement().partition;
     config.scan_dirs = Placement().scan_dirs;
     config.degraded = Placement().degraded;
+    config.rescue = Placement().rescue;
     SetExitCode(fuse::RunMount(config));
   });
 }

@@ -44,6 +44,15 @@ std::string CompatRoNames(uint64_t flags) {
   return FlagNames(flags, kNames, 4);
 }
 
+int NextBackupRootSlot(const SuperBlock& sb, uint64_t generation) {
+  int newest = 0;
+  for (int i = 1; i < kNumBackupRoots; ++i) {
+    if (sb.super_roots[i].tree_root_gen.get() > sb.super_roots[newest].tree_root_gen.get()) newest = i;
+  }
+  if (sb.super_roots[newest].tree_root_gen.get() == generation) return newest;
+  return (newest + 1) % kNumBackupRoots;
+}
+
 const uint8_t* MetadataFsid(const SuperBlock& sb) {
   return (sb.incompat_flags.get() & kIncompatMetadataUuid) ? sb.metadata_uuid : sb.fsid;
 }

@@ -32,6 +32,11 @@ std::string CompatRoNames(uint64_t flags);
 // The fsid tree blocks carry: metadata_uuid when that feature is on.
 const uint8_t* MetadataFsid(const SuperBlock& sb);
 
+// The backup-root slot a commit of `generation` fills: the one after the
+// newest (by tree root generation), or the newest itself when it is of this
+// generation -- the rotation the kernel's usebackuproot walks backwards.
+int NextBackupRootSlot(const SuperBlock& sb, uint64_t generation);
+
 struct SysChunk {
   Key key;
   std::vector<uint8_t> chunk;  // a Chunk followed by its stripes

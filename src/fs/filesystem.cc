@@ -95,11 +95,19 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevice(std::unique_ptr<io::BlockDevice
 
 Result<std::unique_ptr<Filesystem>> OpenOnDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs,
                                                   const OpenOptions& options) {
+  const RescueOptions& rescue = options.rescue;
+  if (rescue.any() && options.writable) {
+    return Status::Invalid("the rescue options are for reading a damaged image: open it read-only");
+  }
   txn::VolumeOptions vo;
   vo.writable = options.writable;
   vo.degraded = options.degraded;
   vo.node_cache_bytes = options.node_cache_bytes;
-  vo.verify_data_csums = options.verify_data_csums;
+  vo.verify_data_csums = options.verify_data_csums && !rescue.ignore_data_csums;
+  vo.use_backup_root = rescue.use_backup_root;
+  vo.ignore_bad_roots = rescue.ignore_bad_roots;
+  vo.ignore_meta_csums = rescue.ignore_meta_csums;
+  vo.ignore_super_flags = rescue.ignore_super_flags;
   std::vector<io::UndoDevice*> undo;
   if (options.writable && options.undo_uncommitted) {
     for (auto& dev : devs) {
@@ -110,7 +118,12 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevices(std::vector<std::unique_ptr<io
   }
   UB_ASSIGN_OR_RETURN(auto vol, txn::Volume::Open(std::move(devs), vo));
   if (vol->super().log_root.get() != 0) {
-    UB_ASSIGN_OR_RETURN(vol, ReplayTreeLog(std::move(vol), vo, undo));
+    if (rescue.no_log_replay) {
+      vol->AddWarning("the tree log was not replayed (rescue=nologreplay): files fsynced after the last commit "
+                      "are not shown");
+    } else {
+      UB_ASSIGN_OR_RETURN(vol, ReplayTreeLog(std::move(vol), vo, undo));
+    }
   }
   auto impl = std::make_unique<FilesystemImpl>(std::move(vol));
   impl->set_undo_devices(std::move(undo));
@@ -118,7 +131,7 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevices(std::vector<std::unique_ptr<io
   impl->set_dir_item_options(options.dir_item_index_after, options.dir_item_batch);
   impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));
   impl->set_compression(options.compress);
-  UB_RETURN_IF_ERROR(impl->Init(options.subvol, options.subvolid));
+  UB_RETURN_IF_ERROR(impl->Init(options.subvol, options.subvolid, rescue.ignore_bad_roots));
   if (options.drop_blocks_per_commit) impl->set_drop_step_blocks(options.drop_blocks_per_commit);
   if (options.writable) {
     UB_RETURN_IF_ERROR(impl->InitWrite());

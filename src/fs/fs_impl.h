@@ -329,7 +329,9 @@ class FilesystemImpl final : public Filesystem {
 
   // Paths start at the chosen subvolume (OpenOptions::subvol / subvolid),
   // else at the default one (subvolume.cc).
-  Status Init(const std::string& subvol_path, uint64_t subvolid);
+  // `fall_back`: a default entry that cannot be read leaves paths at the top
+  // level, with a warning (rescue=ignorebadroots).
+  Status Init(const std::string& subvol_path, uint64_t subvolid, bool fall_back = false);
   // The subvolume the "default" entry of the root tree names (5 without one).
   Result<uint64_t> DefaultSubvolumeId() {
     uint64_t subvol = kFsTreeObjectid;
@@ -344,9 +346,18 @@ class FilesystemImpl final : public Filesystem {
     }
     return subvol;
   }
-  Status InitDefault() {
+  Status InitDefault(bool fall_back) {
     // The kernel mounts the default subvolume; so do we.
-    UB_ASSIGN_OR_RETURN(const uint64_t subvol, DefaultSubvolumeId());
+    auto id = DefaultSubvolumeId();
+    if (!id.ok() && fall_back) {
+      vol_->AddWarning("the default subvolume entry: " + id.status().message() +
+                       ": paths start at the top level (rescue=ignorebadroots)");
+      id = uint64_t{kFsTreeObjectid};
+    } else if (!id.ok() && !vol_->writable()) {
+      return Status::Error(id.status().code(), id.status().message() +
+                                                   "; the rescue option ignorebadroots starts at the top level");
+    }
+    UB_ASSIGN_OR_RETURN(const uint64_t subvol, std::move(id));
     UB_ASSIGN_OR_RETURN(root_, SubvolRoot(subvol));
     return GetStat(root_).status().WithContext("root directory");
   }

@@ -50,8 +50,8 @@ void SubvolumeFlags::Forget() {
 
 namespace ubtrfs::fsimpl {
 
-Status FilesystemImpl::Init(const std::string& subvol_path, uint64_t subvolid) {
-  if (subvol_path.empty() && subvolid == 0) return InitDefault();
+Status FilesystemImpl::Init(const std::string& subvol_path, uint64_t subvolid, bool fall_back) {
+  if (subvol_path.empty() && subvolid == 0) return InitDefault(fall_back);
   std::optional<InodeId> by_id, by_path;
   if (subvolid != 0) {
     if (subvolid != kFsTreeObjectid && (subvolid < kFirstFreeObjectid || subvolid > kLastFreeObjectid)) {

@@ -59,6 +59,7 @@ struct Parsed {
   uint64_t subvolid = 0;
   CompressOptions compress;               // compress=, compress-force=
   bool degraded = false;                  // degraded (OpenOptions::degraded)
+  RescueOptions rescue;                   // rescue=A:B (OpenOptions::rescue)
   std::vector<std::string> devices;       // device=PATH (OpenOptions::devices), as the kernel's
 };
 
@@ -110,6 +111,7 @@ std::string EscapeOption(const std::string& s) {
 
 bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
   p->debug = cfg.debug;
+  p->rescue = cfg.rescue;
   for (const auto& group : cfg.options) {
     for (const auto& opt : SplitOptions(group)) {
       const size_t eq = opt.find('=');
@@ -119,6 +121,9 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         p->read_only = true;
       } else if (opt == "degraded") {
         p->degraded = true;
+      } else if (key == "rescue" && has_val) {
+        Status st = ParseRescueOptions(val, &p->rescue);
+        if (!st.ok()) return *error = st.message(), false;
       } else if (key == "device" && has_val && !val.empty()) {
         p->devices.push_back(val);
       } else if (opt == "rw") {
@@ -182,6 +187,11 @@ bool ParseOptions(const MountConfig& cfg, Parsed* p, std::string* error) {
         p->fuse_options.push_back(opt);
       }
     }
+  }
+  if (p->rescue.any() && !p->read_only) {
+    // As the kernel: a rescue mount is asked for read-only, not made so.
+    *error = "the rescue options read a damaged image: mount it with -o ro";
+    return false;
   }
   p->adapter.read_only = p->read_only;
   if (!p->default_permissions && !p->read_only &&
@@ -359,6 +369,7 @@ int RunMount(const MountConfig& cfg) {
   for (const auto& d : cfg.devices) oo.devices.push_back(d);
   oo.scan_dirs = cfg.scan_dirs;
   oo.degraded = p.degraded || cfg.degraded;
+  oo.rescue = p.rescue;
   auto opened = Filesystem::Open(cfg.image, oo);
   if (!opened.ok()) {
     fmt::print(stderr, "ubtrfs: mount: {}: {}{}\n", cfg.image, opened.status().ToString(),

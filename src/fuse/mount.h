@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "ubtrfs/filesystem.h"
+
 namespace ubtrfs::fuse {
 
 struct MountConfig {
@@ -20,7 +22,8 @@ struct MountConfig {
   //   refused with allow_other on a read-write mount), debug,
   //   subvol=PATH / subvolid=ID (where the mount starts, as btrfs's),
   //   device=PATH (another device of the filesystem), degraded (write
-  //   although devices are missing), as the kernel's.
+  //   although devices are missing), as the kernel's; rescue=A:B (with ro:
+  //   RescueOptions' names, as the kernel's).
   // Anything else goes to libfuse (allow_other, auto_unmount, max_read=, ...).
   std::vector<std::string> options;
   bool foreground = false;
@@ -33,6 +36,8 @@ struct MountConfig {
   std::vector<std::string> devices;
   std::vector<std::string> scan_dirs;
   bool degraded = false;
+  // Read-only rescue (OpenOptions::rescue); -o rescue=A:B adds to it.
+  RescueOptions rescue;
 };
 
 // Opens, locks and mounts the image; without `foreground`, daemonizes once

@@ -35,6 +35,7 @@ struct BlockReaderStats {
   std::atomic<uint64_t> cache_hits{0};
   std::atomic<uint64_t> reads{0};
   std::atomic<uint64_t> mirror_repairs{0};  // a bad copy was skipped for a good one
+  std::atomic<uint64_t> bad_csums_taken{0};  // AcceptBadChecksums: blocks used although their checksum failed
 };
 
 // Where cursors get tree blocks from: committed blocks on disk (BlockReader)
@@ -71,6 +72,10 @@ class BlockReader final : public BlockSource {
   void ReleaseUnwritten();
   const TreeParams& params() const { return params_; }
   const BlockReaderStats& stats() const { return stats_; }
+  // Rescue reads (the kernel's rescue=ignoremetacsums): when every copy of
+  // a block fails, the first whose only fault is its checksum is used.
+  // Set before the first read.
+  void AcceptBadChecksums() { accept_bad_csums_ = true; }
 
  private:
   Status CheckPlace(const BlockCheck& check) const;
@@ -81,6 +86,7 @@ class BlockReader final : public BlockSource {
   alloc::ChunkIo* io_;
   const alloc::ChunkMap* chunks_;
   TreeParams params_;
+  bool accept_bad_csums_ = false;
   NodeCache cache_;
   BlockReaderStats stats_;
   std::atomic<bool> any_unwritten_{false};

@@ -31,6 +31,9 @@ struct TreeParams {
   // A filesystem sprouted from seed devices also reads the blocks the seeds
   // wrote, which carry the seed's fsid (as the kernel's check_tree_block_fsid).
   std::vector<std::array<uint8_t, format::kFsidSize>> seed_fsids;
+  // Checked unless a rescue read takes a block whose checksum fails
+  // (BlockReader::AcceptBadChecksums).
+  bool verify_csum = true;
 };
 
 // What the referrer (a parent pointer or the superblock) says the block is.

@@ -255,8 +255,7 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   sb.generation = transid();
   if (uuid_tree_current_) sb.uuid_tree_generation = transid();
   sb.bytes_used = used;
-  // Rotate the backup roots as the kernel does, newest in slot transid % 4.
-  RootBackup& b = sb.super_roots[transid() % kNumBackupRoots];
+  RootBackup& b = sb.super_roots[NextBackupRootSlot(sb, transid())];
   std::memset(&b, 0, sizeof b);
   const tree::RootPtr rt = vol_->root_tree();
   b.tree_root = rt.bytenr;

@@ -27,9 +27,8 @@ Result<std::unique_ptr<Volume>> Volume::Open(std::vector<std::unique_ptr<io::Blo
   UB_RETURN_IF_ERROR(v->CheckFeatures());
   UB_RETURN_IF_ERROR(v->LoadChunks());
   UB_RETURN_IF_ERROR(v->CheckDevices());
-  auto csum = v->FindRoot(kCsumTreeObjectid);
-  if (!csum.ok() && csum.status().code() != ENOENT) return csum.status();
-  if (!csum.ok()) v->warnings_.push_back("the csum tree is missing: file data cannot be verified");
+  UB_RETURN_IF_ERROR(v->LoadRootTree());
+  UB_RETURN_IF_ERROR(v->LoadCsumRoot());
   return v;
 }
 
@@ -188,17 +187,19 @@ Status Volume::CheckFeatures() {
   // btrfstune marks a conversion it has begun; the kernel refuses such a
   // filesystem (any flag it does not know) until btrfstune finishes.
   if (flags & kSuperFlagChangingBgTree) {
-    return Status::Unsupported(
-        "btrfstune's conversion to the block group tree was interrupted (btrfstune --convert-to-block-group-tree "
-        "finishes it)");
+    UB_RETURN_IF_ERROR(RefusedSuperFlag("btrfstune's conversion to the block group tree was interrupted "
+                                        "(btrfstune --convert-to-block-group-tree finishes it)"));
   }
   if (flags & (kSuperFlagChangingDataCsum | kSuperFlagChangingMetaCsum)) {
-    return Status::Unsupported("btrfstune's checksum change was interrupted (btrfstune --csum finishes it)");
+    UB_RETURN_IF_ERROR(
+        RefusedSuperFlag("btrfstune's checksum change was interrupted (btrfstune --csum finishes it)"));
   }
-  if (uint64_t unknown = flags & ~kSuperFlagsKnown) {
+  const uint64_t named = kSuperFlagChangingBgTree | kSuperFlagChangingDataCsum | kSuperFlagChangingMetaCsum;
+  if (uint64_t unknown = flags & ~kSuperFlagsKnown & ~named) {
     char hex[24];
     std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(unknown));
-    return Status::Unsupported(std::string("superblock flags ") + hex + " (unknown to ubtrfs and to the kernel)");
+    UB_RETURN_IF_ERROR(
+        RefusedSuperFlag(std::string("superblock flags ") + hex + " (unknown to ubtrfs and to the kernel)"));
   }
   // An image restored from a dump of btrfs-image's first format maps every
   // address one to one through a chunk its superblock alone holds; its
@@ -245,6 +246,7 @@ Status Volume::LoadChunks() {
   std::memcpy(params.fsid, MetadataFsid(super_), kFsidSize);
   for (const auto& [devid, seed] : seeds_) params.seed_fsids.push_back(seed.metadata_fsid);
   reader_ = std::make_unique<tree::BlockReader>(io_.get(), params, options_.node_cache_bytes);
+  if (options_.ignore_meta_csums && !options_.writable) reader_->AcceptBadChecksums();
 
   tree::Cursor c(reader_.get(), chunk_tree());
   UB_RETURN_IF_ERROR(c.SeekFirst().WithContext("chunk tree"));
@@ -450,6 +452,7 @@ Status Volume::LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_
   const uint32_t ss = sectorsize();
   csums->assign(nsectors * csize, 0);
   present->assign(nsectors, false);
+  if (csum_tree_ignored_) return Status::Ok();
   // In a running transaction, writes add checksums from other threads:
   // follow the csum tree writer's root.
   Result<tree::RootPtr> csum_root = Status::Ok();

@@ -29,6 +29,11 @@ struct VolumeOptions {
   bool writable = false;
   // Writable although devices are missing (the kernel's -o degraded).
   bool degraded = false;
+  // Read-only rescue fallbacks (ubtrfs::RescueOptions; txn/volume_rescue.cc).
+  bool use_backup_root = false;
+  bool ignore_bad_roots = false;
+  bool ignore_meta_csums = false;
+  bool ignore_super_flags = false;
 };
 
 class Volume {
@@ -163,6 +168,15 @@ class Volume {
   Status LoadChunks();
   Status CheckFeatures();
   Status CheckDevices();
+  // The root tree's root block must read; with use_backup_root the newest
+  // backup root that reads takes its place (txn/volume_rescue.cc).
+  Status LoadRootTree();
+  // The csum tree's ROOT_ITEM and root block; with ignore_bad_roots a bad
+  // one is left out and file data goes unverified.
+  Status LoadCsumRoot();
+  // A superblock flag the kernel refuses: `what` refused, or a warning when
+  // a read-only open asked for ignore_super_flags.
+  Status RefusedSuperFlag(const std::string& what);
 
   std::unique_ptr<io::DeviceSet> devs_;
   std::unique_ptr<alloc::ChunkIo> io_;
@@ -183,6 +197,7 @@ class Volume {
   std::vector<std::string> warnings_;
   std::unique_ptr<alloc::ChunkMap> chunks_;
   std::unique_ptr<tree::BlockReader> reader_;
+  bool csum_tree_ignored_ = false;  // LoadCsumRoot left a bad csum tree out
 
   std::mutex roots_mu_;  // guards roots_
   std::map<uint64_t, TreeRoot> roots_;

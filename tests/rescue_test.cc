@@ -1,0 +1,372 @@
+// Reading damaged images with the rescue options (OpenOptions::rescue, the
+// kernel's -o rescue=): each case damages a mkfs.btrfs image in one way,
+// asserts that a normal open refuses it and names the option that reads it,
+// that the option reads it (the undamaged files as they were), and -- with
+// loop mounts -- that the kernel mounting with the same rescue option sees
+// the same tree as ubtrfs does.
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "format/checksum.h"
+#include "format/ondisk.h"
+#include "fs/volume.h"
+#include "io/block_device.h"
+#include "support/damage_util.h"
+#include "support/fsync_expect.h"
+#include "support/host_files.h"
+#include "support/mkfs_util.h"
+#include "support/test_util.h"
+#include "support/tree_compare.h"
+#include "ubtrfs/filesystem.h"
+
+namespace ubtrfs_test {
+namespace UBTRFS_UNITY_ID {
+
+using ubtrfs::Filesystem;
+using ubtrfs::InodeId;
+using ubtrfs::OpenOptions;
+using ubtrfs::RescueOptions;
+using ubtrfs::Status;
+
+OpenOptions Rescue(const std::string& list) {
+  OpenOptions o;
+  Status st = ubtrfs::ParseRescueOptions(list, &o.rescue);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return o;
+}
+
+// Every entry below `dir`, with the bytes of regular files and link targets.
+std::string Describe(Filesystem& fs, InodeId dir, const std::string& path) {
+  auto entries = fs.ReadDir(dir);
+  if (!entries.ok()) return "ERROR " + path + ": " + entries.status().ToString();
+  std::string out;
+  for (const auto& e : *entries) {
+    const std::string p = path + "/" + e.name;
+    auto st = fs.GetStat(e.id);
+    if (!st.ok()) return out + "ERROR " + p + ": " + st.status().ToString();
+    out += p + " mode=" + std::to_string(st->mode) + " size=" + std::to_string(st->size) + "\n";
+    if (S_ISREG(st->mode)) {
+      std::string data(st->size, '\0');
+      auto n = fs.Read(e.id, 0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(data.data()), data.size()));
+      if (!n.ok()) return out + "ERROR " + p + ": " + n.status().ToString();
+      out += std::to_string(std::hash<std::string>{}(data)) + "\n";
+    } else if (S_ISLNK(st->mode)) {
+      auto t = fs.ReadLink(e.id);
+      out += "-> " + (t.ok() ? *t : t.status().ToString()) + "\n";
+    } else if (S_ISDIR(st->mode)) {
+      out += Describe(fs, e.id, p);
+    }
+  }
+  return out;
+}
+
+std::string DescribeImage(const std::string& image, const OpenOptions& o = {}) {
+  auto fs = Filesystem::Open(image, o);
+  if (!fs.ok()) return "ERROR open: " + fs.status().ToString();
+  return Describe(**fs, (*fs)->Root(), "");
+}
+
+bool AnyWarning(Filesystem& fs, const std::string& part) {
+  for (const auto& w : fs.Warnings()) {
+    if (w.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+class RescueTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!MkfsMissingReason().empty()) return;
+    tmp_ = new TempDir("ubtrfs-rescue");
+    setup_error_ = BuildDamageHostTree(tmp_->Sub("src"), &contents_);
+    if (!setup_error_.empty()) return;
+    layout_ = std::make_unique<Layout>();
+    layout_->path = MakeDamageImage(tmp_->path(), "single.img", {"-m", "single"});
+    if (layout_->path.empty() || !AnalyzeDamageLayout(layout_.get())) {
+      setup_error_ = "could not build or analyze the image";
+      return;
+    }
+    clean_ = DescribeImage(layout_->path);
+  }
+  static void TearDownTestSuite() {
+    layout_.reset();
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+  void SetUp() override {
+    if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
+    ASSERT_EQ(clean_.find("ERROR"), std::string::npos) << clean_;
+  }
+
+  // The image as the kernel sees it mounted with `options` (loop mount,
+  // read-only), against ubtrfs's view opened with `o`: no difference. Or the
+  // kernel refuses it like ubtrfs (want_mount false).
+  static void KernelAgrees(const std::string& image, const std::string& options, const OpenOptions& o,
+                           bool want_mount = true) {
+    std::string why;
+    if (!LoopMountsAvailable(&why)) {
+      std::fprintf(stderr, "[ skipped  ] the kernel's view: loop mounts unavailable: %s\n", why.c_str());
+      return;
+    }
+    const std::string mnt = tmp_->Sub("mnt");
+    ::mkdir(mnt.c_str(), 0755);
+    LoopMount m;
+    const std::string e = m.Mount(image, mnt, options);
+    if (!want_mount) {
+      EXPECT_FALSE(e.empty()) << "the kernel mounted it with " << options;
+      return;
+    }
+    ASSERT_TRUE(e.empty()) << "mount -o " << options << ": " << e;
+    auto fs = Filesystem::Open(image, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    auto mismatches = CompareTreeToImage(mnt, **fs, KernelMountCompareOptions());
+    EXPECT_TRUE(mismatches.empty()) << "kernel (-o " << options << ") vs ubtrfs: " << FormatMismatches(mismatches);
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string setup_error_, clean_;
+  static inline std::map<std::string, std::string> contents_;
+  static inline std::unique_ptr<Layout> layout_;
+};
+
+TEST(RescueOptionsTest, TakesTheKernelsNames) {
+  RescueOptions r;
+  ASSERT_TRUE(ubtrfs::ParseRescueOptions("usebackuproot:nologreplay", &r).ok());
+  EXPECT_TRUE(r.use_backup_root && r.no_log_replay);
+  EXPECT_FALSE(r.ignore_bad_roots || r.ignore_data_csums || r.ignore_meta_csums || r.ignore_super_flags);
+  ASSERT_TRUE(ubtrfs::ParseRescueOptions("ibadroots,idatacsums", &r).ok());
+  EXPECT_TRUE(r.use_backup_root && r.ignore_bad_roots && r.ignore_data_csums);  // added to what was there
+  RescueOptions all;
+  ASSERT_TRUE(ubtrfs::ParseRescueOptions("all", &all).ok());
+  EXPECT_TRUE(all.use_backup_root && all.no_log_replay && all.ignore_bad_roots && all.ignore_data_csums &&
+              all.ignore_meta_csums && all.ignore_super_flags);
+  for (const char* bad : {"", "usebackuproot:", "recovery", "ignorebadroot", "all,bogus"}) {
+    RescueOptions untouched;
+    Status st = ubtrfs::ParseRescueOptions(bad, &untouched);
+    EXPECT_EQ(st.code(), EINVAL) << bad;
+    EXPECT_FALSE(untouched.any()) << bad;
+  }
+}
+
+TEST_F(RescueTest, AWritableOpenIsRefused) {
+  OpenOptions o = Rescue("ignoredatacsums");
+  o.writable = true;
+  auto fs = Filesystem::Open(layout_->path, o);
+  ASSERT_FALSE(fs.ok());
+  EXPECT_EQ(fs.status().code(), EINVAL);
+  EXPECT_NE(fs.status().message().find("read-only"), std::string::npos) << fs.status().ToString();
+  // The CLI: a bad name is an argument error; a write with it is refused.
+  CommandResult bad = RunUbtrfs({"ls", "--rescue", "bogus", layout_->path});
+  EXPECT_NE(bad.exit_code, 0) << bad.Describe();
+  EXPECT_NE(bad.err.find("bogus"), std::string::npos) << bad.Describe();
+  CommandResult mnt = RunUbtrfs({"mount", "-o", "rescue=ignorebadroots", layout_->path, tmp_->Sub("nomnt")});
+  EXPECT_NE(mnt.exit_code, 0) << mnt.Describe();
+  EXPECT_NE(mnt.err.find("-o ro"), std::string::npos) << mnt.Describe();
+}
+
+// ignorebadroots: the csum tree's root block is unreadable. Files read
+// without their checksums; a normal open names the way around it.
+TEST_F(RescueTest, ABadCsumTreeRootIsLeftOut) {
+  const Layout* l = layout_.get();
+  Patcher p(l->path);
+  for (uint64_t phys : l->Copies(l->csum_root.bytenr, l->nodesize)) p.FlipBit(phys + l->nodesize / 2);
+  auto plain = Filesystem::Open(l->path);
+  ASSERT_FALSE(plain.ok());
+  for (const char* part : {"csum tree", "checksum mismatch", "ignorebadroots"}) {
+    EXPECT_NE(plain.status().message().find(part), std::string::npos) << plain.status().ToString();
+  }
+  const OpenOptions o = Rescue("ignorebadroots");
+  auto fs = Filesystem::Open(l->path, o);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_TRUE(AnyWarning(**fs, "without checksums")) << "no warning";
+  fs->reset();
+  EXPECT_EQ(DescribeImage(l->path, o), clean_);
+  CommandResult ls = RunUbtrfs({"cat", "--rescue", "ibadroots", l->path + ":/files/f3"});
+  EXPECT_TRUE(ls.ok()) << ls.Describe();
+  EXPECT_EQ(ls.out, contents_.at("/files/f3"));
+  KernelAgrees(l->path, "ro", o, /*want_mount=*/false);
+  KernelAgrees(l->path, "ro,rescue=ignorebadroots", o);
+}
+
+// ignoremetacsums: an fs tree leaf whose checksum alone is wrong.
+TEST_F(RescueTest, ALeafWithABadChecksumIsTakenWhenItsStructureHolds) {
+  const Layout* l = layout_.get();
+  Patcher p(l->path);
+  for (uint64_t phys : l->Copies(l->leaf, l->nodesize)) p.FlipBit(phys + 1);  // a byte of the checksum itself
+  EXPECT_NE(DescribeImage(l->path).find("checksum mismatch"), std::string::npos);
+  const OpenOptions o = Rescue("ignoremetacsums");
+  EXPECT_EQ(DescribeImage(l->path, o), clean_);
+  // Structure damage is not what it ignores.
+  {
+    Patcher q(l->path);
+    l->Damage(q, l->leaf, [](Block& b) { ItemAt(b, 1).offset.set(ItemAt(b, 1).offset.get() + 1); },
+              /*fix_csum=*/false);
+    EXPECT_NE(DescribeImage(l->path, o).find("does not end at"), std::string::npos);
+  }
+  KernelAgrees(l->path, "ro,rescue=ignoremetacsums", o);
+}
+
+// ignoredatacsums: a flipped bit in file data reads as it is.
+TEST_F(RescueTest, DamagedDataReadsAsItIs) {
+  const Layout* l = layout_.get();
+  Patcher p(l->path);
+  const uint64_t phys = l->Copies(l->big_ext1, l->nodesize).at(0);
+  p.FlipBit(phys + 100, 0);
+  auto fs = Filesystem::Open(l->path);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto big = (*fs)->Lookup("/big.bin");
+  ASSERT_TRUE(big.ok());
+  std::vector<uint8_t> buf(4096);
+  auto n = (*fs)->Read(*big, l->big_ext1_off, buf);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), EIO);
+  const OpenOptions o = Rescue("idatacsums");
+  auto rfs = Filesystem::Open(l->path, o);
+  ASSERT_TRUE(rfs.ok()) << rfs.status().ToString();
+  n = (*rfs)->Read(*big, l->big_ext1_off, buf);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  const std::string& want = contents_.at("/big.bin");
+  for (size_t i = 0; i < buf.size(); ++i) {
+    const uint8_t w = static_cast<uint8_t>(want[l->big_ext1_off + i]);
+    EXPECT_EQ(buf[i], i == 100 ? (w ^ 1) : w) << "byte " << i;
+  }
+  rfs->reset();
+  KernelAgrees(l->path, "ro,rescue=ignoredatacsums", o);
+}
+
+// ignoresuperflags: a superblock flag nobody knows.
+TEST_F(RescueTest, UnknownSuperblockFlagsAreWarnedOf) {
+  const Layout* l = layout_.get();
+  Patcher p(l->path);
+  for (int mirror = 0; mirror < ubtrfs::format::kSuperMirrorMax; ++mirror) {
+    const uint64_t off = ubtrfs::format::SuperblockOffset(mirror);
+    if (off + ubtrfs::format::kSuperInfoSize > kDamageImageSize) break;
+    DamageSuper(p, off, [](ubtrfs::format::SuperBlock& sb) { sb.flags.set(sb.flags.get() | (1ull << 50)); }, true);
+  }
+  auto plain = Filesystem::Open(l->path);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().code(), EOPNOTSUPP);
+  EXPECT_NE(plain.status().message().find("ignoresuperflags"), std::string::npos) << plain.status().ToString();
+  const OpenOptions o = Rescue("ignoresuperflags");
+  auto fs = Filesystem::Open(l->path, o);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_TRUE(AnyWarning(**fs, "0x4000000000000")) << "no warning: " << ::testing::PrintToString((*fs)->Warnings());
+  fs->reset();
+  EXPECT_EQ(DescribeImage(l->path, o), clean_);
+  KernelAgrees(l->path, "ro", o, /*want_mount=*/false);
+  KernelAgrees(l->path, "ro,rescue=ignoresuperflags", o);
+}
+
+// ignorebadroots: the root tree's "default" entry is damaged. Paths start at
+// the top level. (The kernel's tree checker refuses the whole leaf.)
+TEST_F(RescueTest, ADamagedDefaultEntryStartsAtTheTopLevel) {
+  const Layout* l = layout_.get();
+  Patcher p(l->path);
+  const ubtrfs::format::Key k{ubtrfs::format::kRootTreeDirObjectid, ubtrfs::format::kDirItemKey,
+                              ubtrfs::format::NameHash("default")};
+  l->DamageItem(p, l->vol->root_tree(), k, [](Block& b, int s) {
+    ItemAs<ubtrfs::format::DirItem>(b, s).name_len.set(0);
+  });
+  auto plain = Filesystem::Open(l->path);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(plain.status().message().find("ignorebadroots"), std::string::npos) << plain.status().ToString();
+  const OpenOptions o = Rescue("ignorebadroots");
+  auto fs = Filesystem::Open(l->path, o);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_TRUE(AnyWarning(**fs, "top level")) << "no warning";
+  fs->reset();
+  EXPECT_EQ(DescribeImage(l->path, o), clean_);
+}
+
+// usebackuproot: the newest root tree's root block is unreadable; the
+// backup root of the commit before shows the tree as it was then.
+TEST_F(RescueTest, ABadRootTreeFallsBackToTheBackupRoot) {
+  const std::string img = tmp_->Sub("backup.img");
+  std::string err;
+  ASSERT_TRUE(CopyPrefix(layout_->path, img, kDamageImageSize, &err)) << err;
+  // Two commits: the first also drops the empty chunks mkfs.btrfs leaves,
+  // which would leave the backup's device tree naming a chunk the (always
+  // current) chunk tree no longer has -- the kernel refuses that.
+  std::string before;
+  for (const char* name : {"first", "later"}) {
+    {
+      auto fs = OpenWritable(img);
+      ASSERT_NE(fs, nullptr);
+      auto top = fs->Lookup("/");
+      ASSERT_TRUE(top.ok());
+      auto id = fs->Create(*top, name, ubtrfs::NewInode{.mode = 0100644});
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      ASSERT_TRUE(fs->Write(*id, 0, SpanOf(std::string("written by a commit"))).ok());
+      ASSERT_TRUE(fs->Commit().ok());
+    }
+    if (before.empty()) before = DescribeImage(img);
+  }
+  ASSERT_NE(DescribeImage(img), before);  // has /later
+  uint64_t root = 0;
+  std::vector<uint64_t> copies;
+  {
+    auto dev = ubtrfs::io::OpenFileDevice(img);
+    ASSERT_TRUE(dev.ok());
+    auto vol = ubtrfs::fs::Volume::Open(std::move(*dev), ubtrfs::fs::VolumeOptions{});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    root = (*vol)->super().root.get();
+    auto m = (*vol)->chunks().MapPhysical(root, (*vol)->nodesize());
+    ASSERT_TRUE(m.ok());
+    copies = *m;
+  }
+  Patcher p(img);
+  for (uint64_t phys : copies) p.FlipBit(phys + 200);
+  auto plain = Filesystem::Open(img);
+  ASSERT_FALSE(plain.ok());
+  for (const std::string& part : std::vector<std::string>{"root tree", "tree block " + std::to_string(root), "usebackuproot"}) {
+    EXPECT_NE(plain.status().message().find(part), std::string::npos) << plain.status().ToString();
+  }
+  const OpenOptions o = Rescue("usebackuproot");
+  auto fs = Filesystem::Open(img, o);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_TRUE(AnyWarning(**fs, "backup root of generation")) << "no warning";
+  fs->reset();
+  EXPECT_EQ(DescribeImage(img, o), before);  // the commit before /later
+  KernelAgrees(img, "ro", o, /*want_mount=*/false);
+  KernelAgrees(img, "ro,rescue=usebackuproot", o);
+}
+
+// nologreplay: an image with a tree log shows the last commit.
+TEST_F(RescueTest, NoLogReplayShowsTheLastCommit) {
+  const std::string img = tmp_->Sub("log.img"), cut = tmp_->Sub("log-cut.img");
+  std::string err;
+  ASSERT_TRUE(CopyPrefix(layout_->path, img, kDamageImageSize, &err)) << err;
+  {
+    auto fs = OpenWritable(img);
+    ASSERT_NE(fs, nullptr);
+    auto top = fs->Lookup("/");
+    ASSERT_TRUE(top.ok());
+    auto id = fs->Create(*top, "fsynced", ubtrfs::NewInode{.mode = 0100644});
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ASSERT_TRUE(fs->Write(*id, 0, SpanOf(std::string("only in the log"))).ok());
+    ASSERT_TRUE(fs->Fsync(*id, false).ok());
+    std::filesystem::copy_file(img, cut);  // the power cut
+  }
+  ASSERT_NE(SuperField(cut, "log_root"), 0u);
+  EXPECT_NE(DescribeImage(cut).find("/fsynced"), std::string::npos);  // replayed in memory
+  const OpenOptions o = Rescue("nologreplay");
+  auto fs = Filesystem::Open(cut, o);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_TRUE(AnyWarning(**fs, "not replayed")) << "no warning";
+  fs->reset();
+  EXPECT_EQ(DescribeImage(cut, o), clean_);
+  KernelAgrees(cut, "ro,rescue=nologreplay", o);
+  EXPECT_NE(SuperField(cut, "log_root"), 0u);  // nobody replayed it
+}
+
+}  // namespace UBTRFS_UNITY_ID
+}  // namespace ubtrfs_test
