@@ -14,8 +14,10 @@
 # are unpacked with xz and btrfs-image -r. Nothing here is committed or
 # copied: the images stay in the work directory (default /tmp/ubtrfs-progs-images).
 #
-# Output: one line per image, "NAME ubtrfs=RC btrfs=RC", then the
-# disagreements and the crashes; exit 1 if anything crashed or hung.
+# Output: one line per image, "NAME ubtrfs=RC btrfs=RC find=read|refused
+# rescue=read|refused" (the last two: whether `ubtrfs find` lists the files,
+# plainly and with --rescue all), then the disagreements and the crashes;
+# exit 1 if anything crashed or hung.
 # Known, deliberate disagreements (docs/RELIABILITY.md): FREE_SPACE_INFO
 # items of block groups that no longer exist, and the old free inode number
 # cache, are warnings here and errors for btrfs check 6.19.
@@ -89,9 +91,15 @@ for img in "$@"; do
   step check "$ubtrfs" check "$w"; ours=$?
   theirs=$(timeout 120 "$btrfs" check --readonly "$img" > "$log.btrfs" 2>&1; echo $?)
   step info "$ubtrfs" info "$w"
-  step find "$ubtrfs" find "$w:/"
+  read=read
+  step find "$ubtrfs" find "$w:/" || read=refused
   rm -rf "$work/out"
   step cp-out "$ubtrfs" cp "$w:/" "$work/out"
+  # Every rescue fallback at once (the kernel's rescue=all), read-only.
+  rescued=refused
+  step rescue-find "$ubtrfs" find --rescue all "$w:/" && rescued=read
+  rm -rf "$work/out"
+  step rescue-cp-out "$ubtrfs" cp --rescue all "$w:/" "$work/out"
   step dump "$ubtrfs" dump-tree "$w"
   step mkdir "$ubtrfs" mkdir "$w:/ubtrfs-new"
   step put sh -c "head -c 300000 /dev/urandom | '$ubtrfs' put '$w:/ubtrfs-new/f'"
@@ -99,7 +107,7 @@ for img in "$@"; do
   step balance "$ubtrfs" balance -dusage=100 -musage=100 "$w"
   step scrub "$ubtrfs" scrub "$w"
   step check-after "$ubtrfs" check "$w"
-  echo "$n ubtrfs=$ours btrfs=$theirs${crashed:+ CRASHED:$crashed}" | tee -a "$summary"
+  echo "$n ubtrfs=$ours btrfs=$theirs find=$read rescue=$rescued${crashed:+ CRASHED:$crashed}" | tee -a "$summary"
   [ -n "$crashed" ] && bad=1
 done
 rm -f "$work/work.img" "$work/dump"
@@ -109,5 +117,7 @@ echo "ubtrfs check exit vs btrfs check exit (0 clean, 1 errors, 8 could not chec
 awk '{print $2, $3}' "$summary" | sort | uniq -c
 echo "disagreements (logs in $work/logs):"
 awk '($2 == "ubtrfs=0" && $3 != "btrfs=0") || ($2 != "ubtrfs=0" && $3 == "btrfs=0")' "$summary"
+echo "listing the files (find) without and with --rescue all:"
+awk '{print $4, $5}' "$summary" | sort | uniq -c
 grep CRASHED "$summary" || echo "no crashes, hangs or sanitizer reports"
 exit $bad

@@ -4,8 +4,11 @@
 // that the option reads it (the undamaged files as they were), and -- with
 // loop mounts -- that the kernel mounting with the same rescue option sees
 // the same tree as ubtrfs does.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -311,6 +314,24 @@ TEST_F(RescueTest, ABadRootTreeFallsBackToTheBackupRoot) {
     if (before.empty()) before = DescribeImage(img);
   }
   ASSERT_NE(DescribeImage(img), before);  // has /later
+  {
+    // Our commits took the slots after mkfs.btrfs's newest, in turn: the
+    // order the kernel walks backwards from the newest.
+    ubtrfs::format::SuperBlock sb;
+    const int fd = ::open(img.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pread(fd, &sb, sizeof sb, ubtrfs::format::kSuperInfoOffset), static_cast<ssize_t>(sizeof sb));
+    ::close(fd);
+    std::vector<std::pair<uint64_t, int>> by_gen;
+    for (int i = 0; i < ubtrfs::format::kNumBackupRoots; ++i) by_gen.emplace_back(sb.super_roots[i].tree_root_gen.get(), i);
+    std::sort(by_gen.rbegin(), by_gen.rend());
+    ASSERT_EQ(by_gen[0].first, sb.generation.get());
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(by_gen[i].second, (by_gen[i + 1].second + 1) % ubtrfs::format::kNumBackupRoots)
+          << "generation " << by_gen[i].first << " in slot " << by_gen[i].second << ", generation "
+          << by_gen[i + 1].first << " in slot " << by_gen[i + 1].second;
+    }
+  }
   uint64_t root = 0;
   std::vector<uint64_t> copies;
   {

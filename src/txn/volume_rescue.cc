@@ -92,7 +92,9 @@ Status Volume::LoadCsumRoot() {
   Status st = csum.status();
   // Its root block too, as the kernel's mount reads it: a bad one is named
   // now, with the way around it, and a rescue open knows to leave it out.
-  if (st.ok()) {
+  // Not with devices missing (a sprout opened without its seed): the open
+  // goes on to say which, and reads fail where they must.
+  if (st.ok() && (missing_.empty() || options_.ignore_bad_roots)) {
     st = reader_->Read(tree::BlockCheck{csum->ref.bytenr, csum->ref.level, csum->ref.generation, {}}).status();
     st = st.WithContext("csum tree");
   }

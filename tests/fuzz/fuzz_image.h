@@ -10,7 +10,9 @@
 //                 as they are (otherwise they are recomputed after decoding,
 //                 so mutations get past the checksum to the checks behind
 //                 it); kNoDataCsums: open with verify_data_csums = false (so
-//                 mutated data still reaches the decompressors)
+//                 mutated data still reaches the decompressors);
+//                 kRescueAll: a read-only open takes every rescue fallback
+//                 (OpenOptions::rescue, the kernel's rescue=all)
 //     u8  reserved
 //     u16 ops     length of the operation script that follows (used by
 //                 image_write_fuzz, skipped by the others)
@@ -53,6 +55,7 @@ namespace ubtrfs_fuzz {
 
 inline constexpr uint8_t kKeepMetaCsums = 1;
 inline constexpr uint8_t kNoDataCsums = 2;
+inline constexpr uint8_t kRescueAll = 4;
 inline constexpr size_t kHeaderSize = 8;
 inline constexpr uint64_t kPage = 4096;
 // Device sizes above this are cut down: nothing in a small seed lies there,
@@ -231,6 +234,7 @@ inline ubtrfs::OpenOptions Options(const Decoded& d, bool writable) {
   o.writable = writable;
   o.verify_data_csums = !(d.flags & kNoDataCsums);
   o.node_cache_bytes = 4ull << 20;
+  if ((d.flags & kRescueAll) && !writable) (void)ubtrfs::ParseRescueOptions("all", &o.rescue);
   return o;
 }
 
