@@ -389,5 +389,87 @@ TEST_F(RescueTest, NoLogReplayShowsTheLastCommit) {
   EXPECT_NE(SuperField(cut, "log_root"), 0u);  // nobody replayed it
 }
 
+// salvage (ubtrfs's own): a leaf of /wide's DIR_INDEX items does not read.
+// The listing takes the names from the directory's DIR_ITEMs instead; with
+// those gone too, what is lost is said, and cp counts it as an error.
+TEST_F(RescueTest, SalvageListsADirectoryPastABadLeaf) {
+  const Layout* l = layout_.get();
+  // A leaf in the middle of /wide's DIR_INDEX run, and one of its DIR_ITEMs.
+  uint64_t index_leaf = 0, item_leaf = 0;
+  {
+    tree::Cursor c(l->vol->reader(), l->fs_root);
+    ASSERT_TRUE(c.Seek(ubtrfs::format::Key{l->wide_ino, ubtrfs::format::kDirIndexKey, 0}).ok());
+    for (size_t i = 0; i < kWideEntries / 2 && c.Valid(); ++i) ASSERT_TRUE(c.Next().ok());
+    ASSERT_TRUE(c.Valid());
+    ASSERT_EQ(c.key().type, ubtrfs::format::kDirIndexKey);
+    index_leaf = c.leaf().bytenr();
+    ASSERT_TRUE(c.Seek(ubtrfs::format::Key{l->wide_ino, ubtrfs::format::kDirItemKey, 0}).ok());
+    for (size_t i = 0; i < kWideEntries / 2 && c.Valid(); ++i) ASSERT_TRUE(c.Next().ok());
+    ASSERT_TRUE(c.Valid());
+    ASSERT_EQ(c.key().type, ubtrfs::format::kDirItemKey);
+    item_leaf = c.leaf().bytenr();
+  }
+  ASSERT_NE(index_leaf, item_leaf);
+  std::vector<std::string> want;
+  for (size_t i = 0; i < kWideEntries; ++i) want.push_back(WideName(i));
+  auto names = [](Filesystem& fs, std::vector<ubtrfs::SkippedEntry>* skipped) -> std::vector<std::string> {
+    auto dir = fs.Lookup("/wide");
+    EXPECT_TRUE(dir.ok());
+    auto entries = fs.ReadDir(*dir, skipped);
+    EXPECT_TRUE(entries.ok()) << entries.status().ToString();
+    std::vector<std::string> out;
+    for (const auto& e : entries.ok() ? *entries : std::vector<ubtrfs::DirEntry>{}) out.push_back(e.name);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  Patcher p(l->path);
+  for (uint64_t phys : l->Copies(index_leaf, l->nodesize)) p.FlipBit(phys + l->nodesize / 2);
+  {
+    auto fs = Filesystem::Open(l->path);
+    ASSERT_TRUE(fs.ok());
+    auto dir = (*fs)->Lookup("/wide");
+    ASSERT_TRUE(dir.ok());
+    auto entries = (*fs)->ReadDir(*dir);
+    ASSERT_FALSE(entries.ok());
+    EXPECT_NE(entries.status().message().find("checksum mismatch"), std::string::npos);
+  }
+  {
+    auto fs = Filesystem::Open(l->path, Rescue("salvage"));
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    std::vector<ubtrfs::SkippedEntry> skipped;
+    EXPECT_EQ(names(**fs, &skipped), want);  // every name, from the DIR_ITEMs
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_TRUE(skipped[0].name.empty());
+    EXPECT_FALSE(skipped[0].lost);
+    EXPECT_NE(skipped[0].reason.find("every name was found again"), std::string::npos) << skipped[0].reason;
+    auto f = (*fs)->Lookup("/wide/" + WideName(kWideEntries / 2));
+    ASSERT_TRUE(f.ok());
+    CommandResult cp = RunUbtrfs({"cp", "--rescue", "salvage", l->path + ":/wide", tmp_->Sub("wide-out")});
+    EXPECT_TRUE(cp.ok()) << cp.Describe();
+    for (size_t i = 0; i < kWideEntries; ++i) {
+      EXPECT_EQ(ReadHostFile(tmp_->Sub("wide-out/" + WideName(i))), contents_.at("/wide/" + WideName(i)));
+    }
+  }
+  // The name-hash leaf too: the names there and in the lost index range are
+  // gone; the listing says so, and cp fails after copying the rest.
+  for (uint64_t phys : l->Copies(item_leaf, l->nodesize)) p.FlipBit(phys + l->nodesize / 2);
+  auto fs = Filesystem::Open(l->path, Rescue("salvage"));
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  std::vector<ubtrfs::SkippedEntry> skipped;
+  const std::vector<std::string> got = names(**fs, &skipped);
+  EXPECT_LT(got.size(), want.size());
+  EXPECT_GT(got.size(), want.size() / 2);
+  EXPECT_TRUE(std::includes(want.begin(), want.end(), got.begin(), got.end()));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_TRUE(skipped[0].lost);
+  EXPECT_NE(skipped[0].reason.find(ubtrfs_test::TreeBlockName(index_leaf)), std::string::npos) << skipped[0].reason;
+  CommandResult cp = RunUbtrfs({"cp", "--rescue", "salvage", l->path + ":/wide", tmp_->Sub("wide-out2")});
+  EXPECT_EQ(cp.exit_code, 1) << cp.Describe();
+  EXPECT_NE(cp.err.find("did not read"), std::string::npos) << cp.Describe();
+  CommandResult ls = RunUbtrfs({"ls", "--rescue", "salvage", l->path + ":/wide"});
+  EXPECT_TRUE(ls.ok()) << ls.Describe();
+  EXPECT_NE(ls.err.find("others are lost"), std::string::npos) << ls.Describe();
+}
+
 }  // namespace UBTRFS_UNITY_ID
 }  // namespace ubtrfs_test

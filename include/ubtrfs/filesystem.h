@@ -71,6 +71,10 @@ struct SkippedEntry {
   std::string name;    // the stored bytes, as they are (may hold '/' or NUL)
   uint64_t index = 0;  // its DIR_INDEX sequence number
   std::string reason;  // e.g. "name contains '/'", "duplicate of the entry at index 5"
+  // An empty `name`: not one entry but a damaged tree block that held
+  // entries from `index` on (RescueOptions::salvage). `lost`: names are
+  // missing from the listing for it (the directory's size says so).
+  bool lost = false;
 };
 
 struct FsStat {  // what the kernel's statfs(2) reports for a mount (read-only for a read-only view)
@@ -210,17 +214,22 @@ struct RescueOptions {
   // conversion (block group tree, checksum type) or unknown ones are warned
   // of instead of refused.
   bool ignore_super_flags = false;
+  // [salvage, ubtrfs's own] A directory whose tree blocks do not all read
+  // lists what the readable ones hold, and the names its name-hash items
+  // keep of the rest; ReadDir's `skipped` says what was lost where.
+  bool salvage = false;
 
   bool any() const {
     return use_backup_root || no_log_replay || ignore_bad_roots || ignore_data_csums || ignore_meta_csums ||
-           ignore_super_flags;
+           ignore_super_flags || salvage;
   }
 };
 
 // Parses a list of the kernel's rescue= names, separated by ':' (as in
 // -o rescue=usebackuproot:nologreplay) or ',': usebackuproot, nologreplay,
 // ignorebadroots (ibadroots), ignoredatacsums (idatacsums), ignoremetacsums
-// (imetacsums), ignoresuperflags (isuperflags), all. Adds to `out`.
+// (imetacsums), ignoresuperflags (isuperflags), salvage (not the kernel's),
+// all (every one of them). Adds to `out`.
 inline Status ParseRescueOptions(std::string_view list, RescueOptions* out) {
   RescueOptions r = *out;
   size_t pos = 0;
@@ -241,13 +250,15 @@ inline Status ParseRescueOptions(std::string_view list, RescueOptions* out) {
       r.ignore_meta_csums = true;
     } else if (name == "ignoresuperflags" || name == "isuperflags") {
       r.ignore_super_flags = true;
+    } else if (name == "salvage") {
+      r.salvage = true;
     } else if (name == "all") {
       r.use_backup_root = r.no_log_replay = r.ignore_bad_roots = r.ignore_data_csums = r.ignore_meta_csums =
-          r.ignore_super_flags = true;
+          r.ignore_super_flags = r.salvage = true;
     } else {
       return Status::Invalid("rescue option \"" + std::string(name) +
                              "\" is not one of usebackuproot, nologreplay, ignorebadroots, ignoredatacsums, "
-                             "ignoremetacsums, ignoresuperflags, all");
+                             "ignoremetacsums, ignoresuperflags, salvage, all");
     }
   }
   *out = r;

@@ -27,7 +27,8 @@ void AddRescueOption(CLI::App* cmd) {
            if (!st.ok()) throw CLI::ValidationError("--rescue", st.message());
          },
          "Read a damaged image, read-only, as the kernel's -o rescue=: usebackuproot, nologreplay, "
-         "ignorebadroots, ignoredatacsums, ignoremetacsums, ignoresuperflags, or all (several: a:b)")
+         "ignorebadroots, ignoredatacsums, ignoremetacsums, ignoresuperflags; salvage (ubtrfs's own: "
+         "directories list what their readable blocks hold); or all (several: a:b)")
       ->type_name("LIST");
 }
 

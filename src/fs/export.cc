@@ -204,7 +204,13 @@ class Exporter {
     auto entries = fs_.ReadDir(id, &skipped);
     if (!entries.ok()) return Error(src, entries.status());
     for (const auto& s : skipped) {
-      Finding(src + ": entry " + PrintableName(s.name) + " (index " + std::to_string(s.index) + "): " + s.reason);
+      if (s.lost) {
+        Error(src, Status::Corrupt(s.reason));  // files not copied: not a mere finding
+      } else if (s.name.empty()) {
+        Finding(src + ": " + s.reason);
+      } else {
+        Finding(src + ": entry " + PrintableName(s.name) + " (index " + std::to_string(s.index) + "): " + s.reason);
+      }
     }
     const std::string sep = src.ends_with('/') ? "" : "/";
     for (const auto& e : *entries) {

@@ -131,6 +131,7 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevices(std::vector<std::unique_ptr<io
   impl->set_dir_item_options(options.dir_item_index_after, options.dir_item_batch);
   impl->set_max_dirty_bytes(std::max<uint64_t>(options.max_dirty_bytes, 1ull << 20));
   impl->set_compression(options.compress);
+  impl->set_salvage(rescue.salvage);
   UB_RETURN_IF_ERROR(impl->Init(options.subvol, options.subvolid, rescue.ignore_bad_roots));
   if (options.drop_blocks_per_commit) impl->set_drop_step_blocks(options.drop_blocks_per_commit);
   if (options.writable) {

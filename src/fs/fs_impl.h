@@ -492,6 +492,8 @@ class FilesystemImpl final : public Filesystem {
     UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(dir.root));
     std::vector<DirEntry> out;
     Cursor c(vol_->source(), tree);
+    std::vector<Cursor::Skipped> lost;
+    if (salvage_) c.SkipUnreadable(&lost);
     UB_RETURN_IF_ERROR(c.Seek(Key{dir.ino, kDirIndexKey, 0}));
     for (; c.Valid(); ) {
       const Key k = c.key();
@@ -518,9 +520,16 @@ class FilesystemImpl final : public Filesystem {
       }
       std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.index < b.index; });
     }
+    if (!lost.empty()) UB_RETURN_IF_ERROR(SalvageDirEntries(dir, st.size, tree, lost, &out, skipped));
     FilterDirEntries(&out, skipped);
     return out;
   }
+  // RescueOptions::salvage: what ReadDir lost to unreadable tree blocks is
+  // reported, and the names the directory's name-hash items still hold are
+  // listed after the others (fs/dir_salvage.cc).
+  Status SalvageDirEntries(InodeId dir, uint64_t dir_size, const tree::RootPtr& tree, const std::vector<tree::Cursor::Skipped>& lost,
+                           std::vector<DirEntry>* out, std::vector<SkippedEntry>* skipped);
+  void set_salvage(bool on) { salvage_ = on; }
 
   Result<size_t> Read(InodeId file, uint64_t offset, std::span<uint8_t> buf) override {
     auto guard = Guard();
@@ -1204,6 +1213,7 @@ class FilesystemImpl final : public Filesystem {
   uint64_t drop_step_blocks_ = 4096;         // OpenOptions::drop_blocks_per_commit
   std::atomic<bool> hold_commits_{false};    // set_hold_commits
   CompressOptions compress_;                  // OpenOptions::compress
+  bool salvage_ = false;                      // RescueOptions::salvage: ReadDir steps over bad blocks
   std::atomic<uint64_t> pending_incompat_{0};  // compression incompat flags for the next commit
   std::map<uint64_t, uint64_t> next_ino_;                          // per subvolume
   // The open-inode cache (a radix tree per subvolume, inode/inode_cache.h):

@@ -826,6 +826,10 @@ void Adapter::WarnSkipped(InodeId dir, const std::vector<SkippedEntry>& skipped)
         name.push_back(static_cast<char>(c));
       }
     }
+    if (skipped[i].name.empty()) {
+      std::fprintf(stderr, "ubtrfs: mount: warning:   %s\n", skipped[i].reason.c_str());
+      continue;
+    }
     std::fprintf(stderr, "ubtrfs: mount: warning:   '%s' (index %llu): %s\n", name.c_str(),
                  static_cast<unsigned long long>(skipped[i].index), skipped[i].reason.c_str());
   }

@@ -59,6 +59,14 @@ Status Cursor::LoadChild(int level) {
   return Status::Ok();
 }
 
+bool Cursor::Skip(int level, const Status& why) {
+  if (skipped_ == nullptr) return false;
+  const TreeBlock& n = *nodes_[level];
+  const int s = slot_[level];
+  skipped_->push_back(Skipped{n.key(s), s + 1 < n.nritems() ? n.key(s + 1) : Key::Max(), why});
+  return true;
+}
+
 // Steps from the position at `level` (slot_[level] and the path above it)
 // to the next (forward) or previous item. Blocks with no items are stepped
 // over: a tree has them only for a moment, while a concurrent writer fills a
@@ -82,6 +90,7 @@ Status Cursor::Step(int level, bool forward) {
     for (; m > 0; --m) {
       Status st = LoadChild(m);
       if (!st.ok()) {
+        if (Skip(m, st)) break;
         valid_ = false;
         return st;
       }
@@ -93,7 +102,7 @@ Status Cursor::Step(int level, bool forward) {
       valid_ = true;
       return Status::Ok();
     }
-    l = m;  // an empty block at m - 1: go on from its parent
+    l = m;  // an empty (or skipped) block at m - 1: go on from its parent
   }
 }
 
@@ -117,7 +126,10 @@ Status Cursor::Seek(const Key& k) {
     }
     int s = b.LastSlotAtOrBefore(k);
     slot_[l] = s < 0 ? 0 : s;
-    UB_RETURN_IF_ERROR(LoadChild(l));
+    if (Status st = LoadChild(l); !st.ok()) {
+      if (!Skip(l, st)) return st;
+      return Step(l, true);  // the next subtree's keys are all above k
+    }
   }
   return Status::Ok();
 }
@@ -144,7 +156,10 @@ Status Cursor::SeekAtOrBefore(const Key& k) {
       valid_ = true;
       return Status::Ok();
     }
-    UB_RETURN_IF_ERROR(LoadChild(l));
+    if (Status st = LoadChild(l); !st.ok()) {
+      if (!Skip(l, st)) return st;
+      return Step(l, false);
+    }
   }
   return Status::Ok();
 }

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <optional>
+#include <vector>
 
 #include "tree/block_reader.h"
 #include "tree/node_lock.h"
@@ -55,6 +56,15 @@ class Cursor {
   Status Next();
   Status Prev();
 
+  // Salvage reads of a damaged tree: a child block that does not read is
+  // stepped over with everything under it (its key range and the error are
+  // appended to `out`) instead of ending the walk. The root must read.
+  struct Skipped {
+    Key from, to;  // the keys the lost subtree held lie in [from, to)
+    Status why;
+  };
+  void SkipUnreadable(std::vector<Skipped>* out) { skipped_ = out; }
+
   bool Valid() const { return valid_; }
   Key key() const { return leaf().key(slot_[0]); }
   std::span<const uint8_t> data() const { return leaf().item_data(slot_[0]); }
@@ -65,6 +75,8 @@ class Cursor {
   Status Step(int level, bool forward);
   Status LoadChild(int level);
   Status LoadRoot();
+  // A failed LoadChild(level): true when the child is to be stepped over.
+  bool Skip(int level, const Status& why);
   // Puts b at `level` of the path, locking it if it must be.
   void Hold(int level, BlockRef b);
   void ReleaseAll();
@@ -75,6 +87,7 @@ class Cursor {
   std::array<int, format::kMaxLevel> slot_{};
   std::array<bool, format::kMaxLevel> locked_{};
   bool valid_ = false;
+  std::vector<Skipped>* skipped_ = nullptr;
 };
 
 // Finds the item with exactly key k.
