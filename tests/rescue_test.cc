@@ -84,6 +84,29 @@ bool AnyWarning(Filesystem& fs, const std::string& part) {
   return false;
 }
 
+// A plain open of `image` fails, its message naming every one of `parts`;
+// the open with rescue option `list` succeeds and warns of `warning`; what
+// it shows is `want`. Returns the options (for the kernel's comparison).
+OpenOptions RefusedThenRead(const std::string& image, const std::vector<std::string>& parts, const std::string& list,
+                            const std::string& warning, const std::string& want) {
+  auto plain = Filesystem::Open(image);
+  EXPECT_FALSE(plain.ok()) << "a plain open took the damaged image";
+  if (!plain.ok()) {
+    for (const auto& part : parts) {
+      EXPECT_NE(plain.status().message().find(part), std::string::npos) << plain.status().ToString();
+    }
+  }
+  const OpenOptions o = Rescue(list);
+  auto fs = Filesystem::Open(image, o);
+  EXPECT_TRUE(fs.ok()) << fs.status().ToString();
+  if (fs.ok()) {
+    EXPECT_TRUE(AnyWarning(**fs, warning)) << "no warning: " << ::testing::PrintToString((*fs)->Warnings());
+    fs->reset();
+    EXPECT_EQ(DescribeImage(image, o), want);
+  }
+  return o;
+}
+
 class RescueTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -182,17 +205,8 @@ TEST_F(RescueTest, ABadCsumTreeRootIsLeftOut) {
   const Layout* l = layout_.get();
   Patcher p(l->path);
   for (uint64_t phys : l->Copies(l->csum_root.bytenr, l->nodesize)) p.FlipBit(phys + l->nodesize / 2);
-  auto plain = Filesystem::Open(l->path);
-  ASSERT_FALSE(plain.ok());
-  for (const char* part : {"csum tree", "checksum mismatch", "ignorebadroots"}) {
-    EXPECT_NE(plain.status().message().find(part), std::string::npos) << plain.status().ToString();
-  }
-  const OpenOptions o = Rescue("ignorebadroots");
-  auto fs = Filesystem::Open(l->path, o);
-  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-  EXPECT_TRUE(AnyWarning(**fs, "without checksums")) << "no warning";
-  fs->reset();
-  EXPECT_EQ(DescribeImage(l->path, o), clean_);
+  const OpenOptions o = RefusedThenRead(l->path, {"csum tree", "checksum mismatch", "ignorebadroots"},
+                                        "ignorebadroots", "without checksums", clean_);
   CommandResult ls = RunUbtrfs({"cat", "--rescue", "ibadroots", l->path + ":/files/f3"});
   EXPECT_TRUE(ls.ok()) << ls.Describe();
   EXPECT_EQ(ls.out, contents_.at("/files/f3"));
@@ -255,16 +269,9 @@ TEST_F(RescueTest, UnknownSuperblockFlagsAreWarnedOf) {
     if (off + ubtrfs::format::kSuperInfoSize > kDamageImageSize) break;
     DamageSuper(p, off, [](ubtrfs::format::SuperBlock& sb) { sb.flags.set(sb.flags.get() | (1ull << 50)); }, true);
   }
-  auto plain = Filesystem::Open(l->path);
-  ASSERT_FALSE(plain.ok());
-  EXPECT_EQ(plain.status().code(), EOPNOTSUPP);
-  EXPECT_NE(plain.status().message().find("ignoresuperflags"), std::string::npos) << plain.status().ToString();
-  const OpenOptions o = Rescue("ignoresuperflags");
-  auto fs = Filesystem::Open(l->path, o);
-  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-  EXPECT_TRUE(AnyWarning(**fs, "0x4000000000000")) << "no warning: " << ::testing::PrintToString((*fs)->Warnings());
-  fs->reset();
-  EXPECT_EQ(DescribeImage(l->path, o), clean_);
+  EXPECT_EQ(Filesystem::Open(l->path).status().code(), EOPNOTSUPP);
+  const OpenOptions o =
+      RefusedThenRead(l->path, {"unsupported", "ignoresuperflags"}, "ignoresuperflags", "0x4000000000000", clean_);
   KernelAgrees(l->path, "ro", o, /*want_mount=*/false);
   KernelAgrees(l->path, "ro,rescue=ignoresuperflags", o);
 }
@@ -279,15 +286,7 @@ TEST_F(RescueTest, ADamagedDefaultEntryStartsAtTheTopLevel) {
   l->DamageItem(p, l->vol->root_tree(), k, [](Block& b, int s) {
     ItemAs<ubtrfs::format::DirItem>(b, s).name_len.set(0);
   });
-  auto plain = Filesystem::Open(l->path);
-  ASSERT_FALSE(plain.ok());
-  EXPECT_NE(plain.status().message().find("ignorebadroots"), std::string::npos) << plain.status().ToString();
-  const OpenOptions o = Rescue("ignorebadroots");
-  auto fs = Filesystem::Open(l->path, o);
-  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-  EXPECT_TRUE(AnyWarning(**fs, "top level")) << "no warning";
-  fs->reset();
-  EXPECT_EQ(DescribeImage(l->path, o), clean_);
+  RefusedThenRead(l->path, {"default", "ignorebadroots"}, "ignorebadroots", "top level", clean_);
 }
 
 // usebackuproot: the newest root tree's root block is unreadable; the
@@ -346,17 +345,9 @@ TEST_F(RescueTest, ABadRootTreeFallsBackToTheBackupRoot) {
   }
   Patcher p(img);
   for (uint64_t phys : copies) p.FlipBit(phys + 200);
-  auto plain = Filesystem::Open(img);
-  ASSERT_FALSE(plain.ok());
-  for (const std::string& part : std::vector<std::string>{"root tree", "tree block " + std::to_string(root), "usebackuproot"}) {
-    EXPECT_NE(plain.status().message().find(part), std::string::npos) << plain.status().ToString();
-  }
-  const OpenOptions o = Rescue("usebackuproot");
-  auto fs = Filesystem::Open(img, o);
-  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-  EXPECT_TRUE(AnyWarning(**fs, "backup root of generation")) << "no warning";
-  fs->reset();
-  EXPECT_EQ(DescribeImage(img, o), before);  // the commit before /later
+  // What it shows: the commit before /later.
+  const OpenOptions o = RefusedThenRead(img, {"root tree", "tree block " + std::to_string(root), "usebackuproot"},
+                                        "usebackuproot", "backup root of generation", before);
   KernelAgrees(img, "ro", o, /*want_mount=*/false);
   KernelAgrees(img, "ro,rescue=usebackuproot", o);
 }

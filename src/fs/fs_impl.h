@@ -354,7 +354,7 @@ class FilesystemImpl final : public Filesystem {
                        ": paths start at the top level (rescue=ignorebadroots)");
       id = uint64_t{kFsTreeObjectid};
     } else if (!id.ok() && !vol_->writable()) {
-      return Status::Error(id.status().code(), id.status().message() +
+      return Status::Error(id.status().code(), "the default subvolume entry: " + id.status().message() +
                                                    "; the rescue option ignorebadroots starts at the top level");
     }
     UB_ASSIGN_OR_RETURN(const uint64_t subvol, std::move(id));
