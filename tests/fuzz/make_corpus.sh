@@ -78,6 +78,13 @@ truncate -s 128M "$tmp/progs_4k_old_format"
 mk progs_4k_old_format mkfs.btrfs -q -f -n 4096 -O ^no-holes,^skinny-metadata,^extref -R ^free-space-tree \
   --rootdir "$src" "$tmp/progs_4k_old_format"
 
+# The same images opened with every rescue fallback (fuzz_image.h kRescueAll).
+for name in ub_4k_crc32c progs_4k_crc32c; do
+  for t in open read; do
+    python3 "$here/make_seed.py" "$tmp/$name" "$here/corpus/image_${t}_fuzz/${name}_rescue" --flags 4
+  done
+done
+
 # Kernel-written: compressed extents (zstd, zlib, lzo), an inline compressed
 # file, a deleted file, written through a loop mount.
 if [[ $(id -u) == 0 ]] && truncate -s 128M "$tmp/kernel_compressed" &&
