@@ -424,6 +424,10 @@ TEST_F(RescueTest, SalvageListsADirectoryPastABadLeaf) {
     ASSERT_FALSE(entries.ok());
     EXPECT_NE(entries.status().message().find("checksum mismatch"), std::string::npos);
   }
+  // The CLI without it says which rescue options may read more.
+  CommandResult plain_ls = RunUbtrfs({"ls", l->path + ":/wide"});
+  EXPECT_EQ(plain_ls.exit_code, 1) << plain_ls.Describe();
+  EXPECT_NE(plain_ls.err.find("--rescue salvage"), std::string::npos) << plain_ls.Describe();
   {
     auto fs = Filesystem::Open(l->path, Rescue("salvage"));
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();

@@ -1,5 +1,9 @@
 #include "cli/image_options.h"
 
+#include <cerrno>
+
+#include <fmt/core.h>
+
 
 namespace ubtrfs::cli {
 namespace {
@@ -30,6 +34,19 @@ void AddRescueOption(CLI::App* cmd) {
          "ignorebadroots, ignoredatacsums, ignoremetacsums, ignoresuperflags; salvage (ubtrfs's own: "
          "directories list what their readable blocks hold); or all (several: a:b)")
       ->type_name("LIST");
+}
+
+void HintRescue(const Status& st) {
+  static bool said = false;
+  if (said || st.code() != EUCLEAN || g_placement.rescue.any() ||
+      st.message().find("tree block") == std::string::npos) {
+    return;
+  }
+  said = true;
+  fmt::print(stderr,
+             "ubtrfs: hint: a damaged tree block; read-only, --rescue ignoremetacsums takes one whose checksum "
+             "alone is wrong, --rescue salvage lists directories past ones that do not read, --rescue all tries "
+             "every fallback\n");
 }
 
 const ImagePlacement& Placement() { return g_placement; }

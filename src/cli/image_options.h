@@ -29,6 +29,10 @@ void AddPlacementOptions(CLI::App* cmd);
 // Adds --rescue LIST (OpenOptions::rescue, the kernel's rescue= names) to a
 // subcommand that reads.
 void AddRescueOption(CLI::App* cmd);
+// After a read that failed on a damaged tree block (EUCLEAN naming a tree
+// block) with no --rescue given: says once which rescue options may read
+// more.
+void HintRescue(const Status& st);
 const ImagePlacement& Placement();
 // Copies them into open options (also the `where` of ubtrfs/inspect.h).
 void PlacementInto(OpenOptions* o);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/image_options.h"
 #include "cli/text.h"
 #include "ubtrfs/export.h"
 #include "ubtrfs/filesystem.h"
@@ -26,6 +27,7 @@ namespace {
 
 void PrintError(const std::string& what, const Status& st) {
   fmt::print(stderr, "ubtrfs: {}: {}\n", what, st.ToString());
+  HintRescue(st);
 }
 
 std::unique_ptr<Filesystem> OpenOrReport(const std::string& image) {

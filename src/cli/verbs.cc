@@ -88,6 +88,7 @@ void Run(VerbSession* session, const std::string& verb, bool write, const Paths&
   auto fs = Filesystem::Open(image, o);
   if (!fs.ok()) {
     fmt::print(stderr, "ubtrfs: {}: {}: {}\n", verb, image, fs.status().ToString());
+    if (!write) HintRescue(fs.status());
     return SetExitCode(1);
   }
   for (const auto& w : (*fs)->Warnings()) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", image, w);
@@ -96,6 +97,7 @@ void Run(VerbSession* session, const std::string& verb, bool write, const Paths&
   if (!st.ok()) {
     if (write) (void)(*fs)->Discard();
     fmt::print(stderr, "ubtrfs: {}: {}\n", verb, st.message());
+    if (!write) HintRescue(st);
     SetExitCode(1);
   }
 }
