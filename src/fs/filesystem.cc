@@ -104,10 +104,7 @@ Result<std::unique_ptr<Filesystem>> OpenOnDevices(std::vector<std::unique_ptr<io
   vo.degraded = options.degraded;
   vo.node_cache_bytes = options.node_cache_bytes;
   vo.verify_data_csums = options.verify_data_csums && !rescue.ignore_data_csums;
-  vo.use_backup_root = rescue.use_backup_root;
-  vo.ignore_bad_roots = rescue.ignore_bad_roots;
-  vo.ignore_meta_csums = rescue.ignore_meta_csums;
-  vo.ignore_super_flags = rescue.ignore_super_flags;
+  vo.rescue = rescue;
   std::vector<io::UndoDevice*> undo;
   if (options.writable && options.undo_uncommitted) {
     for (auto& dev : devs) {

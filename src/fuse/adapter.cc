@@ -816,6 +816,10 @@ void Adapter::WarnSkipped(InodeId dir, const std::vector<SkippedEntry>& skipped)
                static_cast<unsigned long long>(dir.ino), static_cast<unsigned long long>(dir.root), skipped.size());
   constexpr size_t kShown = 10;
   for (size_t i = 0; i < skipped.size() && i < kShown; ++i) {
+    if (skipped[i].name.empty()) {  // a lost range (RescueOptions::salvage), not one entry
+      std::fprintf(stderr, "ubtrfs: mount: warning:   %s\n", skipped[i].reason.c_str());
+      continue;
+    }
     std::string name;
     for (unsigned char c : skipped[i].name) {
       char b[8];
@@ -825,10 +829,6 @@ void Adapter::WarnSkipped(InodeId dir, const std::vector<SkippedEntry>& skipped)
       } else {
         name.push_back(static_cast<char>(c));
       }
-    }
-    if (skipped[i].name.empty()) {
-      std::fprintf(stderr, "ubtrfs: mount: warning:   %s\n", skipped[i].reason.c_str());
-      continue;
     }
     std::fprintf(stderr, "ubtrfs: mount: warning:   '%s' (index %llu): %s\n", name.c_str(),
                  static_cast<unsigned long long>(skipped[i].index), skipped[i].reason.c_str());

@@ -246,7 +246,7 @@ Status Volume::LoadChunks() {
   std::memcpy(params.fsid, MetadataFsid(super_), kFsidSize);
   for (const auto& [devid, seed] : seeds_) params.seed_fsids.push_back(seed.metadata_fsid);
   reader_ = std::make_unique<tree::BlockReader>(io_.get(), params, options_.node_cache_bytes);
-  if (options_.ignore_meta_csums && !options_.writable) reader_->AcceptBadChecksums();
+  if (options_.rescue.ignore_meta_csums && !options_.writable) reader_->AcceptBadChecksums();
 
   tree::Cursor c(reader_.get(), chunk_tree());
   UB_RETURN_IF_ERROR(c.SeekFirst().WithContext("chunk tree"));

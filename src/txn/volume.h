@@ -20,6 +20,7 @@
 #include "io/device_set.h"
 #include "tree/block_reader.h"
 #include "tree/cursor.h"
+#include "ubtrfs/filesystem.h"
 
 namespace ubtrfs::txn {
 
@@ -29,11 +30,10 @@ struct VolumeOptions {
   bool writable = false;
   // Writable although devices are missing (the kernel's -o degraded).
   bool degraded = false;
-  // Read-only rescue fallbacks (ubtrfs::RescueOptions; txn/volume_rescue.cc).
-  bool use_backup_root = false;
-  bool ignore_bad_roots = false;
-  bool ignore_meta_csums = false;
-  bool ignore_super_flags = false;
+  // Read-only rescue fallbacks; the Volume takes usebackuproot,
+  // ignorebadroots, ignoremetacsums and ignoresuperflags (txn/volume_rescue.cc),
+  // the Filesystem above it the rest.
+  RescueOptions rescue;
 };
 
 class Volume {

@@ -25,7 +25,7 @@ Status WithHint(const Status& st, const std::string& hint) {
 }  // namespace
 
 Status Volume::RefusedSuperFlag(const std::string& what) {
-  if (!options_.ignore_super_flags || options_.writable) {
+  if (!options_.rescue.ignore_super_flags || options_.writable) {
     return Status::Unsupported(what + (options_.writable ? "" : "; the rescue option ignoresuperflags reads it"));
   }
   warnings_.push_back(what + ": read as it is (rescue=ignoresuperflags)");
@@ -44,7 +44,7 @@ Status Volume::LoadRootTree() {
   };
   const Status current = read(root_tree_);
   if (current.ok()) return current;
-  if (!options_.use_backup_root || options_.writable) {
+  if (!options_.rescue.use_backup_root || options_.writable) {
     return WithHint(current.WithContext("root tree"),
                     options_.writable ? "" : "the rescue option usebackuproot tries the superblock's backup roots");
   }
@@ -94,12 +94,12 @@ Status Volume::LoadCsumRoot() {
   // now, with the way around it, and a rescue open knows to leave it out.
   // Not with devices missing (a sprout opened without its seed): the open
   // goes on to say which, and reads fail where they must.
-  if (st.ok() && (missing_.empty() || options_.ignore_bad_roots)) {
+  if (st.ok() && (missing_.empty() || options_.rescue.ignore_bad_roots)) {
     st = reader_->Read(tree::BlockCheck{csum->ref.bytenr, csum->ref.level, csum->ref.generation, {}}).status();
     st = st.WithContext("csum tree");
   }
   if (st.ok()) return st;
-  if (!options_.ignore_bad_roots || options_.writable) {
+  if (!options_.rescue.ignore_bad_roots || options_.writable) {
     return WithHint(st, options_.writable ? "" : "the rescue option ignorebadroots reads file data without it");
   }
   csum_tree_ignored_ = true;
