@@ -4,7 +4,7 @@
 # part). Keep the lists in step with `ubtrfs SUBCOMMAND --help`
 # (tests/install/cli_docs_test.sh checks them).
 
-_ubtrfs_subcommands="info ls cat cp dump-tree mkfs resize device balance check scrub mount stats property subvolume quota receive send fsverity mv ln chmod chown touch truncate
+_ubtrfs_subcommands="info ls cat cp dump-tree inspect rescue mkfs resize device balance check scrub mount stats property subvolume quota receive send fsverity mv ln chmod chown touch truncate
   setfattr getfattr stat find du df tree mkdir rm rmdir put edit"
 
 # The subcommands of the subcommands that have them.
@@ -15,6 +15,8 @@ _ubtrfs_nested() {
     quota) echo "rescan" ;;
     device) echo "add remove delete replace" ;;
     fsverity) echo "enable measure verify" ;;
+    inspect) echo "logical-resolve inode-resolve subvolid-resolve" ;;
+    rescue) echo "zero-log" ;;
   esac
 }
 
@@ -28,6 +30,9 @@ _ubtrfs_options() {
     "subvolume list") echo "-h --help --json --subvol --subvolid"; return ;;
     "subvolume get-default") echo "-h --help --json"; return ;;
     "quota rescan") echo "-h --help"; return ;;
+    "inspect logical-resolve") echo "-h --help -P -o"; return ;;
+    "inspect inode-resolve") echo "-h --help --subvolid"; return ;;
+    "inspect subvolid-resolve"|"rescue zero-log") echo "-h --help"; return ;;
     "fsverity enable") echo "-h --help --hash-alg --block-size --salt --signature --subvol --subvolid"; return ;;
     "fsverity measure"|"fsverity verify") echo "-h --help --subvol --subvolid"; return ;;
     "device add") echo "-h --help -f --force -q --quiet"; return ;;
@@ -37,7 +42,7 @@ _ubtrfs_options() {
   local common="-h --help --offset --partition --scan --degraded"
   # The subcommands that read files also take --rescue.
   case "$1" in
-    info|ls|cat|cp|find|du|df|tree|stat|getfattr|send|subvolume|mount) common="$common --rescue" ;;
+    info|ls|cat|cp|find|du|df|tree|stat|getfattr|send|subvolume|mount|inspect) common="$common --rescue" ;;
   esac
   # The subcommands that reach files by path also choose a subvolume.
   case "$1" in
@@ -45,7 +50,7 @@ _ubtrfs_options() {
       common="$common --subvol --subvolid" ;;
   esac
   case "$1" in
-    property|subvolume|device|quota|fsverity) echo "$common" ;;
+    property|subvolume|device|quota|fsverity|inspect|rescue) echo "$common" ;;
     receive) echo "$common -f --file --dump -v --verbose" ;;
     send) echo "$common -f --file -p --parent -c --clone-src --proto --compressed-data -v --verbose" ;;
     info) echo "$common --json" ;;

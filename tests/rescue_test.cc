@@ -22,6 +22,7 @@
 #include "format/ondisk.h"
 #include "fs/volume.h"
 #include "io/block_device.h"
+#include "txn/devices.h"
 #include "support/damage_util.h"
 #include "support/fsync_expect.h"
 #include "support/host_files.h"
@@ -378,6 +379,63 @@ TEST_F(RescueTest, NoLogReplayShowsTheLastCommit) {
   EXPECT_EQ(DescribeImage(cut, o), clean_);
   KernelAgrees(cut, "ro,rescue=nologreplay", o);
   EXPECT_NE(SuperField(cut, "log_root"), 0u);  // nobody replayed it
+}
+
+// rescue zero-log: a tree log whose root block is damaged stops a writable
+// open and the kernel's mount; dropping it keeps the last commit whole, and
+// both take the image again.
+TEST_F(RescueTest, ZeroLogDropsALogThatDoesNotReplay) {
+  const std::string img = tmp_->Sub("zl.img"), cut = tmp_->Sub("zl-cut.img");
+  std::string err;
+  ASSERT_TRUE(CopyPrefix(layout_->path, img, kDamageImageSize, &err)) << err;
+  {
+    auto fs = OpenWritable(img);
+    ASSERT_NE(fs, nullptr);
+    auto top = fs->Lookup("/");
+    ASSERT_TRUE(top.ok());
+    auto id = fs->Create(*top, "fsynced", ubtrfs::NewInode{.mode = 0100644});
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ASSERT_TRUE(fs->Write(*id, 0, SpanOf(std::string("only in the log"))).ok());
+    ASSERT_TRUE(fs->Fsync(*id, false).ok());
+    std::filesystem::copy_file(img, cut);  // the power cut
+  }
+  const uint64_t log_root = SuperField(cut, "log_root");
+  ASSERT_NE(log_root, 0u);
+  {
+    auto devs = ubtrfs::txn::OpenDevices(ubtrfs::txn::DeviceSpec::Of(cut, 0, 0, {}));
+    ASSERT_TRUE(devs.ok()) << devs.status().ToString();
+    auto vol = ubtrfs::txn::Volume::Open(std::move(*devs), ubtrfs::txn::VolumeOptions{});
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto copies = (*vol)->chunks().MapPhysical(log_root, layout_->nodesize);
+    ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+    const int fd = ::open(cut.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    for (uint64_t phys : *copies) {  // a bit in the middle of every copy
+      uint8_t b = 0;
+      ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(phys + layout_->nodesize / 2)), 1);
+      b ^= 8;
+      ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(phys + layout_->nodesize / 2)), 1);
+    }
+    ::close(fd);
+  }
+  OpenOptions rw;
+  rw.writable = true;
+  auto refused = Filesystem::Open(cut, rw);
+  ASSERT_FALSE(refused.ok()) << "a log whose root does not read was replayed";
+  EXPECT_NE(refused.status().message().find("zero-log"), std::string::npos) << refused.status().ToString();
+  KernelAgrees(cut, "ro", OpenOptions{}, /*want_mount=*/false);
+
+  CommandResult r = RunUbtrfs({"rescue", "zero-log", cut});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("previous log_root " + std::to_string(log_root)), std::string::npos) << r.out;
+  EXPECT_EQ(SuperField(cut, "log_root"), 0u);
+  EXPECT_EQ(DescribeImage(cut), clean_);  // the last commit, without /fsynced
+  EXPECT_TRUE(Filesystem::Open(cut, rw).ok());
+  EXPECT_EQ(BtrfsCheck(cut), "");
+  KernelAgrees(cut, "ro", OpenOptions{});
+  r = RunUbtrfs({"rescue", "zero-log", cut});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("nothing to clear"), std::string::npos) << r.out;
 }
 
 // salvage (ubtrfs's own): a leaf of /wide's DIR_INDEX items does not read.

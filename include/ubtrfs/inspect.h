@@ -71,6 +71,45 @@ UBTRFS_API Result<std::vector<TreeShape>> TreeShapes(const std::string& image, c
 // not list the devices; at most 64 are named).
 UBTRFS_API Result<FsInfo> ReadMemberInfo(const std::string& image, const OpenOptions& where);
 
+// Which files hold a logical address, as the kernel's LOGICAL_INO answers
+// `btrfs inspect-internal logical-resolve` on a mounted filesystem: every
+// file extent item pointing at it, in every subvolume and snapshot whose
+// tree holds the item's leaf (shared leaves included), with the file's
+// paths from the top level.
+struct LogicalResolveOptions {
+  // Every reference to the extent holding the address, not only those
+  // covering it (the kernel's LOGICAL_INO_ARGS_IGNORE_OFFSET, `-o`).
+  bool ignore_offset = false;
+  bool paths = true;  // resolve each inode's paths (LogicalRef::paths)
+};
+struct LogicalRef {
+  uint64_t root = 0;   // the subvolume (tree id)
+  uint64_t inode = 0;
+  // The file offset of the address; of the file extent item's start with
+  // ignore_offset or for a compressed extent (referenced as a whole).
+  uint64_t offset = 0;
+  std::vector<std::string> paths;  // one per hard link, without a leading '/'
+};
+struct LogicalResolution {
+  uint64_t extent = 0, extent_bytes = 0;  // the data extent holding the address
+  std::vector<LogicalRef> refs;           // by root, inode, offset
+  // What could not be read or resolved on the way (a leaf, an inode's
+  // name); refs holds what was found regardless.
+  std::vector<std::string> errors;
+  std::vector<std::string> warnings;  // about the open
+};
+// ENOENT: no extent holds the address; EINVAL: it is in a tree block.
+UBTRFS_API Result<LogicalResolution> ResolveLogical(const std::string& image, const OpenOptions& where,
+                                                    uint64_t logical, const LogicalResolveOptions& options);
+// Every path of inode `ino` of subvolume `subvolid` (5: the top level), one
+// per hard link, from the top level without a leading '/' (`inode-resolve`).
+UBTRFS_API Result<std::vector<std::string>> ResolveInode(const std::string& image, const OpenOptions& where,
+                                                         uint64_t subvolid, uint64_t ino);
+// Where subvolume `subvolid` sits, from the top level ("" for the top level
+// itself; `subvolid-resolve`). ENOENT for no such subvolume, or one that no
+// directory holds.
+UBTRFS_API Result<std::string> ResolveSubvolume(const std::string& image, const OpenOptions& where,
+                                                uint64_t subvolid);
 // Feature flag words as `ubtrfs info` prints them: "mixed-backref,
 // extended-iref, skinny-metadata, ..." (an unknown bit as "bit N"; "none").
 UBTRFS_API std::string IncompatFeatureNames(uint64_t flags);

@@ -32,6 +32,8 @@ Result<std::unique_ptr<Filesystem>> OpenImage(const std::string& image, OpenOpti
 void RegisterCommands(CLI::App& app) {
   RegisterReadCommands(app);
   RegisterDumpTree(app);
+  RegisterInspect(app);
+  RegisterRescue(app);
   RegisterMkfs(app);
   RegisterResize(app);
   RegisterDevice(app);
@@ -52,13 +54,13 @@ void RegisterCommands(CLI::App& app) {
   for (auto* cmd : app.get_subcommands({})) {
     // The commands that read an image's files (a write with it is refused).
     static const std::set<std::string> kReaders = {"info", "ls", "cat", "cp", "find", "du", "df", "tree", "stat",
-                                                   "getfattr", "mount", "send", "subvolume"};
+                                                   "getfattr", "mount", "send", "subvolume", "inspect"};
     if (kReaders.count(cmd->get_name())) AddRescueOption(cmd);
   }
   for (auto* cmd : app.get_subcommands({})) {
     // Every subcommand that opens an image's file tree; not the ones that
     // read its trees raw, mkfs, and those with options of their own.
-    static const std::set<std::string> kNoSubvol = {"dump-tree", "check", "scrub", "stats", "mkfs", "resize", "device", "balance", "mount", "property", "subvolume", "send", "quota", "fsverity"};
+    static const std::set<std::string> kNoSubvol = {"dump-tree", "inspect", "rescue", "check", "scrub", "stats", "mkfs", "resize", "device", "balance", "mount", "property", "subvolume", "send", "quota", "fsverity"};
     if (!kNoSubvol.count(cmd->get_name())) AddSubvolOptions(cmd);
   }
 }

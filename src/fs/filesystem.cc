@@ -51,7 +51,12 @@ namespace {
 Result<std::unique_ptr<txn::Volume>> ReplayTreeLog(std::unique_ptr<txn::Volume> vol, const txn::VolumeOptions& vo,
                                                    const std::vector<io::UndoDevice*>& undo) {
   if (vo.writable) {
-    UB_RETURN_IF_ERROR(log::ReplayLog(vol.get()).WithContext("replaying the tree log"));
+    if (Status st = log::ReplayLog(vol.get()); !st.ok()) {
+      st = st.WithContext("replaying the tree log");
+      return Status::Error(st.code(), st.message() + "; `ubtrfs rescue zero-log` drops the log (what was fsynced "
+                                                     "after the last commit is lost), the rescue option nologreplay "
+                                                     "reads the last commit read-only");
+    }
     for (auto* u : undo) u->Forget();  // committed: a later Discard must not undo it
     return txn::Volume::Open(txn::Volume::TakeDevices(std::move(vol)), vo);
   }
@@ -70,7 +75,8 @@ Result<std::unique_ptr<txn::Volume>> ReplayTreeLog(std::unique_ptr<txn::Volume> 
     st = rw.ok() ? log::ReplayLog(rw->get()) : rw.status();
   }
   if (!st.ok() && st.code() != EOPNOTSUPP) {
-    return st.WithContext("replaying the tree log (in memory; the image is not changed)");
+    st = st.WithContext("replaying the tree log (in memory; the image is not changed)");
+    return Status::Error(st.code(), st.message() + "; the rescue option nologreplay reads the last commit");
   }
   // Unsupported for writing (so not replayable): the last commit's state,
   // as before; an uncommitted replay left the superblock as it was.

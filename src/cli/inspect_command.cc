@@ -1,0 +1,101 @@
+// inspect logical-resolve | inode-resolve | subvolid-resolve: which files
+// hold a logical address, the paths of an inode, the path of a subvolume
+// (ubtrfs/inspect.h), as `btrfs inspect-internal` answers them on a mounted
+// filesystem -- here on an image, with no mount and no root. Paths are
+// printed from the top level with a leading '/'. Exit 1 when the answer is
+// missing or partial (a block on the way did not read).
+#include <fmt/core.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/image_options.h"
+#include "cli/text.h"
+#include "ubtrfs/inspect.h"
+
+namespace ubtrfs::cli {
+namespace {
+
+struct Options {
+  std::string image;
+  uint64_t logical = 0;
+  uint64_t ino = 0;
+  uint64_t subvolid = 5;
+  bool inodes_only = false;
+  bool ignore_offset = false;
+};
+
+OpenOptions Where() {
+  OpenOptions where;
+  PlacementInto(&where);
+  return where;
+}
+
+void Fail(const std::string& verb, const Status& st) {
+  fmt::print(stderr, "ubtrfs: inspect {}: {}\n", verb, st.ToString());
+  HintRescue(st);
+  SetExitCode(1);
+}
+
+void CmdLogicalResolve(const Options& o) {
+  LogicalResolveOptions lo;
+  lo.ignore_offset = o.ignore_offset;
+  lo.paths = !o.inodes_only;
+  auto r = ResolveLogical(o.image, Where(), o.logical, lo);
+  if (!r.ok()) return Fail("logical-resolve", r.status());
+  for (const auto& w : r->warnings) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", o.image, w);
+  for (const auto& ref : r->refs) {
+    if (o.inodes_only) {
+      fmt::print("inode {} offset {} root {}\n", ref.inode, ref.offset, ref.root);
+      continue;
+    }
+    for (const auto& p : ref.paths) fmt::print("/{}\n", Printable(p));
+  }
+  for (const auto& e : r->errors) fmt::print(stderr, "ubtrfs: inspect logical-resolve: {}: {}\n", o.image, e);
+  if (!r->errors.empty()) SetExitCode(1);
+}
+
+void CmdInodeResolve(const Options& o) {
+  auto r = ResolveInode(o.image, Where(), o.subvolid, o.ino);
+  if (!r.ok()) return Fail("inode-resolve", r.status());
+  for (const auto& p : *r) fmt::print("/{}\n", Printable(p));
+}
+
+void CmdSubvolidResolve(const Options& o) {
+  auto r = ResolveSubvolume(o.image, Where(), o.subvolid);
+  if (!r.ok()) return Fail("subvolid-resolve", r.status());
+  fmt::print("/{}\n", Printable(*r));
+}
+
+}  // namespace
+
+void RegisterInspect(CLI::App& app) {
+  static Options opts;
+  auto* in = app.add_subcommand("inspect", "Which files hold a logical address, the paths of an inode or a "
+                                           "subvolume (as btrfs inspect-internal, on an image)");
+  in->require_subcommand(1);
+  auto* lr = in->add_subcommand("logical-resolve", "Print the path of every file whose data is at LOGICAL "
+                                                   "(every reference, in every snapshot)");
+  lr->add_flag("-P", opts.inodes_only, "Print \"inode I offset O root R\" instead of paths");
+  lr->add_flag("-o", opts.ignore_offset,
+               "Every reference to the extent holding LOGICAL, not only those to that block");
+  lr->add_option("image", opts.image, "Image file or block device")->required();
+  lr->add_option("logical", opts.logical, "A logical address (bytes, as dump-tree and filefrag on btrfs show "
+                                          "them)")
+      ->required();
+  lr->callback([] { CmdLogicalResolve(opts); });
+  auto* ir = in->add_subcommand("inode-resolve", "Print every path of inode INO (one per hard link)");
+  ir->add_option("--subvolid", opts.subvolid, "The subvolume holding the inode (5: the top level, the default)");
+  ir->add_option("image", opts.image, "Image file or block device")->required();
+  ir->add_option("ino", opts.ino, "Inode number")->required();
+  ir->callback([] { CmdInodeResolve(opts); });
+  auto* sr = in->add_subcommand("subvolid-resolve", "Print the path of the subvolume with id ID");
+  sr->add_option("image", opts.image, "Image file or block device")->required();
+  sr->add_option("id", opts.subvolid, "Subvolume id")->required();
+  sr->callback([] { CmdSubvolidResolve(opts); });
+  for (auto* sub : {lr, ir, sr}) sub->fallthrough();  // --offset, --rescue and the like after the verb
+}
+
+}  // namespace ubtrfs::cli
