@@ -381,6 +381,40 @@ TEST_F(RescueTest, NoLogReplayShowsTheLastCommit) {
   EXPECT_NE(SuperField(cut, "log_root"), 0u);  // nobody replayed it
 }
 
+// find, du and tree go on past what does not read, as find(1) and du(1):
+// each path's error on stderr, everything else walked, exit 1.
+TEST_F(RescueTest, FindDuAndTreeGoOnPastABadLeaf) {
+  const Layout* l = layout_.get();
+  const CommandResult clean = RunUbtrfs({"find", l->path + ":/"});
+  ASSERT_TRUE(clean.ok()) << clean.Describe();
+  Patcher p(l->path);
+  for (uint64_t phys : l->Copies(l->leaf, l->nodesize)) p.FlipBit(phys + 1);
+  const std::string& target = l->target_name;  // "/wide/NAME"
+  CommandResult r = RunUbtrfs({"find", l->path + ":/"});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.err.find("'" + target + "': "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checksum mismatch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the rest was walked"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hint: "), std::string::npos) << r.err;
+  // Every path but those whose inode is in the leaf: more than half.
+  const auto lines = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n'); };
+  EXPECT_GT(lines(r.out), lines(clean.out) / 2) << r.out;
+  EXPECT_LT(lines(r.out), lines(clean.out));
+  EXPECT_NE(r.out.find("/files/f3\n"), std::string::npos) << r.out;
+  r = RunUbtrfs({"du", "-a", "-b", l->path + ":/"});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.err.find("'" + target + "': "), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("\t/\n"), std::string::npos) << "no total for the top: " << r.out;
+  r = RunUbtrfs({"tree", l->path + ":/"});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.out.find(target.substr(target.rfind('/') + 1) + "  [error]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" files\n"), std::string::npos) << r.out;
+  // The rescue option that takes the leaf walks it all.
+  r = RunUbtrfs({"find", "--rescue", "ignoremetacsums", l->path + ":/"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(r.out, clean.out);
+}
+
 // rescue zero-log: a tree log whose root block is damaged stops a writable
 // open and the kernel's mount; dropping it keeps the last commit whole, and
 // both take the image again.

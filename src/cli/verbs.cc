@@ -503,18 +503,62 @@ bool TypeMatches(char t, uint32_t mode) {
   }
 }
 
-Status FindWalk(Filesystem& fs, InodeId id, const std::string& path, const std::string& name, int depth,
-                const FindSpec& spec, std::set<std::pair<uint64_t, uint64_t>>& dirs) {
-  UB_ASSIGN_OR_RETURN(Stat s, fs.GetStat(id));
-  if (depth >= spec.mindepth && TypeMatches(spec.type, s.mode) &&
+// What a walk (find, du, tree) could not read: each path's error is printed
+// as find(1) and du(1) print theirs and the walk goes on past it; the verb
+// fails at the end. Entries a salvaging ReadDir (--rescue salvage) could
+// not list are warned of as ls does, and names lost with them are errors.
+class WalkErrors {
+ public:
+  explicit WalkErrors(std::string verb) : verb_(std::move(verb)) {}
+  void Add(const std::string& path, const Status& st) {
+    fmt::print(stderr, "ubtrfs: {}: {}: {}\n", verb_, Q(path), st.message());
+    HintRescue(st);
+    if (count_++ == 0) code_ = st.code();
+  }
+  // The directory's entries; nullopt (and the error noted) when it does not read.
+  std::optional<std::vector<DirEntry>> ReadDir(Filesystem& fs, InodeId id, const std::string& path) {
+    std::vector<SkippedEntry> skipped;
+    auto entries = fs.ReadDir(id, &skipped);
+    if (!entries.ok()) {
+      Add(path, entries.status());
+      return std::nullopt;
+    }
+    for (const auto& s : skipped) {
+      if (s.name.empty() && s.lost) {
+        Add(path, Status::Corrupt(s.reason));
+      } else if (s.name.empty()) {
+        fmt::print(stderr, "ubtrfs: warning: {}: {}\n", Printable(path), s.reason);
+      } else {
+        fmt::print(stderr, "ubtrfs: warning: {}: entry {} (index {}) not listed: {}\n", Printable(path),
+                   Printable(s.name), s.index, s.reason);
+      }
+    }
+    return std::move(*entries);
+  }
+  Status Done() const {
+    if (count_ == 0) return Status::Ok();
+    return Status::Error(code_, std::to_string(count_) + " path(s) could not be read; the rest was walked");
+  }
+
+ private:
+  std::string verb_;
+  int count_ = 0;
+  int code_ = 0;
+};
+
+void FindWalk(Filesystem& fs, InodeId id, const std::string& path, const std::string& name, int depth,
+              const FindSpec& spec, std::set<std::pair<uint64_t, uint64_t>>& dirs, WalkErrors& errors) {
+  auto s = fs.GetStat(id);
+  if (!s.ok()) return errors.Add(path, s.status());
+  if (depth >= spec.mindepth && TypeMatches(spec.type, s->mode) &&
       (spec.name.empty() || fnmatch(spec.name.c_str(), name.c_str(), 0) == 0)) {
     fmt::print("{}\n", path);
   }
-  if (!S_ISDIR(s.mode) || (spec.maxdepth >= 0 && depth >= spec.maxdepth)) return Status::Ok();
-  if (!dirs.insert({id.root, id.ino}).second) return Status::Ok();  // a loop in a damaged image
-  UB_ASSIGN_OR_RETURN(auto entries, fs.ReadDir(id));
-  for (const auto& e : entries) UB_RETURN_IF_ERROR(FindWalk(fs, e.id, Join(path, e.name), e.name, depth + 1, spec, dirs));
-  return Status::Ok();
+  if (!S_ISDIR(s->mode) || (spec.maxdepth >= 0 && depth >= spec.maxdepth)) return;
+  if (!dirs.insert({id.root, id.ino}).second) return;  // a loop in a damaged image
+  auto entries = errors.ReadDir(fs, id, path);
+  if (!entries) return;
+  for (const auto& e : *entries) FindWalk(fs, e.id, Join(path, e.name), e.name, depth + 1, spec, dirs, errors);
 }
 
 struct DuSpec {
@@ -548,16 +592,20 @@ std::string DuSize(uint64_t n, const DuSpec& spec) {
 // Post-order as du(1): each directory's total after its contents; a file
 // with several links counts once. -b counts apparent sizes, otherwise the
 // allocated bytes.
-Result<uint64_t> DuWalk(Filesystem& fs, InodeId id, const std::string& path, int depth, const DuSpec& spec,
-                        std::set<std::pair<uint64_t, uint64_t>>& seen, std::string* json) {
-  UB_ASSIGN_OR_RETURN(Stat s, fs.GetStat(id));
-  if (!seen.insert({id.root, id.ino}).second) return uint64_t{0};
+uint64_t DuWalk(Filesystem& fs, InodeId id, const std::string& path, int depth, const DuSpec& spec,
+                std::set<std::pair<uint64_t, uint64_t>>& seen, std::string* json, WalkErrors& errors) {
+  auto st = fs.GetStat(id);
+  if (!st.ok()) {
+    errors.Add(path, st.status());
+    return 0;
+  }
+  const Stat& s = *st;
+  if (!seen.insert({id.root, id.ino}).second) return 0;
   uint64_t total = spec.bytes ? s.size : Allocated(s);
   if (S_ISDIR(s.mode)) {
-    UB_ASSIGN_OR_RETURN(auto entries, fs.ReadDir(id));
-    for (const auto& e : entries) {
-      UB_ASSIGN_OR_RETURN(uint64_t n, DuWalk(fs, e.id, Join(path, e.name), depth + 1, spec, seen, json));
-      total += n;
+    // As du(1): a directory that does not read still counts what it is.
+    if (auto entries = errors.ReadDir(fs, id, path)) {
+      for (const auto& e : *entries) total += DuWalk(fs, e.id, Join(path, e.name), depth + 1, spec, seen, json, errors);
     }
   }
   if (depth == 0 || (!spec.summarize && (S_ISDIR(s.mode) || spec.all))) {
@@ -610,19 +658,27 @@ Result<InodeId> ResolveFollowing(Filesystem& fs, const std::string& path) {
 // As tree(1) 2.x: names starting with '.' only with -a; a symlink that
 // leads to a directory counts as one; the top directory counts too; the
 // line under a directory that goes on is "│", two no-break spaces, a space.
-Status TreeWalk(Filesystem& fs, InodeId id, const std::string& path, const std::string& prefix, int depth,
-                int max_depth, bool all, uint64_t* dirs, uint64_t* files,
-                std::set<std::pair<uint64_t, uint64_t>>& seen) {
-  if (max_depth >= 0 && depth >= max_depth) return Status::Ok();
-  if (!seen.insert({id.root, id.ino}).second) return Status::Ok();
-  UB_ASSIGN_OR_RETURN(auto entries, fs.ReadDir(id));
+void TreeWalk(Filesystem& fs, InodeId id, const std::string& path, const std::string& prefix, int depth,
+              int max_depth, bool all, uint64_t* dirs, uint64_t* files, std::set<std::pair<uint64_t, uint64_t>>& seen,
+              WalkErrors& errors) {
+  if (max_depth >= 0 && depth >= max_depth) return;
+  if (!seen.insert({id.root, id.ino}).second) return;
+  auto read = errors.ReadDir(fs, id, path);
+  if (!read) return;
+  std::vector<DirEntry>& entries = *read;
   if (!all) std::erase_if(entries, [](const DirEntry& e) { return !e.name.empty() && e.name[0] == '.'; });
   std::sort(entries.begin(), entries.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
   for (size_t i = 0; i < entries.size(); ++i) {
     const bool last = i + 1 == entries.size();
     const auto& e = entries[i];
-    UB_ASSIGN_OR_RETURN(Stat s, fs.GetStat(e.id));
     std::string line = prefix + (last ? "└── " : "├── ") + Printable(e.name);
+    auto st = fs.GetStat(e.id);
+    if (!st.ok()) {  // as tree(1) marks what it cannot open
+      fmt::print("{}  [error]\n", line);
+      errors.Add(Join(path, e.name), st.status());
+      continue;
+    }
+    const Stat& s = *st;
     bool dir = S_ISDIR(s.mode);
     if (S_ISLNK(s.mode)) {
       auto t = fs.ReadLink(e.id);
@@ -639,14 +695,13 @@ Status TreeWalk(Filesystem& fs, InodeId id, const std::string& path, const std::
     if (dir) {
       ++*dirs;
       if (S_ISDIR(s.mode)) {
-        UB_RETURN_IF_ERROR(TreeWalk(fs, e.id, Join(path, e.name), prefix + (last ? "    " : "│\u00a0\u00a0 "), depth + 1,
-                                    max_depth, all, dirs, files, seen));
+        TreeWalk(fs, e.id, Join(path, e.name), prefix + (last ? "    " : "│\u00a0\u00a0 "), depth + 1, max_depth,
+                 all, dirs, files, seen, errors);
       }
     } else {
       ++*files;
     }
   }
-  return Status::Ok();
 }
 
 Status RemoveTree(Filesystem& fs, InodeId dir, const std::string& name) {
@@ -968,14 +1023,15 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
         return SetExitCode(2);
       }
       Run(session, "find", false, starts, [=](Filesystem& fs, const Paths& p) -> Status {
+        WalkErrors errors("find");
         for (const auto& start : p) {
           auto id = fs.Lookup(start);
           if (!id.ok()) return Err(id.status().code(), Q(start) + ": " + strerror(id.status().code()));
           std::set<std::pair<uint64_t, uint64_t>> dirs;
           std::string name = SplitLast(start).second;
-          UB_RETURN_IF_ERROR(FindWalk(fs, *id, start, name, 0, spec, dirs));
+          FindWalk(fs, *id, start, name, 0, spec, dirs, errors);
         }
-        return Status::Ok();
+        return errors.Done();
       });
     });
   }
@@ -997,13 +1053,14 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
     du->callback([=] {
       Run(session, "du", false, o->files, [=](Filesystem& fs, const Paths& p) -> Status {
         std::string json;
+        WalkErrors errors("du");
         for (const auto& path : p) {
           UB_ASSIGN_OR_RETURN(InodeId id, Find(fs, path, "cannot access"));
           std::set<std::pair<uint64_t, uint64_t>> seen;
-          UB_RETURN_IF_ERROR(DuWalk(fs, id, path, 0, o->spec, seen, &json).status());
+          DuWalk(fs, id, path, 0, o->spec, seen, &json, errors);
         }
         if (o->spec.json) fmt::print("[{}]\n", json);
-        return Status::Ok();
+        return errors.Done();
       });
     });
   }
@@ -1066,9 +1123,10 @@ void RegisterVerbs(CLI::App& app, VerbSession* session) {
         UB_ASSIGN_OR_RETURN(Stat top, fs.GetStat(id));
         uint64_t dirs = S_ISDIR(top.mode) ? 1 : 0, files = 0;
         std::set<std::pair<uint64_t, uint64_t>> seen;
-        UB_RETURN_IF_ERROR(TreeWalk(fs, id, p[0], "", 0, o->level, o->all, &dirs, &files, seen));
+        WalkErrors errors("tree");
+        TreeWalk(fs, id, p[0], "", 0, o->level, o->all, &dirs, &files, seen, errors);
         fmt::print("\n{} director{}, {} file{}\n", dirs, dirs == 1 ? "y" : "ies", files, files == 1 ? "" : "s");
-        return Status::Ok();
+        return errors.Done();
       });
     });
   }
