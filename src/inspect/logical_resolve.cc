@@ -20,6 +20,7 @@
 #include "format/key.h"
 #include "format/ondisk.h"
 #include "inspect/inode_paths.h"
+#include "inspect/logical_resolve.h"
 #include "tree/cursor.h"
 #include "txn/devices.h"
 #include "txn/extent_refs.h"
@@ -267,13 +268,18 @@ Result<std::unique_ptr<txn::Volume>> OpenForInspect(const std::string& image, co
 
 }  // namespace
 
+Status inspect::ResolveLogicalIn(txn::Volume* vol, uint64_t logical, const LogicalResolveOptions& options,
+                                 LogicalResolution* out) {
+  Resolver r(vol, options, out);
+  return r.Run(logical);
+}
+
 Result<LogicalResolution> ResolveLogical(const std::string& image, const OpenOptions& where, uint64_t logical,
                                          const LogicalResolveOptions& options) {
   UB_ASSIGN_OR_RETURN(auto vol, OpenForInspect(image, where));
   LogicalResolution out;
   out.warnings = vol->warnings();
-  Resolver r(vol.get(), options, &out);
-  UB_RETURN_IF_ERROR(r.Run(logical).WithContext(image));
+  UB_RETURN_IF_ERROR(inspect::ResolveLogicalIn(vol.get(), logical, options, &out).WithContext(image));
   return out;
 }
 
