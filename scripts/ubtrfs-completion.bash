@@ -15,7 +15,7 @@ _ubtrfs_nested() {
     quota) echo "rescan" ;;
     device) echo "add remove delete replace" ;;
     fsverity) echo "enable measure verify" ;;
-    inspect) echo "logical-resolve inode-resolve subvolid-resolve" ;;
+    inspect) echo "logical-resolve inode-resolve subvolid-resolve find-root" ;;
     rescue) echo "zero-log" ;;
   esac
 }
@@ -32,6 +32,7 @@ _ubtrfs_options() {
     "quota rescan") echo "-h --help"; return ;;
     "inspect logical-resolve") echo "-h --help -P -o"; return ;;
     "inspect inode-resolve") echo "-h --help --subvolid"; return ;;
+    "inspect find-root") echo "-h --help -o --tree"; return ;;
     "inspect subvolid-resolve"|"rescue zero-log") echo "-h --help"; return ;;
     "fsverity enable") echo "-h --help --hash-alg --block-size --salt --signature --subvol --subvolid"; return ;;
     "fsverity measure"|"fsverity verify") echo "-h --help --subvol --subvolid"; return ;;
@@ -42,7 +43,7 @@ _ubtrfs_options() {
   local common="-h --help --offset --partition --scan --degraded"
   # The subcommands that read files also take --rescue.
   case "$1" in
-    info|ls|cat|cp|find|du|df|tree|stat|getfattr|send|subvolume|mount|inspect) common="$common --rescue" ;;
+    info|ls|cat|cp|find|du|df|tree|stat|getfattr|send|subvolume|mount|inspect|dump-tree) common="$common --rescue --tree-root --super" ;;
   esac
   # The subcommands that reach files by path also choose a subvolume.
   case "$1" in
@@ -61,7 +62,7 @@ _ubtrfs_options() {
     mkfs) echo "$common -d --data -m --metadata -b --size -n --nodesize -M --mixed -s --sectorsize --csum --checksum -L --label -U --uuid -r --rootdir --compress -O --features -u --subvol --inode-flags --owner --reflink --shrink --deterministic -K --nodiscard -f --force -q --quiet" ;;
     resize) echo "$common -q --quiet --shrink max min" ;;
     balance) echo "$common -d --dconvert --dusage -m --mconvert --musage -s --sconvert -f --force -q --quiet" ;;
-    check) echo "$common --json --check-data-csum --max-errors" ;;
+    check) echo "$common --json --check-data-csum --max-errors -b --backup -r --tree-root -s --super" ;;
     scrub) echo "$common -r --readonly --json" ;;
     mount) echo "$common -o --options -f --foreground -d --debug" ;;
     stats) echo "$common --json" ;;
@@ -149,7 +150,7 @@ _ubtrfs() {
     edit:-f|edit:--file)
       COMPREPLY=($(compgen -f -- "$cur"))
       return 0 ;;
-    *:--offset|*:--partition|*:--scan|*:--subvol|*:--subvolid|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|mkfs:--owner|mkfs:--inode-flags|\
+    *:--offset|*:--partition|*:--scan|*:--subvol|*:--subvolid|*:--tree-root|*:--super|check:-r|check:-s|mkfs:-b|mkfs:--size|mkfs:-s|mkfs:--sectorsize|mkfs:-L|mkfs:--label|mkfs:-U|mkfs:--uuid|mkfs:--owner|mkfs:--inode-flags|\
     mkdir:-m|mkdir:--mode|dump-tree:-b|dump-tree:--block|check:--max-errors|touch:-d|touch:--date|\
     truncate:-s|truncate:--size|setfattr:-n|setfattr:--name|setfattr:-v|setfattr:--value|setfattr:-x|\
     setfattr:--remove|getfattr:-n|getfattr:--name|getfattr:-m|getfattr:--match|tree:-L|tree:--level|\

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,13 +23,13 @@
 #include "format/ondisk.h"
 #include "fs/volume.h"
 #include "io/block_device.h"
-#include "txn/devices.h"
 #include "support/damage_util.h"
 #include "support/fsync_expect.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "support/tree_compare.h"
+#include "txn/devices.h"
 #include "ubtrfs/filesystem.h"
 
 namespace ubtrfs_test {
@@ -413,6 +414,104 @@ TEST_F(RescueTest, FindDuAndTreeGoOnPastABadLeaf) {
   r = RunUbtrfs({"find", "--rescue", "ignoremetacsums", l->path + ":/"});
   EXPECT_TRUE(r.ok()) << r.Describe();
   EXPECT_EQ(r.out, clean.out);
+}
+
+// The root tree and every backup root lost: inspect find-root lists the
+// roots of older commits copy-on-write left on disk, and --tree-root reads
+// such a commit as it was; check takes -r, -b and -s as btrfs check does.
+TEST_F(RescueTest, AnOlderCommitIsFoundAndReadByItsRootTreeAddress) {
+  const std::string img = tmp_->Sub("older.img");
+  std::string err;
+  ASSERT_TRUE(CopyPrefix(layout_->path, img, kDamageImageSize, &err)) << err;
+  std::map<uint64_t, std::string> seen;  // generation -> the tree as that commit left it
+  seen[SuperField(img, "generation")] = clean_;
+  for (int i = 0; i < 6; ++i) {
+    {
+      auto fs = OpenWritable(img);
+      ASSERT_NE(fs, nullptr);
+      auto top = fs->Lookup("/");
+      ASSERT_TRUE(top.ok());
+      auto id = fs->Create(*top, "commit" + std::to_string(i), ubtrfs::NewInode{.mode = 0644});
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      ASSERT_TRUE(fs->Write(*id, 0, SpanOf(std::string(100 + i, 'x'))).ok());
+      ASSERT_TRUE(fs->Commit().ok());
+    }
+    seen[SuperField(img, "generation")] = DescribeImage(img);
+  }
+  const uint64_t gen = SuperField(img, "generation"), root = SuperField(img, "root");
+  // The superblock's root first, then older ones; -b and -s on a sound image.
+  const CommandResult roots = RunUbtrfs({"inspect", "find-root", img});
+  ASSERT_TRUE(roots.ok()) << roots.Describe();
+  EXPECT_NE(roots.out.find("generation " + std::to_string(gen) + ": root at " + std::to_string(root) +
+                           " level 0 (the superblock's)\n"),
+            std::string::npos)
+      << roots.out;
+  for (const char* arg : {"-b", "--super=1"}) {
+    CommandResult c = RunUbtrfs({"check", arg, img});
+    EXPECT_TRUE(c.ok()) << arg << ": " << c.Describe();
+  }
+  CommandResult r = RunUbtrfs({"check", "--super=2", img});
+  EXPECT_EQ(r.exit_code, 8) << r.Describe();
+  EXPECT_NE(r.err.find("superblock copy 2 at 274877906944: device is only"), std::string::npos) << r.err;
+
+  // Every older root find-root lists is a commit of this test: read by its
+  // address, it shows that commit's tree and checks clean, unless
+  // copy-on-write has reused its blocks since (the kernel's backup roots
+  // are best effort for the same reason). The previous commit's is whole.
+  std::vector<std::pair<uint64_t, uint64_t>> whole;  // (generation, bytenr) read as it was
+  for (size_t at = 0; (at = roots.out.find("generation ", at)) != std::string::npos; ++at) {
+    unsigned long long g = 0, b = 0;
+    if (std::sscanf(roots.out.c_str() + at, "generation %llu: root at %llu", &g, &b) != 2 || g >= gen) continue;
+    ASSERT_TRUE(seen.count(g)) << "find-root listed generation " << g << ", which no commit of this test made";
+    OpenOptions o;
+    o.rescue.tree_root = b;
+    const std::string view = DescribeImage(img, o);
+    if (view.rfind("ERROR", 0) == 0) continue;
+    EXPECT_EQ(view, seen[g]) << "generation " << g << " at " << b;
+    CommandResult c = RunUbtrfs({"check", "--tree-root", std::to_string(b), img});
+    EXPECT_TRUE(c.ok()) << "check of generation " << g << ": " << c.Describe();
+    whole.push_back({g, b});
+  }
+  ASSERT_FALSE(whole.empty()) << roots.out;
+  EXPECT_EQ(whole.front().first, gen - 1) << roots.out;
+
+  // The superblock's root damaged and its backup roots gone (both copies).
+  {
+    Patcher p(img);
+    ubtrfs::txn::DeviceSpec spec = ubtrfs::txn::DeviceSpec::Of(img, 0, 0, {});
+    auto devs = ubtrfs::txn::OpenDevices(spec);
+    ASSERT_TRUE(devs.ok());
+    auto vol = ubtrfs::txn::Volume::Open(std::move(*devs), ubtrfs::txn::VolumeOptions{});
+    ASSERT_TRUE(vol.ok());
+    auto copies = (*vol)->chunks().MapPhysical(root, layout_->nodesize);
+    ASSERT_TRUE(copies.ok());
+    for (uint64_t phys : *copies) p.FlipBit(phys + layout_->nodesize / 2);
+    for (int m = 0; m < 2; ++m) {
+      DamageSuper(p, fmtd::SuperblockOffset(m), [](fmtd::SuperBlock& sb) {
+        std::memset(&sb.super_roots, 0, sizeof sb.super_roots);
+      }, /*fix=*/true);
+    }
+    EXPECT_NE(DescribeImage(img, Rescue("usebackuproot")).find("no older backup root"), std::string::npos);
+    r = RunUbtrfs({"check", "-b", img});
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    CommandResult found = RunUbtrfs({"inspect", "find-root", img});
+    EXPECT_TRUE(found.ok()) << found.Describe();
+    EXPECT_EQ(found.out.find("(the superblock's)"), std::string::npos) << found.out;
+    const auto& [g, b] = whole.front();
+    EXPECT_NE(found.out.find("generation " + std::to_string(g) + ": root at " + std::to_string(b)), std::string::npos)
+        << found.out;
+    OpenOptions o;
+    o.rescue.tree_root = b;
+    EXPECT_EQ(DescribeImage(img, o), seen[g]);
+    CommandResult ls = RunUbtrfs({"ls", "--tree-root", std::to_string(b), img, "/"});
+    EXPECT_TRUE(ls.ok()) << ls.Describe();
+    EXPECT_NE(ls.err.find("given (tree-root)"), std::string::npos) << ls.err;
+  }
+  // Only for reading.
+  OpenOptions rw;
+  rw.writable = true;
+  rw.rescue.tree_root = root;
+  EXPECT_EQ(Filesystem::Open(img, rw).status().code(), EINVAL);
 }
 
 // rescue zero-log: a tree log whose root block is damaged stops a writable

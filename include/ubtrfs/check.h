@@ -28,6 +28,13 @@ struct CheckOptions {
   // Where to look for the other devices (the path may also be
   // IMG1,IMG2,...).
   std::vector<std::string> scan_dirs;
+  // Which commit to check, as btrfs check's --backup (the newest backup
+  // root that reads, when the superblock's root tree does not), --tree-root
+  // and --super: use_backup_root, tree_root and super_mirror of
+  // RescueOptions (the others are not taken: they would hide damage).
+  bool use_backup_root = false;
+  uint64_t tree_root = 0;
+  int super_mirror = -1;
 };
 
 struct CheckResult {

@@ -218,10 +218,20 @@ struct RescueOptions {
   // lists what the readable ones hold, and the names its name-hash items
   // keep of the rest; ReadDir's `skipped` says what was lost where.
   bool salvage = false;
+  // [ubtrfs's own, as btrfs restore -t and btrfs check --tree-root] The root
+  // tree's root is the tree block at this logical address (an older
+  // commit's, as `ubtrfs inspect find-root` lists them) instead of the
+  // superblock's; its trees are read as that commit left them, without the
+  // tree log. 0: the superblock's.
+  uint64_t tree_root = 0;
+  // [ubtrfs's own, as btrfs check --super] Read superblock copy N (0 at
+  // 64 KiB, 1 at 64 MiB, 2 at 256 GiB) of every device, not the best
+  // valid one. -1: the best.
+  int super_mirror = -1;
 
   bool any() const {
     return use_backup_root || no_log_replay || ignore_bad_roots || ignore_data_csums || ignore_meta_csums ||
-           ignore_super_flags || salvage;
+           ignore_super_flags || salvage || tree_root != 0 || super_mirror >= 0;
   }
 };
 

@@ -110,6 +110,30 @@ UBTRFS_API Result<std::vector<std::string>> ResolveInode(const std::string& imag
 // directory holds.
 UBTRFS_API Result<std::string> ResolveSubvolume(const std::string& image, const OpenOptions& where,
                                                 uint64_t subvolid);
+// Roots of older commits, for an image whose root tree is lost with its
+// backup roots (`ubtrfs inspect find-root`, as btrfs-find-root): every
+// metadata and system chunk read block by block for verified tree blocks
+// of `tree`; the highest-level one of each generation is that commit's root.
+// Read one with RescueOptions::tree_root (`--tree-root`). Needs the
+// superblock and the chunk tree only.
+struct FindRootOptions {
+  uint64_t tree = 1;  // the root tree; any tree's id (2 extent, 5 fs, 3 chunk, ...)
+};
+struct RootCandidate {
+  uint64_t bytenr = 0, generation = 0;
+  int level = 0;
+  friend bool operator==(const RootCandidate&, const RootCandidate&) = default;
+};
+struct FindRootResult {
+  uint64_t generation = 0;   // the superblock's
+  RootCandidate super_root;  // what the superblock names (root and chunk tree only)
+  std::vector<RootCandidate> roots;  // one per generation, newest first
+  uint64_t chunks_scanned = 0, bytes_scanned = 0, blocks_found = 0;
+  uint64_t windows_unread = 0;  // 1 MiB windows that did not read whole (tried block by block)
+  std::vector<std::string> warnings;  // about the open
+};
+UBTRFS_API Result<FindRootResult> FindRoots(const std::string& image, const OpenOptions& where,
+                                            const FindRootOptions& options);
 // Feature flag words as `ubtrfs info` prints them: "mixed-backref,
 // extended-iref, skinny-metadata, ..." (an unknown bit as "bit N"; "none").
 UBTRFS_API std::string IncompatFeatureNames(uint64_t flags);

@@ -1149,7 +1149,7 @@ void Checker::CheckRootRefs() {
 
 void Checker::Run() {
   const SuperBlock& sb = vol_.super();
-  if (vol_.super_mirror() != 0) {
+  if (vol_.super_mirror() != 0 && opts_.super_mirror < 0) {  // not when asked for
     Error("superblock: the primary copy is unusable; superblock copy " + N(static_cast<uint64_t>(vol_.super_mirror())) +
           " was used");
   }
@@ -1373,6 +1373,9 @@ Result<CheckResult> CheckImage(const std::string& path, const CheckOptions& opti
   txn::VolumeOptions vo;
   vo.node_cache_bytes = 32ull << 20;
   vo.verify_data_csums = false;
+  vo.rescue.use_backup_root = options.use_backup_root;
+  vo.rescue.tree_root = options.tree_root;
+  vo.rescue.super_mirror = options.super_mirror;
   auto vol = txn::Volume::Open(std::move(*devs), vo);
   if (!vol.ok()) {
     const int code = vol.status().code();

@@ -22,12 +22,15 @@ struct CheckArgs {
   bool json = false;
   bool check_data_csum = false;
   size_t max_errors = 2000;
+  bool backup = false;
+  uint64_t tree_root = 0;
+  int super_mirror = -1;
 };
 
 void CmdCheck(const CheckArgs& a, const std::vector<std::string>& extra) {
   if (!extra.empty() || a.image.empty()) {
     const std::string what = extra.empty() ? "missing IMAGE" : "unexpected argument '" + extra.front() + "'";
-    fmt::print(stderr, "ubtrfs check: {}\nusage: ubtrfs check IMAGE [--json] [--check-data-csum]\n", what);
+    fmt::print(stderr, "ubtrfs check: {}\nusage: ubtrfs check IMAGE [--json] [--check-data-csum] [-b] [-r BYTENR] [-s N]\n", what);
     SetExitCode(kExitOperational);
     return;
   }
@@ -37,6 +40,9 @@ void CmdCheck(const CheckArgs& a, const std::vector<std::string>& extra) {
   opts.offset = Placement().offset;
   opts.partition = Placement().partition;
   opts.scan_dirs = Placement().scan_dirs;
+  opts.use_backup_root = a.backup;
+  opts.tree_root = a.tree_root;
+  opts.super_mirror = a.super_mirror;
   auto r = CheckImage(a.image, opts);
   if (!r.ok()) {
     if (a.json) {
@@ -81,6 +87,12 @@ void RegisterCheck(CLI::App& app) {
   cmd->add_flag("--json", args.json, "Print the result as one JSON object {errors, warnings, counts, clean}");
   cmd->add_flag("--check-data-csum", args.check_data_csum, "Also read all checksummed data and verify it");
   cmd->add_option("--max-errors", args.max_errors, "Error lines to print at most (0: all); all are counted");
+  cmd->add_flag("-b,--backup", args.backup,
+                "When the superblock's root tree does not read, check the newest backup root that does");
+  cmd->add_option("-r,--tree-root", args.tree_root,
+                  "Check the commit whose root tree's root is the block at this logical address (inspect "
+                  "find-root lists them)");
+  cmd->add_option("-s,--super", args.super_mirror, "Use superblock copy N (0, 1 or 2), not the best valid one");
   // Bad arguments are an operational error (8), not CLI11's own exit code.
   cmd->allow_extras();
   cmd->callback([cmd] { CmdCheck(args, cmd->remaining()); });

@@ -54,7 +54,7 @@ void RegisterCommands(CLI::App& app) {
   for (auto* cmd : app.get_subcommands({})) {
     // The commands that read an image's files (a write with it is refused).
     static const std::set<std::string> kReaders = {"info", "ls", "cat", "cp", "find", "du", "df", "tree", "stat",
-                                                   "getfattr", "mount", "send", "subvolume", "inspect"};
+                                                   "getfattr", "mount", "send", "subvolume", "inspect", "dump-tree"};
     if (kReaders.count(cmd->get_name())) AddRescueOption(cmd);
   }
   for (auto* cmd : app.get_subcommands({})) {

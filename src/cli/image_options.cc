@@ -34,6 +34,13 @@ void AddRescueOption(CLI::App* cmd) {
          "ignorebadroots, ignoredatacsums, ignoremetacsums, ignoresuperflags; salvage (ubtrfs's own: "
          "directories list what their readable blocks hold); or all (several: a:b)")
       ->type_name("LIST");
+  cmd->add_option("--tree-root", g_placement.rescue.tree_root,
+                  "Read-only: read the commit whose root tree's root is the block at this logical address (an "
+                  "older one, as inspect find-root lists them)")
+      ->type_name("BYTENR");
+  cmd->add_option("--super", g_placement.rescue.super_mirror,
+                  "Read-only: use superblock copy N (0, 1 or 2), not the best valid one")
+      ->type_name("N");
 }
 
 void HintRescue(const Status& st) {

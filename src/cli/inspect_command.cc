@@ -1,7 +1,8 @@
-// inspect logical-resolve | inode-resolve | subvolid-resolve: which files
-// hold a logical address, the paths of an inode, the path of a subvolume
-// (ubtrfs/inspect.h), as `btrfs inspect-internal` answers them on a mounted
-// filesystem -- here on an image, with no mount and no root. Paths are
+// inspect logical-resolve | inode-resolve | subvolid-resolve | find-root:
+// which files hold a logical address, the paths of an inode, the path of a
+// subvolume (ubtrfs/inspect.h), as `btrfs inspect-internal` answers them on
+// a mounted filesystem -- here on an image, with no mount and no root -- and
+// the roots of older commits, as btrfs-find-root lists them. Paths are
 // printed from the top level with a leading '/'. Exit 1 when the answer is
 // missing or partial (a block on the way did not read).
 #include <fmt/core.h>
@@ -25,6 +26,7 @@ struct Options {
   uint64_t subvolid = 5;
   bool inodes_only = false;
   bool ignore_offset = false;
+  std::string tree = "root";
 };
 
 OpenOptions Where() {
@@ -69,6 +71,31 @@ void CmdSubvolidResolve(const Options& o) {
   fmt::print("/{}\n", Printable(*r));
 }
 
+void CmdFindRoot(const Options& o) {
+  FindRootOptions fo;
+  auto tree = ParseTreeName(o.tree);
+  if (!tree) {
+    fmt::print(stderr, "ubtrfs: inspect find-root: unknown tree '{}' (a number or root, extent, fs, chunk, ...)\n",
+               o.tree);
+    return SetExitCode(2);
+  }
+  fo.tree = *tree;
+  auto r = FindRoots(o.image, Where(), fo);
+  if (!r.ok()) return Fail("find-root", r.status());
+  for (const auto& w : r->warnings) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", o.image, w);
+  if (r->super_root.bytenr) {
+    fmt::print("superblock: generation {}, root at {} (generation {}, level {})\n", r->generation,
+               r->super_root.bytenr, r->super_root.generation, r->super_root.level);
+  }
+  for (const auto& c : r->roots) {
+    fmt::print("generation {}: root at {} level {}{}\n", c.generation, c.bytenr, c.level,
+               c == r->super_root ? " (the superblock's)" : "");
+  }
+  fmt::print(stderr, "ubtrfs: inspect find-root: {} chunk(s), {} bytes read, {} block(s) of tree {} found\n",
+             r->chunks_scanned, r->bytes_scanned, r->blocks_found, fo.tree);
+  if (r->roots.empty()) SetExitCode(1);
+}
+
 }  // namespace
 
 void RegisterInspect(CLI::App& app) {
@@ -95,7 +122,13 @@ void RegisterInspect(CLI::App& app) {
   sr->add_option("image", opts.image, "Image file or block device")->required();
   sr->add_option("id", opts.subvolid, "Subvolume id")->required();
   sr->callback([] { CmdSubvolidResolve(opts); });
-  for (auto* sub : {lr, ir, sr}) sub->fallthrough();  // --offset, --rescue and the like after the verb
+  auto* fr = in->add_subcommand("find-root", "List the roots of older commits still on disk, newest first (as "
+                                             "btrfs-find-root; read one with --tree-root)");
+  fr->add_option("-o,--tree", opts.tree, "Roots of this tree: an id or a name (root, the default; extent, fs, "
+                                         "chunk, ...)");
+  fr->add_option("image", opts.image, "Image file or block device")->required();
+  fr->callback([] { CmdFindRoot(opts); });
+  for (auto* sub : {lr, ir, sr, fr}) sub->fallthrough();  // --offset, --rescue and the like after the verb
 }
 
 }  // namespace ubtrfs::cli

@@ -887,6 +887,7 @@ Result<DumpTreeReport> DumpTree(const std::string& image, const OpenOptions& whe
                       txn::OpenDevices(txn::DeviceSpec::Of(image, where.offset, where.partition, where.scan_dirs)));
   fs::VolumeOptions vo;
   vo.node_cache_bytes = 8ull << 20;  // a walk reads each block once
+  vo.rescue = where.rescue;
   auto vol = fs::Volume::Open(std::move(devs), vo);
   if (!vol.ok()) return vol.status().WithContext(image);
   DumpTreeReport report;

@@ -13,15 +13,24 @@ namespace ubtrfs::txn {
 
 using namespace ubtrfs::format;
 
-Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev) {
+Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev, int only_mirror) {
+  if (only_mirror >= kSuperMirrorMax) {
+    return Status::Invalid("superblock copy " + std::to_string(only_mirror) + ": there are copies 0 to " +
+                           std::to_string(kSuperMirrorMax - 1));
+  }
   std::vector<std::string> problems;
   std::vector<uint8_t> buf(kSuperInfoSize);
   int best = -1;
   uint64_t best_gen = 0;
   SuperBlock best_sb{};
   for (int mirror = 0; mirror < kSuperMirrorMax; ++mirror) {
+    if (only_mirror >= 0 && mirror != only_mirror) continue;
     const uint64_t off = SuperblockOffset(mirror);
     if (off + kSuperInfoSize > dev.Size()) {
+      if (mirror == only_mirror) {  // asked for one the device is too small to have
+        return Status::Invalid(dev.Name() + ": superblock copy " + std::to_string(mirror) + " at " +
+                               std::to_string(off) + ": device is only " + std::to_string(dev.Size()) + " bytes");
+      }
       if (mirror == 0) {
         problems.push_back("primary superblock at 65536: device is only " + std::to_string(dev.Size()) + " bytes");
       }
@@ -65,7 +74,7 @@ Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev) {
   SuperChoice out;
   out.sb = best_sb;
   out.mirror = best;
-  if (best > 0) {
+  if (best > 0 && only_mirror < 0) {
     out.warning = problems.front() + "; using superblock copy " + std::to_string(best) + " at offset " +
                   std::to_string(SuperblockOffset(best)) + " (generation " +
                   std::to_string(best_sb.generation.get()) + ")";

@@ -21,7 +21,7 @@ struct SuperChoice {
 };
 // The superblock a device carries: a valid primary always wins, else the
 // newest valid copy (as the kernel's btrfs_read_dev_super).
-Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev);
+Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev, int only_mirror = -1);
 
 // "a.img,b.img" names two devices, unless a file of that whole name exists.
 std::vector<std::string> SplitDeviceList(const std::string& spec);

@@ -27,6 +27,7 @@ Result<std::unique_ptr<Volume>> Volume::Open(std::vector<std::unique_ptr<io::Blo
   UB_RETURN_IF_ERROR(v->CheckFeatures());
   UB_RETURN_IF_ERROR(v->LoadChunks());
   UB_RETURN_IF_ERROR(v->CheckDevices());
+  if (options.chunks_only && !options.writable) return v;
   UB_RETURN_IF_ERROR(v->LoadRootTree());
   UB_RETURN_IF_ERROR(v->LoadCsumRoot());
   return v;
@@ -93,7 +94,7 @@ Status Volume::LoadDevices(std::vector<std::unique_ptr<io::BlockDevice>> devs) {
   devs_ = std::make_unique<io::DeviceSet>();
   std::vector<SuperChoice> supers;
   for (size_t i = 0; i < devs.size(); ++i) {
-    UB_ASSIGN_OR_RETURN(SuperChoice sc, ReadSuperblock(*devs[i]));
+    UB_ASSIGN_OR_RETURN(SuperChoice sc, ReadSuperblock(*devs[i], options_.rescue.super_mirror));
     supers.push_back(sc);
   }
   // The first device that is not a seed names the filesystem (a seed alone

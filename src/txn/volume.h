@@ -34,6 +34,10 @@ struct VolumeOptions {
   // ignorebadroots, ignoremetacsums and ignoresuperflags (txn/volume_rescue.cc),
   // the Filesystem above it the rest.
   RescueOptions rescue;
+  // Read-only: open as far as the chunk tree and stop, for what looks for
+  // tree blocks by address where the root tree is lost (inspect find-root).
+  // Only super(), chunks(), chunk_io() and devices() are for use.
+  bool chunks_only = false;
 };
 
 class Volume {

@@ -42,6 +42,22 @@ Status Volume::LoadRootTree() {
     }
     return Status::Ok();
   };
+  if (const uint64_t given = options_.rescue.tree_root; given != 0) {
+    if (options_.writable) return Status::Invalid("a root tree given by its address (tree-root) is read only");
+    auto b = reader_->Read(tree::BlockCheck{given, -1, 0, {}});
+    if (!b.ok()) return b.status().WithContext("the root tree given (tree-root " + std::to_string(given) + ")");
+    const tree::RootPtr r{given, (*b)->level(), (*b)->generation(), kRootTreeObjectid};
+    UB_RETURN_IF_ERROR(read(r).WithContext("the root tree given"));
+    warnings_.push_back("root tree: the block at " + std::to_string(given) + " of generation " +
+                        std::to_string(r.generation) + " given (tree-root); the superblock's is of generation " +
+                        std::to_string(super_.generation.get()));
+    root_tree_ = r;
+    if (super_.log_root.get() != 0) {
+      super_.log_root = 0;
+      warnings_.push_back("the tree log of the newest commit is left out with its root tree");
+    }
+    return Status::Ok();
+  }
   const Status current = read(root_tree_);
   if (current.ok()) return current;
   if (!options_.rescue.use_backup_root || options_.writable) {
