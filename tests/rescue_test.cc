@@ -160,6 +160,22 @@ class RescueTest : public ::testing::Test {
     EXPECT_TRUE(mismatches.empty()) << "kernel (-o " << options << ") vs ubtrfs: " << FormatMismatches(mismatches);
   }
 
+  // `cut`: a copy of the clean image taken after a file was created and
+  // fsynced (in the tree log only, not committed), as a power cut leaves it.
+  static void PowerCutAfterAnFsync(const std::string& img, const std::string& cut) {
+    std::string err;
+    ASSERT_TRUE(CopyPrefix(layout_->path, img, kDamageImageSize, &err)) << err;
+    auto fs = OpenWritable(img);
+    ASSERT_NE(fs, nullptr);
+    auto top = fs->Lookup("/");
+    ASSERT_TRUE(top.ok());
+    auto id = fs->Create(*top, "fsynced", ubtrfs::NewInode{.mode = 0100644});
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ASSERT_TRUE(fs->Write(*id, 0, SpanOf(std::string("only in the log"))).ok());
+    ASSERT_TRUE(fs->Fsync(*id, false).ok());
+    std::filesystem::copy_file(img, cut);
+  }
+
   static inline TempDir* tmp_ = nullptr;
   static inline std::string setup_error_, clean_;
   static inline std::map<std::string, std::string> contents_;
@@ -356,20 +372,8 @@ TEST_F(RescueTest, ABadRootTreeFallsBackToTheBackupRoot) {
 
 // nologreplay: an image with a tree log shows the last commit.
 TEST_F(RescueTest, NoLogReplayShowsTheLastCommit) {
-  const std::string img = tmp_->Sub("log.img"), cut = tmp_->Sub("log-cut.img");
-  std::string err;
-  ASSERT_TRUE(CopyPrefix(layout_->path, img, kDamageImageSize, &err)) << err;
-  {
-    auto fs = OpenWritable(img);
-    ASSERT_NE(fs, nullptr);
-    auto top = fs->Lookup("/");
-    ASSERT_TRUE(top.ok());
-    auto id = fs->Create(*top, "fsynced", ubtrfs::NewInode{.mode = 0100644});
-    ASSERT_TRUE(id.ok()) << id.status().ToString();
-    ASSERT_TRUE(fs->Write(*id, 0, SpanOf(std::string("only in the log"))).ok());
-    ASSERT_TRUE(fs->Fsync(*id, false).ok());
-    std::filesystem::copy_file(img, cut);  // the power cut
-  }
+  const std::string cut = tmp_->Sub("log-cut.img");
+  ASSERT_NO_FATAL_FAILURE(PowerCutAfterAnFsync(tmp_->Sub("log.img"), cut));
   ASSERT_NE(SuperField(cut, "log_root"), 0u);
   EXPECT_NE(DescribeImage(cut).find("/fsynced"), std::string::npos);  // replayed in memory
   const OpenOptions o = Rescue("nologreplay");
@@ -518,20 +522,8 @@ TEST_F(RescueTest, AnOlderCommitIsFoundAndReadByItsRootTreeAddress) {
 // open and the kernel's mount; dropping it keeps the last commit whole, and
 // both take the image again.
 TEST_F(RescueTest, ZeroLogDropsALogThatDoesNotReplay) {
-  const std::string img = tmp_->Sub("zl.img"), cut = tmp_->Sub("zl-cut.img");
-  std::string err;
-  ASSERT_TRUE(CopyPrefix(layout_->path, img, kDamageImageSize, &err)) << err;
-  {
-    auto fs = OpenWritable(img);
-    ASSERT_NE(fs, nullptr);
-    auto top = fs->Lookup("/");
-    ASSERT_TRUE(top.ok());
-    auto id = fs->Create(*top, "fsynced", ubtrfs::NewInode{.mode = 0100644});
-    ASSERT_TRUE(id.ok()) << id.status().ToString();
-    ASSERT_TRUE(fs->Write(*id, 0, SpanOf(std::string("only in the log"))).ok());
-    ASSERT_TRUE(fs->Fsync(*id, false).ok());
-    std::filesystem::copy_file(img, cut);  // the power cut
-  }
+  const std::string cut = tmp_->Sub("zl-cut.img");
+  ASSERT_NO_FATAL_FAILURE(PowerCutAfterAnFsync(tmp_->Sub("zl.img"), cut));
   const uint64_t log_root = SuperField(cut, "log_root");
   ASSERT_NE(log_root, 0u);
   {
