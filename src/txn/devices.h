@@ -20,7 +20,8 @@ struct SuperChoice {
   std::string warning;  // why a mirror was used
 };
 // The superblock a device carries: a valid primary always wins, else the
-// newest valid copy (as the kernel's btrfs_read_dev_super).
+// newest valid copy (as the kernel's btrfs_read_dev_super). With
+// `only_mirror` (0-2) that copy or an error (EINVAL past the device's end).
 Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev, int only_mirror = -1);
 
 // "a.img,b.img" names two devices, unless a file of that whole name exists.

@@ -36,7 +36,7 @@ struct VolumeOptions {
   RescueOptions rescue;
   // Read-only: open as far as the chunk tree and stop, for what looks for
   // tree blocks by address where the root tree is lost (inspect find-root).
-  // Only super(), chunks(), chunk_io() and devices() are for use.
+  // Only super(), chunks(), chunk_io(), reader() and devices() are for use.
   bool chunks_only = false;
 };
 
