@@ -15,7 +15,7 @@ _ubtrfs_nested() {
     quota) echo "rescan" ;;
     device) echo "add remove delete replace" ;;
     fsverity) echo "enable measure verify" ;;
-    inspect) echo "logical-resolve inode-resolve subvolid-resolve find-root" ;;
+    inspect) echo "logical-resolve inode-resolve subvolid-resolve find-root dump-super" ;;
     rescue) echo "zero-log" ;;
   esac
 }
@@ -33,6 +33,7 @@ _ubtrfs_options() {
     "inspect logical-resolve") echo "-h --help -P -o"; return ;;
     "inspect inode-resolve") echo "-h --help --subvolid"; return ;;
     "inspect find-root") echo "-h --help -o --tree"; return ;;
+    "inspect dump-super") echo "-h --help -f --full -a --all -s --super -F --force"; return ;;
     "inspect subvolid-resolve"|"rescue zero-log") echo "-h --help"; return ;;
     "fsverity enable") echo "-h --help --hash-alg --block-size --salt --signature --subvol --subvolid"; return ;;
     "fsverity measure"|"fsverity verify") echo "-h --help --subvol --subvolid"; return ;;

@@ -134,6 +134,25 @@ struct FindRootResult {
 };
 UBTRFS_API Result<FindRootResult> FindRoots(const std::string& image, const OpenOptions& where,
                                             const FindRootOptions& options);
+// Every field of superblock copies, as `btrfs inspect-internal dump-super`
+// prints them (`ubtrfs inspect dump-super`): from the copies' bytes alone,
+// so a device whose trees do not read still shows what it says. Each
+// device `image` names (IMG1,IMG2,...), placed as `where` says.
+struct DumpSuperOptions {
+  int mirror = 0;      // the copy: 0 at 64 KiB, 1 at 64 MiB, 2 at 256 GiB
+  bool all = false;    // every copy the device is large enough to have
+  bool full = false;   // also the system chunk array and the backup roots
+  bool force = false;  // also a copy without the btrfs magic
+};
+struct DumpSuperReport {
+  int copies = 0;                   // copies printed
+  std::vector<std::string> errors;  // a damaged system chunk array, said after what was printed
+  std::vector<std::string> missing;  // the copy asked for is past a device's end (a blank line printed)
+};
+// EUCLEAN for a copy without the magic (unless force), EINVAL for a copy
+// number past 2; a copy the device is too small to have is left out.
+UBTRFS_API Result<DumpSuperReport> DumpSuper(const std::string& image, const OpenOptions& where,
+                                             const DumpSuperOptions& options, std::FILE* out);
 // Feature flag words as `ubtrfs info` prints them: "mixed-backref,
 // extended-iref, skinny-metadata, ..." (an unknown bit as "bit N"; "none").
 UBTRFS_API std::string IncompatFeatureNames(uint64_t flags);

@@ -1,8 +1,10 @@
-// inspect logical-resolve | inode-resolve | subvolid-resolve | find-root:
+// inspect logical-resolve | inode-resolve | subvolid-resolve | find-root |
+// dump-super:
 // which files hold a logical address, the paths of an inode, the path of a
 // subvolume (ubtrfs/inspect.h), as `btrfs inspect-internal` answers them on
 // a mounted filesystem -- here on an image, with no mount and no root -- and
-// the roots of older commits, as btrfs-find-root lists them. Paths are
+// the roots of older commits, as btrfs-find-root lists them, and every field
+// of a superblock copy, as btrfs inspect-internal dump-super prints them. Paths are
 // printed from the top level with a leading '/'. Exit 1 when the answer is
 // missing or partial (a block on the way did not read).
 #include <fmt/core.h>
@@ -27,6 +29,7 @@ struct Options {
   bool inodes_only = false;
   bool ignore_offset = false;
   std::string tree = "root";
+  DumpSuperOptions super;
 };
 
 OpenOptions Where() {
@@ -96,6 +99,14 @@ void CmdFindRoot(const Options& o) {
   if (r->roots.empty()) SetExitCode(1);
 }
 
+void CmdDumpSuper(const Options& o) {
+  auto r = DumpSuper(o.image, Where(), o.super, stdout);
+  if (!r.ok()) return Fail("dump-super", r.status());
+  for (const auto& m : r->missing) fmt::print(stderr, "ubtrfs: inspect dump-super: {}\n", m);
+  for (const auto& e : r->errors) fmt::print(stderr, "ubtrfs: inspect dump-super: {}: {}\n", o.image, e);
+  if (!r->errors.empty()) SetExitCode(1);
+}
+
 }  // namespace
 
 void RegisterInspect(CLI::App& app) {
@@ -128,7 +139,15 @@ void RegisterInspect(CLI::App& app) {
                                          "chunk, ...)");
   fr->add_option("image", opts.image, "Image file or block device")->required();
   fr->callback([] { CmdFindRoot(opts); });
-  for (auto* sub : {lr, ir, sr, fr}) sub->fallthrough();  // --offset, --rescue and the like after the verb
+  auto* ds = in->add_subcommand("dump-super", "Print every field of a superblock copy, as btrfs inspect-internal "
+                                              "dump-super (from its bytes alone)");
+  ds->add_flag("-f,--full", opts.super.full, "Also the system chunk array and the backup roots");
+  ds->add_flag("-a,--all", opts.super.all, "Every copy the device is large enough to have");
+  ds->add_option("-s,--super", opts.super.mirror, "The copy: 0 (64 KiB, the default), 1 (64 MiB), 2 (256 GiB)");
+  ds->add_flag("-F,--force", opts.super.force, "Also a copy without the btrfs magic");
+  ds->add_option("image", opts.image, "Image file or block device (IMG1,IMG2,... for several)")->required();
+  ds->callback([] { CmdDumpSuper(opts); });
+  for (auto* sub : {lr, ir, sr, fr, ds}) sub->fallthrough();  // --offset, --rescue and the like after the verb
 }
 
 }  // namespace ubtrfs::cli

@@ -24,6 +24,7 @@
 #include "format/ondisk.h"
 #include "format/superblock.h"
 #include "fs/volume.h"
+#include "inspect/dump_tree.h"
 #include "tree/block_reader.h"
 #include "tree/cursor.h"
 #include "tree/tree_block.h"
@@ -313,9 +314,12 @@ std::optional<RootEntry> RootEntryFrom(const Key& k, std::span<const uint8_t> da
 
 class Dumper {
  public:
-  Dumper(fs::Volume* vol, std::FILE* out) : vol_(vol), out_(out), csum_size_(CsumSize(vol->csum_type())) {}
+  // `vol` may be null for printing single items (PrintChunkItem).
+  Dumper(fs::Volume* vol, std::FILE* out)
+      : vol_(vol), out_(out), csum_size_(vol ? CsumSize(vol->csum_type()) : 0) {}
 
   std::FILE* out() const { return out_; }
+  void PrintChunkItem(std::span<const uint8_t> d) { PrintChunk(ItemBytes(d)); }
 
   // Reads the block `check` names and prints it; with `follow`, then every
   // child in key order (depth-first). A block that cannot be read prints an
@@ -875,6 +879,14 @@ void PrintAll(fs::Volume& vol, Dumper& d) {
 }
 
 }  // namespace
+
+void PrintSysArrayItem(std::FILE* out, int index, const format::DiskKey& key, std::span<const uint8_t> chunk) {
+  fmt::print(out, "\titem {} key {}\n", index, KeyText(key));
+  if (chunk.empty()) return;
+  Dumper d(nullptr, out);
+  d.PrintChunkItem(chunk);
+}
+
 }  // namespace ubtrfs::inspect
 
 namespace ubtrfs {
