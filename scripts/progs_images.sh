@@ -101,6 +101,15 @@ for img in "$@"; do
   rm -rf "$work/out"
   step rescue-cp-out "$ubtrfs" cp --rescue all "$w:/" "$work/out"
   step dump "$ubtrfs" dump-tree "$w"
+  # What looks below the files: every superblock copy, older roots (and a
+  # read of the oldest), which files hold the first data extents.
+  step dump-super "$ubtrfs" inspect dump-super -f -a "$w"
+  step find-root "$ubtrfs" inspect find-root "$w"
+  oldest=$(grep -o 'root at [0-9]*' "$log" | tail -1 | awk '{print $3}')
+  [ -n "$oldest" ] && step older-find "$ubtrfs" find --tree-root "$oldest" "$w:/"
+  for a in $("$ubtrfs" dump-tree -t fs "$w" 2>/dev/null | grep -o 'disk byte [0-9]*' | awk '$3 > 0 {print $3}' | head -3); do
+    step resolve "$ubtrfs" inspect logical-resolve "$w" "$a"
+  done
   step mkdir "$ubtrfs" mkdir "$w:/ubtrfs-new"
   step put sh -c "head -c 300000 /dev/urandom | '$ubtrfs' put '$w:/ubtrfs-new/f'"
   step rm "$ubtrfs" rm -r "$w:/ubtrfs-new"
