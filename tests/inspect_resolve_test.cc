@@ -194,8 +194,10 @@ std::string Show(const std::set<std::string>& s) {
 // The files every image of this suite holds (paths from the top level).
 // sv/small100 sits in a leaf of sv that neither side changed after the
 // snapshot: only a search from each root finds that snap shares it.
-const std::vector<std::string> kFiles = {"a",          "b",      "z/text",      "p",          "sv/f",
-                                         "sv/inner/g", "snap/f", "snap/new", "sv/small100"};
+// c clones the middle of a's extent to its offset 0: the back reference's
+// offset (file offset - extent offset) wraps around.
+const std::vector<std::string> kFiles = {"a",      "b",        "c",          "z/text", "p", "sv/f", "sv/inner/g",
+                                         "snap/f", "snap/new", "sv/small100"};
 
 // Mounts `image`, collects probes and the kernel's answers, unmounts, then
 // asks ubtrfs. Returns how many probes had references (each must match).
@@ -280,7 +282,7 @@ TEST_F(InspectResolveTest, AnImageTheKernelWroteAnswersAsTheKernel) {
     WriteRandomFile(d + "/inner-g", 64 << 10, 3);
     const std::string script =
         "set -e; cd '" + d + "'; sync; mkdir d; ln a d/hard; cp --reflink=always a b; "
-        "fallocate -p -o 131072 -l 65536 b; "
+        "fallocate -p -o 131072 -l 65536 b; touch c; xfs_io -c 'reflink a 131072 0 65536' c >/dev/null; "
         "mkdir z; btrfs property set z compression zstd; "
         "yes 'the same line of text, over and over' | head -c 262144 > z/text; "
         "fallocate -l 1048576 p; dd if=a of=p bs=4096 count=1 seek=64 conv=notrunc status=none; "
@@ -324,6 +326,8 @@ TEST_F(InspectResolveTest, AnImageUbtrfsWroteAnswersAsTheKernel) {
     const InodeId b = put(root, "b", "");
     ASSERT_TRUE(f.Clone(a, 0, b, 0, a_bytes.size()).ok());
     ASSERT_TRUE(f.Fallocate(b, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 131072, 65536).ok());
+    const InodeId c = put(root, "c", "");
+    ASSERT_TRUE(f.Clone(a, 131072, c, 0, 65536).ok());
     auto z = f.Mkdir(root, "z", dir);
     ASSERT_TRUE(z.ok());
     ASSERT_TRUE(f.SetXattr(*z, "btrfs.compression", "zstd").ok());

@@ -182,7 +182,11 @@ class Resolver {
     }
     tree::Cursor c(vol_->source(), root->second);
     uint32_t found = 0;
-    Status st = c.Seek(Key{r.objectid, format::kExtentDataKey, r.data_offset});
+    // A clone to a file offset below the extent offset it takes makes the
+    // ref's offset (key offset - extent offset) wrap around; the items are
+    // then looked for from the file's start, as the kernel does.
+    const uint64_t from = r.data_offset >= (uint64_t{1} << 63) ? 0 : r.data_offset;
+    Status st = c.Seek(Key{r.objectid, format::kExtentDataKey, from});
     for (; st.ok() && c.Valid() && found < r.count; st = c.Next()) {
       const Key k = c.key();
       if (k.objectid != r.objectid || k.type != format::kExtentDataKey) break;
