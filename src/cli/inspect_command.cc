@@ -1,12 +1,12 @@
 // inspect logical-resolve | inode-resolve | subvolid-resolve | find-root |
-// dump-super:
-// which files hold a logical address, the paths of an inode, the path of a
-// subvolume (ubtrfs/inspect.h), as `btrfs inspect-internal` answers them on
-// a mounted filesystem -- here on an image, with no mount and no root -- and
-// the roots of older commits, as btrfs-find-root lists them, and every field
-// of a superblock copy, as btrfs inspect-internal dump-super prints them. Paths are
-// printed from the top level with a leading '/'. Exit 1 when the answer is
-// missing or partial (a block on the way did not read).
+// dump-super (ubtrfs/inspect.h), on an image with no mount and no root:
+// which files hold a logical address, the paths of an inode or a
+// subvolume (as btrfs inspect-internal answers them on a mounted
+// filesystem), the roots of older commits (as btrfs-find-root lists them),
+// every field of a superblock copy (as btrfs inspect-internal dump-super
+// prints it). Paths are printed from the top level with a leading '/'.
+// Exit 1 when the answer is missing or partial (a block on the way did not
+// read).
 #include <fmt/core.h>
 
 #include <cstdint>
