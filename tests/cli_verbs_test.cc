@@ -364,6 +364,16 @@ TEST_F(CliVerbsTest, ErrorsAreTheCoreutilsOnes) {
   EXPECT_EQ(put_dir.exit_code, 1) << put_dir.Describe();
   auto two = Ubtrfs({"mv", I("/a"), tmp_.Sub("other") + ":/x"});
   EXPECT_EQ(two.exit_code, 2);
+  // Arguments the parser refuses: 2, as usage errors (check: 8), not CLI11's 105 or 109.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"ls", "--rescue", "bogus", I("/")}, {"ls", "--partition", "0", I("/")},
+        {"inspect", "logical-resolve", img_, "not-a-number"}, {"cat"}, {"nosuchverb"}}) {
+    auto bad = Ubtrfs(args);
+    EXPECT_EQ(bad.exit_code, 2) << ShellJoin(args) << ": " << bad.Describe();
+    EXPECT_FALSE(bad.err.empty());
+  }
+  EXPECT_EQ(Ubtrfs({"check", "--super", "x", img_}).exit_code, 8);
+  EXPECT_EQ(Ubtrfs({"--help"}).exit_code, 0);
   EXPECT_EQ(BtrfsCheck(img_), "");  // nothing half done
 }
 

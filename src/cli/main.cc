@@ -54,7 +54,11 @@ int main(int argc, char** argv) {
     if (args.size() > 1 && BuildsLargeHeaps(args[1])) ubtrfs::cli::UseHugePagesForTheHeap(argv);
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // app.exit prints the message (or the help, with 0). Wrong arguments
+    // exit 2, as coreutils and the rest of ubtrfs say it, not CLI11's codes;
+    // check's are an operational error (8), as its other failures to start.
+    if (app.exit(e) == 0) return 0;
+    return app.got_subcommand("check") ? 8 : 2;
   }
   return ubtrfs::cli::ExitCode();
 }

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // wrong arguments: 2, as ubtrfs says them
   }
   return ubtrfs::cli::ExitCode();
 }
