@@ -96,7 +96,10 @@ struct LogicalResolution {
   // What could not be read or resolved on the way (a leaf, an inode's
   // name); refs holds what was found regardless.
   std::vector<std::string> errors;
-  std::vector<std::string> warnings;  // about the open
+  // About the open, and a fallback taken: where the extent tree does not
+  // read, every file tree is searched for items holding the address (the
+  // same answers, by reading all of their leaves).
+  std::vector<std::string> warnings;
 };
 // ENOENT: no extent holds the address; EINVAL: it is in a tree block.
 UBTRFS_API Result<LogicalResolution> ResolveLogical(const std::string& image, const OpenOptions& where,

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -121,7 +122,15 @@ class Resolver {
       : vol_(vol), o_(o), out_(out), paths_(vol) {}
 
   Status Run(uint64_t logical) {
-    UB_ASSIGN_OR_RETURN(Extent e, FindExtent(*vol_, logical));
+    auto found = FindExtent(*vol_, logical);
+    // An extent tree that does not read there (EUCLEAN, EIO): every file
+    // tree is searched for items covering the address instead.
+    if (!found.ok() && found.status().code() != ENOENT && found.status().code() != EINVAL) {
+      out_->warnings.push_back("the extent tree does not read at " + std::to_string(logical) + " (" +
+                               found.status().message() + "): every file tree searched instead");
+      return ScanAllTrees(logical);
+    }
+    UB_ASSIGN_OR_RETURN(Extent e, std::move(found));
     out_->extent = e.bytenr;
     out_->extent_bytes = e.bytes;
     if (e.tree_block) {
@@ -140,6 +149,54 @@ class Resolver {
       }
     }
     for (uint64_t leaf : leaves_) ScanLeaf(leaf);
+    Finish();
+    return Status::Ok();
+  }
+
+ private:
+  // Without the extent tree: every file extent item of every file tree
+  // whose disk extent holds the address (a leaf that snapshots share is
+  // read once per tree).
+  Status ScanAllTrees(uint64_t logical) {
+    UB_RETURN_IF_ERROR(LoadRoots());
+    for (const auto& [id, root] : roots_) {
+      tree::Cursor c(vol_->source(), root);
+      Status st = c.SeekFirst();
+      for (; st.ok() && c.Valid(); st = c.Next()) {
+        const Key k = c.key();
+        if (k.type != format::kExtentDataKey) continue;
+        const auto* fe = FileExtent(c.data());
+        if (!fe || fe->disk_bytenr.get() == 0 || logical < fe->disk_bytenr.get() ||
+            logical - fe->disk_bytenr.get() >= fe->disk_num_bytes.get()) {
+          continue;
+        }
+        extent_ = fe->disk_bytenr.get();
+        pos_ = logical - extent_;
+        if (auto off = Covers(k, *fe)) {
+          if (seen_.insert({id, k.objectid, *off}).second) out_->refs.push_back(LogicalRef{id, k.objectid, *off, {}});
+        }
+      }
+      if (!st.ok()) out_->errors.push_back("tree " + std::to_string(id) + ": " + st.message());
+    }
+    out_->extent = extent_;
+    Finish();
+    return Status::Ok();
+  }
+
+  // The file offset at which item (k, fe) of the extent holds the address,
+  // or nullopt when it does not reach it. As the kernel: a compressed
+  // extent is referenced as a whole, so every item pointing into it counts,
+  // at the item's own offset.
+  std::optional<uint64_t> Covers(const Key& k, const format::FileExtentItem& fe) const {
+    if (o_.ignore_offset || fe.compression != 0 || fe.encryption != 0 || fe.other_encoding.get() != 0) {
+      return k.offset;
+    }
+    const uint64_t start = fe.offset.get(), len = fe.num_bytes.get();
+    if (pos_ < start || pos_ - start >= len) return std::nullopt;
+    return k.offset + (pos_ - start);
+  }
+
+  void Finish() {
     std::sort(out_->refs.begin(), out_->refs.end(), [](const LogicalRef& a, const LogicalRef& b) {
       return std::tie(a.root, a.inode, a.offset) < std::tie(b.root, b.inode, b.offset);
     });
@@ -154,10 +211,8 @@ class Resolver {
         }
       }
     }
-    return Status::Ok();
   }
 
- private:
   Status LoadRoots() {
     tree::Cursor c(vol_->source(), vol_->root_tree());
     Status st = c.SeekFirst();
@@ -224,15 +279,7 @@ class Resolver {
       if (k.type != format::kExtentDataKey) continue;
       const auto* fe = FileExtent(leaf.item_data(i));
       if (!fe || fe->disk_bytenr.get() != extent_) continue;
-      uint64_t offset = k.offset;
-      // As the kernel: a compressed extent is referenced as a whole, so
-      // every item pointing into it counts, at the item's own offset.
-      if (!o_.ignore_offset && fe->compression == 0 && fe->encryption == 0 && fe->other_encoding.get() == 0) {
-        const uint64_t start = fe->offset.get(), len = fe->num_bytes.get();
-        if (pos_ < start || pos_ - start >= len) continue;
-        offset += pos_ - start;
-      }
-      hits.emplace_back(k.objectid, offset);
+      if (auto offset = Covers(k, *fe)) hits.emplace_back(k.objectid, *offset);
     }
     if (hits.empty() || leaf.nritems() == 0) return;
     const Key first = leaf.key(0);
