@@ -739,9 +739,24 @@ void Checker::CheckBlockGroupUsage() {
             N(g.used) + ", but its extents add up to " + N(g.actual));
     }
   }
-  const uint64_t sb_used = vol_.super().bytes_used.get();
-  if (sb_used != total) {
-    Error("superblock: bytes_used " + N(sb_used) + ", but the block groups hold " + N(total) + " bytes of extents");
+  // An older commit's trees (check -b or -r) go with the bytes_used of its
+  // backup root, if the superblock keeps one; the superblock's own is the
+  // newest commit's.
+  const SuperBlock& sb = vol_.super();
+  std::optional<uint64_t> sb_used;
+  if (vol_.root_tree().bytenr == sb.root.get()) {
+    sb_used = sb.bytes_used.get();
+  } else {
+    for (const RootBackup& b : sb.super_roots) {
+      if (b.tree_root.get() == vol_.root_tree().bytenr) sb_used = b.bytes_used.get();
+    }
+    if (!sb_used) {
+      Warning("superblock: bytes_used not compared: the trees checked are an older commit's, which no backup root "
+              "of the superblock describes");
+    }
+  }
+  if (sb_used && *sb_used != total) {
+    Error("superblock: bytes_used " + N(*sb_used) + ", but the block groups hold " + N(total) + " bytes of extents");
   }
   out_->counts.emplace_back("bytes_used", total);
 }
