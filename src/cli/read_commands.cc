@@ -131,14 +131,7 @@ Status ListPath(Filesystem& fs, const std::string& path, bool long_format, bool 
   }
   std::vector<SkippedEntry> skipped;
   UB_ASSIGN_OR_RETURN(auto entries, fs.ReadDir(id, &skipped));
-  for (const auto& s : skipped) {
-    if (s.name.empty()) {
-      fmt::print(stderr, "ubtrfs: warning: {}: {}\n", Printable(path), s.reason);
-    } else {
-      fmt::print(stderr, "ubtrfs: warning: {}: entry {} (index {}) not listed: {}\n", Printable(path),
-                 Printable(s.name), s.index, s.reason);
-    }
-  }
+  for (const auto& s : skipped) WarnSkipped(path, s);
   if (json) {
     std::string out;
     for (const auto& e : entries) {

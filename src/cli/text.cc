@@ -88,4 +88,13 @@ void PrintCopyCheck(std::string_view command, const CopyCheck& c) {
              c.unrecoverable ? " (ubtrfs check --check-data-csum and scrub name them)" : "");
 }
 
+void WarnSkipped(const std::string& path, const SkippedEntry& s) {
+  if (s.name.empty()) {
+    fmt::print(stderr, "ubtrfs: warning: {}: {}\n", Printable(path), s.reason);
+  } else {
+    fmt::print(stderr, "ubtrfs: warning: {}: entry {} (index {}) not listed: {}\n", Printable(path),
+               Printable(s.name), s.index, s.reason);
+  }
+}
+
 }  // namespace ubtrfs::cli

@@ -24,6 +24,10 @@ std::string JsonString(std::string_view s);
 // (nothing when every copy read verified); quiet or not, as the data may
 // be damaged.
 void PrintCopyCheck(std::string_view command, const CopyCheck& c);
+// A warning on stderr for an entry of directory `path` that ReadDir left out
+// (a damaged name, or with --rescue salvage a range of a block that did not
+// read).
+void WarnSkipped(const std::string& path, const SkippedEntry& s);
 
 }  // namespace ubtrfs::cli
 

@@ -526,11 +526,8 @@ class WalkErrors {
     for (const auto& s : skipped) {
       if (s.name.empty() && s.lost) {
         Add(path, Status::Corrupt(s.reason));
-      } else if (s.name.empty()) {
-        fmt::print(stderr, "ubtrfs: warning: {}: {}\n", Printable(path), s.reason);
       } else {
-        fmt::print(stderr, "ubtrfs: warning: {}: entry {} (index {}) not listed: {}\n", Printable(path),
-                   Printable(s.name), s.index, s.reason);
+        WarnSkipped(path, s);
       }
     }
     return std::move(*entries);

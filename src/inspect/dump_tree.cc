@@ -25,10 +25,10 @@
 #include "format/superblock.h"
 #include "fs/volume.h"
 #include "inspect/dump_tree.h"
+#include "inspect/open_volume.h"
 #include "tree/block_reader.h"
 #include "tree/cursor.h"
 #include "tree/tree_block.h"
-#include "txn/devices.h"
 #include "ubtrfs/inspect.h"
 
 namespace ubtrfs::inspect {
@@ -895,24 +895,20 @@ std::optional<uint64_t> ParseTreeName(const std::string& name) { return inspect:
 
 Result<DumpTreeReport> DumpTree(const std::string& image, const OpenOptions& where, const DumpTreeOptions& o,
                                 std::FILE* out) {
-  UB_ASSIGN_OR_RETURN(auto devs,
-                      txn::OpenDevices(txn::DeviceSpec::Of(image, where.offset, where.partition, where.scan_dirs)));
   fs::VolumeOptions vo;
   vo.node_cache_bytes = 8ull << 20;  // a walk reads each block once
-  vo.rescue = where.rescue;
-  auto vol = fs::Volume::Open(std::move(devs), vo);
-  if (!vol.ok()) return vol.status().WithContext(image);
+  UB_ASSIGN_OR_RETURN(auto vol, inspect::OpenVolume(image, where, vo));
   DumpTreeReport report;
-  report.warnings = (*vol)->warnings();
-  inspect::Dumper d(vol->get(), out);
+  report.warnings = vol->warnings();
+  inspect::Dumper d(vol.get(), out);
   if (!o.blocks.empty()) {
     for (uint64_t b : o.blocks) d.Walk(tree::BlockCheck{b, -1, 0, {}}, o.follow);
   } else if (o.roots_only) {
-    inspect::PrintRootsOnly(**vol, d);
+    inspect::PrintRootsOnly(*vol, d);
   } else if (o.tree) {
-    report.tree_not_found = !inspect::PrintOneTree(**vol, d, *o.tree);
+    report.tree_not_found = !inspect::PrintOneTree(*vol, d, *o.tree);
   } else {
-    inspect::PrintAll(**vol, d);
+    inspect::PrintAll(*vol, d);
   }
   std::fflush(out);
   report.block_errors = d.block_errors();

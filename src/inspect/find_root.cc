@@ -14,8 +14,8 @@
 
 #include "format/ondisk.h"
 #include "format/superblock.h"
+#include "inspect/open_volume.h"
 #include "tree/block_reader.h"
-#include "txn/devices.h"
 #include "txn/volume.h"
 #include "ubtrfs/inspect.h"
 
@@ -29,15 +29,11 @@ constexpr uint64_t kWindow = 1ull << 20;  // bytes read at a time
 }  // namespace
 
 Result<FindRootResult> FindRoots(const std::string& image, const OpenOptions& where, const FindRootOptions& o) {
-  UB_ASSIGN_OR_RETURN(auto devs,
-                      txn::OpenDevices(txn::DeviceSpec::Of(image, where.offset, where.partition, where.scan_dirs)));
   txn::VolumeOptions vo;
-  vo.rescue = where.rescue;
   vo.chunks_only = true;
   vo.node_cache_bytes = 1ull << 20;
-  auto opened = txn::Volume::Open(std::move(devs), vo);
-  if (!opened.ok()) return opened.status().WithContext(image);
-  txn::Volume& vol = **opened;
+  UB_ASSIGN_OR_RETURN(auto opened, inspect::OpenVolume(image, where, vo));
+  txn::Volume& vol = *opened;
   const format::SuperBlock& sb = vol.super();
   FindRootResult r;
   r.warnings = vol.warnings();

@@ -22,8 +22,8 @@
 #include "format/ondisk.h"
 #include "inspect/inode_paths.h"
 #include "inspect/logical_resolve.h"
+#include "inspect/open_volume.h"
 #include "tree/cursor.h"
-#include "txn/devices.h"
 #include "txn/extent_refs.h"
 #include "txn/volume.h"
 #include "ubtrfs/inspect.h"
@@ -165,8 +165,8 @@ class Resolver {
       for (; st.ok() && c.Valid(); st = c.Next()) {
         const Key k = c.key();
         if (k.type != format::kExtentDataKey) continue;
-        const auto* fe = FileExtent(c.data());
-        if (!fe || fe->disk_bytenr.get() == 0 || logical < fe->disk_bytenr.get() ||
+        const auto* fe = txn::DataExtentItem(c.data());
+        if (!fe || logical < fe->disk_bytenr.get() ||
             logical - fe->disk_bytenr.get() >= fe->disk_num_bytes.get()) {
           continue;
         }
@@ -245,7 +245,7 @@ class Resolver {
     for (; st.ok() && c.Valid() && found < r.count; st = c.Next()) {
       const Key k = c.key();
       if (k.objectid != r.objectid || k.type != format::kExtentDataKey) break;
-      const auto* fe = FileExtent(c.data());
+      const auto* fe = txn::DataExtentItem(c.data());
       if (!fe || fe->disk_bytenr.get() != extent_ || k.offset - fe->offset.get() != r.data_offset) continue;
       leaves_.insert(c.leaf().bytenr());
       ++found;
@@ -259,13 +259,6 @@ class Resolver {
     }
   }
 
-  static const format::FileExtentItem* FileExtent(std::span<const uint8_t> d) {
-    if (d.size() < sizeof(format::FileExtentItem)) return nullptr;
-    const auto* fe = reinterpret_cast<const format::FileExtentItem*>(d.data());
-    if (fe->type != format::kFileExtentReg && fe->type != format::kFileExtentPrealloc) return nullptr;
-    return fe;
-  }
-
   void ScanLeaf(uint64_t bytenr) {
     auto b = vol_->source()->Read(tree::BlockCheck{bytenr, 0, 0, {}});
     if (!b.ok()) {
@@ -274,13 +267,10 @@ class Resolver {
     }
     const tree::TreeBlock& leaf = **b;
     std::vector<std::pair<uint64_t, uint64_t>> hits;  // (inode, file offset)
-    for (int i = 0; i < leaf.nritems(); ++i) {
-      const Key k = leaf.key(i);
-      if (k.type != format::kExtentDataKey) continue;
-      const auto* fe = FileExtent(leaf.item_data(i));
-      if (!fe || fe->disk_bytenr.get() != extent_) continue;
-      if (auto offset = Covers(k, *fe)) hits.emplace_back(k.objectid, *offset);
-    }
+    txn::ForEachDataExtent(leaf, [&](const Key& k, const format::FileExtentItem& fe) {
+      if (fe.disk_bytenr.get() != extent_) return;
+      if (auto offset = Covers(k, fe)) hits.emplace_back(k.objectid, *offset);
+    });
     if (hits.empty() || leaf.nritems() == 0) return;
     const Key first = leaf.key(0);
     for (const auto& [id, root] : roots_) {
@@ -307,16 +297,6 @@ class Resolver {
   uint64_t extent_ = 0, pos_ = 0;
 };
 
-Result<std::unique_ptr<txn::Volume>> OpenForInspect(const std::string& image, const OpenOptions& where) {
-  UB_ASSIGN_OR_RETURN(auto devs,
-                      txn::OpenDevices(txn::DeviceSpec::Of(image, where.offset, where.partition, where.scan_dirs)));
-  txn::VolumeOptions vo;
-  vo.rescue = where.rescue;
-  auto vol = txn::Volume::Open(std::move(devs), vo);
-  if (!vol.ok()) return vol.status().WithContext(image);
-  return std::move(*vol);
-}
-
 }  // namespace
 
 Status inspect::ResolveLogicalIn(txn::Volume* vol, uint64_t logical, const LogicalResolveOptions& options,
@@ -327,7 +307,7 @@ Status inspect::ResolveLogicalIn(txn::Volume* vol, uint64_t logical, const Logic
 
 Result<LogicalResolution> ResolveLogical(const std::string& image, const OpenOptions& where, uint64_t logical,
                                          const LogicalResolveOptions& options) {
-  UB_ASSIGN_OR_RETURN(auto vol, OpenForInspect(image, where));
+  UB_ASSIGN_OR_RETURN(auto vol, inspect::OpenVolume(image, where, {}));
   LogicalResolution out;
   out.warnings = vol->warnings();
   UB_RETURN_IF_ERROR(inspect::ResolveLogicalIn(vol.get(), logical, options, &out).WithContext(image));
@@ -336,7 +316,7 @@ Result<LogicalResolution> ResolveLogical(const std::string& image, const OpenOpt
 
 Result<std::vector<std::string>> ResolveInode(const std::string& image, const OpenOptions& where, uint64_t subvolid,
                                               uint64_t ino) {
-  UB_ASSIGN_OR_RETURN(auto vol, OpenForInspect(image, where));
+  UB_ASSIGN_OR_RETURN(auto vol, inspect::OpenVolume(image, where, {}));
   inspect::PathResolver paths(vol.get());
   auto r = paths.InodePaths(subvolid, ino);
   if (!r.ok()) return r.status().WithContext(image);
@@ -344,9 +324,9 @@ Result<std::vector<std::string>> ResolveInode(const std::string& image, const Op
 }
 
 Result<std::string> ResolveSubvolume(const std::string& image, const OpenOptions& where, uint64_t subvolid) {
-  UB_ASSIGN_OR_RETURN(auto vol, OpenForInspect(image, where));
-  inspect::PathResolver paths(vol.get());
   if (!HoldsFiles(subvolid)) return Status::Invalid(image + ": " + std::to_string(subvolid) + " is no subvolume id");
+  UB_ASSIGN_OR_RETURN(auto vol, inspect::OpenVolume(image, where, {}));
+  inspect::PathResolver paths(vol.get());
   UB_RETURN_IF_ERROR(paths.Root(subvolid).status().WithContext(image));
   auto r = paths.SubvolPath(subvolid);
   if (!r.ok()) return r.status().WithContext(image);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "tree/tree_block.h"
@@ -48,19 +49,23 @@ void EraseInlineRef(std::vector<uint8_t>& item, const InlineRef& r);
 // Writes a new count into a data ref (EXTENT_DATA_REF or SHARED_DATA_REF).
 void SetInlineCount(std::vector<uint8_t>& item, const InlineRef& r, uint32_t count);
 
+// The body of an EXTENT_DATA item when it references a data extent
+// (regular or prealloc, not a hole; inline extents reference none), else null.
+inline const format::FileExtentItem* DataExtentItem(std::span<const uint8_t> d) {
+  if (d.size() < sizeof(format::FileExtentItem)) return nullptr;
+  const auto* fe = reinterpret_cast<const format::FileExtentItem*>(d.data());
+  if (fe->type != format::kFileExtentReg && fe->type != format::kFileExtentPrealloc) return nullptr;
+  return fe->disk_bytenr.get() == 0 ? nullptr : fe;
+}
+
 // Calls fn(key, item) for each file extent item of leaf b that references a
-// data extent (regular or prealloc, not a hole; inline extents reference none).
+// data extent (DataExtentItem).
 template <typename Fn>
 void ForEachDataExtent(const tree::TreeBlock& b, Fn&& fn) {
   for (int i = 0; i < b.nritems(); ++i) {
     const format::Key k = b.key(i);
     if (k.type != format::kExtentDataKey) continue;
-    auto d = b.item_data(i);
-    if (d.size() < sizeof(format::FileExtentItem)) continue;
-    const auto* fe = reinterpret_cast<const format::FileExtentItem*>(d.data());
-    if (fe->type != format::kFileExtentReg && fe->type != format::kFileExtentPrealloc) continue;
-    if (fe->disk_bytenr.get() == 0) continue;
-    fn(k, *fe);
+    if (const auto* fe = DataExtentItem(b.item_data(i))) fn(k, *fe);
   }
 }
 

@@ -33,32 +33,37 @@ Status Volume::RefusedSuperFlag(const std::string& what) {
 }
 
 Status Volume::LoadRootTree() {
-  auto read = [&](const tree::RootPtr& r) -> Status {
-    auto b = reader_->Read(tree::BlockCheck{r.bytenr, r.level, r.generation, {}});
-    if (!b.ok()) return b.status();
-    if ((*b)->owner() != kRootTreeObjectid) {
-      return Status::Corrupt("tree block " + std::to_string(r.bytenr) + ": owner " + std::to_string((*b)->owner()) +
+  // The root block `r` names (level and generation -1 and 0: not known),
+  // read and owned by the root tree.
+  auto read = [&](const tree::RootPtr& r) -> Result<tree::BlockRef> {
+    UB_ASSIGN_OR_RETURN(auto b, reader_->Read(tree::BlockCheck{r.bytenr, r.level, r.generation, {}}));
+    if (b->owner() != kRootTreeObjectid) {
+      return Status::Corrupt("tree block " + std::to_string(r.bytenr) + ": owner " + std::to_string(b->owner()) +
                              ", not the root tree");
     }
-    return Status::Ok();
+    return b;
   };
-  if (const uint64_t given = options_.rescue.tree_root; given != 0) {
-    if (options_.writable) return Status::Invalid("a root tree given by its address (tree-root) is read only");
-    auto b = reader_->Read(tree::BlockCheck{given, -1, 0, {}});
-    if (!b.ok()) return b.status().WithContext("the root tree given (tree-root " + std::to_string(given) + ")");
-    const tree::RootPtr r{given, (*b)->level(), (*b)->generation(), kRootTreeObjectid};
-    UB_RETURN_IF_ERROR(read(r).WithContext("the root tree given"));
-    warnings_.push_back("root tree: the block at " + std::to_string(given) + " of generation " +
-                        std::to_string(r.generation) + " given (tree-root); the superblock's is of generation " +
-                        std::to_string(super_.generation.get()));
+  // An older commit's root instead of the superblock's: the log belongs to
+  // the newest commit, not to this one.
+  auto take_older = [&](const tree::RootPtr& r, std::string why) {
+    warnings_.push_back(std::move(why));
     root_tree_ = r;
     if (super_.log_root.get() != 0) {
       super_.log_root = 0;
       warnings_.push_back("the tree log of the newest commit is left out with its root tree");
     }
     return Status::Ok();
+  };
+  if (const uint64_t given = options_.rescue.tree_root; given != 0) {
+    if (options_.writable) return Status::Invalid("a root tree given by its address (tree-root) is read only");
+    auto b = read(tree::RootPtr{given, -1, 0, kRootTreeObjectid});
+    if (!b.ok()) return b.status().WithContext("the root tree given (tree-root " + std::to_string(given) + ")");
+    const tree::RootPtr r{given, (*b)->level(), (*b)->generation(), kRootTreeObjectid};
+    return take_older(r, "root tree: the block at " + std::to_string(given) + " of generation " +
+                             std::to_string(r.generation) + " given (tree-root); the superblock's is of generation " +
+                             std::to_string(super_.generation.get()));
   }
-  const Status current = read(root_tree_);
+  const Status current = read(root_tree_).status();
   if (current.ok()) return current;
   if (!options_.rescue.use_backup_root || options_.writable) {
     return WithHint(current.WithContext("root tree"),
@@ -79,21 +84,15 @@ Status Volume::LoadRootTree() {
   for (const RootBackup* b : backups) {
     const tree::RootPtr r{b->tree_root.get(), b->tree_root_level, b->tree_root_gen.get(), kRootTreeObjectid};
     if (r.level >= kMaxLevel) continue;
-    const Status st = read(r);
+    const Status st = read(r).status();
     if (!st.ok()) {
       tried += "; generation " + std::to_string(r.generation) + ": " + st.message();
       continue;
     }
-    warnings_.push_back("root tree: " + current.message() + ": using the backup root of generation " +
-                        std::to_string(r.generation) + " (rescue=usebackuproot; what the last " +
-                        std::to_string(super_.generation.get() - r.generation) + " commit(s) changed is not seen)");
-    root_tree_ = r;
-    // The log belongs to the newest commit, not to this one.
-    if (super_.log_root.get() != 0) {
-      super_.log_root = 0;
-      warnings_.push_back("the tree log of the newest commit is left out with its root tree");
-    }
-    return Status::Ok();
+    return take_older(r, "root tree: " + current.message() + ": using the backup root of generation " +
+                             std::to_string(r.generation) + " (rescue=usebackuproot; what the last " +
+                             std::to_string(super_.generation.get() - r.generation) +
+                             " commit(s) changed is not seen)");
   }
   return WithHint(current.WithContext("root tree"),
                   backups.empty() ? "no older backup root to try" : "no backup root reads either" + tried);
