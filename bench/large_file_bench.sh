@@ -93,18 +93,24 @@ echo "### dd bs=1M conv=fsync of a 1 GiB file ($reps runs each, median)"
 echo
 echo "| target | median s | MiB/s | runs (s) |"
 echo "|---|---:|---:|---|"
-declare -A write_s
-for t in host nullfs ubtrfs kernel; do
-  runs=()
-  for _ in $(seq "$reps"); do
+declare -A write_s write_runs
+# Rounds alternate between the targets (host, nullfs, ubtrfs, kernel, then
+# again), as the read rounds below do: the disk's speed drifts by 2x within
+# minutes on the VMs measured, and a block of runs per target gave the
+# ratio to whichever target met the slow minutes.
+for _ in $(seq "$reps"); do
+  for t in host nullfs ubtrfs kernel; do
     case $t in
-      host) start_host; drop; runs+=("$(dd_write "$work/host/f")"); stop_host ;;
-      nullfs) start_nullfs; drop; runs+=("$(dd_write "$mnt/f")"); stop_fuse ;;
-      ubtrfs) start_ubtrfs; drop; runs+=("$(dd_write "$mnt/f")"); stop_fuse
+      host) start_host; drop; write_runs[$t]+="$(dd_write "$work/host/f") "; stop_host ;;
+      nullfs) start_nullfs; drop; write_runs[$t]+="$(dd_write "$mnt/f") "; stop_fuse ;;
+      ubtrfs) start_ubtrfs; drop; write_runs[$t]+="$(dd_write "$mnt/f") "; stop_fuse
               "$bin" check "$work/u.img" >/dev/null || { echo "ubtrfs image fails check" >&2; exit 1; } ;;
-      kernel) start_kernel; drop; runs+=("$(dd_write "$mnt/f")"); stop_kernel ;;
+      kernel) start_kernel; drop; write_runs[$t]+="$(dd_write "$mnt/f") "; stop_kernel ;;
     esac
   done
+done
+for t in host nullfs ubtrfs kernel; do
+  read -r -a runs <<< "${write_runs[$t]}"
   m=$(printf '%s\n' "${runs[@]}" | median)
   write_s[$t]=$m
   echo "| $t | $m | $(mibs "$m") | ${runs[*]} |"

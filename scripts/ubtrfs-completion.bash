@@ -16,7 +16,7 @@ _ubtrfs_nested() {
     device) echo "add remove delete replace" ;;
     fsverity) echo "enable measure verify" ;;
     inspect) echo "logical-resolve inode-resolve subvolid-resolve find-root dump-super" ;;
-    rescue) echo "zero-log" ;;
+    rescue) echo "zero-log super-recover fix-device-size clear-uuid-tree" ;;
   esac
 }
 
@@ -34,7 +34,9 @@ _ubtrfs_options() {
     "inspect inode-resolve") echo "-h --help --subvolid"; return ;;
     "inspect find-root") echo "-h --help -o --tree"; return ;;
     "inspect dump-super") echo "-h --help -f --full -a --all -s --super -F --force"; return ;;
-    "inspect subvolid-resolve"|"rescue zero-log") echo "-h --help"; return ;;
+    "inspect subvolid-resolve"|"rescue zero-log"|"rescue fix-device-size"|"rescue clear-uuid-tree")
+      echo "-h --help"; return ;;
+    "rescue super-recover") echo "-h --help -y --yes -v --verbose"; return ;;
     "fsverity enable") echo "-h --help --hash-alg --block-size --salt --signature --subvol --subvolid"; return ;;
     "fsverity measure"|"fsverity verify") echo "-h --help --subvol --subvolid"; return ;;
     "device add") echo "-h --help -f --force -q --quiet"; return ;;

@@ -834,9 +834,21 @@ void Checker::CheckChunks() {
     }
   }
   if (devs_.empty()) Error("chunk tree: no DEV_ITEM");
+  // Sizes older kernels left behind (a partition of an odd size): the
+  // kernel since 4.11 refuses the first, warns of the others.
+  const std::string fix = " (`ubtrfs rescue fix-device-size` fixes it)";
+  for (const auto& d : devs_) {
+    if (d.total_bytes % ss_ != 0) {
+      Warning("chunk tree: DEV_ITEM " + N(d.devid) + ": total_bytes " + N(d.total_bytes) +
+              " is not a multiple of the sector size" + fix);
+    }
+  }
   const uint64_t sb_total = vol_.super().total_bytes.get();
   if (!devs_.empty() && sb_total < dev_total) {
-    Error("superblock: total_bytes " + N(sb_total) + " is smaller than the device size " + N(dev_total));
+    Error("superblock: total_bytes " + N(sb_total) + " is smaller than the device size " + N(dev_total) +
+          ": the kernel refuses to mount it" + fix);
+  } else if (!devs_.empty() && sb_total != dev_total) {
+    Warning("superblock: total_bytes " + N(sb_total) + " is not the devices' total " + N(dev_total) + fix);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "format/ondisk.h"
 #include "format/superblock.h"
 #include "txn/devices.h"
+#include "txn/super_copies.h"
 
 namespace ubtrfs::check {
 
@@ -81,38 +82,14 @@ class Scrubber {
   // filesystem's, this device's, and of the generation the volume uses.
   // Bad ones are rewritten as a commit writes them (all copies).
   Status Superblocks() {
-    const SuperBlock& want = vol_.super();
     bool bad = false;
-    std::vector<uint8_t> buf(kSuperInfoSize);
-    for (uint64_t devid : vol_.devices().Devids()) {
-      if (vol_.IsSeedDevice(devid)) continue;  // the seed's own, of its own filesystem
-      io::BlockDevice* dev = vol_.devices().Get(devid);
-      for (int m = 0; m < kSuperMirrorMax; ++m) {
-        const uint64_t off = SuperblockOffset(m);
-        if (off + kSuperInfoSize > dev->Size()) break;
-        ++r_->super_copies;
-        std::string problem;
-        if (Status st = dev->ReadAt(off, buf); !st.ok()) {
-          problem = st.message();
-        } else if (Status v = ValidateSuperblock(buf, off); !v.ok()) {
-          problem = v.message();
-        } else {
-          const auto* sb = reinterpret_cast<const SuperBlock*>(buf.data());
-          if (std::memcmp(sb->fsid, want.fsid, kFsidSize) != 0) {
-            problem = "fsid " + UuidToString(sb->fsid);
-          } else if (sb->dev_item.devid.get() != devid) {
-            problem = "devid " + std::to_string(sb->dev_item.devid.get());
-          } else if (sb->generation.get() != want.generation.get()) {
-            problem = "generation " + std::to_string(sb->generation.get()) + ", expected " +
-                      std::to_string(want.generation.get());
-          }
-        }
-        if (problem.empty()) continue;
-        ++r_->super_errors;
-        bad = true;
-        Error("device " + std::to_string(devid) + " superblock copy " + std::to_string(m) + " at " +
-              std::to_string(off) + ": " + problem);
-      }
+    for (const txn::SuperCopyState& c : txn::CheckSuperCopies(vol_)) {
+      ++r_->super_copies;
+      if (c.problem.empty()) continue;
+      ++r_->super_errors;
+      bad = true;
+      Error("device " + std::to_string(c.devid) + " superblock copy " + std::to_string(c.mirror) + " at " +
+            std::to_string(c.bytenr) + ": " + c.problem);
     }
     if (!bad) return Status::Ok();
     if (o_.readonly) {

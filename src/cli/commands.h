@@ -18,7 +18,7 @@ int ExitCode();
 void RegisterReadCommands(CLI::App& app);  // info, ls, cat, cp
 void RegisterDumpTree(CLI::App& app);      // dump-tree
 void RegisterInspect(CLI::App& app);       // inspect logical-resolve|inode-resolve|subvolid-resolve
-void RegisterRescue(CLI::App& app);        // rescue zero-log
+void RegisterRescue(CLI::App& app);        // rescue zero-log, super-recover, fix-device-size, clear-uuid-tree
 void RegisterMkfs(CLI::App& app);          // mkfs
 // mkfs's options and action on `cmd`: the mkfs subcommand, or the whole
 // command line of mkfs.ubtrfs (mkfs_main.cc).

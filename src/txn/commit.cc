@@ -253,7 +253,8 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
   uint64_t used = 0;
   space_->ForEachGroup([&](const alloc::BlockGroup& g) { used += g.used_bytes() - ExcludedIn(g.start()); });
   sb.generation = transid();
-  if (uuid_tree_current_) sb.uuid_tree_generation = transid();
+  // (not after `rescue clear-uuid-tree`: with no tree there is nothing current)
+  if (uuid_tree_current_ && vol_->FindRoot(kUuidTreeObjectid).ok()) sb.uuid_tree_generation = transid();
   sb.bytes_used = used;
   RootBackup& b = sb.super_roots[NextBackupRootSlot(sb, transid())];
   std::memset(&b, 0, sizeof b);
