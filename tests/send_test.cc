@@ -18,6 +18,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -819,4 +820,79 @@ TEST(SendIncremental, RefusesWhatBtrfsSendRefuses) {
 }
 
 }  // namespace
+}  // namespace ubtrfs_test
+
+namespace ubtrfs_test {
+namespace UBTRFS_UNITY_ID {
+
+// A subvolume nested in a snapshotted one: each snapshot holds an empty
+// stand-in directory in its place (inode 2, the kernel's
+// BTRFS_EMPTY_SUBVOL_DIR_OBJECTID). The kernel's send leaves it out (it
+// has no inode reference to walk); so must ubtrfs's, full and incremental.
+// `cp` out copies the stand-in of every snapshot, each an empty directory.
+TEST(SendNestedSubvolume, ItsStandInIsNeitherSentNorTakenForALoop) {
+  if (std::string e = MkfsMissingReason(); !e.empty()) GTEST_SKIP() << e;
+  TempDir tmp{"send-nested"};
+  const std::string img = tmp.Sub("n.img");
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 256ull << 20), "");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"subvolume", "create", img + ":/sv"},
+           {"subvolume", "create", img + ":/sv/inner"},
+           {"mkdir", img + ":/sv/dir"},
+           {"subvolume", "snapshot", "-r", img + ":/sv", img + ":/snap1"},
+           {"mkdir", img + ":/sv/dir2"},
+           {"subvolume", "snapshot", "-r", img + ":/sv", img + ":/snap2"}}) {
+    CommandResult r = RunUbtrfs(args);
+    ASSERT_TRUE(r.ok()) << ShellJoin(args) << ": " << r.Describe();
+  }
+  // cp: both stand-ins, no "already copied" warning.
+  const std::string out = tmp.Sub("out");
+  CommandResult cp = RunUbtrfs({"cp", img + ":/", out});
+  ASSERT_TRUE(cp.ok()) << cp.Describe();
+  EXPECT_EQ(cp.err, "");
+  for (const char* snap : {"snap1", "snap2"}) {
+    struct stat st;
+    const std::string d = out + "/" + snap + "/inner";
+    ASSERT_EQ(::stat(d.c_str(), &st), 0) << d << " was not copied";
+    EXPECT_TRUE(S_ISDIR(st.st_mode)) << d;
+    EXPECT_TRUE(std::filesystem::is_empty(d)) << d;
+  }
+  // send: no path under the stand-in, full or incremental.
+  const auto dump_of = [&](const std::vector<std::string>& args, const std::string& f) {
+    std::vector<std::string> argv = {"send", "-f", f};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = RunUbtrfs(argv);
+    EXPECT_TRUE(r.ok()) << r.Describe();
+    CommandResult d = RunCommand({"btrfs", "receive", "--dump", "-f", f});
+    EXPECT_TRUE(d.ok()) << d.Describe();
+    return d.out;
+  };
+  const std::string full = dump_of({img + ":/snap1"}, tmp.Sub("full.stream"));
+  EXPECT_NE(full.find("./snap1/dir"), std::string::npos) << full;
+  EXPECT_EQ(full.find("inner"), std::string::npos) << full;
+  const std::string incr = dump_of({"-p", "/snap1", img + ":/snap2"}, tmp.Sub("incr.stream"));
+  EXPECT_NE(incr.find("dir2"), std::string::npos) << incr;
+  EXPECT_EQ(incr.find("inner"), std::string::npos) << incr;
+
+  std::string why;
+  if (!LoopMountsAvailable(&why)) {
+    std::fprintf(stderr, "[ skipped  ] the kernel's send: loop mounts unavailable: %s\n", why.c_str());
+    return;
+  }
+  const std::string mnt = tmp.Sub("mnt");
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0755), 0);
+  LoopMount m;
+  ASSERT_EQ(m.Mount(img, mnt, "ro"), "");
+  const std::string k = tmp.Sub("kernel.stream");
+  CommandResult ks = RunCommand({"btrfs", "-q", "send", "-f", k, mnt + "/snap1"});
+  ASSERT_TRUE(ks.ok()) << ks.Describe();
+  CommandResult kd = RunCommand({"btrfs", "receive", "--dump", "-f", k});
+  ASSERT_TRUE(kd.ok()) << kd.Describe();
+  EXPECT_NE(kd.out.find("./snap1/dir"), std::string::npos) << kd.out;
+  EXPECT_EQ(kd.out.find("inner"), std::string::npos) << "the kernel's stream: " << kd.out;
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_directory(mnt + "/snap2/inner", ec)) << "the kernel shows the stand-in";
+}
+
+}  // namespace UBTRFS_UNITY_ID
 }  // namespace ubtrfs_test

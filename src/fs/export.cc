@@ -26,6 +26,11 @@ namespace {
 
 using fsimpl::PrintableName;
 
+// Inodes of a subvolume are numbered from 256 (BTRFS_FIRST_FREE_OBJECTID);
+// below that only the stand-in directory of a subvolume left out of a
+// snapshot is ever handed out.
+constexpr uint64_t kFirstInodeNumber = 256;
+
 // An open descriptor, closed on scope exit.
 class Fd {
  public:
@@ -142,7 +147,11 @@ class Exporter {
     auto st = fs_.GetStat(id);
     if (!st.ok()) return Error(src, st.status());
     if (S_ISDIR(st->mode)) {
-      if (!dirs_seen_.insert({id.root, id.ino}).second) {
+      // The empty stand-in for a subvolume a snapshot does not hold is
+      // inode 2 wherever it appears (each snapshot of its parent has one),
+      // and it has no entries to loop through: never "already copied".
+      const bool stand_in = id.ino < kFirstInodeNumber;
+      if (!stand_in && !dirs_seen_.insert({id.root, id.ino}).second) {
         return Finding(src + ": a directory that was already copied (a directory loop or a hard-linked directory)");
       }
       // An existing directory is merged into.

@@ -3,6 +3,7 @@
 // items), so it can go whole. Its blocks are freed as the extent tree
 // records them: a UUID tree worth clearing is often one that does not read.
 #include "format/ondisk.h"
+#include "rescue/repairs.h"
 #include "rescue/rescue_open.h"
 #include "tree/cursor.h"
 #include "txn/extent_refs.h"
@@ -76,39 +77,47 @@ Status OwnedPerExtentTree(txn::Volume& vol, uint64_t owner, std::vector<OwnedBlo
 
 }  // namespace
 
+namespace rescue {
+
+Result<ClearUuidTreeResult> ClearUuidTreeIn(txn::Volume& vol, txn::TxnManager& txn) {
+  ClearUuidTreeResult r;
+  auto root = vol.FindRoot(kUuidTreeObjectid);
+  if (!root.ok()) {
+    if (root.status().code() == ENOENT) return r;
+    return root.status().WithContext("the UUID tree's root item");
+  }
+  r.had_tree = true;
+  std::vector<OwnedBlock> blocks;
+  UB_ASSIGN_OR_RETURN(bool whole, WalkTree(vol, root->ref, &blocks));
+  if (!whole) {
+    blocks.clear();
+    UB_RETURN_IF_ERROR(OwnedPerExtentTree(vol, kUuidTreeObjectid, &blocks)
+                           .WithContext("finding the UUID tree's blocks in the extent tree"));
+  }
+  for (const OwnedBlock& b : blocks) {
+    UB_RETURN_IF_ERROR(txn.FreeTreeBlock(b.bytenr, kUuidTreeObjectid, b.level, /*created_here=*/false)
+                           .WithContext("freeing UUID tree block " + std::to_string(b.bytenr)));
+  }
+  r.blocks_freed = blocks.size();
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, txn.Writer(kRootTreeObjectid));
+  UB_RETURN_IF_ERROR(rootw->Delete(root->item_key).WithContext("the UUID tree's root item"));
+  UB_ASSIGN_OR_RETURN(txn::Volume::TreeRoot * tr, vol.MutableRoot(kUuidTreeObjectid));
+  std::lock_guard lock(vol.roots_mutex());
+  tr->deleted = true;
+  return r;
+}
+
+}  // namespace rescue
+
 Result<ClearUuidTreeResult> ClearUuidTree(const std::string& image, const OpenOptions& where) {
   rescue::OpenHow how;
   how.with_txn = true;
   how.why_all_devices = "the UUID tree's blocks may lie on any of them";
   UB_ASSIGN_OR_RETURN(rescue::Opened o, rescue::Open(image, where, how));
-  ClearUuidTreeResult r;
-  r.warnings = o.vol->warnings();
-  auto root = o.vol->FindRoot(kUuidTreeObjectid);
-  if (!root.ok()) {
-    if (root.status().code() == ENOENT) return r;
-    return root.status().WithContext(image + ": the UUID tree's root item");
-  }
-  r.had_tree = true;
-  std::vector<OwnedBlock> blocks;
-  UB_ASSIGN_OR_RETURN(bool whole, WalkTree(*o.vol, root->ref, &blocks));
-  if (!whole) {
-    blocks.clear();
-    UB_RETURN_IF_ERROR(OwnedPerExtentTree(*o.vol, kUuidTreeObjectid, &blocks)
-                           .WithContext(image + ": finding the UUID tree's blocks in the extent tree"));
-  }
-  for (const OwnedBlock& b : blocks) {
-    UB_RETURN_IF_ERROR(o.txn->FreeTreeBlock(b.bytenr, kUuidTreeObjectid, b.level, /*created_here=*/false)
-                           .WithContext(image + ": freeing UUID tree block " + std::to_string(b.bytenr)));
-  }
-  r.blocks_freed = blocks.size();
-  UB_ASSIGN_OR_RETURN(tree::TreeWriter * rootw, o.txn->Writer(kRootTreeObjectid));
-  UB_RETURN_IF_ERROR(rootw->Delete(root->item_key).WithContext(image + ": the UUID tree's root item"));
-  {
-    UB_ASSIGN_OR_RETURN(txn::Volume::TreeRoot * tr, o.vol->MutableRoot(kUuidTreeObjectid));
-    std::lock_guard lock(o.vol->roots_mutex());
-    tr->deleted = true;
-  }
-  UB_RETURN_IF_ERROR(o.txn->Commit().WithContext(image));
+  auto r = rescue::ClearUuidTreeIn(*o.vol, *o.txn);
+  if (!r.ok()) return r.status().WithContext(image);
+  r->warnings = o.vol->warnings();
+  if (r->had_tree) UB_RETURN_IF_ERROR(o.txn->Commit().WithContext(image));
   return r;
 }
 

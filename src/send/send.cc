@@ -50,15 +50,11 @@ class Sender {
     UB_ASSIGN_OR_RETURN(auto entries, fs_.ReadDir(dir));
     for (const DirEntry& e : entries) {
       const std::string p = Join(path, e.name);
-      if (e.id.root != root_) {
-        // A nested subvolume is not part of this one: its place stays an
-        // empty directory, as the snapshot shows it.
-        w_.Begin(kCmdMkdir);
-        w_.String(kAttrPath, p);
-        w_.U64(kAttrIno, e.id.ino);
-        UB_RETURN_IF_ERROR(w_.End());
-        continue;
-      }
+      // A nested subvolume is not part of this one, nor is its empty
+      // stand-in directory: the kernel's send walks inode references, and
+      // a subvolume's entry has none (a root ref instead), so the receiver
+      // never sees a name there.
+      if (e.id.root != root_) continue;
       UB_ASSIGN_OR_RETURN(Stat st, fs_.GetStat(e.id));
       if (auto it = first_path_.find(e.id.ino); it != first_path_.end()) {
         w_.Begin(kCmdLink);

@@ -2,8 +2,8 @@
 // changes chosen by the input (creates, writes, renames, unlinks, xattrs,
 // ...), commit, close; move every extent to a new place (balance by usage);
 // cut the chunks' unused tails and move them up the device (resize
-// --shrink's first steps); then open the result again and read everything
-// back.
+// --shrink's first steps); fix the device sizes and clear the UUID tree
+// (rescue); then open the result again and read everything back.
 // The image may be damaged in ways the reader accepted; writing into it must
 // still never crash: each failure is a Status with a message (a failed
 // change may abort the transaction and leave the view read-only).
@@ -22,6 +22,7 @@
 #include "fuzz_image.h"
 #include "fuzz_script.h"
 #include "format/ondisk.h"
+#include "rescue/repairs.h"
 #include "txn/extent_relocation.h"
 #include "txn/relocate.h"
 #include "txn/transaction.h"
@@ -110,6 +111,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       if (!st.ok() && st.message() != "relocation left changes") ubtrfs_fuzz::CheckError(st);
       acc += trimmed;
+      // `rescue fix-device-size` and `rescue clear-uuid-tree` on what is
+      // left (the UUID tree's blocks found in a damaged extent tree where
+      // the tree itself does not read).
+      if (st.ok()) {
+        auto fixed = ubtrfs::rescue::FixDeviceSizeIn(**vol, **txn);
+        ubtrfs::Status fs = fixed.ok() && fixed->changed() ? (*txn)->Commit() : fixed.status();
+        if (!fs.ok()) ubtrfs_fuzz::CheckError(fs);
+        auto cleared = ubtrfs::rescue::ClearUuidTreeIn(**vol, **txn);
+        ubtrfs::Status cs = cleared.ok() && cleared->had_tree ? (*txn)->Commit() : cleared.status();
+        if (!cs.ok()) ubtrfs_fuzz::CheckError(cs);
+        if (cleared.ok()) acc += cleared->blocks_freed;
+      }
       if (ubtrfs_fuzz::Verbose()) {
         std::fprintf(stderr, "relocated %zu groups: %llu data extents, %llu tree blocks, %zu left\n", groups.size(),
                      static_cast<unsigned long long>(stats.data_extents),
