@@ -38,6 +38,7 @@
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "tree/cursor.h"
+#include "txn/transaction.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 
@@ -385,6 +386,52 @@ TEST(SimpleQuotas, DropOfTheKernelsDeadSubvolumeCreditsItsOwner) {
   EXPECT_EQ(KernelQgroups(mnt).count("0/256"), 0u) << "the qgroup of the dropped subvolume is gone";
   ASSERT_EQ(m.Unmount(), "");
   EXPECT_EQ(RecountProblems(img), "");
+}
+
+// A subvolume with no qgroup under simple quotas, as mkfs.btrfs 6.19
+// --subvol with -O squota leaves one: the kernel aborts the first
+// transaction that changes it (charging a qgroup that is not there), so
+// ubtrfs check calls it an error where btrfs check finds nothing.
+TEST(SimpleQuotas, ASubvolumeWithoutItsQgroupIsAnError) {
+  if (std::string why = MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "the kernel makes the simple quota image: " << why;
+  TempDir tmp("ubtrfs-squota-noqg");
+  const std::string img = tmp.Sub("img"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 4096, "crc32c", 512ull << 20), "");
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    if (std::string e = EnableSimpleQuotas(mnt); !e.empty()) {
+      ASSERT_EQ(m.Unmount(), "");
+      GTEST_SKIP() << "this kernel has no simple quotas (6.7+): " << e;
+    }
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
+    WriteHostFile(mnt + "/sv/f", SeededBytes(100000, 3));
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  ASSERT_EQ(RecountProblems(img), "");
+  {
+    namespace fmt = ubtrfs::format;
+    auto dev = ubtrfs::io::OpenFileDevice(img, ubtrfs::io::OpenFlags{.writable = true});
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    ubtrfs::txn::VolumeOptions vo;
+    vo.writable = true;
+    auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), vo);
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto txn = ubtrfs::txn::TxnManager::Open(vol->get());
+    ASSERT_TRUE(txn.ok()) << txn.status().ToString();
+    auto w = (*txn)->Writer(fmt::kQuotaTreeObjectid);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (auto type : {fmt::kQgroupInfoKey, fmt::kQgroupLimitKey}) {
+      ASSERT_TRUE((*w)->Delete(fmt::Key{0, type, 256}).ok());
+    }
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  EXPECT_EQ(RecountProblems(img),
+            "1 errors, first: quota tree: subvolume 256 has no qgroup 0/256 (simple quotas): the kernel aborts the "
+            "first transaction that changes it");
 }
 
 }  // namespace

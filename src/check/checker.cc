@@ -834,6 +834,21 @@ void Checker::CheckChunks() {
     }
   }
   if (devs_.empty()) Error("chunk tree: no DEV_ITEM");
+  // Each device's superblock carries its DEV_ITEM as the chunk tree has it:
+  // the kernel writes both from one place at every commit (btrfs check
+  // 6.19 warns of a difference).
+  for (uint64_t devid : vol_.devices().Devids()) {
+    if (vol_.IsSeedDevice(devid)) continue;
+    auto sc = txn::ReadSuperblock(*vol_.devices().Get(devid));
+    auto d = std::find_if(devs_.begin(), devs_.end(), [devid](const DevRec& r) { return r.devid == devid; });
+    if (!sc.ok() || d == devs_.end() || sc->sb.generation.get() != vol_.super().generation.get()) continue;
+    const format::DevItem& own = sc->sb.dev_item;
+    if (own.total_bytes.get() != d->total_bytes || own.bytes_used.get() != d->bytes_used) {
+      Error("superblock of device " + N(devid) + ": DEV_ITEM total_bytes " + N(own.total_bytes.get()) +
+            ", bytes_used " + N(own.bytes_used.get()) + "; the chunk tree's says " + N(d->total_bytes) + ", " +
+            N(d->bytes_used));
+    }
+  }
   // Sizes older kernels left behind (a partition of an odd size): the
   // kernel since 4.11 refuses the first, warns of the others.
   const std::string fix = " (`ubtrfs rescue fix-device-size` fixes it)";
@@ -1284,7 +1299,11 @@ void Checker::Run() {
     PlaceExtent(e, owner);
     squota_.Extent(e, owner);
   });
-  squota_.Finish(&report_);
+  std::vector<uint64_t> subvols;
+  for (const auto& t : roots_) {
+    if (IsSubvolumeTree(t.id) && !t.dropping) subvols.push_back(t.id);
+  }
+  squota_.Finish(subvols, &report_);
   // Full qgroups are counted by walking every extent's back references up,
   // which needs a sound extent tree: on an image with other errors the
   // count would add noise to them.
@@ -1296,7 +1315,8 @@ void Checker::Run() {
       for (const auto& t : roots_) {
         if (!t.dropping) trees[t.id] = t.root;
       }
-      CheckQgroups(reader_, extent_root, quota_root, nodesize_, [&](uint64_t id) -> std::optional<tree::RootPtr> {
+      CheckQgroups(reader_, extent_root, quota_root, nodesize_, vol_.root_tree().generation,
+                   [&](uint64_t id) -> std::optional<tree::RootPtr> {
         auto it = trees.find(id);
         if (it == trees.end()) return std::nullopt;
         return it->second;

@@ -11,9 +11,16 @@ namespace ubtrfs::check {
 using namespace ubtrfs::format;
 
 void CheckQgroups(tree::BlockReader* reader, const tree::RootPtr& extent_root, const tree::RootPtr& quota_root,
-                  uint32_t nodesize, std::function<std::optional<tree::RootPtr>(uint64_t)> root_of, Report* report) {
+                  uint32_t nodesize, uint64_t generation, std::function<std::optional<tree::RootPtr>(uint64_t)> root_of,
+                  Report* report) {
   auto stored = txn::ReadQgroups(reader, quota_root);
   if (!stored.ok()) return report->Error("quota tree: " + stored.status().message());
+  // The kernel rewrites the status at every commit with quotas on; a mount
+  // that finds it of another generation marks the numbers inconsistent.
+  if ((stored->status_flags & kQgroupStatusOn) && stored->status_generation != generation) {
+    report->Error("quota tree: the status item's generation is " + std::to_string(stored->status_generation) +
+                  ", the commit's " + std::to_string(generation) + " (a mount marks the numbers inconsistent)");
+  }
   std::set<uint64_t> ids;
   for (const auto& [id, c] : stored->counts) ids.insert(id);
   txn::RootWalk walk(reader, extent_root, std::move(root_of));

@@ -17,8 +17,11 @@
 
 namespace ubtrfs::check {
 
+// `generation`: of the commit the trees are (the root tree's); the quota
+// status must be of it too.
 void CheckQgroups(tree::BlockReader* reader, const tree::RootPtr& extent_root, const tree::RootPtr& quota_root,
-                  uint32_t nodesize, std::function<std::optional<tree::RootPtr>(uint64_t)> root_of, Report* report);
+                  uint32_t nodesize, uint64_t generation, std::function<std::optional<tree::RootPtr>(uint64_t)> root_of,
+                  Report* report);
 
 }  // namespace ubtrfs::check
 

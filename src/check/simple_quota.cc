@@ -78,8 +78,14 @@ void SimpleQuotaCount::Extent(const ExtentRec& e, uint64_t block_owner) {
   }
 }
 
-void SimpleQuotaCount::Finish(Report* report) const {
+void SimpleQuotaCount::Finish(const std::vector<uint64_t>& subvols, Report* report) const {
   if (!active_) return;
+  for (uint64_t id : subvols) {
+    if (!groups_.count(id)) {
+      report->Error("quota tree: subvolume " + std::to_string(id) + " has no qgroup " + QgroupName(id) +
+                    " (simple quotas): the kernel aborts the first transaction that changes it");
+    }
+  }
   for (const auto& [id, g] : groups_) {
     if (g.rfer == g.count && g.excl == g.count) continue;
     report->Error("quota tree: qgroup " + QgroupName(id) + " (simple quotas) has referenced " +

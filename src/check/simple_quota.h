@@ -29,8 +29,11 @@ class SimpleQuotaCount {
   // there (0: the walk did not read it, say in a tree being dropped: it is
   // read here).
   void Extent(const ExtentRec& e, uint64_t block_owner);
-  // Every qgroup whose stored numbers differ from the recount.
-  void Finish(Report* report) const;
+  // Every qgroup whose stored numbers differ from the recount, and every
+  // subvolume of `subvols` with no qgroup of its own: the kernel charges
+  // each change to one and aborts the transaction where there is none
+  // (mkfs.btrfs 6.19 --subvol with -O squota leaves them out).
+  void Finish(const std::vector<uint64_t>& subvols, Report* report) const;
 
  private:
   struct Group {

@@ -214,6 +214,9 @@ Status TxnManager::CommitFirstHalf(CommitTail& t) {
     if (quotas_ && (loops == 0 || (quotas_->simple && QgroupsDirty()))) {
       UB_RETURN_IF_ERROR(AccountQuotas());
       changed = true;
+    } else if (quotas_ && !quotas_->status_written && dirty_->count() > 0) {
+      UB_RETURN_IF_ERROR(WriteQgroupStatus());  // (a commit that became one after its first round)
+      changed = true;
     }
     UB_RETURN_IF_ERROR(chunk_alloc_->FinishPending(&changed));  // new chunks' items, before their groups'
     UB_RETURN_IF_ERROR(DeleteUnusedGroups(&changed));  // once the refs have freed what they free

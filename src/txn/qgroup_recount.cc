@@ -76,6 +76,7 @@ Result<StoredQgroups> ReadQgroups(tree::BlockSource* src, tree::RootPtr quota_ro
     if (k.type == kQgroupStatusKey) {
       if (d.size() < sizeof(QgroupStatusItem)) return Status::Corrupt("quota tree: short status item");
       s.status_flags = reinterpret_cast<const QgroupStatusItem*>(d.data())->flags.get();
+      s.status_generation = reinterpret_cast<const QgroupStatusItem*>(d.data())->generation.get();
     } else if (k.type == kQgroupInfoKey) {
       if (d.size() < sizeof(QgroupInfoItem)) return Status::Corrupt("quota tree: short item " + KeyToString(k));
       const auto* in = reinterpret_cast<const QgroupInfoItem*>(d.data());

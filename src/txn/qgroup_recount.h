@@ -35,6 +35,7 @@ Result<std::map<uint64_t, QgroupCount>> RecountQgroups(tree::BlockSource* src, t
 // parents.
 struct StoredQgroups {
   uint64_t status_flags = 0;
+  uint64_t status_generation = 0;
   std::map<uint64_t, QgroupCount> counts;
   std::map<uint64_t, std::vector<uint64_t>> parents;
 };

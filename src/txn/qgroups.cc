@@ -307,8 +307,18 @@ Status TxnManager::WriteQgroupItems() {
     UB_ASSIGN_OR_RETURN(auto have_limit, tree::LookupItem(dirty_.get(), root->ref, lk));
     if (!have_limit) UB_RETURN_IF_ERROR(w->Insert(lk, Bytes(g.limit)));
   }
-  if (!any && !q.mark_inconsistent) return Status::Ok();
-  // The status item's generation says the numbers are of this transaction.
+  if (!any && !q.mark_inconsistent && dirty_->count() == 0) return Status::Ok();
+  return WriteQgroupStatus();
+}
+
+// The status item's generation says the numbers are of this transaction:
+// the kernel rewrites it at every commit with quotas on, and a mount that
+// finds it behind the superblock's generation marks the numbers
+// inconsistent. So every commit that writes anything writes it.
+Status TxnManager::WriteQgroupStatus() {
+  QuotaState& q = *quotas_;
+  UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, Writer(kQuotaTreeObjectid));
+  UB_ASSIGN_OR_RETURN(Volume::TreeRoot * root, vol_->MutableRoot(kQuotaTreeObjectid));
   const Key sk{0, kQgroupStatusKey, 0};
   UB_ASSIGN_OR_RETURN(auto st, tree::LookupItem(dirty_.get(), root->ref, sk));
   if (!st || st->size() < sizeof(QgroupStatusItem)) return Status::Corrupt("quota tree has no status item");
@@ -316,6 +326,7 @@ Status TxnManager::WriteQgroupItems() {
   status->generation = transid();
   if (q.mark_inconsistent) status->flags = status->flags.get() | kQgroupStatusInconsistent;
   q.mark_inconsistent = false;
+  q.status_written = true;
   return w->Update(sk, *st);
 }
 
@@ -366,6 +377,7 @@ bool TxnManager::QgroupsDirty() const {
 
 void TxnManager::QuotasCommitted() {
   if (!quotas_) return;
+  quotas_->status_written = false;
   quotas_->new_blocks.clear();
   for (auto& [id, g] : quotas_->groups) g.reserved = 0;
   if (auto ext = vol_->FindRoot(kExtentTreeObjectid); ext.ok()) {

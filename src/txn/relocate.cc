@@ -157,6 +157,12 @@ Status DeviceLayout::UpdateDevItem() {
   di->bytes_used = Dev().bytes_used;
   di->total_bytes = ca.device_end_;
   UB_RETURN_IF_ERROR(w->Update(dev_key, item));
+  // The volume's copy too: each device's superblock takes its DEV_ITEM from
+  // it when sealed (Volume::SuperFor), which would put the old sizes back.
+  if (DevItem* vd = vol->mutable_dev_item(devid)) {
+    vd->bytes_used = Dev().bytes_used;
+    vd->total_bytes = ca.device_end_;
+  }
   SuperBlock& sb = vol->mutable_super();
   sb.dev_item.bytes_used = Dev().bytes_used;
   sb.dev_item.total_bytes = ca.device_end_;

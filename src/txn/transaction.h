@@ -382,6 +382,7 @@ class TxnManager final : public tree::BlockAllocator {
     std::map<uint64_t, uint64_t> new_blocks;
     bool rescan_at_open = false;     // the kernel's rescan was not finished
     bool mark_inconsistent = false;  // set INCONSISTENT in the status at the next write
+    bool status_written = false;     // the status item has this transaction's generation
   };
   Status LoadQuotas();
   std::set<uint64_t> QgroupsOf(const std::set<uint64_t>& roots) const;
@@ -389,6 +390,7 @@ class TxnManager final : public tree::BlockAllocator {
   Status PrepareQuotaAccounting();
   Status AccountQuotas();
   Status WriteQgroupItems();
+  Status WriteQgroupStatus();
   bool QgroupsDirty() const;
   void QuotasCommitted();
   // ---- Simple quotas (simple_quota.cc) ----
