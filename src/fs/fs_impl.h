@@ -947,6 +947,7 @@ class FilesystemImpl final : public Filesystem {
       UB_RETURN_IF_ERROR(CheckWritable());
       UB_RETURN_IF_ERROR(subvols_->CheckWritable(in));
       UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items, who));
+      txn::ChunkAllocator::OpHold hold(txn_->chunk_alloc(), reserve_items);
       r.emplace(op());
       NoteResult(*r);
       return Status::Ok();
@@ -964,6 +965,7 @@ class FilesystemImpl final : public Filesystem {
         auto lock = txn_->AllocLock();
         UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items));
       }
+      txn::ChunkAllocator::OpHold hold(txn_->chunk_alloc(), reserve_items);
       std::lock_guard dir_lock(InodeLock(dir));
       r.emplace(op());
       NoteResult(*r);

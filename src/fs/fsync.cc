@@ -24,8 +24,9 @@
 // A full commit instead: when the log would be large (it is written whole
 // at each fsync, less the blocks that did not change), when the transaction
 // made chunks (a log may only point into committed chunks), while edits may
-// be undone (OpenOptions::undo_uncommitted), or when space for the log runs
-// out.
+// be undone (OpenOptions::undo_uncommitted), when space for the log runs
+// out, or, with mixed groups, when the log would name a data extent twice
+// (the kernel's replay then fails: TreeLog::NamesADataExtentTwice).
 #include <sys/stat.h>
 
 #include "fs/fs_impl.h"
@@ -180,6 +181,9 @@ Status FilesystemImpl::FsyncImpl(InodeId id) {
     UB_RETURN_IF_ERROR(LogInodeTree(InodeId{next->first, next->second}, LogMode::kExists));
   }
   if (tree_log_->bytes() > kMaxLogBytes) return Status::Error(EAGAIN, "log too large");
+  if (txn_->chunk_alloc().mixed() && tree_log_->NamesADataExtentTwice()) {
+    return Status::Error(EAGAIN, "mixed groups: a data extent logged twice");
+  }
   static stats::Counter& blocks = stats::GetCounter("fsync.log_blocks_written");
   const uint64_t before = tree_log_->stats().blocks_written;
   Status s = tree_log_->Sync(txn_.get());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "format/checksum.h"
 #include "format/ondisk.h"
@@ -296,6 +297,19 @@ Result<TreeLog::Built> TreeLog::BuildNodes(txn::TxnManager* txn, std::vector<Lea
     level_blocks = std::move(up);
   }
   return Built{level_blocks.front().bytenr, transid, level};
+}
+
+bool TreeLog::NamesADataExtentTwice() const {
+  std::set<uint64_t> seen;
+  for (const auto& [root, t] : trees_) {
+    for (const auto& [k, d] : t.items) {
+      if (k.type != format::kExtentDataKey || d.size() < sizeof(format::FileExtentItem)) continue;
+      const auto* fe = reinterpret_cast<const format::FileExtentItem*>(d.data());
+      if (fe->type == format::kFileExtentInline || fe->disk_bytenr.get() == 0) continue;
+      if (!seen.insert(fe->disk_bytenr.get()).second) return true;
+    }
+  }
+  return false;
 }
 
 Status TreeLog::Sync(txn::TxnManager* txn) {

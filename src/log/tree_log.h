@@ -63,6 +63,12 @@ class TreeLog {
   // overhead).
   uint64_t bytes() const { return bytes_; }
   bool empty() const { return trees_.empty(); }
+  // Whether two logged file extent items name the same data extent (the
+  // two ends of an extent overwritten in its middle, a reflink). The
+  // kernel's replay on a filesystem with mixed groups takes every logged
+  // extent out of the free space cache once per item, and the second time
+  // fails (EINVAL, the mount refused) where that space is kept as a bitmap.
+  bool NamesADataExtentTwice() const;
 
   // Writes the log and makes it durable: blocks, flush, the primary
   // superblock with log_root, flush. ENOSPC when the log's blocks would need

@@ -210,8 +210,15 @@ std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::FreeDeviceRanges() co
 
 std::vector<std::pair<uint64_t, uint64_t>> ChunkAllocator::DeviceUsage() const {
   std::lock_guard lock(mu_);
+  // Chunks made in the running transaction have no dev extent items yet
+  // (phase 2 adds them at the commit), but their space is taken: without
+  // them statfs counted it as unallocated and free twice.
+  std::map<uint64_t, uint64_t> made;
+  for (const Pending& p : pending_) {
+    for (const auto& [devid, physical] : p.stripes) made[devid] += p.stripe_size;
+  }
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  for (const auto& [devid, d] : devs_) out.push_back({d.item.total_bytes.get(), d.bytes_used});
+  for (const auto& [devid, d] : devs_) out.push_back({d.item.total_bytes.get(), d.bytes_used + made[devid]});
   return out;
 }
 
@@ -435,8 +442,23 @@ uint64_t ChunkAllocator::ReserveBase(uint64_t metadata_total) const {
   return mixed_ ? metadata_total / 16 : metadata_total;
 }
 
+uint64_t ChunkAllocator::NodeSize() const { return txn_->vol_->nodesize(); }
+
+thread_local ChunkAllocator::OpHold* ChunkAllocator::OpHold::current_ = nullptr;
+
+void ChunkAllocator::NoteMetadataAlloc() {
+  meta_allocs_.fetch_add(1, std::memory_order_relaxed);
+  OpHold* h = OpHold::current_;
+  if (h == nullptr || &h->ca_ != this || h->left_ == 0) return;
+  const uint64_t take = std::min<uint64_t>(h->left_, 2 * NodeSize());
+  h->left_ -= take;
+  ops_reserved_.fetch_sub(take, std::memory_order_relaxed);
+}
+
 uint64_t ChunkAllocator::CommitReserve() const {
-  return uint64_t{txn_->vol_->nodesize()} * (kCommitReserveBlocks + txn_->dirty_->count());
+  const uint64_t refs = txn_->pending_.size() + txn_->new_data_.size();
+  refs_seen_.store(refs, std::memory_order_relaxed);
+  return uint64_t{txn_->vol_->nodesize()} * (kCommitReserveBlocks + txn_->dirty_->count()) + refs * kCommitBytesPerRef;
 }
 
 Status ChunkAllocator::EnsureMetadataFree(uint64_t need, const std::string& why) {
@@ -483,7 +505,9 @@ bool ChunkAllocator::MetadataSurelyFree(uint64_t items) const {
   const uint64_t now = meta_allocs_.load(std::memory_order_acquire);
   const uint64_t used_since = (now - since) * node;
   // Room to spare: a metadata chunk's worth of blocks is only a few hundred.
-  const uint64_t need = CommitReserve() + GlobalReserve() + items * kBlocksPerItem * node + 256 * node;
+  const uint64_t commit = node * (kCommitReserveBlocks + txn_->dirty_->count()) +
+                          refs_seen_.load(std::memory_order_relaxed) * kCommitBytesPerRef;
+  const uint64_t need = commit + GlobalReserve() + items * kBlocksPerItem * node + 256 * node;
   return free >= used_since && free - used_since >= need;
 }
 

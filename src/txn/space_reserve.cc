@@ -20,9 +20,15 @@ Status ReserveData(TxnManager& txn, uint64_t bytes) {
   if (bytes == 0) return Status::Ok();
   auto lock = txn.AllocLock();
   alloc::SpaceManager& space = txn.space();
+  // With mixed groups every data extent the operation takes grows the
+  // commit reserve data must leave free (a reference to apply): room for
+  // one per sector, else its last allocation fails after the trees changed.
+  const ChunkAllocator& ca = txn.chunk_alloc();
+  const uint64_t refs_room =
+      ca.mixed() ? (bytes / txn.volume()->sectorsize() + 1) * ChunkAllocator::kCommitBytesPerRef : 0;
   for (int round = 0;; ++round) {
     const uint64_t free = space.TotalsFor(kBlockGroupData).free_bytes;
-    if (free >= bytes + txn.chunk_alloc().MixedKeepBack()) return Status::Ok();
+    if (free >= bytes + refs_room + ca.MixedKeepBack()) return Status::Ok();
     // Any hole of a stripe's size helps: the data goes in pieces anyway.
     Status s = round < 64 ? txn.chunk_alloc().NewChunk(kBlockGroupData, ChunkAllocator::kStripeLen)
                           : Status::Error(ENOSPC, "64 new data chunks were not enough");
