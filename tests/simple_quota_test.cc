@@ -36,9 +36,9 @@
 #include "io/block_device.h"
 #include "support/host_files.h"
 #include "support/mkfs_util.h"
+#include "support/open_txn.h"
 #include "support/test_util.h"
 #include "tree/cursor.h"
-#include "txn/transaction.h"
 #include "txn/volume.h"
 #include "ubtrfs/filesystem.h"
 
@@ -414,20 +414,14 @@ TEST(SimpleQuotas, ASubvolumeWithoutItsQgroupIsAnError) {
   ASSERT_EQ(RecountProblems(img), "");
   {
     namespace fmt = ubtrfs::format;
-    auto dev = ubtrfs::io::OpenFileDevice(img, ubtrfs::io::OpenFlags{.writable = true});
-    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
-    ubtrfs::txn::VolumeOptions vo;
-    vo.writable = true;
-    auto vol = ubtrfs::txn::Volume::Open(std::move(*dev), vo);
-    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
-    auto txn = ubtrfs::txn::TxnManager::Open(vol->get());
-    ASSERT_TRUE(txn.ok()) << txn.status().ToString();
-    auto w = (*txn)->Writer(fmt::kQuotaTreeObjectid);
+    auto o = OpenForWrite(img);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    auto w = o->txn->Writer(fmt::kQuotaTreeObjectid);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     for (auto type : {fmt::kQgroupInfoKey, fmt::kQgroupLimitKey}) {
       ASSERT_TRUE((*w)->Delete(fmt::Key{0, type, 256}).ok());
     }
-    ASSERT_TRUE((*txn)->Commit().ok());
+    ASSERT_TRUE(o->txn->Commit().ok());
   }
   EXPECT_EQ(RecountProblems(img),
             "1 errors, first: quota tree: subvolume 256 has no qgroup 0/256 (simple quotas): the kernel aborts the "

@@ -946,7 +946,12 @@ class FilesystemImpl final : public Filesystem {
       auto guard = ExclusiveGuard();
       UB_RETURN_IF_ERROR(CheckWritable());
       UB_RETURN_IF_ERROR(subvols_->CheckWritable(in));
-      UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items, who));
+      {
+        // (the allocation lock: the commit reserve counts the transaction's
+        // pending references, which background work may be adding to)
+        auto lock = txn_->AllocLock();
+        UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(reserve_items, who));
+      }
       txn::ChunkAllocator::OpHold hold(txn_->chunk_alloc(), reserve_items);
       r.emplace(op());
       NoteResult(*r);

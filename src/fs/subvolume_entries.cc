@@ -115,7 +115,10 @@ Status FilesystemImpl::RmdirSubvolumeEntry(InodeId dir, std::string_view name, I
   }
   UB_ASSIGN_OR_RETURN(auto entries, ReadDir(target));
   if (!entries.empty()) return Status::Error(ENOTEMPTY, std::string(name) + ": directory not empty");
-  UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerDeleteSubvol, txn::ReserveFor::kDelete));
+  {
+    auto lock = txn_->AllocLock();
+    UB_RETURN_IF_ERROR(txn_->chunk_alloc().ReserveMetadata(kItemsPerDeleteSubvol, txn::ReserveFor::kDelete));
+  }
   return RemoveSubvolume(dir, name, target);
 }
 

@@ -110,15 +110,9 @@ Result<ClearUuidTreeResult> ClearUuidTreeIn(txn::Volume& vol, txn::TxnManager& t
 }  // namespace rescue
 
 Result<ClearUuidTreeResult> ClearUuidTree(const std::string& image, const OpenOptions& where) {
-  rescue::OpenHow how;
-  how.with_txn = true;
-  how.why_all_devices = "the UUID tree's blocks may lie on any of them";
-  UB_ASSIGN_OR_RETURN(rescue::Opened o, rescue::Open(image, where, how));
-  auto r = rescue::ClearUuidTreeIn(*o.vol, *o.txn);
-  if (!r.ok()) return r.status().WithContext(image);
-  r->warnings = o.vol->warnings();
-  if (r->had_tree) UB_RETURN_IF_ERROR(o.txn->Commit().WithContext(image));
-  return r;
+  return rescue::RepairAndCommit<ClearUuidTreeResult>(
+      image, where, "the UUID tree's blocks may lie on any of them", rescue::ClearUuidTreeIn,
+      [](const ClearUuidTreeResult& r) { return r.had_tree; });
 }
 
 }  // namespace ubtrfs

@@ -48,15 +48,9 @@ Result<FixDeviceSizeResult> FixDeviceSizeIn(txn::Volume& vol, txn::TxnManager& t
 }  // namespace rescue
 
 Result<FixDeviceSizeResult> FixDeviceSize(const std::string& image, const OpenOptions& where) {
-  rescue::OpenHow how;
-  how.with_txn = true;
-  how.why_all_devices = "every device's size is checked against the device itself, so all are needed";
-  UB_ASSIGN_OR_RETURN(rescue::Opened o, rescue::Open(image, where, how));
-  auto r = rescue::FixDeviceSizeIn(*o.vol, *o.txn);
-  if (!r.ok()) return r.status().WithContext(image);
-  r->warnings = o.vol->warnings();
-  if (r->changed()) UB_RETURN_IF_ERROR(o.txn->Commit().WithContext(image));
-  return r;
+  return rescue::RepairAndCommit<FixDeviceSizeResult>(
+      image, where, "every device's size is checked against the device itself, so all are needed",
+      rescue::FixDeviceSizeIn, [](const FixDeviceSizeResult& r) { return r.changed(); });
 }
 
 }  // namespace ubtrfs

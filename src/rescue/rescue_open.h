@@ -34,6 +34,24 @@ struct OpenHow {
 
 Result<Opened> Open(const std::string& image, const OpenOptions& where, const OpenHow& how);
 
+// A repair that goes through a commit: `image` opened with every device
+// there (`why_all_devices` says why, when one is missing), `repair` run on
+// it, the commit made when `changed` says so; the open's warnings go into
+// the result, errors name the image.
+template <typename R, typename Repair, typename Changed>
+Result<R> RepairAndCommit(const std::string& image, const OpenOptions& where, std::string why_all_devices,
+                          Repair&& repair, Changed&& changed) {
+  OpenHow how;
+  how.with_txn = true;
+  how.why_all_devices = std::move(why_all_devices);
+  UB_ASSIGN_OR_RETURN(Opened o, Open(image, where, how));
+  Result<R> r = repair(*o.vol, *o.txn);
+  if (!r.ok()) return r.status().WithContext(image);
+  r->warnings = o.vol->warnings();
+  if (changed(*r)) UB_RETURN_IF_ERROR(o.txn->Commit().WithContext(image));
+  return r;
+}
+
 }  // namespace ubtrfs::rescue
 
 #endif  // UBTRFS_RESCUE_RESCUE_OPEN_H_
