@@ -45,6 +45,7 @@
 // the transaction touched, block group items, the free space tree, root
 // items). So outside a commit, tree block allocation keeps
 //   CommitReserve() = nodesize * (64 + blocks dirtied by this transaction)
+//                     + kCommitBytesPerRef * extent references still to apply
 // free: when free metadata would drop below it a metadata chunk is added
 // early, and when the device has no room for one the allocation fails with
 // ENOSPC while the reserve is still there for Commit() to use. Before a DATA
@@ -145,8 +146,8 @@ class ChunkAllocator {
   // metadata chunks then).
   uint64_t GlobalReserve() const { return global_reserve_.load(std::memory_order_acquire); }
   // Mixed groups (incompat MIXED_GROUPS): data and metadata share every
-  // chunk, so data must leave free what metadata keeps back (the commit
-  // reserve and the global reserve); 0 on other filesystems.
+  // chunk, so data must leave free what metadata keeps back (MixedKeepBack:
+  // the commit reserve, the global reserve, the running changes' holds).
   bool mixed() const { return mixed_; }
   // What a change reserved with ReserveMetadata(items) stays held while it
   // runs: with mixed groups its own data allocations (a write's extents,
