@@ -20,10 +20,9 @@ struct Options {
   bool verbose = false;
 };
 
-bool Failed(const char* verb, const Status& st) {
+void Failed(const char* verb, const Status& st) {
   fmt::print(stderr, "ubtrfs: rescue {}: {}\n", verb, st.ToString());
   SetExitCode(1);
-  return true;
 }
 
 void Warn(const Options& o, const std::vector<std::string>& warnings) {
@@ -34,12 +33,8 @@ void CmdZeroLog(const Options& o) {
   OpenOptions where;
   PlacementInto(&where);
   auto r = ZeroLog(o.image, where);
-  if (!r.ok()) {
-    fmt::print(stderr, "ubtrfs: rescue zero-log: {}\n", r.status().ToString());
-    SetExitCode(1);
-    return;
-  }
-  for (const auto& w : r->warnings) fmt::print(stderr, "ubtrfs: warning: {}: {}\n", o.image, w);
+  if (!r.ok()) return Failed("zero-log", r.status());
+  Warn(o, r->warnings);
   if (r->log_root == 0) {
     fmt::print("No tree log on {}: nothing to clear\n", o.image);
     return;
@@ -51,7 +46,7 @@ void CmdSuperRecover(const Options& o) {
   OpenOptions where;
   PlacementInto(&where);
   auto found = SuperRecover(o.image, where, /*rewrite=*/false);
-  if (!found.ok()) return (void)Failed("super-recover", found.status());
+  if (!found.ok()) return Failed("super-recover", found.status());
   Warn(o, found->warnings);
   for (const SuperCopy& c : found->copies) {
     if (!o.verbose && c.problem.empty()) continue;
@@ -74,7 +69,7 @@ void CmdSuperRecover(const Options& o) {
     }
   }
   auto done = SuperRecover(o.image, where, /*rewrite=*/true);
-  if (!done.ok()) return (void)Failed("super-recover", done.status());
+  if (!done.ok()) return Failed("super-recover", done.status());
   if (done->rewritten) {
     fmt::print("Recovered bad superblocks successful\n");
   } else {
@@ -86,7 +81,7 @@ void CmdFixDeviceSize(const Options& o) {
   OpenOptions where;
   PlacementInto(&where);
   auto r = FixDeviceSize(o.image, where);
-  if (!r.ok()) return (void)Failed("fix-device-size", r.status());
+  if (!r.ok()) return Failed("fix-device-size", r.status());
   Warn(o, r->warnings);
   for (const DeviceSizeChange& d : r->devices) {
     fmt::print("Fixed device size for devid {}, old size: {} new size: {}\n", d.devid, d.old_bytes, d.new_bytes);
@@ -105,7 +100,7 @@ void CmdClearUuidTree(const Options& o) {
   OpenOptions where;
   PlacementInto(&where);
   auto r = ClearUuidTree(o.image, where);
-  if (!r.ok()) return (void)Failed("clear-uuid-tree", r.status());
+  if (!r.ok()) return Failed("clear-uuid-tree", r.status());
   Warn(o, r->warnings);
   if (!r->had_tree) {
     fmt::print("No UUID tree on {}: nothing to clear\n", o.image);

@@ -11,6 +11,7 @@
 #include "format/checksum.h"
 #include "format/ondisk.h"
 #include "tree/tree_block.h"
+#include "txn/extent_refs.h"
 
 namespace ubtrfs::log {
 
@@ -303,10 +304,9 @@ bool TreeLog::NamesADataExtentTwice() const {
   std::set<uint64_t> seen;
   for (const auto& [root, t] : trees_) {
     for (const auto& [k, d] : t.items) {
-      if (k.type != format::kExtentDataKey || d.size() < sizeof(format::FileExtentItem)) continue;
-      const auto* fe = reinterpret_cast<const format::FileExtentItem*>(d.data());
-      if (fe->type == format::kFileExtentInline || fe->disk_bytenr.get() == 0) continue;
-      if (!seen.insert(fe->disk_bytenr.get()).second) return true;
+      if (k.type != format::kExtentDataKey) continue;
+      const auto* fe = txn::DataExtentItem(d);
+      if (fe != nullptr && !seen.insert(fe->disk_bytenr.get()).second) return true;
     }
   }
   return false;

@@ -37,17 +37,6 @@ Result<bool> WalkTree(txn::Volume& vol, const tree::RootPtr& root, std::vector<O
   return true;
 }
 
-// The tree block an extent item describes; bytenr 0 for a data extent or
-// an item too short to say.
-OwnedBlock TreeBlockOf(const Key& k, std::span<const uint8_t> d) {
-  if (d.size() < sizeof(ExtentItem)) return {};
-  const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
-  if (!(ei->flags.get() & kExtentFlagTreeBlock)) return {};
-  if (k.type == kMetadataItemKey) return {k.objectid, static_cast<int>(k.offset)};
-  if (d.size() < sizeof(ExtentItem) + sizeof(TreeBlockInfo)) return {};
-  return {k.objectid, reinterpret_cast<const TreeBlockInfo*>(d.data() + sizeof(ExtentItem))->level};
-}
-
 // Every tree block the extent tree says tree `owner` references (inline or
 // keyed TREE_BLOCK_REF), read or not.
 Status OwnedPerExtentTree(txn::Volume& vol, uint64_t owner, std::vector<OwnedBlock>* out) {
@@ -59,10 +48,12 @@ Status OwnedPerExtentTree(txn::Volume& vol, uint64_t owner, std::vector<OwnedBlo
     const Key k = c.key();
     const auto d = c.data();
     if (k.type == kMetadataItemKey || k.type == kExtentItemKey) {
-      cur = TreeBlockOf(k, d);
+      // (a data extent, or an item too short to say, names no block)
+      auto head = txn::ParseExtentItemHead(k, d);
+      cur = head.ok() && head->tree_block ? OwnedBlock{k.objectid, head->level} : OwnedBlock{};
       if (cur.bytenr != 0) {
-        size_t refs_start = sizeof(ExtentItem) + (k.type == kExtentItemKey ? sizeof(TreeBlockInfo) : 0);
-        UB_ASSIGN_OR_RETURN(auto refs, txn::ParseInlineRefs(std::vector<uint8_t>(d.begin(), d.end()), refs_start, k));
+        UB_ASSIGN_OR_RETURN(auto refs,
+                            txn::ParseInlineRefs(std::vector<uint8_t>(d.begin(), d.end()), head->refs_start, k));
         for (const auto& r : refs) {
           if (r.type == kTreeBlockRefKey && r.offset == owner) out->push_back(cur);
         }

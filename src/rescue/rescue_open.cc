@@ -9,11 +9,7 @@ Result<Opened> Open(const std::string& image, const OpenOptions& where, const Op
                                                                       where.scan_dirs, how.writable)));
   Opened o;
   if (how.writable) {
-    for (const auto& d : devs) {
-      auto lock = std::make_unique<txn::ImageLock>();
-      UB_RETURN_IF_ERROR(lock->Take(d->Name()));
-      o.locks.push_back(std::move(lock));
-    }
+    UB_ASSIGN_OR_RETURN(o.locks, txn::LockDevices(devs));
   }
   txn::VolumeOptions vo;
   vo.writable = how.writable;
@@ -23,12 +19,10 @@ Result<Opened> Open(const std::string& image, const OpenOptions& where, const Op
   auto vol = txn::Volume::Open(std::move(devs), vo);
   if (!vol.ok()) return vol.status().WithContext(image);
   o.vol = std::move(*vol);
-  if (!o.vol->missing_devices().empty()) {
+  if (!o.vol->missing_devices().empty() && !how.why_all_devices.empty()) {
     std::string ids;
     for (uint64_t id : o.vol->missing_devices()) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
-    if (!how.why_all_devices.empty()) {
-      return Status::Invalid(image + ": devid " + ids + " missing: " + how.why_all_devices);
-    }
+    return Status::Invalid(image + ": devid " + ids + " missing: " + how.why_all_devices);
   }
   if (how.with_txn) {
     auto t = txn::TxnManager::Open(o.vol.get());

@@ -455,10 +455,14 @@ void ChunkAllocator::NoteMetadataAlloc() {
   ops_reserved_.fetch_sub(take, std::memory_order_relaxed);
 }
 
+uint64_t ChunkAllocator::CommitReserveFor(uint64_t refs) const {
+  return NodeSize() * (kCommitReserveBlocks + txn_->dirty_->count()) + refs * kCommitBytesPerRef;
+}
+
 uint64_t ChunkAllocator::CommitReserve() const {
   const uint64_t refs = txn_->pending_.size() + txn_->new_data_.size();
   refs_seen_.store(refs, std::memory_order_relaxed);
-  return uint64_t{txn_->vol_->nodesize()} * (kCommitReserveBlocks + txn_->dirty_->count()) + refs * kCommitBytesPerRef;
+  return CommitReserveFor(refs);
 }
 
 Status ChunkAllocator::EnsureMetadataFree(uint64_t need, const std::string& why) {
@@ -505,9 +509,8 @@ bool ChunkAllocator::MetadataSurelyFree(uint64_t items) const {
   const uint64_t now = meta_allocs_.load(std::memory_order_acquire);
   const uint64_t used_since = (now - since) * node;
   // Room to spare: a metadata chunk's worth of blocks is only a few hundred.
-  const uint64_t commit = node * (kCommitReserveBlocks + txn_->dirty_->count()) +
-                          refs_seen_.load(std::memory_order_relaxed) * kCommitBytesPerRef;
-  const uint64_t need = commit + GlobalReserve() + items * kBlocksPerItem * node + 256 * node;
+  const uint64_t need = CommitReserveFor(refs_seen_.load(std::memory_order_relaxed)) + GlobalReserve() +
+                        items * kBlocksPerItem * node + 256 * node;
   return free >= used_since && free - used_since >= need;
 }
 

@@ -288,6 +288,8 @@ class ChunkAllocator {
   std::atomic<uint64_t> ops_reserved_{0};  // OpHold
   bool mixed_ = false;  // set by Load
   uint64_t NodeSize() const;
+  // CommitReserve with `refs` extent references still to apply.
+  uint64_t CommitReserveFor(uint64_t refs) const;
 };
 
 }  // namespace ubtrfs::txn

@@ -46,6 +46,21 @@ uint64_t InlineRef::SortValue() const {
   return type == kExtentDataRefKey ? ExtentDataRefHash(root, objectid, data_offset) : offset;
 }
 
+Result<ExtentItemHead> ParseExtentItemHead(const Key& k, std::span<const uint8_t> d) {
+  if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+  ExtentItemHead h;
+  h.tree_block = reinterpret_cast<const ExtentItem*>(d.data())->flags.get() & kExtentFlagTreeBlock;
+  h.refs_start = sizeof(ExtentItem);
+  if (k.type == kMetadataItemKey) {
+    h.level = static_cast<int>(k.offset);
+  } else if (h.tree_block) {
+    if (d.size() < h.refs_start + sizeof(TreeBlockInfo)) return Status::Corrupt("extent tree: short " + KeyToString(k));
+    h.level = reinterpret_cast<const TreeBlockInfo*>(d.data() + h.refs_start)->level;
+    h.refs_start += sizeof(TreeBlockInfo);
+  }
+  return h;
+}
+
 Result<std::vector<InlineRef>> ParseInlineRefs(const std::vector<uint8_t>& item, size_t refs_start, const Key& key) {
   std::vector<InlineRef> out;
   size_t pos = refs_start;

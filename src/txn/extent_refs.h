@@ -33,6 +33,17 @@ struct InlineRef {
   uint64_t SortValue() const;
 };
 
+// What an EXTENT_ITEM or METADATA_ITEM says before its inline refs: whether
+// it is a tree block's (FLAG_TREE_BLOCK), that block's level (a
+// METADATA_ITEM's key offset, an EXTENT_ITEM's TreeBlockInfo; 0 for data),
+// and where the inline refs begin. EUCLEAN when the item is too short.
+struct ExtentItemHead {
+  bool tree_block = false;
+  int level = 0;
+  size_t refs_start = 0;
+};
+Result<ExtentItemHead> ParseExtentItemHead(const format::Key& k, std::span<const uint8_t> d);
+
 // The inline refs of an extent item; refs_start is where they begin
 // (sizeof(ExtentItem), plus sizeof(TreeBlockInfo) for an EXTENT_ITEM of a
 // tree block). EUCLEAN on a truncated or unknown ref.

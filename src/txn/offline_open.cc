@@ -84,6 +84,17 @@ Status CheckDegraded(const Volume& vol, const DeviceChangeOptions& options, cons
                                    " missing: a degraded filesystem is changed only when asked (--degraded)");
 }
 
+Result<std::vector<std::unique_ptr<ImageLock>>> LockDevices(
+    const std::vector<std::unique_ptr<io::BlockDevice>>& devs) {
+  std::vector<std::unique_ptr<ImageLock>> locks;
+  for (const auto& d : devs) {
+    auto lock = std::make_unique<ImageLock>();
+    UB_RETURN_IF_ERROR(lock->Take(d->Name()));
+    locks.push_back(std::move(lock));
+  }
+  return locks;
+}
+
 Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceChangeOptions& options,
                           const std::string& removing) {
   OpenedSet set;
@@ -95,11 +106,7 @@ Result<OpenedSet> OpenSet(const std::vector<std::string>& devices, const DeviceC
   spec.scan_dirs = options.scan_dirs;
   spec.writable = true;
   UB_ASSIGN_OR_RETURN(auto devs, OpenDevices(spec));
-  for (const auto& d : devs) {
-    auto lock = std::make_unique<ImageLock>();
-    UB_RETURN_IF_ERROR(lock->Take(d->Name()));
-    set.locks.push_back(std::move(lock));
-  }
+  UB_ASSIGN_OR_RETURN(set.locks, LockDevices(devs));
   VolumeOptions vo;
   vo.writable = true;
   vo.degraded = true;  // CheckDegraded decides, before anything is written

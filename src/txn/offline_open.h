@@ -36,6 +36,11 @@ class ImageLock {
   int fd_ = -1;
 };
 
+// An ImageLock on every device, in order; the first that is taken already
+// is the error.
+Result<std::vector<std::unique_ptr<ImageLock>>> LockDevices(
+    const std::vector<std::unique_ptr<io::BlockDevice>>& devs);
+
 // One writable open of a one-device image; commits what the open itself
 // changed. The transaction manager is closed before the volume.
 struct Opened {

@@ -67,19 +67,11 @@ Status RootWalk::Backrefs(uint64_t bytenr, std::vector<Backref>* out, int* level
     const Key k = c.key();
     auto d = c.data();
     if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
-      if (d.size() < sizeof(ExtentItem)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
-      const auto* ei = reinterpret_cast<const ExtentItem*>(d.data());
-      size_t start = sizeof(ExtentItem);
+      UB_ASSIGN_OR_RETURN(ExtentItemHead head, ParseExtentItemHead(k, d));
       if (k.type == kExtentItemKey) data_bytes = k.offset;
-      if (k.type == kMetadataItemKey) {
-        *level = static_cast<int>(k.offset);
-      } else if (ei->flags.get() & kExtentFlagTreeBlock) {
-        if (d.size() < start + sizeof(TreeBlockInfo)) return Status::Corrupt("extent tree: short " + KeyToString(k));
-        *level = reinterpret_cast<const TreeBlockInfo*>(d.data() + start)->level;
-        start += sizeof(TreeBlockInfo);
-      }
+      *level = head.level;
       const std::vector<uint8_t> item(d.begin(), d.end());
-      UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, start, k));
+      UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, head.refs_start, k));
       for (const InlineRef& r : refs) {
         if (r.type == kExtentDataRefKey) {
           out->push_back({r.type, r.root, r.objectid, r.data_offset, r.count, {}, false});
