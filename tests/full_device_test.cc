@@ -580,3 +580,71 @@ TEST(FullDevice, SubvolumesCanBeDeletedOnAShrunkImage) {
   }
   EXPECT_EQ(BtrfsCheck(img), "");
 }
+
+namespace {
+
+// An image filled by creates in many directories, each with a long name, a
+// little data and a chmod of an older file, in one transaction: the
+// commit's own work (the queued dir items and dir-index batches, the
+// delayed inode updates) is only done when the commit runs, so the room it
+// needs must be kept back while the queues grow, and the commit may use it.
+// Every call is done or gets ENOSPC; the commits that an ENOSPC triggers,
+// and the last one, succeed (an abort loses the transaction: the first
+// ENOSPC here did, in the commit's dir-index flush, before the reserve
+// counted the queues). Returns the files made.
+size_t FillWithQueuedWork(const std::string& img) {
+  auto fs = OpenRw(img);
+  EXPECT_TRUE(fs);
+  if (!fs) return 0;
+  std::vector<InodeId> dirs;
+  for (int d = 0; d < 64; ++d) {
+    auto id = fs->Mkdir(fs->Root(), "d" + std::to_string(d), Attrs(0755));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    if (!id.ok()) return 0;
+    dirs.push_back(*id);
+  }
+  std::vector<InodeId> files;
+  int enospc = 0;
+  const std::string pad(180, 'x');
+  auto ok_or_enospc = [&](const Status& s, const char* what, int i) {
+    if (s.ok()) return true;
+    EXPECT_EQ(s.code(), ENOSPC) << what << " " << i << ": " << s.ToString();
+    ++enospc;
+    return false;
+  };
+  for (int i = 0; enospc < 200 && i < 1000000 && !::testing::Test::HasFailure(); ++i) {
+    auto id = fs->Create(dirs[i % dirs.size()], pad + std::to_string(i), Attrs(0644));
+    if (!ok_or_enospc(id.status(), "create", i)) continue;
+    files.push_back(*id);
+    auto w = fs->Write(*id, 0, PatternBytes(3000 + i % 5000, i));
+    ok_or_enospc(w.status(), "write", i);
+    AttrChange c;
+    c.mode = 0600;
+    ok_or_enospc(fs->SetAttr(files[(i * 7919ull) % files.size()], c), "chmod", i);
+  }
+  Status c = fs->Commit();
+  EXPECT_TRUE(c.ok()) << c.ToString() << " (" << files.size() << " files)";
+  return files.size();
+}
+
+}  // namespace
+
+TEST(FullDevice, QueuedDirectoryAndInodeWorkIsKeptRoomForOnAMixedImage) {
+  TempDir dir("ubtrfs-full-queued");
+  if (std::string why = ubtrfs_test::MkfsMissingReason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string img = dir.Sub("mixed.img");
+  ASSERT_EQ(ubtrfs_test::RunMkfs(img, "", 4096, "", 64 * kMiB, {"-M"}), "");
+  const size_t files = FillWithQueuedWork(img);
+  EXPECT_GT(files, 1000u);
+  EXPECT_EQ(BtrfsCheck(img), "");
+  std::cout << files << " files before the mixed image was full\n";
+}
+
+TEST(FullDevice, QueuedDirectoryAndInodeWorkIsKeptRoomForInMetadataChunks) {
+  TempDir dir("ubtrfs-full-queued-meta");
+  const std::string img = MakeImage(dir, "meta.img", "128M");
+  const size_t files = FillWithQueuedWork(img);
+  EXPECT_GT(files, 1000u);
+  EXPECT_EQ(BtrfsCheck(img), "");
+  std::cout << files << " files before the image was full\n";
+}

@@ -1039,6 +1039,14 @@ class FilesystemImpl final : public Filesystem {
   // Writes every changed cached inode item into its tree (on an image
   // without no-holes, after filling the gaps of the regular files).
   Status FlushInodes();
+  // The commit's queued work, done now (before a commit or a log): every
+  // directory's queued DIR_ITEMs and dir-index batches, then the inode
+  // updates; its tree blocks come out of the room the reserve kept for it.
+  Status FlushQueued();
+  // What the commit reserve keeps for that work (the queues' bytes, a tree
+  // block for each inode of an older transaction changed in this one):
+  // lock-free, called at every reserve check.
+  uint64_t QueuedWorkBytes() const;
   // Explicit hole items over every gap in [0, size rounded up) of a regular
   // file, for images without the no-holes feature (explicit_holes.cc).
   Status FillHoles(InodeId file, uint64_t size);
@@ -1229,6 +1237,9 @@ class FilesystemImpl final : public Filesystem {
   // stay cached across commits until evicted.
   // Its insert and lookup times are sampled (one call in 16) to keep clock
   // reads off the create path.
+  // Inodes of an older transaction changed in this one: their leaves are
+  // not in the transaction yet (a new inode's leaf is, since its insert).
+  std::atomic<uint64_t> old_dirty_inodes_{0};
   inode::InodeCache icache_{inode::InodeCacheOptions{.capacity = size_t{1} << 16, .time_every = 16, .shards = 16}};
 
   // The kernel's inode number for a subvolume stub directory.

@@ -155,9 +155,7 @@ Status FilesystemImpl::Fsync(InodeId id, bool datasync) {
 // EAGAIN: commit instead.
 Status FilesystemImpl::FsyncImpl(InodeId id) {
   if (!undo_.empty() || !tree_log_) return Status::Error(EAGAIN, "no log");
-  UB_RETURN_IF_ERROR(dir_items_->FlushAll(queued_dir_items_inserter_));
-  UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
-  UB_RETURN_IF_ERROR(FlushInodes());
+  UB_RETURN_IF_ERROR(FlushQueued());
   if (!txn_->HasChanges()) return Status::Ok();  // everything is committed
   if (txn_->HasNewChunks()) return Status::Error(EAGAIN, "new chunks");
   {

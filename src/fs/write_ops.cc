@@ -26,6 +26,9 @@ constexpr uint64_t kMaxExtent = 128ull << 20;
 // writes only whole-leaf batches (the short tail stays queued), so the
 // bound costs no batch quality. A commit flushes everything.
 constexpr size_t kDelayedFlushThreshold = 4096;
+// Inodes of older transactions changed in this one whose updates may wait
+// for the commit (MaybeAutoCommit).
+constexpr uint64_t kMaxOldDirtyInodes = 1024;
 
 template <typename T>
 std::vector<uint8_t> AsBytes(const T& v) {
@@ -86,6 +89,7 @@ FilesystemImpl::~FilesystemImpl() {
     Status st = Commit();
     (void)st;  // nothing left to report to; the last committed state stays intact
   }
+  if (txn_) txn_->chunk_alloc().SetQueuedWork(nullptr);  // it reads the queues below
   delayed_.reset();
   dir_items_.reset();
   txn_.reset();  // before vol_, which it points into
@@ -101,6 +105,7 @@ Status FilesystemImpl::InitWrite() {
   dir_items_ = std::make_unique<inode::DelayedDirItems>(dir_item_options_);
   delayed_ = std::make_unique<inode::DelayedDirIndex>(
       vol_->nodesize(), legacy_batching_ ? inode::BatchPolicy::kLeafFreeSpace : inode::BatchPolicy::kFullLeaf);
+  txn_->chunk_alloc().SetQueuedWork([this] { return QueuedWorkBytes(); });
   tree_log_ = std::make_unique<log::TreeLog>(vol_.get());
   // What the open itself changed (a free space tree built) is committed
   // before any operation, so a failure later cannot take it back.
@@ -228,10 +233,30 @@ Status FilesystemImpl::StoreInode(InodeId id, const InodeItem& ii_in) {
 }
 
 void FilesystemImpl::MarkChanged(inode::InodeRecord& r) {
+  const bool older = r.item.transid.get() != txn_->transid();
   r.item.transid = txn_->transid();
   r.item.sequence = r.item.sequence.get() + 1;
-  r.dirty.store(true, std::memory_order_relaxed);
+  if (!r.dirty.exchange(true, std::memory_order_relaxed) && older) {
+    old_dirty_inodes_.fetch_add(1, std::memory_order_relaxed);
+  }
   NoteInodeChanged(r.root, r.ino);
+}
+
+uint64_t FilesystemImpl::QueuedWorkBytes() const {
+  // Queued items take up to twice their bytes in leaves (a DIR_ITEM lands
+  // in a random leaf, which may split). An old inode's update COWs its leaf:
+  // measured with sparse chmods (FullDevice.QueuedDirectoryAndInodeWork...,
+  // 4 KiB nodes) 1-1.5 blocks each for up to 60 such inodes, fewer per inode
+  // as they share leaves; the path above them is the reserve's base.
+  return 2 * (delayed_->queued_bytes() + dir_items_->queued_bytes()) +
+         old_dirty_inodes_.load(std::memory_order_relaxed) * vol_->nodesize();
+}
+
+Status FilesystemImpl::FlushQueued() {
+  txn::ChunkAllocator::QueuedWorkScope scope;
+  UB_RETURN_IF_ERROR(dir_items_->FlushAll(queued_dir_items_inserter_));
+  UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
+  return FlushInodes();
 }
 
 Status FilesystemImpl::FlushInodes() {
@@ -262,6 +287,7 @@ Status FilesystemImpl::FlushInodes() {
     UB_RETURN_IF_ERROR(w->UpdateSorted(keys, items));
     for (; i < j; ++i) dirty[i]->dirty.store(false, std::memory_order_relaxed);
   }
+  old_dirty_inodes_.store(0, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -445,6 +471,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
 
   // DIR_INDEX goes through the delayed queue.
   if (delayed_->Add(dir.root, dir.ino, index, std::move(entry)) >= kDelayedFlushThreshold) {
+    txn::ChunkAllocator::QueuedWorkScope scope;
     UB_RETURN_IF_ERROR(
         delayed_->FlushDir(dir.root, dir.ino, [this](uint64_t r) { return FsWriter(r); }, /*full_batches_only=*/true));
   }
@@ -486,6 +513,7 @@ Status FilesystemImpl::InsertQueuedDirItems(uint64_t root, uint64_t dir, std::sp
 }
 
 Status FilesystemImpl::FlushDirItems(InodeId dir) {
+  txn::ChunkAllocator::QueuedWorkScope scope;
   return dir_items_->FlushDir(dir.root, dir.ino, queued_dir_items_inserter_);
 }
 
@@ -1335,9 +1363,7 @@ Status FilesystemImpl::CommitImpl(txn::CommitTail* tail) {
   static stats::Counter& data_bytes = stats::GetCounter("commit.data_bytes_written");
   const uint64_t t0 = stats::NowNs();
   const txn::TxnStats before = txn_->stats();
-  UB_RETURN_IF_ERROR(dir_items_->FlushAll(queued_dir_items_inserter_));
-  UB_RETURN_IF_ERROR(delayed_->Flush([this](uint64_t r) { return FsWriter(r); }));
-  UB_RETURN_IF_ERROR(FlushInodes());
+  UB_RETURN_IF_ERROR(FlushQueued());
   ApplyPendingIncompat();
   // Under OpenOptions::undo_uncommitted the commit is whole before its
   // caller goes on: Discard() must never meet a half-durable one.
@@ -1373,6 +1399,20 @@ static_assert(kItemsPerDelete * txn::ChunkAllocator::kBlocksPerItem < txn::kGlob
 // every 30 seconds whatever its callers do. Never under
 // OpenOptions::undo_uncommitted: there only the caller commits.
 Status FilesystemImpl::MaybeAutoCommit() {
+  if (old_dirty_inodes_.load(std::memory_order_relaxed) >= kMaxOldDirtyInodes) {
+    // Their updates wait for the commit in leaves the transaction does not
+    // have yet, each kept a tree block of room: past a bound, they go into
+    // the tree now (as the kernel's delayed-inode writeback does), so that
+    // a long transaction of chmods or small writes to old files does not
+    // hold back megabytes of metadata for them.
+    auto guard = ExclusiveGuard();
+    if (old_dirty_inodes_.load(std::memory_order_relaxed) >= kMaxOldDirtyInodes) {
+      txn::ChunkAllocator::QueuedWorkScope scope;
+      Status st = FlushInodes();
+      NoteFailure(st);
+      UB_RETURN_IF_ERROR(st);
+    }
+  }
   if (hold_commits_ || !undo_.empty() || txn_->dirty_bytes() < max_dirty_bytes_) return Status::Ok();
   txn::CommitTail tail;
   Status st;

@@ -131,6 +131,10 @@ DelayedDirItems::Verdict DelayedDirItems::Add(uint64_t root, uint64_t dir, uint3
     const size_t total = total_.fetch_add(uncounted, std::memory_order_relaxed) + uncounted;
     *flush = *flush || total >= options_.total_limit;
   }
+  if (const size_t now = QueueBytes(*n); now - n->counted_bytes >= kBytesStep) {
+    bytes_.fetch_add(now - n->counted_bytes, std::memory_order_relaxed);
+    n->counted_bytes = now;
+  }
   Count().queued.Add();
   return Verdict::kQueued;
 }
@@ -197,6 +201,8 @@ Status DelayedDirItems::FlushNode(uint64_t root, uint64_t dir, Node& n, const In
     done = n.queue.size();
     total_.fetch_sub(n.counted, std::memory_order_relaxed);
     n.counted = 0;
+    bytes_.fetch_sub(n.counted_bytes, std::memory_order_relaxed);
+    n.counted_bytes = 0;
     n.queue.clear();
     n.bytes.clear();
   }
@@ -231,6 +237,7 @@ void DelayedDirItems::Forget(uint64_t root, uint64_t dir) {
   sh.nodes.erase(it);
   std::lock_guard node_lock(gone->mu);
   total_.fetch_sub(gone->counted, std::memory_order_relaxed);
+  bytes_.fetch_sub(gone->counted_bytes, std::memory_order_relaxed);
 }
 
 }  // namespace ubtrfs::inode

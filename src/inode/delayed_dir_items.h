@@ -120,6 +120,9 @@ class DelayedDirItems {
   Probe Find(uint64_t root, uint64_t dir, uint32_t hash, std::vector<uint8_t>* item) const;
 
   size_t PendingIn(uint64_t root, uint64_t dir) const;
+  // The queued items' bytes in leaves (item headers included), as of each
+  // directory's last published step: lock-free, for the commit reserve.
+  uint64_t queued_bytes() const { return bytes_.load(std::memory_order_relaxed); }
   // Inserts one directory's queued items, ascending hashes (all new to the
   // tree), items[i] the DIR_ITEM of hashes[i].
   using InsertFn = std::function<Status(uint64_t root, uint64_t dir, std::span<const uint32_t> hashes,
@@ -148,6 +151,7 @@ class DelayedDirItems {
     // A flush empties it and keeps its capacity for the next batch.
     std::vector<uint8_t> bytes;
     size_t counted = 0;     // of queue, included in total_
+    size_t counted_bytes = 0;  // of queue, included in bytes_
   };
   using NodeRef = std::shared_ptr<Node>;
   struct alignas(64) Shard {
@@ -167,6 +171,11 @@ class DelayedDirItems {
   // write one shared line on every create.
   std::atomic<size_t> total_{0};
   size_t total_step_ = 1;
+  // The queues' bytes, published in steps of kBytesStep per directory.
+  alignas(64) std::atomic<size_t> bytes_{0};
+  static constexpr size_t kBytesStep = 1024;
+  static constexpr size_t kItemHeader = 25;  // a leaf's item header
+  static size_t QueueBytes(const Node& n) { return n.bytes.size() + kItemHeader * n.queue.size(); }
 };
 
 }  // namespace ubtrfs::inode

@@ -34,12 +34,14 @@ size_t DelayedDirIndex::Add(uint64_t root, uint64_t dir, uint64_t index, std::ve
   Shard& sh = ShardOf(root, dir);
   std::lock_guard lock(sh.mu);
   Queue& q = sh.pending[{root, dir}];
+  CountBytes(sh, static_cast<int64_t>(item.size() + kItemHeader));
   if (q.empty() || q.back().first < index) {
     q.emplace_back(index, std::move(item));
     ++sh.count;
   } else {
     auto at = std::lower_bound(q.begin(), q.end(), index, [](const auto& e, uint64_t i) { return e.first < i; });
     if (at != q.end() && at->first == index) {
+      CountBytes(sh, -static_cast<int64_t>(at->second.size() + kItemHeader));
       at->second = std::move(item);
     } else {
       q.emplace(at, index, std::move(item));
@@ -59,6 +61,7 @@ bool DelayedDirIndex::Cancel(uint64_t root, uint64_t dir, uint64_t index) {
   Queue& q = it->second;
   auto at = std::lower_bound(q.begin(), q.end(), index, [](const auto& e, uint64_t i) { return e.first < i; });
   if (at == q.end() || at->first != index) return false;
+  CountBytes(sh, -static_cast<int64_t>(at->second.size() + kItemHeader));
   q.erase(at);
   if (q.empty()) sh.pending.erase(it);
   --sh.count;
@@ -95,6 +98,14 @@ DelayedIndexStats DelayedDirIndex::stats() const {
     for (size_t i = 0; i < out.batch_size_log2.size(); ++i) out.batch_size_log2[i] += sh.stats.batch_size_log2[i];
   }
   return out;
+}
+
+void DelayedDirIndex::CountBytes(Shard& sh, int64_t delta) {
+  sh.unpublished += delta;
+  if (sh.unpublished >= kBytesStep || sh.unpublished <= -kBytesStep) {
+    bytes_.fetch_add(sh.unpublished, std::memory_order_relaxed);
+    sh.unpublished = 0;
+  }
 }
 
 void DelayedDirIndex::RecordBatch(Shard& sh, size_t items, bool full) {
@@ -152,6 +163,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
   std::vector<Key> keys;
   std::vector<std::vector<uint8_t>> data;
   uint32_t bytes = 0;
+  int64_t flushed_bytes = 0;
   size_t flushed_end = 0;  // items before this are in the tree
   for (size_t i = 0; i < q.size(); ++i) {
     const uint64_t index = q[i].first;
@@ -162,6 +174,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
     if (gap || full) {
       UB_RETURN_IF_ERROR(InsertRun(sh, w, keys, data, full));
       flushed_end = i;
+      flushed_bytes += bytes;
       keys.clear();
       data.clear();
       bytes = 0;
@@ -173,6 +186,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
   if (!full_batches_only) {
     UB_RETURN_IF_ERROR(InsertRun(sh, w, keys, data, false));
     flushed_end = q.size();
+    flushed_bytes += bytes;
   } else {
     for (size_t j = 0; j < data.size(); ++j) q[flushed_end + j].second = std::move(data[j]);  // the tail stays queued
   }
@@ -182,6 +196,7 @@ Status DelayedDirIndex::FlushDir(uint64_t root, uint64_t dir, const WriterFn& wr
   q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(flushed_end));
   std::lock_guard lock(sh.mu);
   sh.count -= n;
+  CountBytes(sh, -flushed_bytes);
   if (q.empty()) sh.pending.erase(it);
   return Status::Ok();
 }
@@ -193,6 +208,13 @@ Status DelayedDirIndex::Flush(const WriterFn& writer) {
       UB_RETURN_IF_ERROR(FlushDir(root, dir, writer));
     }
   }
+  // Nothing is queued: what the shards still held unpublished adds up to
+  // minus what bytes_ says.
+  for (Shard& sh : shards_) {
+    std::lock_guard lock(sh.mu);
+    sh.unpublished = 0;
+  }
+  bytes_.store(0, std::memory_order_relaxed);
   return Status::Ok();
 }
 

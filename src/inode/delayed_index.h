@@ -15,6 +15,7 @@
 #ifndef UBTRFS_INODE_DELAYED_INDEX_H_
 #define UBTRFS_INODE_DELAYED_INDEX_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -64,6 +65,10 @@ class DelayedDirIndex {
   // Pending items of one directory by index, or nullptr.
   const Queue* Pending(uint64_t root, uint64_t dir) const;
   size_t pending_count() const;
+  // The queued items' bytes in leaves (item headers included), as of the
+  // last step each directory shard published (kBytesStep): lock-free, for
+  // the commit reserve to keep room for them.
+  uint64_t queued_bytes() const { return static_cast<uint64_t>(std::max<int64_t>(0, bytes_.load(std::memory_order_relaxed))); }
 
   using WriterFn = std::function<Result<tree::TreeWriter*>(uint64_t root)>;
   Status Flush(const WriterFn& writer);
@@ -86,6 +91,7 @@ class DelayedDirIndex {
     mutable std::mutex mu;  // guards the map of queues (not a queue's items), count and stats
     Queues pending;
     size_t count = 0;  // queued items
+    int64_t unpublished = 0;  // bytes queued or flushed, not yet in bytes_
     DelayedIndexStats stats;
   };
   static constexpr size_t kShards = kDirShards;
@@ -93,10 +99,15 @@ class DelayedDirIndex {
   Shard& ShardOf(uint64_t root, uint64_t dir) { return shards_[ShardIndex(root, dir)]; }
   const Shard& ShardOf(uint64_t root, uint64_t dir) const { return shards_[ShardIndex(root, dir)]; }
   void RecordBatch(Shard& sh, size_t items, bool full);
+  // sh.mu held. Threads queueing in their own directories share bytes_'s
+  // line only once per step, not on every create.
+  void CountBytes(Shard& sh, int64_t delta);
+  static constexpr int64_t kBytesStep = 1024;
 
   uint32_t leaf_space_;
   BatchPolicy policy_;
   std::array<Shard, kShards> shards_;
+  alignas(64) std::atomic<int64_t> bytes_{0};
 };
 
 }  // namespace ubtrfs::inode

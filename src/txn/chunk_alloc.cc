@@ -445,6 +445,7 @@ uint64_t ChunkAllocator::ReserveBase(uint64_t metadata_total) const {
 uint64_t ChunkAllocator::NodeSize() const { return txn_->vol_->nodesize(); }
 
 thread_local ChunkAllocator::OpHold* ChunkAllocator::OpHold::current_ = nullptr;
+thread_local int ChunkAllocator::QueuedWorkScope::depth_ = 0;
 
 void ChunkAllocator::NoteMetadataAlloc() {
   meta_allocs_.fetch_add(1, std::memory_order_relaxed);
@@ -456,7 +457,8 @@ void ChunkAllocator::NoteMetadataAlloc() {
 }
 
 uint64_t ChunkAllocator::CommitReserveFor(uint64_t refs) const {
-  return NodeSize() * (kCommitReserveBlocks + txn_->dirty_->count()) + refs * kCommitBytesPerRef;
+  return NodeSize() * (kCommitReserveBlocks + txn_->dirty_->count()) + refs * kCommitBytesPerRef +
+         (queued_work_ ? queued_work_() : 0);
 }
 
 uint64_t ChunkAllocator::CommitReserve() const {
@@ -493,7 +495,7 @@ Status ChunkAllocator::EnsureMetadataFree(uint64_t need, const std::string& why)
 }
 
 Status ChunkAllocator::BeforeMetadataBlock() {
-  if (committing_) return Status::Ok();
+  if (committing_ || QueuedWorkScope::depth_ > 0) return Status::Ok();
   const uint64_t need = CommitReserve() + txn_->vol_->nodesize();
   if (txn_->space_->TotalsFor(kBlockGroupMetadata).free_bytes >= need) return Status::Ok();
   return EnsureMetadataFree(need, "allocating a tree block");

@@ -46,6 +46,7 @@
 // items). So outside a commit, tree block allocation keeps
 //   CommitReserve() = nodesize * (64 + blocks dirtied by this transaction)
 //                     + kCommitBytesPerRef * extent references still to apply
+//                     + the tree changes the layers above queued for it
 // free: when free metadata would drop below it a metadata chunk is added
 // early, and when the device has no room for one the allocation fails with
 // ENOSPC while the reserve is still there for Commit() to use. Before a DATA
@@ -66,6 +67,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -200,6 +202,27 @@ class ChunkAllocator {
    private:
     ChunkAllocator* a_;
   };
+  // Tree changes the layers above keep queued for the commit (delayed
+  // dir items and dir-index batches, delayed inode updates) are part of
+  // the commit's work, done at the commit or earlier: `bytes` says what
+  // the reserve keeps for them (read at every reserve check, from any
+  // thread: lock-free and cheap). Set before any change runs.
+  void SetQueuedWork(std::function<uint64_t()> bytes) { queued_work_ = std::move(bytes); }
+  // Applying queued work (on the calling thread, while one lives): its
+  // tree blocks come out of the reserve that was kept for it, as the
+  // commit's own do. Without this an early or commit-time flush could fail
+  // half way on the very room it was promised (an abort).
+  class QueuedWorkScope {
+   public:
+    QueuedWorkScope() { ++depth_; }
+    ~QueuedWorkScope() { --depth_; }
+    QueuedWorkScope(const QueuedWorkScope&) = delete;
+    QueuedWorkScope& operator=(const QueuedWorkScope&) = delete;
+
+   private:
+    friend class ChunkAllocator;
+    static thread_local int depth_;
+  };
 
   // ---- Chunks of emptied block groups (txn/unused_groups.cc) ----
   // Whether chunk `c` may be deleted: not a system chunk (the superblock's
@@ -286,6 +309,7 @@ class ChunkAllocator {
   // MetadataSurelyFree.
   mutable std::atomic<uint64_t> refs_seen_{0};
   std::atomic<uint64_t> ops_reserved_{0};  // OpHold
+  std::function<uint64_t()> queued_work_;
   bool mixed_ = false;  // set by Load
   uint64_t NodeSize() const;
   // CommitReserve with `refs` extent references still to apply.
