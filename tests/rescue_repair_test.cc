@@ -323,6 +323,32 @@ TEST_F(RescueRepairTest, SuperRecoverOnEveryDeviceWithItsOwnDevItem) {
   EXPECT_EQ(DumpSuperField(b, "dev_item.devid"), 2u);
   r = RunUbtrfs({"check", a + "," + b});
   EXPECT_TRUE(r.ok()) << r.Describe();
+
+  // A commit that reached only device 1's copy 1: both primaries valid and
+  // a generation older, device 2's copy 1 gone. The newest copy is copy 1
+  // on one device but not on the other: each device is read from its own
+  // newest valid copy (before, copy 1 of every device was asked for, and
+  // device 2's failed the open).
+  const uint64_t gen = SuperGeneration(a, 0);
+  const std::vector<uint8_t> a0 = ReadAt(a, uf::SuperblockOffset(0), uf::kSuperInfoSize);
+  const std::vector<uint8_t> b0 = ReadAt(b, uf::SuperblockOffset(0), uf::kSuperInfoSize);
+  ASSERT_TRUE(RunUbtrfs({"mkdir", a + "," + b + ":/newest"}).ok());
+  ASSERT_EQ(SuperGeneration(a, 1), gen + 1);
+  WriteAt(a, uf::SuperblockOffset(0), a0);
+  WriteAt(b, uf::SuperblockOffset(0), b0);
+  WriteAt(b, uf::SuperblockOffset(1), std::vector<uint8_t>(uf::kSuperInfoSize, 0));
+  r = RunUbtrfs({"rescue", "super-recover", "-y", a + "," + b});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  for (const auto& dev : {a, b}) {
+    EXPECT_EQ(SuperGeneration(dev, 0), gen + 1) << dev;
+    EXPECT_EQ(SuperGeneration(dev, 1), gen + 1) << dev;
+    CommandResult progs = RunCommand({"btrfs", "rescue", "super-recover", "-y", dev});
+    EXPECT_NE(progs.out.find("All supers are valid"), std::string::npos) << dev << ": " << progs.Describe();
+  }
+  EXPECT_EQ(DumpSuperField(b, "dev_item.devid"), 2u);
+  EXPECT_TRUE(RunUbtrfs({"ls", a + "," + b + ":/newest"}).ok());
+  r = RunUbtrfs({"check", a + "," + b});
+  EXPECT_TRUE(r.ok()) << r.Describe();
 }
 
 // fix-device-size, unaligned: a device size that is no sector multiple (a

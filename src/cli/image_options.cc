@@ -40,7 +40,8 @@ void AddRescueOption(CLI::App* cmd) {
       ->type_name("BYTENR");
   cmd->add_option("--super", g_placement.rescue.super_mirror,
                   "Read-only: use superblock copy N (0, 1 or 2), not the best valid one")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(CLI::Range(0, 2));
 }
 
 void HintRescue(const Status& st) {

@@ -1,6 +1,7 @@
 // `btrfs rescue super-recover` (ubtrfs/rescue.h): bad superblock copies
 // written again from the newest good one.
 #include "rescue/rescue_open.h"
+#include "txn/devices.h"
 #include "txn/super_copies.h"
 #include "ubtrfs/rescue.h"
 
@@ -25,20 +26,23 @@ Result<SuperRecoverResult> SuperRecover(const std::string& image, const OpenOpti
   // newer valid copy behind it (a commit that reached only some copies)
   // wins here, as in btrfs-progs, so that nothing newer is overwritten.
   uint64_t newest = o.vol->super().generation.get();
-  int newest_mirror = -1;
+  const txn::SuperCopyState* newer = nullptr;
   for (const auto& c : copies) {
     if (c.valid && c.generation > newest) {
       newest = c.generation;
-      newest_mirror = c.mirror;
+      newer = &c;
     }
   }
-  if (newest_mirror >= 0) {
+  if (newer != nullptr) {
+    // Each device's newest valid copy, wherever it is on that device: the
+    // copy that is newest on one may be damaged on another.
+    const std::string which = "copy " + std::to_string(newer->mirror) + " of " + newer->device;
     Close(&o);
-    how.super_mirror = newest_mirror;
+    how.super_mirror = txn::kNewestValidSuper;
     auto again = rescue::Open(image, where, how);
     if (!again.ok()) {
-      return again.status().WithContext("the newest superblock (copy " + std::to_string(newest_mirror) +
-                                        ", generation " + std::to_string(newest) + ") does not open");
+      return again.status().WithContext("the newest superblock (" + which + ", generation " +
+                                        std::to_string(newest) + ") does not open");
     }
     o = std::move(*again);
     copies = txn::CheckSuperCopies(*o.vol);

@@ -44,7 +44,7 @@ Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev, int only_mirror) {
     }
     SuperBlock sb;
     std::memcpy(&sb, buf.data(), sizeof sb);
-    if (mirror == 0) {
+    if (mirror == 0 && only_mirror != kNewestValidSuper) {
       best = 0;
       best_sb = sb;
       break;  // a valid primary always wins, as in the kernel
@@ -74,7 +74,7 @@ Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev, int only_mirror) {
   SuperChoice out;
   out.sb = best_sb;
   out.mirror = best;
-  if (best > 0 && only_mirror < 0) {
+  if (best > 0 && only_mirror == -1) {
     out.warning = problems.front() + "; using superblock copy " + std::to_string(best) + " at offset " +
                   std::to_string(SuperblockOffset(best)) + " (generation " +
                   std::to_string(best_sb.generation.get()) + ")";

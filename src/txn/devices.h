@@ -21,7 +21,10 @@ struct SuperChoice {
 };
 // The superblock a device carries: a valid primary always wins, else the
 // newest valid copy (as the kernel's btrfs_read_dev_super). With
-// `only_mirror` (0-2) that copy or an error (EINVAL past the device's end).
+// `only_mirror` (0-2) that copy or an error (EINVAL past the device's end);
+// with kNewestValidSuper the newest valid copy even behind a valid primary
+// (super-recover: a commit that reached only some copies).
+inline constexpr int kNewestValidSuper = -2;
 Result<SuperChoice> ReadSuperblock(io::BlockDevice& dev, int only_mirror = -1);
 
 // "a.img,b.img" names two devices, unless a file of that whole name exists.
