@@ -993,6 +993,7 @@ class FilesystemImpl final : public Filesystem {
       }
       if (!r) return failed;
       if (r->ok()) UB_RETURN_IF_ERROR(MaybeAutoCommit());
+      if (r->ok() && outermost && has_staged_.load(std::memory_order_relaxed)) UB_RETURN_IF_ERROR(DropStaged());
       return std::move(*r);
     }
   }
@@ -1075,6 +1076,23 @@ class FilesystemImpl final : public Filesystem {
   // The last name of `id` (ii as loaded) is gone: drops the inode, or, while
   // it is pinned (an open file), keeps it with nlink 0 and an orphan item.
   Status DropOrOrphan(InodeId id, InodeItem ii);
+  // A regular file of more than kDropStepExtents extent items is not
+  // dropped in the change that removed its last name: it becomes an orphan
+  // there (nlink 0, ORPHAN_ITEM), and DropStaged drops it after that change,
+  // kDropStepExtents items per change, as the kernel's eviction truncates
+  // in steps across transactions. One change freeing thousands of extents
+  // grew the commit's work past what a full device had left: the commit
+  // failed after the unlink had been answered (orphans.cc).
+  static constexpr size_t kDropStepExtents = 64;
+  Result<bool> HasMoreExtentsThan(InodeId id, size_t n);
+  void StageDrop(InodeId id);
+  // Drops the staged orphans (outermost changes call it after they are done).
+  Status DropStaged();
+  // Drops orphan `id` (nlink 0) in steps, then its items and orphan item.
+  Status DropOrphanInSteps(InodeId id);
+  std::mutex staged_mu_;
+  std::vector<InodeId> staged_drops_;  // guarded by staged_mu_
+  std::atomic<bool> has_staged_{false};
   // A name of `id` was just removed: with its last one (a directory has
   // only one) it goes (DropOrOrphan), else it has a link less.
   Status DropName(InodeId id, bool is_dir, const Time& now);

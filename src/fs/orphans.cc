@@ -38,15 +38,99 @@ Status FilesystemImpl::UnpinInode(InodeId id) {
     if (!ii.ok()) return ii.status().code() == ENOENT ? Status::Ok() : ii.status();
     if (ii->nlink.get() != 0) return Status::Ok();
   }
-  return Change({}, txn::ReserveFor::kDelete, 4, [&]() -> Status {
-    auto ii = LoadInode(id);
-    if (!ii.ok()) return ii.status().code() == ENOENT ? Status::Ok() : ii.status();
-    if (ii->nlink.get() != 0) return Status::Ok();  // it has a name again, or never lost it
-    UB_RETURN_IF_ERROR(DropInode(id));
-    UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
-    Status s = w->Delete(OrphanKey(id.ino));
-    return s.code() == ENOENT ? Status::Ok() : s;
-  });
+  return DropOrphanInSteps(id);
+}
+
+Result<bool> FilesystemImpl::HasMoreExtentsThan(InodeId id, size_t n) {
+  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+  Cursor c(vol_->source(), tree);
+  UB_RETURN_IF_ERROR(c.Seek(Key{id.ino, kExtentDataKey, 0}));
+  for (size_t seen = 0; c.Valid() && c.key().objectid == id.ino && c.key().type == kExtentDataKey; ++seen) {
+    if (seen == n) return true;
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  return false;
+}
+
+void FilesystemImpl::StageDrop(InodeId id) {
+  std::lock_guard lock(staged_mu_);
+  staged_drops_.push_back(id);
+  has_staged_.store(true, std::memory_order_relaxed);
+}
+
+Status FilesystemImpl::DropStaged() {
+  // The steps are changes of their own, which end here again.
+  static thread_local bool dropping = false;
+  if (dropping) return Status::Ok();
+  dropping = true;
+  struct Reset {
+    ~Reset() { dropping = false; }
+  } reset;
+  for (;;) {
+    InodeId id;
+    {
+      std::lock_guard lock(staged_mu_);
+      if (staged_drops_.empty()) {
+        has_staged_.store(false, std::memory_order_relaxed);
+        return Status::Ok();
+      }
+      id = staged_drops_.back();
+      staged_drops_.pop_back();
+    }
+    Status st = DropOrphanInSteps(id);
+    // The name is gone and the orphan item is in the tree: a device too full
+    // to drop the rest now leaves it to the next writable open (as the
+    // kernel's orphan cleanup), not the caller's change undone.
+    if (!st.ok() && st.code() != ENOSPC) return st;
+  }
+}
+
+Status FilesystemImpl::DropOrphanInSteps(InodeId id) {
+  for (;;) {
+    bool done = false;
+    // Each step is a change of its own: one that meets a full device
+    // commits (releasing what the steps before it freed) and runs again.
+    UB_RETURN_IF_ERROR(Change({}, txn::ReserveFor::kDelete, 8, [&]() -> Status {
+      auto ii = LoadInode(id);
+      if (!ii.ok()) {
+        done = true;
+        return ii.status().code() == ENOENT ? Status::Ok() : ii.status();
+      }
+      if (ii->nlink.get() != 0) {  // it has a name again, or never lost it
+        done = true;
+        return Status::Ok();
+      }
+      // The last kDropStepExtents extent items go, and the size comes down
+      // to where they began (the kernel's truncate of an evicted inode;
+      // what a commit between steps writes is a file that is shorter).
+      uint64_t cut = 0;
+      size_t found = 0;
+      {
+        UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
+        Cursor c(vol_->source(), tree);
+        UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{id.ino, kExtentDataKey, UINT64_MAX}));
+        for (; c.Valid() && c.key().objectid == id.ino && c.key().type == kExtentDataKey && found <= kDropStepExtents;
+             ++found) {
+          cut = c.key().offset;
+          UB_RETURN_IF_ERROR(c.Prev());
+        }
+      }
+      if (found > kDropStepExtents && cut > 0) {
+        int64_t nbytes = 0;
+        UB_RETURN_IF_ERROR(DropExtents(id, cut, UINT64_MAX, &nbytes));
+        InodeItem next = *ii;
+        next.size = cut;
+        next.nbytes = static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(next.nbytes.get()) + nbytes));
+        return StoreInode(id, next);
+      }
+      done = true;
+      UB_RETURN_IF_ERROR(DropInode(id));
+      UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
+      Status s = w->Delete(OrphanKey(id.ino));
+      return s.code() == ENOENT ? Status::Ok() : s;
+    }));
+    if (done) return Status::Ok();
+  }
 }
 
 Status FilesystemImpl::CleanOrphans() {
@@ -68,6 +152,11 @@ Status FilesystemImpl::CleanOrphans() {
     }
     for (uint64_t ino : inos) {
       const InodeId id{sv.id, ino};
+      if (auto ii = LoadInode(id); ii.ok() && ii->nlink.get() == 0 && S_ISREG(ii->mode.get())) {
+        UB_RETURN_IF_ERROR(DropOrphanInSteps(id).WithContext("removing orphan inode " + std::to_string(ino) +
+                                                             " of subvolume " + std::to_string(sv.id)));
+        continue;
+      }
       UB_RETURN_IF_ERROR(Change({}, txn::ReserveFor::kDelete, 4, [&]() -> Status {
         auto ii = LoadInode(id);
         if (!ii.ok() && ii.status().code() != ENOENT) return ii.status();

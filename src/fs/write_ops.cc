@@ -238,13 +238,17 @@ void FilesystemImpl::MarkChanged(inode::InodeRecord& r) {
   r.item.sequence = r.item.sequence.get() + 1;
   if (!r.dirty.exchange(true, std::memory_order_relaxed) && older) {
     old_dirty_inodes_.fetch_add(1, std::memory_order_relaxed);
+    txn_->chunk_alloc().NoteQueuedWork(vol_->nodesize());
   }
   NoteInodeChanged(r.root, r.ino);
 }
 
+// Queued items take up to twice their bytes in leaves (a DIR_ITEM lands in
+// a random leaf, which may split).
+constexpr uint64_t QueuedItemBytes(uint64_t item_bytes) { return 2 * (item_bytes + sizeof(format::Item)); }
+
 uint64_t FilesystemImpl::QueuedWorkBytes() const {
-  // Queued items take up to twice their bytes in leaves (a DIR_ITEM lands
-  // in a random leaf, which may split). An old inode's update COWs its leaf:
+  // The queues count their items' headers. An old inode's update COWs its leaf:
   // measured with sparse chmods (FullDevice.QueuedDirectoryAndInodeWork...,
   // 4 KiB nodes) 1-1.5 blocks each for up to 60 such inodes, fewer per inode
   // as they share leaves; the path above them is the reserve's base.
@@ -434,6 +438,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   switch (verdict) {
     case inode::DelayedDirItems::Verdict::kQueued:
       queued = true;
+      txn_->chunk_alloc().NoteQueuedWork(QueuedItemBytes(entry.size()));
       break;
     case inode::DelayedDirItems::Verdict::kMayExist:
       UB_RETURN_IF_ERROR(FlushDirItems(dir));
@@ -470,6 +475,7 @@ Status FilesystemImpl::AddLink(InodeId dir, std::string_view name, InodeId targe
   }
 
   // DIR_INDEX goes through the delayed queue.
+  txn_->chunk_alloc().NoteQueuedWork(QueuedItemBytes(entry.size()));
   if (delayed_->Add(dir.root, dir.ino, index, std::move(entry)) >= kDelayedFlushThreshold) {
     txn::ChunkAllocator::QueuedWorkScope scope;
     UB_RETURN_IF_ERROR(
@@ -641,14 +647,20 @@ Status FilesystemImpl::DropOrOrphan(InodeId id, InodeItem ii) {
     pinned = it != pins_.end() && !S_ISDIR(ii.mode.get());
     if (pinned) it->second.orphaned = true;  // for UnpinInode
   }
-  if (!pinned) return DropInode(id);
+  bool in_steps = false;
+  if (!pinned && S_ISREG(ii.mode.get()) && undo_.empty() && !hold_commits_) {
+    UB_ASSIGN_OR_RETURN(in_steps, HasMoreExtentsThan(id, kDropStepExtents));
+  }
+  if (!pinned && !in_steps) return DropInode(id);
   NoteInodeChanged(id.root, id.ino);  // a copy in a tree log must go
   ii.nlink = 0;
   SetTime(ii.ctime, Now());
   UB_RETURN_IF_ERROR(StoreInode(id, ii));
   UB_ASSIGN_OR_RETURN(tree::TreeWriter * w, FsWriter(id.root));
   Status s = w->Insert(OrphanKey(id.ino), {});
-  return s.code() == EEXIST ? Status::Ok() : s;
+  if (!s.ok() && s.code() != EEXIST) return s;
+  if (in_steps) StageDrop(id);
+  return Status::Ok();
 }
 
 Result<InodeId> FilesystemImpl::NewEntry(InodeId dir, std::string_view name, uint32_t mode, const NewInode& attrs,

@@ -449,9 +449,38 @@ thread_local int ChunkAllocator::QueuedWorkScope::depth_ = 0;
 
 void ChunkAllocator::NoteMetadataAlloc() {
   meta_allocs_.fetch_add(1, std::memory_order_relaxed);
+  TakeFromHold(2 * NodeSize());
+}
+
+ChunkAllocator::OpHold* ChunkAllocator::OwnHold() const {
+  OpHold* h = OpHold::current_;
+  return h != nullptr && &h->ca_ == this ? h : nullptr;
+}
+
+void ChunkAllocator::HoldData(uint64_t bytes) {
+  if (OpHold* h = OwnHold()) {
+    h->data_left_ += bytes;
+    ops_reserved_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+}
+
+void ChunkAllocator::TakeHeldData(uint64_t bytes) {
+  if (OpHold* h = OwnHold()) {
+    const uint64_t take = std::min(h->data_left_, bytes);
+    h->data_left_ -= take;
+    ops_reserved_.fetch_sub(take, std::memory_order_relaxed);
+  }
+}
+
+uint64_t ChunkAllocator::MixedKeepBackForCaller() const {
+  const OpHold* h = OwnHold();
+  return MixedKeepBack() - (h != nullptr ? h->data_left_ : 0);
+}
+
+void ChunkAllocator::TakeFromHold(uint64_t bytes) {
   OpHold* h = OpHold::current_;
   if (h == nullptr || &h->ca_ != this || h->left_ == 0) return;
-  const uint64_t take = std::min<uint64_t>(h->left_, 2 * NodeSize());
+  const uint64_t take = std::min<uint64_t>(h->left_, bytes);
   h->left_ -= take;
   ops_reserved_.fetch_sub(take, std::memory_order_relaxed);
 }

@@ -168,7 +168,7 @@ class ChunkAllocator {
     }
     ~OpHold() {
       if (current_ == this) current_ = outer_;
-      if (left_) ca_.ops_reserved_.fetch_sub(left_, std::memory_order_relaxed);
+      if (left_ + data_left_) ca_.ops_reserved_.fetch_sub(left_ + data_left_, std::memory_order_relaxed);
     }
     OpHold(const OpHold&) = delete;
     OpHold& operator=(const OpHold&) = delete;
@@ -177,9 +177,19 @@ class ChunkAllocator {
     friend class ChunkAllocator;
     ChunkAllocator& ca_;
     uint64_t left_;
+    // Data the change found room for up front (ReserveData) and has not
+    // taken yet: other changes' data leaves it free, this change's takes it.
+    uint64_t data_left_ = 0;
     OpHold* outer_;
     static thread_local OpHold* current_;
   };
+  // ReserveData found room for `bytes` of data: the calling thread's change
+  // holds them until its AllocData takes them (TakeHeldData) or it ends.
+  void HoldData(uint64_t bytes);
+  void TakeHeldData(uint64_t bytes);
+  // What data allocations of the calling thread keep free: MixedKeepBack
+  // less the data its own change holds.
+  uint64_t MixedKeepBackForCaller() const;
   // What the global reserve is sized by (GlobalReserveBytes) for metadata
   // chunks of `metadata_total` bytes.
   uint64_t ReserveBase(uint64_t metadata_total) const;
@@ -188,6 +198,12 @@ class ChunkAllocator {
   }
   // TxnManager::AllocTreeBlock counts each metadata block it hands out.
   void NoteMetadataAlloc();
+  // The calling thread's change queued `bytes` of commit work (what
+  // SetQueuedWork reports grew by that much): it comes off the change's
+  // hold, so that the change's own data still finds the room it was
+  // promised (with mixed groups the hold and the reserve keep data out
+  // alike).
+  void NoteQueuedWork(uint64_t bytes) { TakeFromHold(bytes); }
   // TxnManager::AllocTreeBlock asks this before taking a metadata block.
   Status BeforeMetadataBlock();
 
@@ -312,6 +328,9 @@ class ChunkAllocator {
   std::function<uint64_t()> queued_work_;
   bool mixed_ = false;  // set by Load
   uint64_t NodeSize() const;
+  void TakeFromHold(uint64_t bytes);
+  // The calling thread's innermost hold, if it is on this allocator.
+  OpHold* OwnHold() const;
   // CommitReserve with `refs` extent references still to apply.
   uint64_t CommitReserveFor(uint64_t refs) const;
 };

@@ -28,7 +28,13 @@ Status ReserveData(TxnManager& txn, uint64_t bytes) {
       ca.mixed() ? (bytes / txn.volume()->sectorsize() + 1) * ChunkAllocator::kCommitBytesPerRef : 0;
   for (int round = 0;; ++round) {
     const uint64_t free = space.TotalsFor(kBlockGroupData).free_bytes;
-    if (free >= bytes + refs_room + ca.MixedKeepBack()) return Status::Ok();
+    if (free >= bytes + refs_room + ca.MixedKeepBackForCaller()) {
+      // Held, not only found: with mixed groups another change's data (or
+      // a commit reserve grown by it) would otherwise take it before this
+      // change allocates, half way through its edits (an abort).
+      txn.chunk_alloc().HoldData(ca.mixed() ? bytes + refs_room : 0);
+      return Status::Ok();
+    }
     // Any hole of a stripe's size helps: the data goes in pieces anyway.
     Status s = round < 64 ? txn.chunk_alloc().NewChunk(kBlockGroupData, ChunkAllocator::kStripeLen)
                           : Status::Error(ENOSPC, "64 new data chunks were not enough");

@@ -158,6 +158,7 @@ Result<uint64_t> TxnManager::AllocData(uint64_t len, bool first_fit) {
   auto lock = AllocLock();
   if (chunk_alloc_->mixed()) UB_RETURN_IF_ERROR(KeepMixedMetadataRoom(len));
   UB_ASSIGN_OR_RETURN(uint64_t bytenr, space_->Allocate(kBlockGroupData, len, vol_->sectorsize(), first_fit));
+  if (chunk_alloc_->mixed()) chunk_alloc_->TakeHeldData(len + ChunkAllocator::kCommitBytesPerRef);
   MarkGroupDirty(bytenr);
   // Extents are mostly handed out in ascending order: placed at the end,
   // the map is not searched (a search misses the cache at every level).
@@ -171,7 +172,7 @@ Result<uint64_t> TxnManager::AllocData(uint64_t len, bool first_fit) {
 Status TxnManager::KeepMixedMetadataRoom(uint64_t len) {
   for (int round = 0;; ++round) {
     const uint64_t free = space_->TotalsFor(kBlockGroupData).free_bytes;
-    const uint64_t keep = chunk_alloc_->MixedKeepBack();
+    const uint64_t keep = chunk_alloc_->MixedKeepBackForCaller();
     if (free >= len + keep) return Status::Ok();
     Status s = round < 16 ? chunk_alloc_->NewChunk(kBlockGroupData, ChunkAllocator::kStripeLen)
                           : Status::Error(ENOSPC, "16 new chunks were not enough");
@@ -194,6 +195,7 @@ Result<bool> TxnManager::AllocDataAt(uint64_t logical, uint64_t len) {
     return false;
   }
   if (!space_->MarkUsed(logical, len).ok()) return false;  // in use or pinned
+  if (chunk_alloc_->mixed()) chunk_alloc_->TakeHeldData(len);
   MarkGroupDirty(logical);
   new_data_[logical] = len;
   return true;
