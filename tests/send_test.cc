@@ -497,6 +497,52 @@ TEST(SendUbtrfsChain, SnapshotsMadeByUbtrfsAreAcceptedByKernelReceive) {
   EXPECT_GE(st.rmdirs, 1u);
 }
 
+// A directory's inode number reused: the kernel numbers a new inode after
+// the highest in the subvolume when it loads it (at mount), so a directory
+// deleted as the highest, then a remount, gives the next directory its
+// number. Names moved into the new directory then have INODE_REFs byte for
+// byte those they had in the old one, and must still count as moved (the
+// old directory is removed, so they must leave it): once under the same
+// name (the snapshot's X is another X), once under another.
+TEST(SendKernelInodeReuse, NamesInADirectoryWhoseNumberWentToANewOne) {
+  std::string why;
+  if (!LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  if (std::string e = MkfsMissingReason(); !e.empty()) GTEST_SKIP() << e;
+  TempDir tmp{"send-reuse"};
+  const std::string img = tmp.Sub("src.img"), mnt = tmp.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  ASSERT_EQ(RunMkfs(img, "", 16384, "crc32c", 256ull << 20), "");
+  // Each step is (before the remount, after it); ../ino (outside the
+  // subvolume) keeps the number of the directory that goes.
+  const std::vector<std::pair<std::string, std::string>> steps = {
+      {"mkdir d\necho g > d/g\necho data > f\nmkdir X\nmv f X/a\nmv d X/sub\nstat -c %i X > ../ino\n", ""},
+      {"mv X/a a\nmv X/sub sub\nrmdir X\n",
+       "mkdir X\ntest $(stat -c %i X) = $(cat ../ino)\nmv a X/a\nmv sub X/sub\necho more >> X/a\n"},
+      {"mv X/a a\nmv X/sub sub\nrmdir X\n",
+       "mkdir Y\ntest $(stat -c %i Y) = $(cat ../ino)\nmv a Y/a\nmv sub Y/sub2\n"},
+  };
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(img, mnt), "");
+    ASSERT_EQ(MustRun({"btrfs", "subvolume", "create", mnt + "/sv"}), "");
+    ASSERT_EQ(m.Unmount(), "");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      for (int half = 0; half < 2; ++half) {
+        ASSERT_EQ(m.Mount(img, mnt), "");
+        const std::string& sh = half == 0 ? steps[i].first : steps[i].second;
+        ASSERT_EQ(MustRun({"sh", "-ec", "cd " + mnt + "/sv\n" + sh}), "") << "step " << i + 1;
+        if (half == 1) {
+          ASSERT_EQ(MustRun({"btrfs", "subvolume", "snapshot", "-r", mnt + "/sv", mnt + "/snap" + std::to_string(i + 1)}), "");
+        }
+        ASSERT_EQ(m.Unmount(), "");
+      }
+    }
+  }
+  ChainStats st;
+  SendChain(img, static_cast<int>(steps.size()), {}, &st);
+  EXPECT_GE(st.rmdirs, 2u);
+}
+
 // ---- Small changes make small streams, and shared subtrees are skipped ----
 
 TEST(SendIncremental, FewChangesGiveASmallStreamAndReadFewBlocks) {

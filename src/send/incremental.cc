@@ -54,6 +54,10 @@ constexpr int kMaxDepth = 4096;                // deeper than any path of 4 KiB
 struct Ref {
   uint64_t dir = 0;
   std::string name;
+  // The directory's generation where its number went to another directory
+  // between the two trees (0 otherwise): the same (dir, name) is then
+  // another name, as the kernel's send tells them apart by generation.
+  uint64_t dir_gen = 0;
   friend auto operator<=>(const Ref&, const Ref&) = default;
 };
 
@@ -127,6 +131,7 @@ class Engine {
       if (ino == kTop && (!c.n.exists || !c.n.is_dir())) return Status::Corrupt("the snapshot has no top directory");
     }
     res_->changed_inodes = changes_.size();
+    MarkReusedDirs();
     UB_RETURN_IF_ERROR(FreeOldNames());
     for (auto& [ino, c] : changes_) {
       if (c.n.exists) UB_RETURN_IF_ERROR(Place(ino, 0));
@@ -190,6 +195,30 @@ class Engine {
     std::memcpy(&s->item, item->data(), sizeof(InodeItem));
     UB_ASSIGN_OR_RETURN(s->refs, Refs(t, ino));
     return Status::Ok();
+  }
+
+  // A directory number the parent and the snapshot give to two different
+  // inodes (the first deleted, the number reused): a name in it is not the
+  // same name in both trees although its INODE_REF is byte for byte the
+  // same, so each such ref carries its directory's generation.
+  void MarkReusedDirs() {
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> reused;  // dir -> (old gen, new gen)
+    for (const auto& [ino, c] : changes_) {
+      if (c.o.exists && c.n.exists && c.is_new()) reused[ino] = {c.o.gen(), c.n.gen()};
+    }
+    if (reused.empty()) return;
+    for (auto& [ino, c] : changes_) {
+      for (auto* refs : {&c.o.refs, &c.n.refs}) {
+        bool marked = false;
+        for (Ref& r : *refs) {
+          auto it = reused.find(r.dir);
+          if (it == reused.end()) continue;
+          r.dir_gen = refs == &c.o.refs ? it->second.first : it->second.second;
+          marked = true;
+        }
+        if (marked) std::sort(refs->begin(), refs->end());
+      }
+    }
   }
 
   // The names of inode `ino` in tree `t` (none for the top).
