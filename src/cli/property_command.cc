@@ -1,6 +1,7 @@
-// `ubtrfs property get IMAGE:PATH [ro]` and `ubtrfs property set IMAGE:PATH
-// ro true|false`: a subvolume's read-only flag, as btrfs-progs' property
-// command on a mounted subvolume.
+// `ubtrfs property get IMAGE:PATH [ro|compression]` and `ubtrfs property
+// set IMAGE:PATH ro true|false | compression zlib|lzo|zstd|no|none|""`: a
+// subvolume's read-only flag and an inode's compression property (the
+// btrfs.compression xattr), as btrfs-progs' property command on a mount.
 #include <fmt/core.h>
 
 #include <string>
@@ -20,18 +21,20 @@ void Fail(const std::string& what, const Status& st) {
   SetExitCode(1);
 }
 
+constexpr std::string_view kCompression = "btrfs.compression";
+
 void Run(const PropertyArgs& a, bool set) {
   std::string image, path;
   if (!SplitImagePath(a.target, &image, &path)) {
     fmt::print(stderr, "ubtrfs: property: expected IMAGE:PATH, got '{}'\n", a.target);
     return SetExitCode(2);
   }
-  if (!a.name.empty() && a.name != "ro") {
-    fmt::print(stderr, "ubtrfs: property: unknown property '{}' (ubtrfs knows: ro)\n", a.name);
+  if (!a.name.empty() && a.name != "ro" && a.name != "compression") {
+    fmt::print(stderr, "ubtrfs: property: unknown property '{}' (ubtrfs knows: ro, compression)\n", a.name);
     return SetExitCode(2);
   }
   bool ro = false;
-  if (set) {
+  if (set && a.name == "ro") {
     if (a.value == "true") {
       ro = true;
     } else if (a.value != "false") {
@@ -46,30 +49,48 @@ void Run(const PropertyArgs& a, bool set) {
   auto id = (*fs)->Lookup(path);
   if (!id.ok()) return Fail(a.target, id.status());
   if (!set) {
-    auto flag = (*fs)->SubvolumeReadOnly(*id);
-    if (!flag.ok()) return Fail(a.target, flag.status());
-    fmt::print("ro={}\n", *flag ? "true" : "false");
+    // As btrfs property get: ro of a subvolume's top, compression of any
+    // inode when it has one (nothing printed otherwise).
+    if (a.name != "compression") {
+      auto flag = (*fs)->SubvolumeReadOnly(*id);
+      if (!flag.ok() && !a.name.empty()) return Fail(a.target, flag.status());
+      if (flag.ok()) fmt::print("ro={}\n", *flag ? "true" : "false");
+    }
+    if (a.name != "ro") {
+      auto v = (*fs)->GetXattr(*id, kCompression);
+      if (v.ok() && !v->empty()) fmt::print("compression={}\n", *v);
+      if (!v.ok() && v.status().code() != ENODATA) return Fail(a.target, v.status());
+    }
     return;
   }
-  if (Status st = (*fs)->SetSubvolumeReadOnly(*id, ro); !st.ok()) return Fail(a.target, st);
-  if (Status st = (*fs)->Commit(); !st.ok()) return Fail(image + ": commit", st);
+  Status st;
+  if (a.name == "ro") {
+    st = (*fs)->SetSubvolumeReadOnly(*id, ro);
+  } else if (a.value.empty()) {  // no property: the mount option decides again
+    st = (*fs)->RemoveXattr(*id, kCompression);
+    if (st.code() == ENODATA) st = Status::Ok();
+  } else {  // zlib, lzo, zstd, or no / none (never compress); checked by the library
+    st = (*fs)->SetXattr(*id, kCompression, a.value);
+  }
+  if (!st.ok()) return Fail(a.target, st);
+  if (Status c = (*fs)->Commit(); !c.ok()) return Fail(image + ": commit", c);
 }
 
 }  // namespace
 
 void RegisterProperty(CLI::App& app) {
   static PropertyArgs get_args, set_args;
-  auto* prop = app.add_subcommand("property", "Get or set a subvolume's properties (ro), as btrfs property");
+  auto* prop = app.add_subcommand("property", "Get or set properties (ro, compression), as btrfs property");
   prop->require_subcommand(1);
-  auto* get = prop->add_subcommand("get", "Print a subvolume's ro property (IMAGE:PATH [ro])");
-  get->add_option("target", get_args.target, "IMAGE:PATH of a subvolume's top")->required();
-  get->add_option("name", get_args.name, "Property name (ro)");
+  auto* get = prop->add_subcommand("get", "Print a subvolume's ro or an inode's compression property (IMAGE:PATH [NAME])");
+  get->add_option("target", get_args.target, "IMAGE:PATH (a subvolume's top for ro)")->required();
+  get->add_option("name", get_args.name, "Property name (ro, compression)");
   AddSubvolOptions(get);
   get->callback([] { Run(get_args, false); });
-  auto* set = prop->add_subcommand("set", "Set a subvolume's ro property (IMAGE:PATH ro true|false)");
-  set->add_option("target", set_args.target, "IMAGE:PATH of a subvolume's top")->required();
-  set->add_option("name", set_args.name, "Property name (ro)")->required();
-  set->add_option("value", set_args.value, "true or false")->required();
+  auto* set = prop->add_subcommand("set", "Set a property (IMAGE:PATH ro true|false, or compression zlib|lzo|zstd|no|none|\"\")");
+  set->add_option("target", set_args.target, "IMAGE:PATH (a subvolume's top for ro)")->required();
+  set->add_option("name", set_args.name, "Property name (ro, compression)")->required();
+  set->add_option("value", set_args.value, "ro: true or false; compression: zlib, lzo, zstd, no, none or \"\" (unset)")->required();
   AddSubvolOptions(set);
   set->callback([] { Run(set_args, true); });
 }
