@@ -104,18 +104,19 @@ Status FilesystemImpl::DropOrphanInSteps(InodeId id) {
       // to where they began (the kernel's truncate of an evicted inode;
       // what a commit between steps writes is a file that is shorter).
       uint64_t cut = 0;
-      size_t found = 0;
+      bool more = false;  // extent items before the step's
       {
         UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(id.root));
         Cursor c(vol_->source(), tree);
         UB_RETURN_IF_ERROR(c.SeekAtOrBefore(Key{id.ino, kExtentDataKey, UINT64_MAX}));
-        for (; c.Valid() && c.key().objectid == id.ino && c.key().type == kExtentDataKey && found <= kDropStepExtents;
-             ++found) {
+        auto extent_item = [&] { return c.Valid() && c.key().objectid == id.ino && c.key().type == kExtentDataKey; };
+        for (size_t found = 0; extent_item() && found < kDropStepExtents; ++found) {
           cut = c.key().offset;
           UB_RETURN_IF_ERROR(c.Prev());
         }
+        more = extent_item();
       }
-      if (found > kDropStepExtents && cut > 0) {
+      if (more) {
         int64_t nbytes = 0;
         UB_RETURN_IF_ERROR(DropExtents(id, cut, UINT64_MAX, &nbytes));
         InodeItem next = *ii;

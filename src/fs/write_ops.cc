@@ -245,14 +245,17 @@ void FilesystemImpl::MarkChanged(inode::InodeRecord& r) {
 
 // Queued items take up to twice their bytes in leaves (a DIR_ITEM lands in
 // a random leaf, which may split).
-constexpr uint64_t QueuedItemBytes(uint64_t item_bytes) { return 2 * (item_bytes + sizeof(format::Item)); }
+constexpr uint64_t kLeafBytesPerQueuedByte = 2;
+constexpr uint64_t QueuedItemBytes(uint64_t item_bytes) {
+  return kLeafBytesPerQueuedByte * (item_bytes + sizeof(format::Item));
+}
 
 uint64_t FilesystemImpl::QueuedWorkBytes() const {
   // The queues count their items' headers. An old inode's update COWs its leaf:
   // measured with sparse chmods (FullDevice.QueuedDirectoryAndInodeWork...,
   // 4 KiB nodes) 1-1.5 blocks each for up to 60 such inodes, fewer per inode
   // as they share leaves; the path above them is the reserve's base.
-  return 2 * (delayed_->queued_bytes() + dir_items_->queued_bytes()) +
+  return kLeafBytesPerQueuedByte * (delayed_->queued_bytes() + dir_items_->queued_bytes()) +
          old_dirty_inodes_.load(std::memory_order_relaxed) * vol_->nodesize();
 }
 

@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "format/ondisk.h"
 #include "inode/dir_shard.h"
 #include "mem/huge_pages.h"
 #include "ubtrfs/status.h"
@@ -174,8 +175,7 @@ class DelayedDirItems {
   // The queues' bytes, published in steps of kBytesStep per directory.
   alignas(64) std::atomic<size_t> bytes_{0};
   static constexpr size_t kBytesStep = 1024;
-  static constexpr size_t kItemHeader = 25;  // a leaf's item header
-  static size_t QueueBytes(const Node& n) { return n.bytes.size() + kItemHeader * n.queue.size(); }
+  static size_t QueueBytes(const Node& n) { return n.bytes.size() + sizeof(format::Item) * n.queue.size(); }
 };
 
 }  // namespace ubtrfs::inode

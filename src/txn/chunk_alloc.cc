@@ -478,11 +478,11 @@ uint64_t ChunkAllocator::MixedKeepBackForCaller() const {
 }
 
 void ChunkAllocator::TakeFromHold(uint64_t bytes) {
-  OpHold* h = OpHold::current_;
-  if (h == nullptr || &h->ca_ != this || h->left_ == 0) return;
-  const uint64_t take = std::min<uint64_t>(h->left_, bytes);
-  h->left_ -= take;
-  ops_reserved_.fetch_sub(take, std::memory_order_relaxed);
+  if (OpHold* h = OwnHold()) {
+    const uint64_t take = std::min(h->left_, bytes);
+    h->left_ -= take;
+    ops_reserved_.fetch_sub(take, std::memory_order_relaxed);
+  }
 }
 
 uint64_t ChunkAllocator::CommitReserveFor(uint64_t refs) const {
