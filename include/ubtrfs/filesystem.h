@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -403,6 +404,28 @@ class UBTRFS_API Filesystem {
   Result<std::vector<DirEntry>> ReadDir(InodeId dir) { return ReadDir(dir, nullptr); }
   // Reads up to buf.size() bytes at offset; returns the count (0 at EOF).
   virtual Result<size_t> Read(InodeId file, uint64_t offset, std::span<uint8_t> buf) = 0;
+  // Read without the copy into a buffer where it can: on success `send` is
+  // called once with the bytes Read would give, as pieces in file order
+  // (their sizes add up to the count returned): parts of `scratch` (holes,
+  // inline and compressed data; scratch[i] is file offset + i, so its size
+  // bounds the read) and ranges of the image file mapped in place, checked
+  // against their checksums as Read checks them. The pieces stay valid and
+  // unchanged only during the call, which holds off commits: `send` only
+  // hands them on (the FUSE mount writes its reply from them) and does not
+  // call into the library. A process that reads this way takes SIGBUS for a
+  // page of the map that cannot be read (io/mapped_read.h).
+  struct ReadPiece {
+    const uint8_t* data;
+    size_t size;
+  };
+  using ReadSink = std::function<void(std::span<const ReadPiece> pieces)>;
+  virtual Result<size_t> ReadPieces(InodeId file, uint64_t offset, std::span<uint8_t> scratch, const ReadSink& send) {
+    auto n = Read(file, offset, scratch);
+    if (!n.ok()) return n;
+    const ReadPiece whole{scratch.data(), *n};
+    send(std::span(&whole, *n > 0 ? 1 : 0));
+    return n;
+  }
   virtual Result<std::string> ReadLink(InodeId link) = 0;
   // lseek(2) SEEK_DATA (hole false) / SEEK_HOLE (hole true) on a regular
   // file: the first offset at or after `offset` in data / in a hole (the end

@@ -175,6 +175,16 @@ Status ChunkIo::Read(uint64_t logical, std::span<uint8_t> out, int mirror) {
   return Status::Ok();
 }
 
+io::MappedBytes ChunkIo::MapForRead(uint64_t logical, size_t len) {
+  const ChunkInfo* c = map_->Find(logical);
+  if (c == nullptr || IsParity(c->profile())) return {};
+  auto copies = map_->Map(logical, len);
+  if (!copies.ok() || copies->empty() || (*copies)[0].size() != 1) return {};
+  const Piece& p = (*copies)[0][0];
+  io::BlockDevice* d = devs_->Get(p.devid);
+  return d == nullptr ? io::MappedBytes() : d->MapForRead(p.physical, len);
+}
+
 Status ChunkIo::ReadParity(const ChunkInfo& c, uint64_t logical, std::span<uint8_t> out, int mirror,
                            uint64_t locked_row) {
   const uint64_t off = logical - c.logical;

@@ -49,6 +49,9 @@ class ChunkIo {
   // [logical, logical + out.size()) as mirror `mirror` has it; the range
   // lies in one chunk.
   Status Read(uint64_t logical, std::span<uint8_t> out, int mirror);
+  // Mirror 0 of [logical, logical + len) in place (BlockDevice::MapForRead)
+  // where it lies in one piece on a device that maps; else empty.
+  io::MappedBytes MapForRead(uint64_t logical, size_t len);
   // Every copy. A stripe on a missing device is skipped (a degraded array
   // keeps the copies it has); any other write error fails. RAID5/6: the
   // rows it touches are read, changed and written with new parity.

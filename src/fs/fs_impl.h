@@ -556,6 +556,9 @@ class FilesystemImpl final : public Filesystem {
     return static_cast<size_t>(len);
   }
 
+  Result<size_t> ReadPieces(InodeId file, uint64_t offset, std::span<uint8_t> scratch,
+                            const ReadSink& send) override;  // read_pieces.cc
+
   // lseek SEEK_DATA / SEEK_HOLE from the file's extent items: inline and
   // regular extents on disk are data; gaps, disk_bytenr 0 and prealloc
   // extents are holes (as the kernel's btrfs reports them without delalloc).

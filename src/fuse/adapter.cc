@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/xattr.h>
 
 #include <algorithm>
@@ -677,10 +678,17 @@ void Adapter::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
   if (!id) return;
   if (off < 0) return Err(req, EINVAL);
   thread_local std::vector<uint8_t> buf;
+  thread_local std::vector<iovec> iov;
   if (buf.size() < size) buf.resize(size);
-  auto n = fs_.Read(*id, static_cast<uint64_t>(off), std::span(buf.data(), size));
+  // The reply is written from the pieces in place (a map of the image where
+  // the data is plain on disk), not from a copy in buf.
+  auto n = fs_.ReadPieces(*id, static_cast<uint64_t>(off), std::span(buf.data(), size),
+                          [&](std::span<const Filesystem::ReadPiece> pieces) {
+                            iov.clear();
+                            for (const auto& p : pieces) iov.push_back(iovec{const_cast<uint8_t*>(p.data), p.size});
+                            fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+                          });
   if (!n.ok()) return ReplyStatus(req, n.status());
-  fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), *n);
 }
 
 void Adapter::Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off) {

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "io/mapped_read.h"
 #include "ubtrfs/status.h"
 
 namespace ubtrfs::io {
@@ -39,6 +40,13 @@ class BlockDevice {
   virtual Result<bool> CloneFrom(int src_fd, uint64_t src_off, uint64_t offset, uint64_t len) {
     (void)src_fd, (void)src_off, (void)offset, (void)len;
     return false;
+  }
+  // [offset, offset + len) in place, read-only (an image file mapped into
+  // memory: io/mapped_read.h), or empty where the device cannot or a page
+  // did not read; the caller then reads with ReadAt.
+  virtual MappedBytes MapForRead(uint64_t offset, size_t len) {
+    (void)offset, (void)len;
+    return {};
   }
   virtual Status Flush() = 0;
   // A hint that the writes so far may go to the device now, so the next

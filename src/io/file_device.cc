@@ -78,6 +78,14 @@ class FileDevice final : public BlockDevice {
     return Status::Ok();
   }
 
+  MappedBytes MapForRead(uint64_t offset, size_t len) override {
+    // Gathered writes not yet in the file would be missed, as by ReadAt.
+    if (!DrainIfOverlaps(offset, len).ok()) return {};
+    const uint64_t size = size_.load(std::memory_order_relaxed);
+    if (offset > size || len > size - offset) return {};
+    return MapFileRange(fd_, offset, len);
+  }
+
   Status WriteAt(uint64_t offset, std::span<const uint8_t> buf) override {
     if (batches_[0].Takes(buf.size())) {  // both take the same sizes
       std::unique_lock lock(gather_mu_);

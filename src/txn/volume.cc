@@ -495,6 +495,51 @@ Status Volume::LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_
   return Status::Ok();
 }
 
+namespace {
+
+struct MappedCheck {
+  const uint8_t* data;
+  size_t nsectors;
+  uint32_t sectorsize;
+  uint16_t csum_type;
+  const uint8_t* csums;
+  const std::vector<bool>* present;
+};
+
+// Runs under io::TouchMapped: reads the map, allocates nothing.
+bool MappedSectorsMatch(const void* ctx) {
+  const auto& c = *static_cast<const MappedCheck*>(ctx);
+  const size_t csize = CsumSize(c.csum_type);
+  for (size_t i = 0; i < c.nsectors; ++i) {
+    if ((*c.present)[i] && !VerifyCsum(c.csum_type, std::span(c.data + i * c.sectorsize, c.sectorsize),
+                                       c.csums + i * csize)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<io::MappedBytes> Volume::MapData(uint64_t logical, size_t len, bool verify) {
+  const uint32_t ss = sectorsize();
+  if (logical % ss != 0 || len % ss != 0 || len == 0) return io::MappedBytes();
+  const alloc::ChunkInfo* chunk = chunks_->Find(logical);
+  if (chunk == nullptr || !(chunk->type & kBlockGroupData) || len > chunk->logical + chunk->length - logical) {
+    return io::MappedBytes();
+  }
+  io::MappedBytes m = io_->MapForRead(logical, len);
+  if (m.empty() || !verify) return m;
+  std::vector<uint8_t> csums;
+  std::vector<bool> present;
+  const size_t nsectors = len / ss;
+  UB_RETURN_IF_ERROR(LookupCsums(logical, nsectors, &csums, &present));
+  const MappedCheck check{m.bytes().data(), nsectors, ss, csum_type(), csums.data(), &present};
+  auto ok = io::TouchMapped(MappedSectorsMatch, &check);
+  if (!ok.ok() || !*ok) return io::MappedBytes();
+  return m;
+}
+
 Status Volume::ReadData(uint64_t logical, std::span<uint8_t> out, bool verify) {
   const uint32_t ss = sectorsize();
   const std::string where = "data at logical " + std::to_string(logical);

@@ -158,6 +158,12 @@ class Volume {
   // verifying data checksums where the csum tree has them and `verify` is
   // set; a sector that fails on one mirror is read from the next.
   Status ReadData(uint64_t logical, std::span<uint8_t> out, bool verify);
+  // The same bytes in place, mirror 0 of an image file mapped into memory
+  // (io/mapped_read.h), checked as ReadData checks them. Empty where they
+  // are not mappable, a page does not read or a checksum fails: the caller
+  // then reads them with ReadData, which tries the other mirrors and names
+  // the error.
+  Result<io::MappedBytes> MapData(uint64_t logical, size_t len, bool verify);
   // Checksums for the sectors of [logical, logical + n * sectorsize): one
   // entry per sector, empty where the csum tree has none.
   Status LookupCsums(uint64_t logical, size_t nsectors, std::vector<uint8_t>* csums, std::vector<bool>* present);
