@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "ubtrfs/filesystem.h"
+#include "ubtrfs/mkfs.h"
 
 namespace UBTRFS_UNITY_ID {
 
@@ -71,6 +74,77 @@ TEST(ConcurrentRead, ThreadsShareOneFilesystem) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+  stdfs::remove_all(dir);
+}
+
+// ReadPieces hands on bytes in place, from a map of the image. While they
+// are handed on, another thread overwrites the file and commits again and
+// again on an image so small that the freed extents are soon allocated and
+// written again: the pieces must not change under the caller (the commit
+// that would free them waits).
+TEST(ConcurrentRead, PiecesStayAsTheyWereWhileCommitsReuseTheirSpace) {
+  char tmpl[] = "/tmp/ubtrfs-pieces.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const stdfs::path dir = tmpl;
+  const std::string img = (dir / "img").string();
+  ubtrfs::MkfsSpec spec;
+  spec.images = {img};
+  spec.size = 64ull << 20;
+  ASSERT_TRUE(ubtrfs::Mkfs(spec).ok());
+  ubtrfs::OpenOptions opts;
+  opts.writable = true;
+  auto fs = ubtrfs::Filesystem::Open(img, opts);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  constexpr size_t kSize = 1 << 20;
+  ubtrfs::NewInode attrs;
+  attrs.mode = 0644;
+  auto f = (*fs)->Create(*(*fs)->Lookup("/"), "f", attrs);
+  ASSERT_TRUE(f.ok());
+  auto write_version = [&](int v) {
+    const std::vector<uint8_t> bytes(kSize, static_cast<uint8_t>(v));
+    auto w = (*fs)->Write(*f, 0, bytes);
+    return w.ok() ? (*fs)->Commit() : w.status();
+  };
+  ASSERT_TRUE(write_version(1).ok());
+  std::atomic<bool> stop{false};
+  int commits = 0;
+  ubtrfs::Status writer_status;
+  std::thread writer([&] {
+    for (int v = 2; !stop.load() && v < 100000; ++v) {
+      writer_status = write_version(v % 250 + 1);
+      if (!writer_status.ok()) break;
+      ++commits;
+    }
+  });
+  int reads = 0, changed = 0;
+  size_t mapped = 0;
+  std::vector<uint8_t> scratch(kSize);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    std::string first;
+    auto n = (*fs)->ReadPieces(*f, 0, scratch, [&](std::span<const ubtrfs::Filesystem::ReadPiece> pieces) {
+      for (const auto& p : pieces) {
+        first.append(reinterpret_cast<const char*>(p.data), p.size);
+        if (p.data < scratch.data() || p.data >= scratch.data() + scratch.size()) mapped += p.size;
+      }
+      // Long enough for the writer's allocations to come round to the
+      // extent read here, were its commits not held off.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::string again;
+      for (const auto& p : pieces) again.append(reinterpret_cast<const char*>(p.data), p.size);
+      if (again != first) ++changed;
+    });
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    ASSERT_EQ(*n, kSize);
+    ++reads;
+  }
+  stop = true;
+  writer.join();
+  ASSERT_TRUE(writer_status.ok()) << writer_status.ToString();
+  EXPECT_GE(commits, 10);
+  EXPECT_GT(mapped, 0u);
+  EXPECT_EQ(changed, 0) << "of " << reads << " reads, " << commits << " commits";
+  fs->reset();
   stdfs::remove_all(dir);
 }
 
