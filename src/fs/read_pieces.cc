@@ -14,6 +14,14 @@
 #include "fs/fs_impl.h"
 
 namespace ubtrfs::fsimpl {
+namespace {
+
+// Shorter pieces are copied: a map and unmap cost more system time than
+// copying a few pages that the read brings into the cache anyway (4 KiB
+// random reads through the mount).
+constexpr uint64_t kMinMappedBytes = 64 << 10;
+
+}  // namespace
 
 Result<size_t> FilesystemImpl::ReadPieces(InodeId file, uint64_t offset, std::span<uint8_t> scratch,
                                           const ReadSink& send) {
@@ -62,7 +70,7 @@ Result<size_t> FilesystemImpl::ReadPieces(InodeId file, uint64_t offset, std::sp
       const uint64_t in_ext = ext_off + (from - k.offset);
       if (fe->type == kFileExtentReg && disk != 0 && fe->compression == kCompressNone && fe->encryption == 0 &&
           fe->other_encoding.get() == 0 && k.offset + num > k.offset && from < to && in_ext % ss == 0 &&
-          (to - from) % ss == 0 && ext_off + num >= ext_off && ext_off + num <= fe->disk_num_bytes.get() &&
+          (to - from) % ss == 0 && to - from >= kMinMappedBytes && ext_off + num >= ext_off && ext_off + num <= fe->disk_num_bytes.get() &&
           disk % ss == 0) {
         UB_ASSIGN_OR_RETURN(m, vol_->MapData(disk + in_ext, to - from, verify));
       }
