@@ -533,14 +533,11 @@ class FilesystemImpl final : public Filesystem {
 
   Result<size_t> Read(InodeId file, uint64_t offset, std::span<uint8_t> buf) override {
     auto guard = Guard();
-    UB_ASSIGN_OR_RETURN(Stat st, GetStat(file));
-    if (S_ISDIR(st.mode)) return Status::Error(EISDIR, InodeName(file) + " is a directory");
-    if (offset >= st.size || buf.empty()) return size_t{0};
-    const uint64_t len = std::min<uint64_t>(buf.size(), st.size - offset);
-    const uint64_t end = offset + len;
-    const bool verify = vol_->verify_data_csums() && !(st.flags & kInodeNodatasum);
-    UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
-    Cursor c(vol_->source(), tree);
+    UB_ASSIGN_OR_RETURN(ReadStart r, StartRead(file, offset, buf.size()));
+    if (r.len == 0) return size_t{0};
+    const uint64_t len = r.len, end = offset + len;
+    const bool verify = r.verify;
+    Cursor c(vol_->source(), r.tree);
     UB_RETURN_IF_ERROR(SeekFileExtent(c, file, offset));
     // Holes read as zeros: the gaps between extents and past the last one
     // are zeroed here, the ranges extents cover by CopyExtent.
@@ -663,6 +660,25 @@ class FilesystemImpl final : public Filesystem {
   }
 
  private:
+  // Where Read and ReadPieces begin: how many bytes there are to read at
+  // `offset` (0 at or past the end), whether data checksums apply, and the
+  // tree that holds the file.
+  struct ReadStart {
+    uint64_t len = 0;
+    bool verify = false;
+    tree::RootPtr tree;
+  };
+  Result<ReadStart> StartRead(InodeId file, uint64_t offset, size_t want) {
+    UB_ASSIGN_OR_RETURN(Stat st, GetStat(file));
+    if (S_ISDIR(st.mode)) return Status::Error(EISDIR, InodeName(file) + " is a directory");
+    ReadStart r;
+    if (offset >= st.size || want == 0) return r;
+    r.len = std::min<uint64_t>(want, st.size - offset);
+    r.verify = vol_->verify_data_csums() && !(st.flags & kInodeNodatasum);
+    UB_ASSIGN_OR_RETURN(r.tree, FsTree(file.root));
+    return r;
+  }
+
   // Copies the part of one file extent that overlaps [offset, end) into buf
   // (which starts at file offset `offset`), zeros where the extent is a hole
   // or preallocated, and moves *filled (the file offset up to which buf is

@@ -28,17 +28,14 @@ Result<size_t> FilesystemImpl::ReadPieces(InodeId file, uint64_t offset, std::sp
   // Held until `send` returns: a commit, which could let a freed extent be
   // written again, waits for it.
   auto guard = Guard();
-  UB_ASSIGN_OR_RETURN(Stat st, GetStat(file));
-  if (S_ISDIR(st.mode)) return Status::Error(EISDIR, InodeName(file) + " is a directory");
-  if (offset >= st.size || scratch.empty()) {
+  UB_ASSIGN_OR_RETURN(ReadStart r, StartRead(file, offset, scratch.size()));
+  if (r.len == 0) {
     send({});
     return size_t{0};
   }
-  const uint64_t len = std::min<uint64_t>(scratch.size(), st.size - offset);
-  const uint64_t end = offset + len;
-  const bool verify = vol_->verify_data_csums() && !(st.flags & kInodeNodatasum);
-  UB_ASSIGN_OR_RETURN(tree::RootPtr tree, FsTree(file.root));
-  Cursor c(vol_->source(), tree);
+  const uint64_t len = r.len, end = offset + len;
+  const bool verify = r.verify;
+  Cursor c(vol_->source(), r.tree);
   UB_RETURN_IF_ERROR(SeekFileExtent(c, file, offset));
   const uint32_t ss = vol_->sectorsize();
   std::vector<io::MappedBytes> maps;
