@@ -412,8 +412,9 @@ class UBTRFS_API Filesystem {
   // against their checksums as Read checks them. The pieces stay valid and
   // unchanged only during the call, which holds off commits: `send` only
   // hands them on (the FUSE mount writes its reply from them) and does not
-  // call into the library. A process that reads this way takes SIGBUS for a
-  // page of the map that cannot be read (io/mapped_read.h).
+  // call into the library. It may install a SIGBUS handler (a page
+  // of a map that cannot be read raises SIGBUS where pread returns EIO),
+  // which passes any SIGBUS it did not cause to the handler before it.
   struct ReadPiece {
     const uint8_t* data;
     size_t size;
