@@ -270,27 +270,18 @@ class Exporter {
     }
     uint64_t off = 0;
     while (off < st.size) {
-      // Written from the pieces in place (plain extents from a map of the
-      // image): one copy of the data fewer than Read + pwrite.
-      bool wrote = true;
-      auto n = fs_.ReadPieces(id, off, buf_, [&](std::span<const Filesystem::ReadPiece> pieces) {
-        uint64_t at = off;
-        for (const auto& p : pieces) {
-          if (wrote && !IsZero(p.data, p.size)) {  // holes stay holes
-            wrote = ::pwrite(fd.get(), p.data, p.size, static_cast<off_t>(at)) == static_cast<ssize_t>(p.size);
-          }
-          at += p.size;
-        }
-      });
+      auto n = fs_.Read(id, off, buf_);
       if (!n.ok()) {
         Error(src, n.status());
         return false;
       }
-      if (!wrote) {
-        ErrorErrno(dst, "write");
-        return false;
-      }
       if (*n == 0) break;
+      if (!IsZero(buf_.data(), *n)) {  // holes stay holes
+        if (::pwrite(fd.get(), buf_.data(), *n, static_cast<off_t>(off)) != static_cast<ssize_t>(*n)) {
+          ErrorErrno(dst, "write");
+          return false;
+        }
+      }
       off += *n;
       counts_.bytes += *n;
     }
