@@ -65,10 +65,13 @@ Result<size_t> FilesystemImpl::ReadPieces(InodeId file, uint64_t offset, std::sp
       from = std::max({offset, k.offset, filled});
       to = std::min(end, k.offset + num);
       const uint64_t in_ext = ext_off + (from - k.offset);
-      if (fe->type == kFileExtentReg && disk != 0 && fe->compression == kCompressNone && fe->encryption == 0 &&
-          fe->other_encoding.get() == 0 && k.offset + num > k.offset && from < to && in_ext % ss == 0 &&
-          (to - from) % ss == 0 && to - from >= kMinMappedBytes && ext_off + num >= ext_off && ext_off + num <= fe->disk_num_bytes.get() &&
-          disk % ss == 0) {
+      // Plain data on disk, whole sectors, a sane item (CopyExtent names
+      // what is wrong with any other).
+      const bool plain = fe->type == kFileExtentReg && disk != 0 && fe->compression == kCompressNone &&
+                         fe->encryption == 0 && fe->other_encoding.get() == 0;
+      const bool sane = k.offset + num > k.offset && ext_off + num >= ext_off &&
+                        ext_off + num <= fe->disk_num_bytes.get() && disk % ss == 0;
+      if (plain && sane && from < to && to - from >= kMinMappedBytes && in_ext % ss == 0 && (to - from) % ss == 0) {
         UB_ASSIGN_OR_RETURN(m, vol_->MapData(disk + in_ext, to - from, verify));
       }
     }
