@@ -62,7 +62,7 @@ Result<size_t> FilesystemImpl::ReadPieces(InodeId file, uint64_t offset, std::sp
     if (d.size() >= sizeof(FileExtentItem)) {
       const auto* fe = reinterpret_cast<const FileExtentItem*>(d.data());
       const uint64_t num = fe->num_bytes.get(), ext_off = fe->offset.get(), disk = fe->disk_bytenr.get();
-      from = std::max({offset, k.offset, filled});
+      from = std::max(k.offset, filled);  // filled never lies before offset
       to = std::min(end, k.offset + num);
       const uint64_t in_ext = ext_off + (from - k.offset);
       // Plain data on disk, whole sectors, a sane item (CopyExtent names
@@ -82,7 +82,7 @@ Result<size_t> FilesystemImpl::ReadPieces(InodeId file, uint64_t offset, std::sp
       maps.push_back(std::move(m));
       filled = scratch_from = to;
     } else {
-      zero_upto(std::max(filled, std::min(k.offset, end)));
+      zero_upto(k.offset);  // a gap before the extent is a hole (k.offset < end)
       UB_RETURN_IF_ERROR(CopyExtent(file, k, d, offset, end, scratch.data(), verify, &filled));
     }
     UB_RETURN_IF_ERROR(c.Next());
