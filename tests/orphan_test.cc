@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
+#include <chrono>
+#include <atomic>
 
 #include <string>
 #include <vector>
@@ -179,6 +182,99 @@ TEST(Orphans, TheKernelCleansUpWhatACrashLeft) {
   auto [fi, fo] = InodeAndOrphan(crash, ino);
   EXPECT_FALSE(fi || fo) << "the kernel's orphan cleanup deleted the inode";
   EXPECT_EQ(BtrfsCheck(crash), "");
+}
+
+// A file of many extents is dropped in steps, each a change of its own
+// (orphans.cc). The steps ran back to back and took the operation lock
+// again before a waiting commit was woken, so no commit got in until the
+// whole drop was done. Now one commits while the unlink runs, and that
+// commit's image -- an orphan whose size is partly cut -- is what a crash
+// there leaves: btrfs check accepts it, and both the kernel's orphan
+// cleanup and a writable open here finish the drop.
+TEST(Orphans, CommitsGoOnBetweenTheStepsOfALargeFilesDrop) {
+  if (!HaveTools()) GTEST_SKIP() << "btrfs-progs not installed";
+  TempDir dir("ubtrfs-orphan-steps");
+  const std::string img = MakeImage(dir, "img"), mid = dir.Sub("mid.img");
+  constexpr uint64_t kExtents = 64 * 150;  // 150 steps
+  constexpr uint64_t kStride = 8192, kSize = (kExtents - 1) * kStride + 4096;
+  uint64_t ino = 0;
+  {
+    auto fs = ubtrfs_test::OpenWritable(img);
+    ASSERT_TRUE(fs);
+    const InodeId f = NewFile(*fs, "big", {});
+    ino = f.ino;
+    const std::vector<uint8_t> block(4096, 'e');
+    for (uint64_t i = 0; i < kExtents; ++i) {  // a hole between each two: no extent merges with the last
+      ASSERT_TRUE(fs->Write(f, i * kStride, block).ok()) << i;
+    }
+    ASSERT_TRUE(fs->Commit().ok());
+    std::atomic<bool> done{false};
+    Status unlinked;
+    std::thread dropper([&] {
+      unlinked = fs->Unlink(fs->Root(), "big");
+      done.store(true);
+    });
+    // Once the first step has cut the size, a commit: it gets in before the
+    // next step. Its image is copied before any other commit, so it is that
+    // commit's (the steps go on meanwhile, into space no committed tree
+    // uses; they may even end while its superblocks are flushed).
+    for (;;) {
+      auto st = fs->GetStat(f);
+      if (done.load() || !st.ok() || st->size < kSize) break;
+    }
+    const bool step_seen = !done.load();
+    Status committed;
+    bool copy_ok = false;
+    if (step_seen) {
+      committed = fs->Commit();
+      copy_ok = RunCommand({"cp", "--sparse=always", img, mid}).ok();
+    }
+    dropper.join();  // (before any ASSERT returns)
+    ASSERT_TRUE(step_seen) << "the drop was over before its first step was seen";
+    ASSERT_TRUE(committed.ok()) << committed.ToString();
+    ASSERT_TRUE(copy_ok);
+    ASSERT_TRUE(unlinked.ok()) << unlinked.ToString();
+    ASSERT_TRUE(fs->Commit().ok());
+  }
+  EXPECT_EQ(BtrfsCheck(img), "");
+  auto [gone_i, gone_o] = InodeAndOrphan(img, ino);
+  EXPECT_FALSE(gone_i || gone_o);
+
+  // The image of a commit inside the drop.
+  EXPECT_EQ(BtrfsCheck(mid), "");
+  {
+    auto ro = Filesystem::Open(mid);
+    ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+    EXPECT_FALSE((*ro)->Lookup("/big").ok());
+    auto st = (*ro)->GetStat(InodeId{5, ino});
+    ASSERT_TRUE(st.ok()) << "the commit waited for the whole drop: " << st.status().ToString();
+    EXPECT_EQ(st->nlink, 0u);
+    EXPECT_LT(st->size, kSize) << "no step of the drop was committed";
+    EXPECT_GT(st->size, 0u) << "the drop was committed whole";
+  }
+  ASSERT_TRUE(RunCommand({"cp", "--sparse=always", mid, dir.Sub("mid2.img")}).ok());
+  {
+    auto fs = ubtrfs_test::OpenWritable(dir.Sub("mid2.img"));  // its orphan cleanup
+    ASSERT_TRUE(fs);
+  }
+  auto [i2, o2] = InodeAndOrphan(dir.Sub("mid2.img"), ino);
+  EXPECT_FALSE(i2 || o2) << "a writable open here finished the drop";
+  EXPECT_EQ(BtrfsCheck(dir.Sub("mid2.img")), "");
+
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  const std::string mnt = dir.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(mid, mnt, ""), "");
+    struct stat st {};
+    EXPECT_NE(stat((mnt + "/big").c_str(), &st), 0);
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  auto [ki, ko] = InodeAndOrphan(mid, ino);
+  EXPECT_FALSE(ki || ko) << "the kernel's orphan cleanup finished the drop";
+  EXPECT_EQ(BtrfsCheck(mid), "");
 }
 
 // Through the mount: a file unlinked while open leaves no name in its

@@ -1003,6 +1003,7 @@ class FilesystemImpl final : public Filesystem {
   R RetryForSpace(Attempt&& attempt) {
     const bool outermost = !HoldsOpLock();
     for (int n = 0;; ++n) {
+      if (outermost) LetWaitingCommitsIn();
       std::optional<R> r;
       const Status failed = attempt(r);
       // The commit needs the operation lock exclusive: after letting go of it.
@@ -1208,6 +1209,25 @@ class FilesystemImpl final : public Filesystem {
     pthread_rwlock_t rw_;
   };
   OpLock op_rw_;  // the operation lock (OpGuard)
+  // Commits waiting for the operation lock. The lock prefers writers to
+  // readers, but among writers the one that lets go of it takes it again
+  // before a woken waiter runs: a thread running change after change (the
+  // steps of a large file's drop, a single-threaded copy) held a waiting
+  // commit off until it was done. A change that is about to take the lock
+  // lets such commits in first, as the kernel's transaction joins wait
+  // for a commit that has started.
+  std::atomic<int> commits_waiting_{0};
+  struct CommitWaiting {
+    explicit CommitWaiting(FilesystemImpl* fs) : fs(fs) { fs->commits_waiting_.fetch_add(1, std::memory_order_relaxed); }
+    ~CommitWaiting() {
+      fs->commits_waiting_.fetch_sub(1, std::memory_order_release);
+      fs->commits_waiting_.notify_all();
+    }
+    FilesystemImpl* fs;
+  };
+  void LetWaitingCommitsIn() {
+    for (int n; (n = commits_waiting_.load(std::memory_order_acquire)) > 0;) commits_waiting_.wait(n);
+  }
   // Locks that threads take at once sit on cache lines of their own.
   struct alignas(64) PaddedMutex {
     std::mutex mu;

@@ -1587,7 +1587,10 @@ Status FilesystemImpl::Commit() {
   txn::CommitTail tail;
   Status r;
   {
-    auto guard = ExclusiveGuard();
+    auto guard = [&] {
+      CommitWaiting waiting(this);
+      return ExclusiveGuard();
+    }();
     UB_RETURN_IF_ERROR(CheckWritable());
     r = CommitImpl(&tail);
   }
