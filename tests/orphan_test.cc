@@ -61,6 +61,26 @@ std::pair<bool, bool> InodeAndOrphan(const std::string& img, uint64_t ino) {
 
 bool HaveTools() { return !ubtrfs_test::FindProgram("mkfs.btrfs").empty(); }
 
+// A loop mount of `image` (an orphan `ino`, once at `path`, in it) runs the
+// kernel's orphan cleanup: the inode and its orphan item go, check-clean.
+// Skips where loop mounts are unavailable.
+void ExpectTheKernelDropsTheOrphan(const TempDir& dir, const std::string& image, uint64_t ino, const std::string& path) {
+  std::string why;
+  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
+  const std::string mnt = dir.Sub("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  {
+    LoopMount m;
+    ASSERT_EQ(m.Mount(image, mnt, ""), "");
+    struct stat st {};
+    EXPECT_NE(stat((mnt + path).c_str(), &st), 0);
+    ASSERT_EQ(m.Unmount(), "");
+  }
+  auto [has_inode, has_orphan] = InodeAndOrphan(image, ino);
+  EXPECT_FALSE(has_inode || has_orphan) << "the kernel's orphan cleanup left the inode";
+  EXPECT_EQ(BtrfsCheck(image), "");
+}
+
 TEST(Orphans, PinnedFileOutlivesItsNameUntilUnpinned) {
   if (!HaveTools()) GTEST_SKIP() << "btrfs-progs not installed";
   TempDir dir("ubtrfs-orphan");
@@ -168,20 +188,7 @@ TEST(Orphans, TheKernelCleansUpWhatACrashLeft) {
     ASSERT_TRUE(ro.ok()) << ro.status().ToString();
     EXPECT_FALSE((*ro)->Lookup("/f").ok());
   }
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
-  const std::string mnt = dir.Sub("mnt");
-  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
-  {
-    LoopMount m;
-    ASSERT_EQ(m.Mount(crash, mnt, ""), "");
-    struct stat st {};
-    EXPECT_NE(stat((mnt + "/f").c_str(), &st), 0);
-    ASSERT_EQ(m.Unmount(), "");
-  }
-  auto [fi, fo] = InodeAndOrphan(crash, ino);
-  EXPECT_FALSE(fi || fo) << "the kernel's orphan cleanup deleted the inode";
-  EXPECT_EQ(BtrfsCheck(crash), "");
+  ExpectTheKernelDropsTheOrphan(dir, crash, ino, "/f");
 }
 
 // A file of many extents is dropped in steps, each a change of its own
@@ -261,20 +268,7 @@ TEST(Orphans, CommitsGoOnBetweenTheStepsOfALargeFilesDrop) {
   EXPECT_FALSE(i2 || o2) << "a writable open here finished the drop";
   EXPECT_EQ(BtrfsCheck(dir.Sub("mid2.img")), "");
 
-  std::string why;
-  if (!ubtrfs_test::LoopMountsAvailable(&why)) GTEST_SKIP() << "loop mounts unavailable: " << why;
-  const std::string mnt = dir.Sub("mnt");
-  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
-  {
-    LoopMount m;
-    ASSERT_EQ(m.Mount(mid, mnt, ""), "");
-    struct stat st {};
-    EXPECT_NE(stat((mnt + "/big").c_str(), &st), 0);
-    ASSERT_EQ(m.Unmount(), "");
-  }
-  auto [ki, ko] = InodeAndOrphan(mid, ino);
-  EXPECT_FALSE(ki || ko) << "the kernel's orphan cleanup finished the drop";
-  EXPECT_EQ(BtrfsCheck(mid), "");
+  ExpectTheKernelDropsTheOrphan(dir, mid, ino, "/big");
 }
 
 // Through the mount: a file unlinked while open leaves no name in its
