@@ -22,7 +22,7 @@ void RegisterMount(CLI::App& app) {
   m->add_option("mountpoint", config.mountpoint, "Directory to mount on")->required();
   m->add_option("-o,--options", config.options,
                 "Mount options, comma-separated: ro, commit=SECONDS (default 30), attr_timeout=, "
-                "entry_timeout=, negative_timeout= (seconds, default 1), threads=N, readahead=KIB (default 4096, as kernel btrfs; as root), noreaddirplus, "
+                "entry_timeout=, negative_timeout= (seconds, default 1), threads=N (request threads, default the number of cores, 2 to 10), readahead=KIB (default 4096, as kernel btrfs; as root), noreaddirplus, "
                 "writeback_cache, notreelog (fsync commits in full), stats, nodefault_permissions, debug, subvol=PATH, subvolid=ID, "
                 "compress[=ALG[:LEVEL]], compress-force[=ALG[:LEVEL]], rescue=A:B (with ro); others go to FUSE "
                 "(allow_other, auto_unmount, ...)")
