@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <sstream>
 
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
@@ -17,43 +16,8 @@ using ubtrfs_test::RunCommand;
 using ubtrfs_test::TempDir;
 
 using ubtrfs_test::BtrfsCheck;
-
-// What btrfs-progs says about an image's space: the block group items'
-// used bytes by kind, and how many data extents the extent tree holds.
-struct ProgsSpace {
-  uint64_t data_used = 0, metadata_used = 0, system_used = 0;
-  int data_groups = 0;
-  uint64_t data_extents = 0;
-};
-ProgsSpace SpaceFromDumpTree(const std::string& img) {
-  ProgsSpace p;
-  auto r = RunCommand({"btrfs", "inspect-internal", "dump-tree", "-t", "extent", img});
-  EXPECT_TRUE(r.ok()) << r.Describe();
-  // "block group used 131072 chunk_objectid 256 flags METADATA|DUP"
-  // (parsed by hand: std::regex draws false -Wmaybe-uninitialized warnings
-  // from GCC 12 in the sanitizer build).
-  const std::string kUsed = "block group used ", kFlags = " flags ";
-  std::istringstream in(r.out);
-  for (std::string line; std::getline(in, line);) {
-    const size_t u = line.find(kUsed), f = line.find(kFlags);
-    if (u != std::string::npos && f != std::string::npos) {
-      const uint64_t used = std::stoull(line.substr(u + kUsed.size()));
-      const std::string kind = line.substr(f + kFlags.size());
-      if (kind.rfind("DATA", 0) == 0) {
-        p.data_used += used;
-        ++p.data_groups;
-      } else if (kind.rfind("METADATA", 0) == 0) {
-        p.metadata_used += used;
-      } else {
-        p.system_used += used;
-      }
-    } else if (line.find("refs ") != std::string::npos && line.find(" flags DATA") != std::string::npos) {
-      // An EXTENT_ITEM's body: "refs 1 gen 7 flags DATA".
-      ++p.data_extents;
-    }
-  }
-  return p;
-}
+using ubtrfs_test::ProgsSpace;
+using ubtrfs_test::SpaceFromDumpTree;
 
 TEST(CliWrite, CopyInMkdirRmStayCheckClean) {
   TempDir dir("ubtrfs-cliw");

@@ -16,6 +16,16 @@ namespace ubtrfs_test {
 // "no error found" and no error line; otherwise its whole output.
 std::string BtrfsCheck(const std::string& image, const std::string& mode = "original");
 
+// What btrfs-progs says about an image's space: the block group items'
+// used bytes by kind (from the extent tree or the block-group tree, as the
+// image keeps them), and how many data extents the extent tree holds.
+struct ProgsSpace {
+  uint64_t data_used = 0, metadata_used = 0, system_used = 0;
+  int data_groups = 0;
+  uint64_t data_extents = 0;
+};
+ProgsSpace SpaceFromDumpTree(const std::string& image);
+
 // "" when mkfs.btrfs is installed, otherwise a message saying how to get it.
 std::string MkfsMissingReason();
 
