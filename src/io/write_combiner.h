@@ -32,7 +32,7 @@ class WriteCombiner {
   // Two of these per image file, filled whole before they are written: at
   // 512 KiB a run of 4 KiB files is still one pwritev per 128 of them, and
   // an image build holds half the memory of 1 MiB (issue 19).
-  explicit WriteCombiner(size_t capacity = size_t{512} << 10, size_t largest = size_t{64} << 10)
+  explicit WriteCombiner(size_t capacity = size_t{256} << 10, size_t largest = size_t{64} << 10)
       : capacity_(capacity), largest_(largest) {}
   WriteCombiner(const WriteCombiner&) = delete;
   WriteCombiner& operator=(const WriteCombiner&) = delete;
