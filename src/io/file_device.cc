@@ -118,7 +118,7 @@ class FileDevice final : public BlockDevice {
       // Nobody gathered meanwhile (a batch without a buffer never took a
       // write): the batch just written takes the next writes again, so a
       // single writer (an image build, cp) never cuts the second batch's
-      // buffer, 584 KiB of mkfs's peak memory.
+      // buffer, 328 KiB of mkfs's peak memory.
       if (!active_->HasBuffer()) std::swap(active_, inflight_);
       if (!st.ok() && failed_.ok()) failed_ = st;
       gathered_.store(!active_->empty());
