@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/host_files.h"
+#include "support/kernel_view.h"
 #include "support/mkfs_util.h"
 #include "support/test_util.h"
 #include "ubtrfs/filesystem.h"
@@ -23,7 +24,6 @@ using namespace ubtrfs;
 using ubtrfs_test::BtrfsCheck;
 using ubtrfs_test::CommandResult;
 using ubtrfs_test::LoopMount;
-using ubtrfs_test::LoopMountsAvailable;
 using ubtrfs_test::ReadHostFile;
 using ubtrfs_test::ReadImageFile;
 using ubtrfs_test::RunCommand;
@@ -206,15 +206,9 @@ TEST_P(ProgsImages, Mkfs619CompressedSubvolumesReadAndChange) {
     EXPECT_FALSE((*fs)->Lookup("/usr/share/doc/f5.txt").ok());
   }
 
-  std::string why;
-  if (!LoopMountsAvailable(&why)) {
-    std::printf("kernel view not compared: loop mounts unavailable: %s\n", why.c_str());
-    return;
-  }
   const std::string mnt = tmp.Sub("mnt");
-  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
   LoopMount m;
-  ASSERT_EQ(m.Mount(img, mnt, "ro,subvolid=5"), "");
+  if (!ubtrfs_test::MountKernelView(m, img, mnt, "ro,subvolid=5")) return;
   for (const auto& [path, bytes] : files) {
     EXPECT_TRUE(ReadHostFile(mnt + path) == bytes) << "the kernel reads " << path << " differently";
   }
