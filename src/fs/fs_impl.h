@@ -1135,6 +1135,11 @@ class FilesystemImpl final : public Filesystem {
   Status WriteInline(InodeId id, std::span<const uint8_t> content, uint64_t ram_bytes = 0,
                      uint8_t compression = kCompressNone);
   Status WriteRegular(InodeId id, uint64_t start, std::span<const uint8_t> aligned, bool csum, int64_t* nbytes_delta);
+  // A write into extents the file may overwrite in place, as the kernel's
+  // nocow path (write_in_place.cc): false, with nothing changed, where any
+  // sector of [offset, offset + data.size()) needs a new extent.
+  Result<bool> WriteInPlace(InodeId id, const InodeItem& ii, uint64_t offset, std::span<const uint8_t> data,
+                            int64_t* nbytes_delta);
   // A plain extent written in this transaction, whole and the file's only
   // use of it, that ends where a write begins: the write may grow it.
   struct GrowableExtent {

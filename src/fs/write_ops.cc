@@ -1119,11 +1119,21 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
     has_inline = has_extents && c.key().offset == 0 && c.data().size() >= kFileExtentInlineDataStart &&
                  reinterpret_cast<const FileExtentItem*>(c.data().data())->type == kFileExtentInline;
   }
-  UB_ASSIGN_OR_RETURN(const fs::WriteCompression zc, CompressionFor(file, ii));
+  // Into preallocated extents, and the extents of a NODATACOW file, in
+  // place where the file has them to itself (write_in_place.cc).
+  bool in_place = false;
+  if (has_extents && !has_inline) {
+    UB_ASSIGN_OR_RETURN(in_place, WriteInPlace(file, ii, offset, data, &nbytes_delta));
+  }
+  fs::WriteCompression zc;
+  if (!in_place) {
+    UB_ASSIGN_OR_RETURN(zc, CompressionFor(file, ii));
+  }
   bool mark_nocompress = false;
   std::optional<std::vector<uint8_t>> zinline;
   std::vector<uint8_t> content;
-  if (zc.on() && new_size <= ss) {
+  if (in_place) {
+  } else if (zc.on() && new_size <= ss) {
     // The whole file is rewritten; at one sector at most it may become a
     // compressed inline extent (compressing costs nothing on disk yet).
     content.assign(new_size, 0);
@@ -1133,7 +1143,8 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
     zinline = fs::CompressInline(zc, content, ss, kMaxInline, &failed);
     if (failed && !zc.force && !zc.by_property) mark_nocompress = true;
   }
-  if (zinline) {
+  if (in_place) {
+  } else if (zinline) {
     UB_RETURN_IF_ERROR(DropExtents(file, 0, UINT64_MAX, &nbytes_delta));
     UB_RETURN_IF_ERROR(WriteInline(file, *zinline, new_size, zc.type));
     NoteCompressed(zc.type);

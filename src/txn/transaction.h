@@ -113,6 +113,16 @@ class TxnManager final : public tree::BlockAllocator {
   Status WriteData(uint64_t logical, std::span<const uint8_t> data, bool csum);
   Status AddDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
   Status DropDataRef(uint64_t bytenr, uint64_t num_bytes, uint64_t root, uint64_t ino, uint64_t offset);
+  // Whether data extent `bytenr` belongs to file `ino` of tree `root` alone,
+  // so that a write may go into it in place (a NODATACOW file, a
+  // preallocated extent) as the kernel's can_nocow_extent allows: every
+  // reference is an EXTENT_DATA_REF of that file with `offset` (the file
+  // offset of the extent's start: the pieces of one extent that earlier
+  // writes split share it, a clone within the file does not), and a
+  // committed extent is younger than the tree's last snapshot (a snapshot
+  // shares the leaves that reference an older one without a reference of
+  // its own). Any doubt is a no, and the write copies (txn/nocow.cc).
+  Result<bool> DataExtentOnlyOf(uint64_t bytenr, uint64_t root, uint64_t ino, uint64_t offset);
   // Growing a data extent of this transaction instead of starting another
   // (sequential writes of a file as one extent of up to 128 MiB, as the
   // kernel's delayed allocation gives): AllocDataAt takes exactly
