@@ -75,11 +75,9 @@ TEST(WriteInPlace, PreallocatedSpaceTakesItsWritesOnAFullImage) {
   ASSERT_TRUE(mk.ok()) << mk.Describe();
   std::string model;
   {
-    OpenOptions o;
-    o.writable = true;
-    auto fs = Filesystem::Open(img, o);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    Filesystem& f = **fs;
+    std::unique_ptr<Filesystem> fs = ubtrfs_test::OpenWritable(img);
+    ASSERT_NE(fs, nullptr);
+    Filesystem& f = *fs;
     auto pre = f.Create(f.Root(), "pre", NewInode{0644});
     ASSERT_TRUE(pre.ok());
     ASSERT_TRUE(f.Fallocate(*pre, 0, 0, 40 * kMiB).ok());
@@ -158,11 +156,9 @@ TEST(WriteInPlace, NodatacowFilesKeepTheirExtentsUnlessASnapshotSharesThem) {
   t1.replace(40960, patch.size(), patch);
   f1.replace(40960, patch.size(), patch);
   {
-    OpenOptions o;
-    o.writable = true;
-    auto fs = Filesystem::Open(img, o);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    Filesystem& f = **fs;
+    std::unique_ptr<Filesystem> fs = ubtrfs_test::OpenWritable(img);
+    ASSERT_NE(fs, nullptr);
+    Filesystem& f = *fs;
     auto a = f.Lookup("/a");
     ASSERT_TRUE(a.ok());
     auto snap = f.CreateSnapshot(*a, f.Root(), "snap", true);
@@ -208,11 +204,9 @@ TEST(WriteInPlace, ClonedNodatacowExtentsAreCopiedOnWrite) {
   const std::string patch = SeededBytes(64 * 1024, 12);
   std::string c1 = c0 + c0, e1 = e0;
   {
-    OpenOptions o;
-    o.writable = true;
-    auto fs = Filesystem::Open(img, o);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    Filesystem& f = **fs;
+    std::unique_ptr<Filesystem> fs = ubtrfs_test::OpenWritable(img);
+    ASSERT_NE(fs, nullptr);
+    Filesystem& f = *fs;
     auto c = f.Lookup("/c");
     auto d = f.Lookup("/d");
     auto e = f.Lookup("/e");
