@@ -10,21 +10,27 @@ namespace ubtrfs::txn {
 using namespace ubtrfs::format;
 
 Result<bool> TxnManager::DataExtentOnlyOf(uint64_t bytenr, uint64_t root, uint64_t ino, uint64_t offset) {
-  auto lock = AllocLock();
-  const auto pending = pending_.find(bytenr);
-  const bool changed = pending != pending_.end() && (!pending->second.refs.empty() || pending->second.set_flags);
-  // References this transaction adds or drops: the file's own only (its
-  // earlier writes into the same extent split the item).
-  if (changed) {
-    if (pending->second.tree || pending->second.set_flags) return false;
-    for (const auto& [r, d] : pending->second.refs) {
-      if (r.type != kExtentDataRefKey || r.a != root || r.ino != ino || r.off != offset) return false;
+  {
+    // The queue only, under its lock: the extent tree is read without it
+    // (node locks come before this lock, never after). Nothing adds a
+    // reference meanwhile: clones and snapshots run exclusive, and the
+    // extent tree changes at the commit only.
+    auto lock = AllocLock();
+    const auto pending = pending_.find(bytenr);
+    const bool changed = pending != pending_.end() && (!pending->second.refs.empty() || pending->second.set_flags);
+    // References this transaction adds or drops: the file's own only (its
+    // earlier writes into the same extent split the item).
+    if (changed) {
+      if (pending->second.tree || pending->second.set_flags) return false;
+      for (const auto& [r, d] : pending->second.refs) {
+        if (r.type != kExtentDataRefKey || r.a != root || r.ino != ino || r.off != offset) return false;
+      }
     }
-  }
-  if (new_data_.count(bytenr)) {
-    // Written in this transaction: no extent item yet, and no snapshot can
-    // share it (a snapshot's source has no uncommitted changes).
-    return changed;
+    if (new_data_.count(bytenr)) {
+      // Written in this transaction: no extent item yet, and no snapshot
+      // can share it (a snapshot's source has no uncommitted changes).
+      return changed;
+    }
   }
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot tree, vol_->FindRoot(root));
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot ext, vol_->FindRoot(kExtentTreeObjectid));
