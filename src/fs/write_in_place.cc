@@ -90,9 +90,8 @@ Result<bool> FilesystemImpl::WriteInPlace(InodeId id, const InodeItem& ii, uint6
     reg.type = kFileExtentReg;
     reg.offset = fe.offset.get() + (p.from - p.key.offset);
     reg.num_bytes = p.to - p.from;
-    std::vector<uint8_t> item(sizeof reg);
-    std::memcpy(item.data(), &reg, sizeof reg);
-    UB_RETURN_IF_ERROR(w->Insert(Key{id.ino, kExtentDataKey, p.from}, item));
+    UB_RETURN_IF_ERROR(
+        w->Insert(Key{id.ino, kExtentDataKey, p.from}, std::span(reinterpret_cast<const uint8_t*>(&reg), sizeof reg)));
     UB_RETURN_IF_ERROR(txn_->AddDataRef(disk, disk_len, id.root, id.ino, p.key.offset - fe.offset.get()));
     *nbytes_delta += static_cast<int64_t>(p.to - p.from);
   }

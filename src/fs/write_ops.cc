@@ -1132,8 +1132,7 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
   bool mark_nocompress = false;
   std::optional<std::vector<uint8_t>> zinline;
   std::vector<uint8_t> content;
-  if (in_place) {
-  } else if (zc.on() && new_size <= ss) {
+  if (zc.on() && new_size <= ss) {  // (never in place: zc is off then)
     // The whole file is rewritten; at one sector at most it may become a
     // compressed inline extent (compressing costs nothing on disk yet).
     content.assign(new_size, 0);
@@ -1144,6 +1143,7 @@ Result<size_t> FilesystemImpl::WriteImpl(InodeId file, uint64_t offset, std::spa
     if (failed && !zc.force && !zc.by_property) mark_nocompress = true;
   }
   if (in_place) {
+    // Written by WriteInPlace; only the inode is left.
   } else if (zinline) {
     UB_RETURN_IF_ERROR(DropExtents(file, 0, UINT64_MAX, &nbytes_delta));
     UB_RETURN_IF_ERROR(WriteInline(file, *zinline, new_size, zc.type));

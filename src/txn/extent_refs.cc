@@ -61,6 +61,49 @@ Result<ExtentItemHead> ParseExtentItemHead(const Key& k, std::span<const uint8_t
   return h;
 }
 
+Result<StoredRefs> ReadStoredRefs(tree::BlockSource* src, const tree::RootPtr& extent_root, uint64_t bytenr) {
+  StoredRefs out;
+  tree::Cursor c(src, extent_root);
+  UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
+  while (c.Valid() && c.key().objectid == bytenr) {
+    const Key k = c.key();
+    auto d = c.data();
+    if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
+      UB_ASSIGN_OR_RETURN(out.head, ParseExtentItemHead(k, d));
+      ++out.items;
+      out.key = k;
+      std::memcpy(&out.item, d.data(), sizeof out.item);
+      const std::vector<uint8_t> item(d.begin(), d.end());
+      UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, out.head.refs_start, k));
+      out.refs.insert(out.refs.end(), refs.begin(), refs.end());
+    } else if (k.type == kTreeBlockRefKey || k.type == kSharedBlockRefKey) {
+      InlineRef r;
+      r.type = k.type;
+      r.offset = k.offset;
+      out.refs.push_back(r);
+    } else if (k.type == kSharedDataRefKey) {
+      if (d.size() < sizeof(SharedDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+      InlineRef r;
+      r.type = k.type;
+      r.offset = k.offset;
+      r.count = reinterpret_cast<const SharedDataRef*>(d.data())->count.get();
+      out.refs.push_back(r);
+    } else if (k.type == kExtentDataRefKey) {
+      if (d.size() < sizeof(ExtentDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
+      const auto* dr = reinterpret_cast<const ExtentDataRef*>(d.data());
+      InlineRef r;
+      r.type = k.type;
+      r.root = dr->root.get();
+      r.objectid = dr->objectid.get();
+      r.data_offset = dr->offset.get();
+      r.count = dr->count.get();
+      out.refs.push_back(r);
+    }
+    UB_RETURN_IF_ERROR(c.Next());
+  }
+  return out;
+}
+
 Result<std::vector<InlineRef>> ParseInlineRefs(const std::vector<uint8_t>& item, size_t refs_start, const Key& key) {
   std::vector<InlineRef> out;
   size_t pos = refs_start;

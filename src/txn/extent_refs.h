@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "tree/cursor.h"
 #include "tree/tree_block.h"
 
 #include "format/key.h"
@@ -49,6 +50,22 @@ Result<ExtentItemHead> ParseExtentItemHead(const format::Key& k, std::span<const
 // tree block). EUCLEAN on a truncated or unknown ref.
 Result<std::vector<InlineRef>> ParseInlineRefs(const std::vector<uint8_t>& item, size_t refs_start,
                                                const format::Key& key);
+// Every reference the extent tree holds for extent `bytenr`: those inline
+// in its EXTENT_ITEM / METADATA_ITEM and the keyed ones after it, the keyed
+// ones decoded into InlineRef too (offset: the root or parent of a block
+// ref and the parent of a SHARED_DATA_REF; pos and size unused), in tree
+// order. `items` counts the extent items (a converted image may hold two
+// forms of one tree block); `head`, `item` and `key` are the last one's.
+// EUCLEAN on a short item, EOPNOTSUPP on an unknown inline ref type.
+struct StoredRefs {
+  int items = 0;
+  format::Key key;
+  ExtentItemHead head;
+  format::ExtentItem item{};  // refs, generation, flags
+  std::vector<InlineRef> refs;
+};
+Result<StoredRefs> ReadStoredRefs(tree::BlockSource* src, const tree::RootPtr& extent_root, uint64_t bytenr);
+
 // The first ref of `type` that matches (offset for keyed-by-offset types;
 // root/objectid/data_offset for EXTENT_DATA_REF), if any.
 std::optional<InlineRef> FindInlineRef(const std::vector<InlineRef>& refs, const InlineRef& want);

@@ -1,7 +1,8 @@
 // Writes in place (NODATACOW files, preallocated extents) need the extent
 // to be the file's alone: TxnManager::DataExtentOnlyOf.
+#include <cerrno>
+
 #include "format/ondisk.h"
-#include "tree/cursor.h"
 #include "txn/extent_refs.h"
 #include "txn/transaction.h"
 
@@ -34,35 +35,22 @@ Result<bool> TxnManager::DataExtentOnlyOf(uint64_t bytenr, uint64_t root, uint64
   }
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot tree, vol_->FindRoot(root));
   UB_ASSIGN_OR_RETURN(Volume::TreeRoot ext, vol_->FindRoot(kExtentTreeObjectid));
-  tree::Cursor c(dirty_.get(), ext.ref);
-  UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, kExtentItemKey, 0}));
-  if (!c.Valid() || c.key().objectid != bytenr || c.key().type != kExtentItemKey) return false;
-  const Key key = c.key();
-  const std::vector<uint8_t> item(c.data().begin(), c.data().end());
-  if (item.size() < sizeof(ExtentItem)) return false;
-  const auto* ei = reinterpret_cast<const ExtentItem*>(item.data());
-  if (!(ei->flags.get() & kExtentFlagData) || ei->generation.get() <= tree.item.last_snapshot.get()) return false;
-  auto refs = ParseInlineRefs(item, sizeof(ExtentItem), key);
-  if (!refs.ok()) return false;
+  auto stored = ReadStoredRefs(dirty_.get(), ext.ref, bytenr);
+  if (!stored.ok()) {
+    // An item it cannot read is a doubt; a block it cannot read, an error.
+    const int code = stored.status().code();
+    if (code == EUCLEAN || code == EOPNOTSUPP) return false;
+    return stored.status();
+  }
+  if (stored->items != 1 || stored->key.type != kExtentItemKey) return false;
+  const ExtentItem& ei = stored->item;
+  if (!(ei.flags.get() & kExtentFlagData) || ei.generation.get() <= tree.item.last_snapshot.get()) return false;
   uint64_t counted = 0;
-  for (const InlineRef& r : *refs) {
+  for (const InlineRef& r : stored->refs) {
     if (r.type != kExtentDataRefKey || r.root != root || r.objectid != ino || r.data_offset != offset) return false;
     counted += r.count;
   }
-  // Keyed references after the item (more than fit inline).
-  UB_RETURN_IF_ERROR(c.Next());
-  for (; c.Valid() && c.key().objectid == bytenr;) {
-    const Key k = c.key();
-    if (k.type == kExtentDataRefKey && c.data().size() >= sizeof(ExtentDataRef)) {
-      const auto* dr = reinterpret_cast<const ExtentDataRef*>(c.data().data());
-      if (dr->root.get() != root || dr->objectid.get() != ino || dr->offset.get() != offset) return false;
-      counted += dr->count.get();
-    } else if (k.type == kSharedDataRefKey || k.type == kExtentItemKey || k.type == kMetadataItemKey) {
-      return false;
-    }
-    UB_RETURN_IF_ERROR(c.Next());
-  }
-  return counted == ei->refs.get();
+  return counted == ei.refs.get();
 }
 
 }  // namespace ubtrfs::txn

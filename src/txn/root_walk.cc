@@ -59,37 +59,15 @@ Result<std::set<uint64_t>> RootWalk::Roots(uint64_t bytenr, int depth) {
 }
 
 Status RootWalk::Backrefs(uint64_t bytenr, std::vector<Backref>* out, int* level) {
-  *level = 0;
-  uint64_t data_bytes = 0;
-  Cursor c(src_, ext_);
-  UB_RETURN_IF_ERROR(c.Seek(Key{bytenr, 0, 0}));
-  while (c.Valid() && c.key().objectid == bytenr) {
-    const Key k = c.key();
-    auto d = c.data();
-    if (k.type == kExtentItemKey || k.type == kMetadataItemKey) {
-      UB_ASSIGN_OR_RETURN(ExtentItemHead head, ParseExtentItemHead(k, d));
-      if (k.type == kExtentItemKey) data_bytes = k.offset;
-      *level = head.level;
-      const std::vector<uint8_t> item(d.begin(), d.end());
-      UB_ASSIGN_OR_RETURN(auto refs, ParseInlineRefs(item, head.refs_start, k));
-      for (const InlineRef& r : refs) {
-        if (r.type == kExtentDataRefKey) {
-          out->push_back({r.type, r.root, r.objectid, r.data_offset, r.count, {}, false});
-        } else if (r.type == kTreeBlockRefKey || r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) {
-          out->push_back({r.type, r.offset, 0, 0, r.count, {}, false});
-        }
-      }
-    } else if (k.type == kTreeBlockRefKey || k.type == kSharedBlockRefKey) {
-      out->push_back({k.type, k.offset, 0, 0, 1, {}, false});
-    } else if (k.type == kSharedDataRefKey) {
-      if (d.size() < sizeof(SharedDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
-      out->push_back({k.type, k.offset, 0, 0, reinterpret_cast<const SharedDataRef*>(d.data())->count.get(), {}, false});
-    } else if (k.type == kExtentDataRefKey) {
-      if (d.size() < sizeof(ExtentDataRef)) return Status::Corrupt("extent tree: short item " + KeyToString(k));
-      const auto* r = reinterpret_cast<const ExtentDataRef*>(d.data());
-      out->push_back({k.type, r->root.get(), r->objectid.get(), r->offset.get(), r->count.get(), {}, false});
+  UB_ASSIGN_OR_RETURN(StoredRefs stored, ReadStoredRefs(src_, ext_, bytenr));
+  *level = stored.head.level;
+  const uint64_t data_bytes = stored.key.type == kExtentItemKey ? stored.key.offset : 0;
+  for (const InlineRef& r : stored.refs) {
+    if (r.type == kExtentDataRefKey) {
+      out->push_back({r.type, r.root, r.objectid, r.data_offset, r.count, {}, false});
+    } else if (r.type == kTreeBlockRefKey || r.type == kSharedBlockRefKey || r.type == kSharedDataRefKey) {
+      out->push_back({r.type, r.offset, 0, 0, r.count, {}, false});
     }
-    UB_RETURN_IF_ERROR(c.Next());
   }
   for (Backref& r : *out) {
     if (r.type == kTreeBlockRefKey) {
