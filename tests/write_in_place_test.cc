@@ -226,6 +226,13 @@ TEST(WriteInPlace, ClonedNodatacowExtentsAreCopiedOnWrite) {
   EXPECT_TRUE(ReadImageFile(**fs, "/c") == c1) << "the clone within /c changed with the write";
   EXPECT_TRUE(ReadImageFile(**fs, "/e") == e1);
   EXPECT_TRUE(ReadImageFile(**fs, "/d") == e0) << "the clone in /d changed with the write to /e";
+  LoopMount m;
+  const std::string mnt = tmp.Sub("mnt");
+  if (!ubtrfs_test::MountKernelView(m, img, mnt, "ro")) return;
+  EXPECT_TRUE(ReadHostFile(mnt + "/c") == c1);
+  EXPECT_TRUE(ReadHostFile(mnt + "/e") == e1);
+  EXPECT_TRUE(ReadHostFile(mnt + "/d") == e0);
+  EXPECT_EQ(m.Unmount(), "");
 }
 
 }  // namespace UBTRFS_UNITY_ID
