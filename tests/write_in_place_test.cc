@@ -68,6 +68,23 @@ void Judge(const std::string& img) {
   EXPECT_EQ(BtrfsCheck(img), "");
 }
 
+// Each file (path from the top level) as ubtrfs reads it and, where loop
+// mounts work, as the kernel does.
+void ExpectFiles(const TempDir& tmp, const std::string& img, const std::map<std::string, std::string>& files) {
+  {
+    OpenOptions o;
+    o.subvolid = 5;
+    auto fs = Filesystem::Open(img, o);
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    for (const auto& [path, bytes] : files) EXPECT_TRUE(ReadImageFile(**fs, path) == bytes) << "ubtrfs reads " << path;
+  }
+  LoopMount m;
+  const std::string mnt = tmp.Sub("mnt");
+  if (!ubtrfs_test::MountKernelView(m, img, mnt, "ro,subvolid=5")) return;
+  for (const auto& [path, bytes] : files) EXPECT_TRUE(ReadHostFile(mnt + path) == bytes) << "the kernel reads " << path;
+  EXPECT_EQ(m.Unmount(), "");
+}
+
 TEST(WriteInPlace, PreallocatedSpaceTakesItsWritesOnAFullImage) {
   TempDir tmp("ubtrfs-inplace-full");
   const std::string img = tmp.Sub("img");
@@ -116,15 +133,7 @@ TEST(WriteInPlace, PreallocatedSpaceTakesItsWritesOnAFullImage) {
     ASSERT_TRUE(f.Commit().ok());
   }
   Judge(img);
-  {
-    auto fs = Filesystem::Open(img);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    EXPECT_TRUE(ReadImageFile(**fs, "/pre") == model);
-  }
-  LoopMount m;
-  if (!ubtrfs_test::MountKernelView(m, img, tmp.Sub("mnt"), "ro")) return;
-  EXPECT_TRUE(ReadHostFile(tmp.Sub("mnt") + "/pre") == model) << "the kernel reads /pre differently";
-  EXPECT_EQ(m.Unmount(), "");
+  ExpectFiles(tmp, img, {{"/pre", model}});
 }
 
 TEST(WriteInPlace, NodatacowFilesKeepTheirExtentsUnlessASnapshotSharesThem) {
@@ -171,20 +180,8 @@ TEST(WriteInPlace, NodatacowFilesKeepTheirExtentsUnlessASnapshotSharesThem) {
   // Unshared: written where it lies. Shared with the snapshot: copied.
   EXPECT_EQ(DiskExtents(img, t), t_before);
   EXPECT_NE(DiskExtents(img, af), f_before);
-  {
-    auto fs = Filesystem::Open(img);
-    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-    EXPECT_TRUE(ReadImageFile(**fs, "/t") == t1);
-    EXPECT_TRUE(ReadImageFile(**fs, "/a/f") == f1);
-    EXPECT_TRUE(ReadImageFile(**fs, "/snap/f") == f0) << "the snapshot's copy changed";
-  }
-  LoopMount m;
-  const std::string mnt = tmp.Sub("mnt");
-  if (!ubtrfs_test::MountKernelView(m, img, mnt, "ro,subvolid=5")) return;
-  EXPECT_TRUE(ReadHostFile(mnt + "/t") == t1);
-  EXPECT_TRUE(ReadHostFile(mnt + "/a/f") == f1);
-  EXPECT_TRUE(ReadHostFile(mnt + "/snap/f") == f0);
-  EXPECT_EQ(m.Unmount(), "");
+  // /snap/f: the snapshot's copy keeps the bytes it had.
+  ExpectFiles(tmp, img, {{"/t", t1}, {"/a/f", f1}, {"/snap/f", f0}});
 }
 
 // A clone shares an extent without a snapshot: another file's, or the same
@@ -221,18 +218,9 @@ TEST(WriteInPlace, ClonedNodatacowExtentsAreCopiedOnWrite) {
     ASSERT_TRUE(f.Commit().ok());
   }
   Judge(img);
-  auto fs = Filesystem::Open(img);
-  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-  EXPECT_TRUE(ReadImageFile(**fs, "/c") == c1) << "the clone within /c changed with the write";
-  EXPECT_TRUE(ReadImageFile(**fs, "/e") == e1);
-  EXPECT_TRUE(ReadImageFile(**fs, "/d") == e0) << "the clone in /d changed with the write to /e";
-  LoopMount m;
-  const std::string mnt = tmp.Sub("mnt");
-  if (!ubtrfs_test::MountKernelView(m, img, mnt, "ro")) return;
-  EXPECT_TRUE(ReadHostFile(mnt + "/c") == c1);
-  EXPECT_TRUE(ReadHostFile(mnt + "/e") == e1);
-  EXPECT_TRUE(ReadHostFile(mnt + "/d") == e0);
-  EXPECT_EQ(m.Unmount(), "");
+  // /c's second MiB is the clone within the file, /d the clone of /e: both
+  // keep the bytes they had.
+  ExpectFiles(tmp, img, {{"/c", c1}, {"/e", e1}, {"/d", e0}});
 }
 
 }  // namespace UBTRFS_UNITY_ID
